@@ -1,0 +1,45 @@
+# One-command entry points. Every target creates/uses .venv and installs what it needs.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install test lint typecheck unit demo serve bench e2e e2e-kind clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test,fast]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check webhook tests bench
+	$(BIN)/ruff format --check webhook tests bench
+	$(BIN)/lint-imports
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+unit: $(STAMP)
+	$(BIN)/pytest -q
+
+# The README's test command: install, lint, type-check, run every test.
+test: lint typecheck unit
+
+demo: $(STAMP)
+	$(BIN)/gpu-webhook review -f examples/pods.yaml --policies configmaps/ ; true
+
+serve: $(STAMP)
+	$(BIN)/gpu-webhook serve --self-signed --policies configmaps/
+
+bench: $(STAMP)
+	$(BIN)/python bench/bench_eval.py
+	$(BIN)/python bench/bench_server.py
+
+e2e: $(STAMP)
+	$(BIN)/pytest -q tests/e2e -rs
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

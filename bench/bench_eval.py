@@ -1,0 +1,223 @@
+"""Benchmark of the pure evaluation core: cost per object, and independence from policy count.
+
+Run: .venv/bin/python bench/bench_eval.py [--rounds N] [--json]
+Not a test: prints figures (median/p90 µs per object) to compare runs on the same machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from webhook.config import WebhookConfig  # noqa: E402
+from webhook.evaluate import evaluate  # noqa: E402
+from webhook.policyset import PolicySet, policy_files, read_documents  # noqa: E402
+
+
+def typical_pod() -> dict[str, Any]:
+    """One container, one vGPU key, Paddle image: defaults + affinity + env fix."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "train", "namespace": "ml", "labels": {"app": "train"}},
+        "spec": {
+            "containers": [
+                {
+                    "name": "train",
+                    "image": "paddlepaddle/paddle:2.6.1-gpu-cuda12.0-cudnn8.9-trt8.6",
+                    "command": ["python", "train.py"],
+                    "env": [{"name": "EPOCHS", "value": "10"}],
+                    "resources": {
+                        "limits": {"cpu": "4", "memory": "16Gi", "tencent.com/vcuda-core": "50"},
+                        "requests": {"cpu": "2", "memory": "8Gi"},
+                    },
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                }
+            ],
+            "volumes": [{"name": "data", "emptyDir": {}}],
+        },
+    }
+
+
+def multi_container_pod() -> dict[str, Any]:
+    """Init container + 3 containers (2 GPU), existing required affinity with 2 terms."""
+    gpu = {"limits": {"nvidia.com/gpu": "1", "cpu": "8"}, "requests": {"nvidia.com/gpu": "1"}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "serve", "namespace": "ml"},
+        "spec": {
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchExpressions": [
+                                    {"key": "zone", "operator": "In", "values": ["a"]}
+                                ]
+                            },
+                            {
+                                "matchExpressions": [
+                                    {"key": "zone", "operator": "In", "values": ["b"]}
+                                ]
+                            },
+                        ]
+                    }
+                }
+            },
+            "initContainers": [
+                {"name": "fetch", "image": "busybox:1.36", "resources": {"limits": {"cpu": "1"}}}
+            ],
+            "containers": [
+                {
+                    "name": "model",
+                    "image": "nvcr.io/nvidia/cuda:12.4.1-runtime-ubuntu22.04",
+                    "resources": copy.deepcopy(gpu),
+                },
+                {
+                    "name": "tokenizer",
+                    "image": "pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime",
+                    "resources": copy.deepcopy(gpu),
+                },
+                {
+                    "name": "sidecar",
+                    "image": "envoyproxy/envoy:v1.30",
+                    "resources": {"limits": {"cpu": "1"}},
+                },
+            ],
+        },
+    }
+
+
+def deployment() -> dict[str, Any]:
+    pod = typical_pod()
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "train", "namespace": "ml"},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "train"}},
+            "template": {"metadata": pod["metadata"], "spec": pod["spec"]},
+        },
+    }
+
+
+def non_gpu_pod() -> dict[str, Any]:
+    pod = typical_pod()
+    pod["spec"]["containers"][0]["resources"]["limits"].pop("tencent.com/vcuda-core")
+    return pod
+
+
+def filler_crl(i: int) -> dict[str, Any]:
+    """A valid CRL on a key no benchmark object uses (50 groups of 20 keys)."""
+    group = f"bench{i % 50}"
+    return {
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": f"cf-crl-bench{i}-res{i}",
+            "namespace": "kube-public",
+            "labels": {
+                "features.alauda.io/type": "CustomResourceLimitation",
+                "features.alauda.io/group": group,
+                "features.alauda.io/enabled": "true",
+            },
+        },
+        "data": {
+            "key": f"example.com/res{i}",
+            "dataType": "integer",
+            "group": group,
+            "limits": "optional",
+            "requests": "disabled",
+        },
+    }
+
+
+def synthetic_policies(count: int, base: Path) -> PolicySet:
+    """The shipped policies plus filler CRLs on other keys, `count` in total."""
+    shipped = [
+        doc
+        for file in policy_files(base)
+        for doc in read_documents(file)
+        if isinstance(doc, dict) and doc.get("kind") == "ConfigMap"
+    ]
+    filler = [filler_crl(i) for i in range(max(0, count - len(shipped)))]
+    policies = PolicySet.from_configmaps([*shipped, *filler])
+    assert len(policies.by_key) == max(count, len(shipped)), "every synthetic CRL must load"
+    return policies
+
+
+def measure(
+    fns: dict[str, Callable[[], object]], rounds: int, inner: int
+) -> dict[str, list[float]]:
+    """Per-call cost in µs, `rounds` samples of `inner` calls each. The variants are
+    interleaved round by round so machine noise hits them alike and ratios stay honest."""
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for fn in fns.values():
+        fn()  # warm caches (regexes, quantities)
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            for _ in range(inner):
+                fn()
+            samples[name].append((time.perf_counter() - start) / inner * 1e6)
+    return samples
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--inner", type=int, default=200)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+
+    config = WebhookConfig()
+    base = ROOT / "configmaps"
+    small = synthetic_policies(10, base)
+    large = synthetic_policies(1000, base)
+    objects = {
+        "typical GPU pod": typical_pod(),
+        "multi-container pod": multi_container_pod(),
+        "Deployment": deployment(),
+        "non-GPU pod": non_gpu_pod(),
+    }
+    results: dict[str, dict[str, float]] = {}
+    for label, obj in objects.items():
+        row: dict[str, float] = {}
+
+        def run(obj: dict[str, Any], policies: PolicySet) -> Callable[[], object]:
+            # Decision.patch is part of the cost: the server always needs it.
+            return lambda: evaluate(obj, policies, config).patch
+
+        timings = measure({"10": run(obj, small), "1000": run(obj, large)}, args.rounds, args.inner)
+        for n, samples in timings.items():
+            row[f"median_us_{n}"] = statistics.median(samples)
+            row[f"p90_us_{n}"] = statistics.quantiles(samples, n=10)[-1]
+        row["ratio_1000_vs_10"] = row["median_us_1000"] / row["median_us_10"]
+        results[label] = row
+
+    if args.json:
+        json.dump(results, sys.stdout, indent=2)
+        print()
+        return 0
+    print(f"{'object':<22}{'median µs (10)':>16}{'median µs (1000)':>18}{'1000/10':>10}")
+    for label, row in results.items():
+        print(
+            f"{label:<22}{row['median_us_10']:>16.1f}{row['median_us_1000']:>18.1f}"
+            f"{row['ratio_1000_vs_10']:>10.3f}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

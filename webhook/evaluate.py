@@ -1,0 +1,372 @@
+"""The evaluation core: object + policy snapshot + config -> Decision. Pure, no I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from webhook.config import ANNOTATION_CUDA_AFFINITY, ANNOTATION_ENV_FIXES, WebhookConfig
+from webhook.crl import CRL_NAMESPACE, CRL_PREFIX, LABEL_TYPE, parse_configmap
+from webhook.errors import ObjectShapeError
+from webhook.patches import Draft, diff
+from webhook.policyset import PolicySet
+from webhook.quantity import format_quantity
+from webhook.rules import cuda
+from webhook.rules.envfix import env_fixes
+from webhook.rules.resources import (
+    ResourceLists,
+    ResourceProblem,
+    check,
+    defaults,
+    used_policies,
+)
+from webhook.workloads import ContainerRef, PodSpecRef, find_pod_spec, handles_kind, object_ref
+
+__all__ = ["Decision", "Violation", "evaluate", "evaluate_configmap", "handles_kind"]
+
+NOTE_LIMIT = 120
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """One broken rule; `message` is the sentence shown to the user."""
+
+    message: str
+    object_ref: str
+    container: str = ""
+    field: str = ""
+    rule: str = ""
+    configmap: str = ""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the webhook concludes about one object."""
+
+    handled: bool = True
+    object_ref: str = ""
+    violations: tuple[Violation, ...] = ()
+    notes: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    mutation_kinds: tuple[str, ...] = ()
+    original: Mapping[str, Any] | None = field(default=None, repr=False)
+    mutated: Mapping[str, Any] | None = field(default=None, repr=False)
+
+    @property
+    def allowed(self) -> bool:
+        return not self.violations
+
+    @cached_property
+    def patch(self) -> list[dict[str, Any]]:
+        if self.mutated is None or self.original is None:
+            return []
+        return diff(self.original, self.mutated)
+
+    def denial_message(self) -> str:
+        if len(self.violations) == 1:
+            return self.violations[0].message
+        lines = [f"{self.object_ref}: {len(self.violations)} GPU policy violations:"]
+        lines += [f"- {v.message}" for v in self.violations]
+        return "\n".join(lines)
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= NOTE_LIMIT else text[: NOTE_LIMIT - 1] + "…"
+
+
+def _container_label(ref: ContainerRef) -> str:
+    kind = "init container" if ref.list_name == "initContainers" else "container"
+    return f'{kind} "{ref.name}"'
+
+
+def _violation(ref: str, where: str, problem: ResourceProblem) -> Violation:
+    policy = problem.policy
+    value = "" if problem.value is None else f"={format_quantity(problem.value)!r}"
+    field_name = f"{problem.field}.{policy.key}"
+    text = (
+        f"{ref}, {where}: {field_name}{value} {problem.problem} "
+        f"({problem.rule} in ConfigMap {policy.configmap})"
+    )
+    if policy.description_en:
+        text += f". {policy.description_en.rstrip('.')}"
+    return Violation(text + ".", ref, where, field_name, problem.rule, policy.configmap)
+
+
+@dataclass
+class _PodState:
+    """Accumulates the outcome of one pod spec while the rules run."""
+
+    ref: str
+    pod: PodSpecRef
+    draft: Draft
+    violations: list[Violation] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    kinds: list[str] = field(default_factory=list)
+
+    def container_path(self, c: ContainerRef) -> tuple[str | int, ...]:
+        return (*self.pod.spec_path, c.list_name, c.index)
+
+    def note(self, kind: str, text: str) -> None:
+        self.kinds.append(kind)
+        self.notes.append(_short(text))
+
+
+def _resources(state: _PodState, c: ContainerRef, policies: PolicySet) -> tuple[set[str], bool]:
+    """Defaults then checks for one container; returns (keys used, uses a CRL group)."""
+    where = _container_label(c)
+    lists = ResourceLists.of(c.container, f"{state.ref} {where}")
+    keys = lists.keys()
+    used = used_policies(keys, policies)
+    if not used:
+        return keys, False
+    changes = defaults(lists, used)
+    if changes:
+        limits, requests = dict(lists.limits), dict(lists.requests)
+        for change in changes:
+            target = state.draft.writable((*state.container_path(c), "resources", change.field))
+            target[change.key] = change.value
+            (limits if change.field == "limits" else requests)[change.key] = change.value
+            value = format_quantity(change.value)
+            if change.kind == "resource-default":
+                state.note(change.kind, f"defaulted {change.key}={value} in {where}")
+            else:
+                state.note(change.kind, f"set requests.{change.key}={value} from limits in {where}")
+        lists = ResourceLists(limits, requests)
+        keys = lists.keys()
+    state.violations += [
+        _violation(state.ref, where, p)
+        for p in check(lists, used, is_pod=not state.pod.is_template)
+    ]
+    return keys, True
+
+
+def _env(state: _PodState, c: ContainerRef, keys: set[str], config: WebhookConfig) -> None:
+    additions, warnings = env_fixes(c.container, keys, config.env_fixes)
+    where = _container_label(c)
+    state.warnings += [_short(f"{where}: {w}") for w in warnings]
+    if not additions:
+        return
+    container = state.draft.writable(state.container_path(c))
+    env = container.get("env")
+    if env is not None and not isinstance(env, list):
+        raise ObjectShapeError(f"{state.ref} {where}: env must be a list")
+    new_env = list(env or [])
+    for add in additions:
+        new_env.append({"name": add.name, "value": add.value})
+        state.note("env-fix", f"set {add.name}={add.value} in {where} ({add.rule} fix)")
+    container["env"] = new_env
+
+
+def _cuda(
+    state: _PodState,
+    gpu: list[tuple[ContainerRef, set[str]]],
+    config: WebhookConfig,
+    inventory: cuda.NodeInventory | None,
+) -> None:
+    labels = config.cuda_labels
+    pod_req, warning = cuda.annotation_requirement(state.pod.annotations)
+    if warning:
+        state.warnings.append(_short(warning))
+    requirements: list[tuple[ContainerRef, set[str], cuda.Requirement]] = []
+    unknown: list[str] = []
+    for c, keys in gpu:
+        req = pod_req or cuda.container_requirement(c.container, config)
+        if req is None:
+            unknown.append(c.name)
+        else:
+            requirements.append((c, keys, req))
+    vgpu_names = set(config.vgpu_resource_names)
+    for c, keys, req in requirements:
+        where = _container_label(c)
+        if keys & set(config.gpu_manager_resource_names) and req.version >= cuda.CudaVersion(12, 4):
+            state.warnings.append(
+                _short(f"{where} needs CUDA {req.version}: GPU-Manager vGPU supports CUDA < 12.4")
+            )
+        if keys & set(config.mps_memory_resource_names) and req.version < cuda.CudaVersion(11, 4):
+            state.warnings.append(
+                _short(f"{where} needs CUDA {req.version}: MPS memory limits need CUDA ≥ 11.4")
+            )
+    if not config.cuda_affinity or state.pod.annotations.get(ANNOTATION_CUDA_AFFINITY) == "false":
+        return
+    if not requirements:
+        state.warnings.append(
+            "CUDA version unknown, no node affinity added: set annotation "
+            'features.alauda.io/cuda-version (e.g. "12.4") or env CUDA_VERSION'
+        )
+        return
+    if unknown:
+        state.warnings.append(
+            _short(
+                f"CUDA version unknown for {', '.join(unknown)}; affinity uses the other containers"
+            )
+        )
+    _, _, top = max(requirements, key=lambda item: item[2].version)
+    vgpu = any(keys & vgpu_names for _, keys in gpu)
+    skew = config.max_major_skew
+    label_text = f"{labels.major}/{labels.minor}"
+    if inventory is not None:
+        if not inventory.labelled:
+            state.warnings.append(
+                _short(f"no node carries the {label_text} labels: no CUDA node affinity added")
+            )
+            return
+        if not cuda.satisfying(inventory, top.version, vgpu=vgpu, skew=skew):
+            highest = max(inventory.versions)
+            text = (
+                f"no node supports CUDA {top.version}{' on vGPU' if vgpu else ''}; "
+                f"highest available is {highest}"
+            )
+            if config.no_compatible_node == "deny":
+                state.violations.append(
+                    Violation(f"{state.ref}: {text} ({top.source}).", state.ref, rule="cuda")
+                )
+                return
+            state.warnings.append(_short(text))
+    injected = cuda.injected_terms(top.version, vgpu=vgpu, skew=skew, labels=labels)
+    usage = cuda.existing_cuda_usage(state.pod.spec, labels, injected)
+    if usage == "ours":
+        return
+    if usage == "user":
+        state.warnings.append(
+            _short(
+                f"your {label_text} node affinity is kept as is; "
+                f"this pod needs CUDA ≥ {top.version}"
+            )
+        )
+        return
+    merged = cuda.merge_terms(cuda.required_terms(state.pod.spec), injected)
+    required = state.draft.writable(
+        (
+            *state.pod.spec_path,
+            "affinity",
+            "nodeAffinity",
+            "requiredDuringSchedulingIgnoredDuringExecution",
+        )
+    )
+    required["nodeSelectorTerms"] = merged
+    mode = "vGPU" if vgpu else "GPU"
+    state.note("cuda-affinity", f"required {mode} nodes with CUDA ≥ {top.version} ({top.source})")
+
+
+def _evaluate_pod(
+    kind: str,
+    obj: Mapping[str, Any],
+    policies: PolicySet,
+    config: WebhookConfig,
+    namespace: str | None,
+    inventory: cuda.NodeInventory | None,
+) -> Decision:
+    ref = object_ref(kind, obj, namespace)
+    pod = find_pod_spec(kind, obj)
+    if pod is None:
+        return Decision(object_ref=ref)
+    state = _PodState(ref, pod, Draft(obj))
+    gpu_names = set(config.gpu_resource_names)
+    env_fixes_on = pod.annotations.get(ANNOTATION_ENV_FIXES) != "false"
+    gpu: list[tuple[ContainerRef, set[str]]] = []
+    for c in pod.containers:
+        keys, crl = _resources(state, c, policies)
+        if crl or keys & gpu_names:
+            gpu.append((c, keys))
+            if env_fixes_on:
+                _env(state, c, keys, config)
+    if gpu:
+        _cuda(state, gpu, config, inventory)
+    notes = state.notes
+    mutated: Mapping[str, Any] | None = state.draft.root if state.draft.changed else None
+    if pod.is_template and not config.mutate_templates:
+        notes = [_short(f"will apply to pods: {n}") for n in notes]
+        mutated = None
+    return Decision(
+        object_ref=ref,
+        violations=tuple(state.violations),
+        notes=tuple(notes),
+        warnings=tuple(dict.fromkeys(state.warnings)),
+        mutation_kinds=tuple(state.kinds) if mutated is not None else (),
+        original=obj,
+        mutated=mutated,
+    )
+
+
+def evaluate(
+    obj: Mapping[str, Any],
+    policies: PolicySet,
+    config: WebhookConfig,
+    *,
+    kind: str | None = None,
+    namespace: str | None = None,
+    operation: str = "CREATE",
+    inventory: cuda.NodeInventory | None = None,
+) -> Decision:
+    """Evaluate one admitted object. Raises only WebhookError subclasses on malformed input."""
+    if not isinstance(obj, Mapping):
+        raise ObjectShapeError(f"the object must be a JSON object, got {type(obj).__name__}")
+    kind = kind or (obj.get("kind") if isinstance(obj.get("kind"), str) else None) or ""
+    if operation not in ("CREATE", "UPDATE"):
+        return Decision(handled=False, object_ref=object_ref(kind, obj, namespace))
+    if kind == "ConfigMap":
+        return evaluate_configmap(obj, policies, operation=operation, namespace=namespace)
+    if not handles_kind(kind) or (kind == "Pod" and operation != "CREATE"):
+        return Decision(handled=False, object_ref=object_ref(kind, obj, namespace))
+    meta = obj.get("metadata")
+    ns = namespace or (meta.get("namespace") if isinstance(meta, Mapping) else None)
+    if ns in config.exempt_namespaces:
+        return Decision(object_ref=object_ref(kind, obj, namespace))
+    return _evaluate_pod(kind, obj, policies, config, namespace, inventory)
+
+
+def evaluate_configmap(
+    cm: Mapping[str, Any],
+    policies: PolicySet,
+    *,
+    operation: str = "CREATE",
+    namespace: str | None = None,
+) -> Decision:
+    """Admission of a CRL ConfigMap (SPEC §6): lint, plus duplicate keys among enabled CRLs."""
+    meta = cm.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    name = meta.get("name") if isinstance(meta.get("name"), str) else ""
+    ns = meta.get("namespace") or namespace or ""
+    labels = meta.get("labels") if isinstance(meta.get("labels"), Mapping) else {}
+    assert isinstance(name, str) and isinstance(labels, Mapping)
+    ref = f"ConfigMap {ns}/{name}"
+    typed = LABEL_TYPE in labels
+    if not typed:
+        if ns == CRL_NAMESPACE and name.startswith(CRL_PREFIX):
+            return Decision(
+                object_ref=ref,
+                warnings=(f"{ref} has no {LABEL_TYPE} label: it is not a CRL and is inactive",),
+            )
+        return Decision(handled=False, object_ref=ref)
+    if ns != CRL_NAMESPACE:
+        return Decision(
+            object_ref=ref,
+            warnings=(
+                _short(
+                    f"{ref} is labelled as a CRL but CRLs are read from kube-public only: ignored"
+                ),
+            ),
+        )
+    parsed = parse_configmap({**cm, "metadata": {**meta, "namespace": ns}})
+    violations = [Violation(f"{ref}: {error}.", ref, rule="crl") for error in parsed.errors]
+    lim = parsed.limitation
+    if parsed.active and lim is not None:
+        holder = policies.by_key.get(lim.key)
+        if holder is not None and holder.configmap != lim.configmap:
+            violations.append(
+                Violation(
+                    f"{ref}: key {lim.key} is already defined by the enabled ConfigMap "
+                    f"{holder.configmap}; edit that one, disable it first, or set "
+                    'features.alauda.io/enabled: "false" here.',
+                    ref,
+                    rule="unique key",
+                )
+            )
+    return Decision(
+        object_ref=ref,
+        violations=tuple(violations),
+        warnings=tuple(_short(f"{ref}: {w}") for w in parsed.warnings),
+    )

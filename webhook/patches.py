@@ -1,0 +1,93 @@
+"""Copy-on-write drafts of admitted objects and RFC 6902 JSONPatch diffs between them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from webhook.errors import ObjectShapeError
+
+
+def escape(token: str) -> str:
+    """JSON-pointer escaping (RFC 6901): '~' -> '~0', '/' -> '~1'."""
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+class Draft:
+    """A mutable view of an object that copies only the containers it writes into.
+
+    Unchanged subtrees stay the very same objects as in the original, which makes the
+    diff cost proportional to what changed, not to the size of the object.
+    """
+
+    def __init__(self, original: Mapping[str, Any]) -> None:
+        self.original = original
+        self.root: Any = original
+        self._owned: set[int] = set()
+
+    @property
+    def changed(self) -> bool:
+        return self.root is not self.original
+
+    def _own(self, value: Any) -> Any:
+        if id(value) in self._owned:
+            return value
+        if isinstance(value, Mapping):
+            copy: Any = dict(value)
+        elif isinstance(value, list):
+            copy = list(value)
+        else:
+            raise ObjectShapeError(f"expected an object or a list, found {type(value).__name__}")
+        self._owned.add(id(copy))
+        return copy
+
+    def writable(self, path: Sequence[str | int]) -> Any:
+        """The dict or list at `path`, copied on first write; missing dicts are created."""
+        self.root = self._own(self.root)
+        node = self.root
+        for part in path:
+            child = node.get(part) if isinstance(node, dict) else node[part]
+            if child is None:
+                child = {}
+                self._owned.add(id(child))
+            else:
+                child = self._own(child)
+            node[part] = child
+            node = child
+        return node
+
+
+def diff(before: Any, after: Any, path: str = "") -> list[dict[str, Any]]:
+    """JSONPatch turning `before` into `after`; subtrees that are the same object are skipped."""
+    if before is after:
+        return []
+    if isinstance(before, Mapping) and isinstance(after, Mapping):
+        ops: list[dict[str, Any]] = [
+            {"op": "remove", "path": f"{path}/{escape(str(key))}"}
+            for key in before
+            if key not in after
+        ]
+        for key, value in after.items():
+            pointer = f"{path}/{escape(str(key))}"
+            if key in before:
+                ops += diff(before[key], value, pointer)
+            else:
+                ops.append({"op": "add", "path": pointer, "value": value})
+        return ops
+    if isinstance(before, list) and isinstance(after, list):
+        ops = []
+        common = min(len(before), len(after))
+        for index in range(common):
+            ops += diff(before[index], after[index], f"{path}/{index}")
+        ops += [
+            {"op": "add", "path": f"{path}/{index}", "value": after[index]}
+            for index in range(common, len(after))
+        ]
+        ops += [
+            {"op": "remove", "path": f"{path}/{index}"}
+            for index in reversed(range(common, len(before)))
+        ]
+        return ops
+    if type(before) is type(after) and before == after:
+        return []
+    return [{"op": "replace", "path": path, "value": after}]

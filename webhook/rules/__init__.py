@@ -1,0 +1,1 @@
+"""The three rule families: CRL resources, CUDA node affinity, environment fixes. All pure."""
