@@ -155,9 +155,12 @@ def check(
             req_value, found = _value_problems(policy, "requests", req)
             problems += found
         # The API server defaults a Pod container's requests from its limits before
-        # admission (SetDefaults_Pod in pkg/apis/core/v1/defaults.go), so on a Pod a
-        # request equal to the limit is indistinguishable from "not set". Workload
-        # templates are not defaulted that way: there an explicit request is explicit.
+        # admission (SetDefaults_Pod in kubernetes pkg/apis/core/v1/defaults.go: "only on a
+        # v1.Pod and not a v1.PodTemplate"), and defaults again after each mutating webhook's
+        # patch (apiserver admission/plugin/webhook/mutating/dispatcher.go calls
+        # GetObjectDefaulter().Default on the patched object). So on a Pod a request equal to
+        # the limit is indistinguishable from "not set", including for a limit this webhook
+        # defaulted. Workload templates are not defaulted that way: there a request is explicit.
         defaulted_by_apiserver = is_pod and lim_value is not None and lim_value == req_value
         if (
             policy.requests is RequestsPolicy.DISABLED
