@@ -15,8 +15,8 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 lint: $(STAMP)
-	$(BIN)/ruff check webhook tests bench
-	$(BIN)/ruff format --check webhook tests bench
+	$(BIN)/ruff check webhook tests bench scripts
+	$(BIN)/ruff format --check webhook tests bench scripts
 	$(BIN)/lint-imports
 
 typecheck: $(STAMP)

@@ -1,0 +1,38 @@
+# syntax=docker/dockerfile:1
+# gpu-admission-webhook: `gpu-webhook serve` on a small, non-root, read-only-root-FS friendly image.
+# Build: docker build -t gpu-admission-webhook:0.1.0 .
+
+# --- builder: install the project into a self-contained virtualenv -------------------------
+FROM python:3.11-slim AS builder
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1
+RUN python -m venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH
+WORKDIR /src
+# Dependencies change less often than the code: copy the metadata first for layer caching.
+COPY pyproject.toml README.md ./
+COPY webhook ./webhook
+# The same install as the README (`pip install .`), plus the optional fast event loop/JSON.
+RUN pip install --no-cache-dir '.[fast]' \
+    && find /opt/venv -name '__pycache__' -type d -prune -exec rm -rf {} + \
+    && rm -rf /opt/venv/lib/python3.11/site-packages/pip /opt/venv/bin/pip*
+
+# --- runtime: only the virtualenv, no compilers, no pip caches ------------------------------
+FROM python:3.11-slim
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    TMPDIR=/tmp
+COPY --from=builder /opt/venv /opt/venv
+# 65532 is the conventional "nonroot" uid/gid (distroless); numeric so that Kubernetes can
+# check runAsNonRoot without resolving names.
+USER 65532:65532
+# The root filesystem can be mounted read-only: the only writable path the server needs is
+# /tmp (in Kubernetes an emptyDir, as in the Helm chart).
+VOLUME ["/tmp"]
+# 8443: HTTPS admission endpoints (/mutate, /validate, /healthz, /readyz, /policies).
+# 9090: plain-HTTP /metrics, /healthz, /readyz.
+EXPOSE 8443 9090
+ENTRYPOINT ["gpu-webhook"]
+CMD ["serve", "--port", "8443", "--metrics-port", "9090", "--tls-cert", "/etc/webhook/tls/tls.crt", "--tls-key", "/etc/webhook/tls/tls.key", "--log-format", "json"]

@@ -1,0 +1,156 @@
+{{/* Names, labels and the pieces shared by several templates. */}}
+
+{{- define "gaw.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "gaw.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "gaw.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "gaw.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "gaw.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "gaw.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{- define "gaw.serviceAccountName" -}}
+{{- default (include "gaw.fullname" .) .Values.serviceAccount.name -}}
+{{- end -}}
+
+{{/* The Secret holding tls.crt, tls.key and ca.crt, mounted at /etc/webhook/tls. */}}
+{{- define "gaw.tlsSecretName" -}}
+{{- printf "%s-tls" (include "gaw.fullname" .) -}}
+{{- end -}}
+
+{{- define "gaw.serviceDNSNames" -}}
+{{- $svc := include "gaw.fullname" . -}}
+{{- $ns := .Release.Namespace -}}
+{{- list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) | toJson -}}
+{{- end -}}
+
+{{/*
+Chart-generated TLS material (certManager.enabled=false), as YAML with caCrt, tlsCrt, tlsKey.
+Templates render separately, so the material is generated once per render and memoised in
+.Values (shared by every template of the release); otherwise the Secret and the two
+caBundles would carry different CAs. An existing Secret (helm upgrade) is reused so the
+caBundle stays stable and running pods keep a certificate the API server trusts.
+*/}}
+{{- define "gaw.generatedTLS" -}}
+{{- if not (hasKey .Values "__generatedTLS") -}}
+{{- $existing := lookup "v1" "Secret" .Release.Namespace (include "gaw.tlsSecretName" .) -}}
+{{- $material := dict -}}
+{{- if and $existing $existing.data (hasKey $existing.data "ca.crt") (hasKey $existing.data "tls.crt") (hasKey $existing.data "tls.key") -}}
+{{- $material = dict "caCrt" (index $existing.data "ca.crt" | b64dec) "tlsCrt" (index $existing.data "tls.crt" | b64dec) "tlsKey" (index $existing.data "tls.key" | b64dec) -}}
+{{- else -}}
+{{- $days := int .Values.generatedCertValidityDays -}}
+{{- $ca := genCA (printf "%s-ca" (include "gaw.fullname" .)) $days -}}
+{{- $dns := include "gaw.serviceDNSNames" . | fromJsonArray -}}
+{{- $cert := genSignedCert (printf "%s.%s.svc" (include "gaw.fullname" .) .Release.Namespace) nil $dns $days $ca -}}
+{{- $material = dict "caCrt" $ca.Cert "tlsCrt" $cert.Cert "tlsKey" $cert.Key -}}
+{{- end -}}
+{{- $_ := set .Values "__generatedTLS" $material -}}
+{{- end -}}
+{{- toYaml (get .Values "__generatedTLS") -}}
+{{- end -}}
+
+{{/* Whether webhook matchConditions are rendered: GA (v1) since Kubernetes 1.28. */}}
+{{- define "gaw.matchConditionsEnabled" -}}
+{{- $mode := toString .Values.webhooks.matchConditions.enabled -}}
+{{- if eq $mode "true" -}}
+true
+{{- else if eq $mode "auto" -}}
+{{- if semverCompare ">=1.28.0-0" .Capabilities.KubeVersion.Version -}}true{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+CEL: true when some container or init container of the pod spec at `path` has a limits or
+requests key containing "/" (an extended resource such as nvidia.com/gpu). Every optional
+field is guarded with has(): an error in a match condition would make the API server apply
+the failurePolicy instead of skipping the object.
+*/}}
+{{- define "gaw.celUsesExtended" -}}
+{{- $p := . -}}
+{{- $c := "has(c.resources) && ((has(c.resources.limits) && c.resources.limits.exists(k, k.contains('/'))) || (has(c.resources.requests) && c.resources.requests.exists(k, k.contains('/'))))" -}}
+{{- printf "((has(%s.containers) && %s.containers.exists(c, %s)) || (has(%s.initContainers) && %s.initContainers.exists(c, %s)))" $p $p $c $p $p $c -}}
+{{- end -}}
+
+{{- define "gaw.podMatchConditions" -}}
+- name: uses-extended-resources
+  expression: {{ printf "has(object.spec) && %s" (include "gaw.celUsesExtended" "object.spec") | quote }}
+{{- end -}}
+
+{{- define "gaw.workloadMatchConditions" -}}
+{{- $template := printf "has(object.spec) && has(object.spec.template) && has(object.spec.template.spec) && %s" (include "gaw.celUsesExtended" "object.spec.template.spec") -}}
+{{- $cron := printf "has(object.spec) && has(object.spec.jobTemplate) && has(object.spec.jobTemplate.spec) && has(object.spec.jobTemplate.spec.template) && has(object.spec.jobTemplate.spec.template.spec) && %s" (include "gaw.celUsesExtended" "object.spec.jobTemplate.spec.template.spec") -}}
+- name: uses-extended-resources
+  expression: {{ printf "(%s) || (%s)" $template $cron | quote }}
+{{- end -}}
+
+{{/*
+Namespaces never sent to the webhook: kube-system, the release namespace (so the webhook's
+own pods can always start) and webhooks.excludeNamespaces; plus the opt-out label.
+*/}}
+{{- define "gaw.namespaceSelector" -}}
+{{- $excluded := concat (list "kube-system" .Release.Namespace) .Values.webhooks.excludeNamespaces | uniq -}}
+matchExpressions:
+  - key: kubernetes.io/metadata.name
+    operator: NotIn
+    values: {{ toJson $excluded }}
+{{- if .Values.webhooks.namespaceOptOutLabel }}
+  - key: {{ .Values.webhooks.namespaceOptOutLabel }}
+    operator: NotIn
+    values: ["true"]
+{{- end }}
+{{- end -}}
+
+{{- define "gaw.clientConfig" -}}
+{{- $root := index . 0 -}}
+{{- $path := index . 1 -}}
+clientConfig:
+  service:
+    name: {{ include "gaw.fullname" $root }}
+    namespace: {{ $root.Release.Namespace }}
+    path: {{ $path }}
+    port: {{ $root.Values.service.port }}
+  {{- if not $root.Values.certManager.enabled }}
+  caBundle: {{ (include "gaw.generatedTLS" $root | fromYaml).caCrt | b64enc }}
+  {{- end }}
+{{- end -}}
+
+{{- define "gaw.workloadRules" -}}
+- apiGroups: ["apps"]
+  apiVersions: ["v1"]
+  operations: ["CREATE", "UPDATE"]
+  resources: ["deployments", "statefulsets", "daemonsets", "replicasets"]
+  scope: Namespaced
+- apiGroups: ["batch"]
+  apiVersions: ["v1"]
+  operations: ["CREATE", "UPDATE"]
+  resources: ["jobs", "cronjobs"]
+  scope: Namespaced
+{{- end -}}
+
+{{- define "gaw.podRules" -}}
+- apiGroups: [""]
+  apiVersions: ["v1"]
+  operations: ["CREATE"]
+  resources: ["pods"]
+  scope: Namespaced
+{{- end -}}

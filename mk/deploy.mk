@@ -1,0 +1,26 @@
+# Deployment targets (included from the Makefile): image, chart sync, end-to-end tests.
+IMAGE ?= gpu-admission-webhook:dev
+
+.PHONY: image chart-sync chart-check e2e e2e-kind
+
+# Build the container image (needs docker).
+image:
+	docker build -t $(IMAGE) .
+
+# Copy configmaps/ into the chart and regenerate the config part of values.schema.json.
+chart-sync: $(STAMP)
+	cp configmaps/*.yaml charts/gpu-admission-webhook/policies/
+	$(BIN)/python scripts/sync_chart_schema.py
+
+# Render and schema-check the chart (also part of `make test`).
+chart-check: $(STAMP)
+	$(BIN)/pytest -q tests/chart
+
+# End-to-end tests against the cluster in E2E_KUBECONFIG (skipped, with the reason, without it).
+# E2E_MODE=chart (webhook installed by the chart) or url (scripts/register-webhook-url.py).
+e2e: $(STAMP)
+	$(BIN)/pytest -q tests/e2e -rs -p no:cacheprovider
+
+# kind create cluster, docker build, kind load docker-image, helm install, run tests/e2e.
+e2e-kind: $(STAMP)
+	PYTHON=$(BIN)/python scripts/e2e-kind.sh

@@ -1,0 +1,188 @@
+"""The chart's webhook matchConditions (CEL), evaluated on real manifests and odd objects.
+
+The API server applies the webhook's failurePolicy when a match condition errors, so the
+expressions must be false (never an error) for objects missing optional fields, and true
+exactly when some container asks for an extended resource.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import cel
+import pytest
+import yaml
+
+from .conftest import Render
+
+CORPUS = Path("/work/shared/corpus/manifests")
+if not CORPUS.is_dir():  # the repository's copy when shared/ is beside the clone
+    CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus" / "manifests"
+POD_SPEC_PATHS = {
+    "Pod": ("spec",),
+    "Deployment": ("spec", "template", "spec"),
+    "StatefulSet": ("spec", "template", "spec"),
+    "DaemonSet": ("spec", "template", "spec"),
+    "ReplicaSet": ("spec", "template", "spec"),
+    "Job": ("spec", "template", "spec"),
+    "CronJob": ("spec", "jobTemplate", "spec", "template", "spec"),
+}
+
+
+def expressions(render: Render) -> dict[tuple[str, str], str]:
+    """(configuration kind, webhook purpose) -> its single match condition expression."""
+    found: dict[tuple[str, str], str] = {}
+    for obj in render(kube_version="v1.30.0"):
+        if obj["kind"].endswith("WebhookConfiguration"):
+            for hook in obj["webhooks"]:
+                (condition,) = hook["matchConditions"]
+                found[(obj["kind"], hook["name"].split(".", 1)[0])] = condition["expression"]
+    return found
+
+
+def uses_extended_resource(pod_spec: dict[str, Any]) -> bool:
+    """Reference answer, written independently of the CEL."""
+    for group in ("containers", "initContainers"):
+        for container in pod_spec.get(group) or []:
+            resources = container.get("resources") or {}
+            for field in ("limits", "requests"):
+                if any("/" in key for key in resources.get(field) or {}):
+                    return True
+    return False
+
+
+def corpus_objects() -> list[tuple[str, dict[str, Any]]]:
+    """Every Pod and workload of the corpus, with an id naming its file."""
+    found = []
+    for path in sorted(CORPUS.glob("*.yaml")):
+        for index, doc in enumerate(yaml.safe_load_all(path.read_text(encoding="utf-8"))):
+            # Only the built-in kinds the webhook rules select (a volcano "Job" is not one).
+            if (
+                isinstance(doc, dict)
+                and doc.get("kind") in POD_SPEC_PATHS
+                and doc.get("apiVersion") in {"v1", "apps/v1", "batch/v1"}
+            ):
+                found.append((f"{path.stem}#{index}", doc))
+    return found
+
+
+def pod_spec(obj: dict[str, Any]) -> dict[str, Any]:
+    node: dict[str, Any] = obj
+    for key in POD_SPEC_PATHS[obj["kind"]]:
+        node = node[key]
+    return node
+
+
+def matches(expression: str, obj: dict[str, Any]) -> bool:
+    result = cel.evaluate(expression, {"object": obj})
+    assert isinstance(result, bool), f"{expression!r} gave {result!r}, not a bool"
+    return result
+
+
+def test_corpus_has_gpu_and_non_gpu_workloads() -> None:
+    objects = corpus_objects()
+    kinds = {obj["kind"] for _, obj in objects}
+    assert {"Pod", "Deployment", "Job", "CronJob", "StatefulSet", "DaemonSet"} <= kinds
+    answers = {uses_extended_resource(pod_spec(obj)) for _, obj in objects}
+    assert answers == {True, False}
+
+
+@pytest.mark.parametrize(
+    "configuration", ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"]
+)
+def test_conditions_select_exactly_the_objects_asking_for_extended_resources(
+    render: Render, configuration: str
+) -> None:
+    exprs = expressions(render)
+    for name, obj in corpus_objects():
+        purpose = "pods" if obj["kind"] == "Pod" else "workloads"
+        expected = uses_extended_resource(pod_spec(obj))
+        assert matches(exprs[(configuration, purpose)], obj) is expected, name
+
+
+# (No explicit nulls: the API server serialises the typed object, so an empty map is omitted.)
+ODD_POD_SPECS: list[dict[str, Any]] = [
+    {},
+    {"containers": []},
+    {"containers": [{"name": "a"}]},
+    {"containers": [{"name": "a", "resources": {}}]},
+    {"containers": [{"name": "a", "resources": {"limits": {"cpu": "1"}}}]},
+    {"initContainers": [{"name": "i", "resources": {"requests": {"memory": "1Gi"}}}]},
+]
+# Workloads cut short somewhere on the way to the pod spec.
+PARTIAL_WORKLOADS: list[dict[str, Any]] = [
+    {},
+    {"spec": {}},
+    {"spec": {"template": {}}},
+    {"spec": {"template": {"metadata": {}}}},
+    {"spec": {"jobTemplate": {}}},
+    {"spec": {"jobTemplate": {"spec": {}}}},
+    {"spec": {"jobTemplate": {"spec": {"template": {}}}}},
+]
+
+
+def wrap(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """An object of `kind` whose pod spec is `spec`."""
+    obj = spec
+    for key in reversed(POD_SPEC_PATHS[kind]):
+        obj = {key: obj}
+    return obj
+
+
+def test_objects_missing_optional_fields_do_not_match_and_do_not_error(render: Render) -> None:
+    exprs = expressions(render)
+    cases: list[tuple[str, dict[str, Any]]] = [("pods", {})] + [
+        ("workloads", obj) for obj in PARTIAL_WORKLOADS
+    ]
+    for kind in ("Pod", "Deployment", "CronJob"):
+        purpose = "pods" if kind == "Pod" else "workloads"
+        cases += [(purpose, wrap(kind, spec)) for spec in ODD_POD_SPECS]
+    for configuration in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        for purpose, obj in cases:
+            assert matches(exprs[(configuration, purpose)], obj) is False, (purpose, obj)
+
+
+@pytest.mark.parametrize(
+    ("where", "limits_or_requests"),
+    [("containers", "limits"), ("containers", "requests"), ("initContainers", "requests")],
+)
+def test_an_extended_resource_anywhere_in_the_pod_spec_matches(
+    render: Render, where: str, limits_or_requests: str
+) -> None:
+    exprs = expressions(render)
+    spec = {
+        "containers": [{"name": "app"}],
+        where: [{"name": "gpu", "resources": {limits_or_requests: {"nvidia.com/gpu": "1"}}}],
+    }
+    pod = {"spec": spec}
+    deployment = {"spec": {"template": {"spec": spec}}}
+    cronjob = {"spec": {"jobTemplate": {"spec": {"template": {"spec": spec}}}}}
+    assert matches(exprs[("ValidatingWebhookConfiguration", "pods")], pod)
+    assert matches(exprs[("ValidatingWebhookConfiguration", "workloads")], deployment)
+    assert matches(exprs[("ValidatingWebhookConfiguration", "workloads")], cronjob)
+
+
+@pytest.mark.parametrize(
+    ("metadata", "expected"),
+    [
+        ({"name": "cf-crl-gpu-manager-vcuda-core"}, True),
+        (
+            {
+                "name": "team-quota",
+                "labels": {"features.alauda.io/type": "CustomResourceLimitation"},
+            },
+            True,
+        ),
+        ({"name": "cluster-info"}, False),
+        ({"name": "cluster-info", "labels": {"app": "x"}}, False),
+        ({"generateName": "cf-crl-"}, False),
+        ({}, False),
+    ],
+)
+def test_crl_condition_selects_crl_candidates_only(
+    render: Render, metadata: dict[str, Any], expected: bool
+) -> None:
+    exprs = expressions(render)
+    expression = exprs[("ValidatingWebhookConfiguration", "crl-configmaps")]
+    assert matches(expression, {"metadata": metadata, "data": {}}) is expected
