@@ -149,27 +149,35 @@ class WebhookConfig(_Model):
         return value
 
 
+def yaml_error_text(exc: yaml.YAMLError) -> str:
+    """PyYAML's error as one line with the position (its own text spans several lines)."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        context = f" ({exc.context})" if exc.context else ""
+        return f"{exc.problem}{context} at line {mark.line + 1}, column {mark.column + 1}"
+    return " ".join(str(exc).split())
+
+
 def load_config(source: Path | Mapping[str, Any] | None) -> WebhookConfig:
     """Load the config from a YAML file or mapping; None gives the defaults."""
     if source is None:
         return WebhookConfig()
-    where = "config"
+    # "webhook config /etc/gpu-webhook/config.yaml", or just "webhook config" for a mapping.
+    where = "webhook config"
     if isinstance(source, Path):
-        where = str(source)
+        where = f"webhook config {source}"
         try:
             data = yaml.safe_load(source.read_text(encoding="utf-8"))
         except OSError as exc:
-            raise ConfigError(f"cannot read webhook config {where}: {exc.strerror}") from exc
+            raise ConfigError(f"cannot read {where}: {exc.strerror}") from exc
         except yaml.YAMLError as exc:
-            raise ConfigError(f"webhook config {where} is not valid YAML: {exc}") from exc
+            raise ConfigError(f"{where} is not valid YAML: {yaml_error_text(exc)}") from exc
         if data is None:
             data = {}
     else:
         data = source
     if not isinstance(data, Mapping):
-        raise ConfigError(
-            f"webhook config {where} must be a YAML mapping, got {type(data).__name__}"
-        )
+        raise ConfigError(f"{where} must be a YAML mapping, got {type(data).__name__}")
     try:
         return WebhookConfig.model_validate(data)
     except ValidationError as exc:
@@ -177,4 +185,4 @@ def load_config(source: Path | Mapping[str, Any] | None) -> WebhookConfig:
             f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}"
             for err in exc.errors()
         )
-        raise ConfigError(f"webhook config {where} is invalid: {problems}") from exc
+        raise ConfigError(f"{where} is invalid: {problems}") from exc

@@ -8,7 +8,7 @@ from functools import cached_property
 from typing import Any
 
 from webhook.config import ANNOTATION_CUDA_AFFINITY, ANNOTATION_ENV_FIXES, WebhookConfig
-from webhook.crl import CRL_NAMESPACE, CRL_PREFIX, LABEL_TYPE, parse_configmap
+from webhook.crl import CRL_NAMESPACE, CRL_PREFIX, LABEL_TYPE, TYPE_VALUE, parse_configmap
 from webhook.errors import ObjectShapeError
 from webhook.patches import Draft, diff
 from webhook.policyset import PolicySet
@@ -333,9 +333,12 @@ def evaluate_configmap(
     labels = meta.get("labels") if isinstance(meta.get("labels"), Mapping) else {}
     assert isinstance(name, str) and isinstance(labels, Mapping)
     ref = f"ConfigMap {ns}/{name}"
-    typed = LABEL_TYPE in labels
+    crl_name = ns == CRL_NAMESPACE and name.startswith(CRL_PREFIX)
+    # The type label is shared with other feature types: only its CRL value makes a CRL. A
+    # cf-crl-* ConfigMap with another value is most likely a typo, so it is linted (denied).
+    typed = labels.get(LABEL_TYPE) == TYPE_VALUE or (crl_name and LABEL_TYPE in labels)
     if not typed:
-        if ns == CRL_NAMESPACE and name.startswith(CRL_PREFIX):
+        if crl_name:
             return Decision(
                 object_ref=ref,
                 warnings=(f"{ref} has no {LABEL_TYPE} label: it is not a CRL and is inactive",),
@@ -368,5 +371,7 @@ def evaluate_configmap(
     return Decision(
         object_ref=ref,
         violations=tuple(violations),
-        warnings=tuple(_short(f"{ref}: {w}") for w in parsed.warnings),
+        # No "{ref}: " prefix: kubectl shows these right under the object being applied, and
+        # the prefix pushed the meaning ("...: this policy is inactive") past the 120-char cut.
+        warnings=tuple(_short(w) for w in parsed.warnings),
     )

@@ -46,7 +46,17 @@ class Draft:
         self.root = self._own(self.root)
         node = self.root
         for part in path:
-            child = node.get(part) if isinstance(node, dict) else node[part]
+            # The admitted object may have the wrong shape (e.g. `affinity: []`): refuse
+            # cleanly instead of indexing a list with a name.
+            if isinstance(node, dict) and isinstance(part, str):
+                child = node.get(part)
+            elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+                child = node[part]
+            else:
+                raise ObjectShapeError(
+                    f"cannot write {'/'.join(str(p) for p in path)}: found "
+                    f"{type(node).__name__} at {part!r}"
+                )
             if child is None:
                 child = {}
                 self._owned.add(id(child))

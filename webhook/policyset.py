@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from webhook.config import yaml_error_text
 from webhook.crl import CrlParse, ResourceLimitation, parse_configmap
 from webhook.errors import ManifestError
 
@@ -139,7 +140,7 @@ def parse_documents(text: str, where: str) -> list[Any]:
     try:
         docs = [doc for doc in yaml.safe_load_all(text) if doc is not None]
     except yaml.YAMLError as exc:
-        raise ManifestError(f"{where} is not valid YAML: {exc}") from exc
+        raise ManifestError(f"{where} is not valid YAML: {yaml_error_text(exc)}") from exc
     expanded: list[Any] = []
     for doc in docs:
         # `kubectl get -o yaml` output: a List of items.

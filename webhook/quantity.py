@@ -36,8 +36,17 @@ _MULTIPLIERS: dict[str, Fraction] = {
 }
 
 
+# Far longer than any real quantity; also keeps Fraction() below Python's limit on the
+# number of digits an int may be parsed from (ValueError past 4300 digits).
+_MAX_LENGTH = 100
+
+
 @lru_cache(maxsize=4096)
 def _parse_text(text: str) -> Fraction:
+    if len(text) > _MAX_LENGTH:
+        raise QuantityError(
+            f"{text[:20]!r}… ({len(text)} characters) is too long to be a Kubernetes quantity"
+        )
     match = _QUANTITY.fullmatch(text)
     if match is None:
         raise QuantityError(

@@ -190,7 +190,12 @@ def _cuda_expressions(term: Any, keys: frozenset[str]) -> list[Any]:
     exprs = term.get("matchExpressions")
     if not isinstance(exprs, list):
         return []
-    return [e for e in exprs if isinstance(e, Mapping) and e.get("key") in keys]
+    # A malformed key (e.g. a list) is not hashable: test the type before the set lookup.
+    return [
+        e
+        for e in exprs
+        if isinstance(e, Mapping) and isinstance(e.get("key"), str) and e["key"] in keys
+    ]
 
 
 def existing_cuda_usage(

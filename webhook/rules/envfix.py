@@ -62,7 +62,6 @@ def env_fixes(
             current = existing[name]
             if current.get("value") != value or "valueFrom" in current:
                 shown = "valueFrom" if "valueFrom" in current else repr(current.get("value"))
-                warnings.append(
-                    f"{name}={shown} kept, but the {rule.name} fix recommends {name}={value}"
-                )
+                # Short enough that the recommended value survives the ~120-character cut.
+                warnings.append(f"{name}={shown} kept; the {rule.name} fix recommends {value}")
     return additions, warnings

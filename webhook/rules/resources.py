@@ -63,13 +63,17 @@ class ResourceProblem:
 
 
 def used_policies(keys: Iterable[str], policies: PolicySet) -> list[ResourceLimitation]:
-    """Every policy of every group the container uses; O(keys in the container)."""
-    groups: dict[str, None] = {}
+    """Every policy of every group the container uses; O(keys in the container).
+
+    Groups go in name order: `keys` is a set, whose order changes with the hash seed and once
+    defaults add keys, and messages must come out in the same order on every evaluation.
+    """
+    groups: set[str] = set()
     for key in keys:
         limitation = policies.by_key.get(key)
         if limitation is not None:
-            groups[limitation.group] = None
-    return [lim for group in groups for lim in policies.by_group[group]]
+            groups.add(limitation.group)
+    return [lim for group in sorted(groups) for lim in policies.by_group[group]]
 
 
 def defaults(lists: ResourceLists, used: Iterable[ResourceLimitation]) -> list[ResourceDefault]:

@@ -1,0 +1,328 @@
+"""`gpu-webhook review` and `lint`: output formats, exit codes 0/1/2, stdin, error messages."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.helpers import CONFIGMAPS, EXAMPLES, GPU, VCORE, container, crl, pod
+from webhook.cli import main
+
+EXAMPLE = str(EXAMPLES / "pods.yaml")
+POLICIES = str(CONFIGMAPS)
+
+
+def cli(*argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    code = main(list(argv), out=out)
+    return code, out.getvalue()
+
+
+def write(path: Path, *docs: Any) -> Path:
+    path.write_text(yaml.safe_dump_all(docs, sort_keys=False), encoding="utf-8")
+    return path
+
+
+# --- review ---------------------------------------------------------------------------------------
+
+
+def test_review_text_output_of_the_examples() -> None:
+    code, text = cli("review", "-f", EXAMPLE, "--policies", POLICIES)
+    assert code == 1  # the third example is denied
+    assert "--- Pod ml/paddle-train (document 1): ALLOWED\n" in text
+    assert "--- Pod ml/torch-infer (document 2): ALLOWED\n" in text
+    assert "--- Deployment ml/bad-share (document 3): DENIED\n" in text
+    assert '  - defaulted tencent.com/vcuda-memory=4 in container "train"\n' in text
+    assert "  - will apply to pods: required vGPU nodes with CUDA ≥ 12.2" in text
+    assert (
+        "  - Deployment ml/bad-share, container \"app\": limits.tencent.com/vcuda-core='150' is "
+        "above 100 but not a multiple of 100"
+    ) in text
+    assert "mutated object:\n" in text
+    assert "&id" not in text and "*id" not in text  # shared subtrees printed in full, no anchors
+    assert text.endswith("\n3 document(s): 1 denied, 3 with changes, 0 skipped\n")
+
+
+def test_review_json_output() -> None:
+    code, text = cli("review", "-f", EXAMPLE, "--policies", POLICIES, "-o", "json")
+    assert code == 1
+    results = json.loads(text)
+    assert [(r["document"], r["kind"], r["object"], r["verdict"]) for r in results] == [
+        (1, "Pod", "Pod ml/paddle-train", "allowed"),
+        (2, "Pod", "Pod ml/torch-infer", "allowed"),
+        (3, "Deployment", "Deployment ml/bad-share", "denied"),
+    ]
+    first = results[0]
+    assert set(first) == {
+        "document",
+        "kind",
+        "object",
+        "verdict",
+        "violations",
+        "warnings",
+        "changes",
+        "patch",
+        "mutated",
+    }
+    assert first["patch"][0] == {
+        "op": "add",
+        "path": "/spec/containers/0/resources/limits/tencent.com~1vcuda-memory",
+        "value": "4",
+    }
+    env = first["mutated"]["spec"]["containers"][0]["env"]
+    assert env == [{"name": "FLAGS_allocator_strategy", "value": "naive_best_fit"}]
+    assert results[2]["mutated"] is None and results[2]["patch"] == []
+    assert len(results[2]["violations"]) == 1
+
+
+def test_review_yaml_output_matches_json() -> None:
+    _, as_json = cli("review", "-f", EXAMPLE, "--policies", POLICIES, "-o", "json")
+    _, as_yaml = cli("review", "-f", EXAMPLE, "--policies", POLICIES, "-o", "yaml")
+    assert yaml.safe_load(as_yaml) == json.loads(as_json)
+
+
+def test_review_allowed_exits_0(tmp_path: Path) -> None:
+    manifest = write(
+        tmp_path / "ok.yaml", pod(container(image="nvidia/cuda:12.4.1", limits={GPU: "1"}))
+    )
+    code, text = cli("review", "-f", str(manifest), "--policies", POLICIES)
+    assert code == 0
+    assert "--- Pod ml/train (document 1): ALLOWED\n" in text
+    assert '  - set requests.nvidia.com/gpu=1 from limits in container "c"\n' in text
+
+
+def test_review_skips_other_kinds_and_non_objects(tmp_path: Path) -> None:
+    manifest = tmp_path / "mixed.yaml"
+    manifest.write_text("kind: Service\nmetadata: {name: s}\n---\n- 1\n---\n", encoding="utf-8")
+    code, text = cli("review", "-f", str(manifest), "--policies", POLICIES, "-o", "json")
+    assert code == 0
+    results = json.loads(text)
+    assert [(r["verdict"], r["warnings"]) for r in results] == [
+        ("skipped", ["kind Service is not checked by the webhook"]),
+        ("skipped", ["not a Kubernetes object (no kind)"]),
+    ]
+
+
+def test_review_malformed_object_is_denied_not_a_crash(tmp_path: Path) -> None:
+    manifest = write(
+        tmp_path / "m.yaml", {"kind": "Pod", "metadata": {"name": "x"}, "spec": {"containers": {}}}
+    )
+    code, text = cli("review", "-f", str(manifest), "--policies", POLICIES, "-o", "json")
+    assert code == 1
+    assert json.loads(text)[0]["violations"] == [
+        "cannot evaluate: Pod.spec.containers must be a list"
+    ]
+
+
+def test_review_stdin(monkeypatch: pytest.MonkeyPatch) -> None:
+    doc = yaml.safe_dump(pod(container(limits={VCORE: "150"})))
+    monkeypatch.setattr(sys, "stdin", io.StringIO(doc))
+    code, text = cli("review", "-f", "-", "--policies", POLICIES, "-o", "json")
+    assert code == 1
+    assert json.loads(text)[0]["verdict"] == "denied"
+
+
+def test_review_directory_of_manifests(tmp_path: Path) -> None:
+    write(tmp_path / "a.yaml", pod(container(limits={GPU: "1"}), name="a"))
+    write(tmp_path / "b.yml", pod(container(limits={GPU: "1"}), name="b"))
+    code, text = cli("review", "-f", str(tmp_path), "--policies", POLICIES, "-o", "json")
+    assert code == 0
+    assert [r["object"] for r in json.loads(text)] == ["Pod ml/a", "Pod ml/b"]
+
+
+def test_review_with_config_file(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("mutateTemplates: true\n", encoding="utf-8")
+    code, text = cli(
+        "review", "-f", EXAMPLE, "--policies", POLICIES, "--config", str(config), "-o", "json"
+    )
+    assert code == 1
+    deployment = json.loads(text)[2]
+    assert deployment["changes"] == [
+        "required vGPU nodes with CUDA ≥ 12.2 (image nvidia/cuda:12.2.0-runtime-ubuntu22.04)"
+    ]
+    assert deployment["patch"][0]["path"] == "/spec/template/spec/affinity"
+
+
+def test_review_default_policies_from_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    shutil.copytree(CONFIGMAPS, tmp_path / "configmaps")
+    monkeypatch.chdir(tmp_path)
+    code, _ = cli("review", "-f", EXAMPLE)
+    assert code == 1
+
+
+@pytest.mark.parametrize(
+    ("setup", "argv", "message"),
+    [
+        (
+            None,
+            ["-f", "{tmp}/nope.yaml", "--policies", POLICIES],
+            "gpu-webhook review: cannot read {tmp}/nope.yaml: [Errno "
+            "2] No such file or directory: '{tmp}/nope.yaml'\n",
+        ),
+        (
+            ("bad.yaml", "a: [\n"),
+            ["-f", "{tmp}/bad.yaml", "--policies", POLICIES],
+            "gpu-webhook review: {tmp}/bad.yaml is not valid YAML: expected the node content, "
+            "but found '<stream end>' (while parsing a flow node) at line 2, column 1\n",
+        ),
+        (
+            None,
+            ["-f", EXAMPLE, "--policies", "{tmp}/none"],
+            "gpu-webhook review: {tmp}/none is neither a file nor a directory\n",
+        ),
+        (
+            ("config.yaml", "maxMajorSkew: 9\n"),
+            ["-f", EXAMPLE, "--policies", POLICIES, "--config", "{tmp}/config.yaml"],
+            "gpu-webhook review: webhook config {tmp}/config.yaml is invalid: "
+            "maxMajorSkew: Input should be less than or equal to 5\n",
+        ),
+    ],
+)
+def test_review_usage_errors_exit_2_with_one_line(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    setup: tuple[str, str] | None,
+    argv: list[str],
+    message: str,
+) -> None:
+    if setup:
+        (tmp_path / setup[0]).write_text(setup[1], encoding="utf-8")
+    code, out = cli("review", *(a.format(tmp=tmp_path) for a in argv))
+    assert code == 2
+    assert out == ""
+    assert capsys.readouterr().err == message.format(tmp=tmp_path)
+
+
+def test_review_without_policies_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, _ = cli("review", "-f", EXAMPLE)
+    assert code == 2
+    assert capsys.readouterr().err == (
+        "gpu-webhook review: no policies: pass --policies DIR (a directory of CRL ConfigMap YAML "
+        "files, e.g. the project's configmaps/)\n"
+    )
+
+
+def test_missing_required_argument_is_argparse_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli("review")
+    assert info.value.code == 2
+    assert "the following arguments are required: -f/--file" in capsys.readouterr().err
+
+
+# --- lint -----------------------------------------------------------------------------------------
+
+
+def test_lint_shipped_configmaps() -> None:
+    code, text = cli("lint", POLICIES)
+    assert code == 0
+    assert (
+        f"OK    {CONFIGMAPS}/cf-crl-gpu-manager-vcuda-core.yaml: "
+        "kube-public/cf-crl-gpu-manager-vcuda-core "
+        "(tencent.com/vcuda-core, group gpu-manager, enabled)\n" in text
+    )
+    assert text.endswith(" ConfigMap(s), 0 error(s)\n")
+
+
+def test_lint_broken_configmap(tmp_path: Path) -> None:
+    path = write(tmp_path / "bad.yaml", crl(VCORE, "gpu-manager", limits="maybe", color="red"))
+    code, text = cli("lint", str(path))
+    assert code == 1
+    assert text.startswith(f"ERROR {path}: kube-public/cf-crl-gpu-manager-vcuda-core\n")
+    assert "  error: data.limits 'maybe' is not one of: disabled, required, optional\n" in text
+    assert "  warning: data.color is not a CRL field and is ignored" in text
+    assert text.endswith("\n1 ConfigMap(s), 1 error(s)\n")
+
+
+def test_lint_disabled_and_non_crl(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "x.yaml",
+        crl(VCORE, "gpu-manager", enabled="false"),
+        {"kind": "ConfigMap", "metadata": {"name": "settings", "namespace": "default"}},
+    )
+    code, text = cli("lint", str(path))
+    assert code == 0
+    assert (
+        f"OK    {path}: kube-public/cf-crl-gpu-manager-vcuda-core "
+        "(tencent.com/vcuda-core, group gpu-manager, disabled)\n" in text
+    )
+    assert f"SKIP  {path}: default/settings is not a CRL ConfigMap\n" in text
+
+
+def test_lint_conflicting_keys(tmp_path: Path) -> None:
+    write(tmp_path / "a.yaml", crl(VCORE, "gpu-manager"))
+    write(tmp_path / "b.yaml", crl(VCORE, "other", name="cf-crl-other-vcuda-core"))
+    code, text = cli("lint", str(tmp_path))
+    assert code == 1
+    assert (
+        "ERROR 2 enabled CRL ConfigMaps define tencent.com/vcuda-core: "
+        "kube-public/cf-crl-gpu-manager-vcuda-core is in force (oldest, then first by name); "
+        "ignored: kube-public/cf-crl-other-vcuda-core\n"
+    ) in text
+    assert text.endswith("\n2 ConfigMap(s), 1 error(s)\n")
+
+
+def test_lint_invalid_yaml_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "bad.yaml").write_text("data: [\n", encoding="utf-8")
+    code, _ = cli("lint", str(tmp_path))
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"gpu-webhook lint: {tmp_path}/bad.yaml is not valid YAML: ")
+    assert err.count("\n") == 1
+
+
+# --- the installed console script -----------------------------------------------------------------
+
+
+def _script() -> str:
+    found = shutil.which("gpu-webhook", path=str(Path(sys.executable).parent)) or shutil.which(
+        "gpu-webhook"
+    )
+    if found is None:
+        pytest.skip("the gpu-webhook console script is not installed (pip install -e .)")
+    return found
+
+
+def test_console_script_review_from_stdin() -> None:
+    doc = yaml.safe_dump(pod(container(limits={VCORE: "150"})))
+    proc = subprocess.run(
+        [_script(), "review", "-f", "-", "--policies", POLICIES, "-o", "json"],
+        input=doc,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "PYTHONIOENCODING": "utf-8"},
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr == ""
+    assert json.loads(proc.stdout)[0]["verdict"] == "denied"
+
+
+def test_console_script_bad_file_has_no_traceback(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("a: [\n", encoding="utf-8")
+    proc = subprocess.run(
+        [_script(), "review", "-f", str(bad), "--policies", POLICIES],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.count("\n") == 1
+    assert proc.stderr.startswith(f"gpu-webhook review: {bad} is not valid YAML: ")

@@ -1,0 +1,177 @@
+"""Webhook config: defaults, YAML loading, and ConfigError messages that say what to fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from webhook.config import CudaLabels, EnvFixRule, ImageCudaEntry, WebhookConfig, load_config
+from webhook.errors import ConfigError
+
+
+def test_defaults() -> None:
+    config = load_config(None)
+    assert config == WebhookConfig()
+    assert config.cuda_labels == CudaLabels(major="cuda-major-version", minor="cuda-minor-version")
+    assert config.gpu_resource_names == ("nvidia.com/gpu",)
+    assert config.vgpu_resource_names == ("tencent.com/vcuda-core", "tencent.com/vcuda-memory")
+    assert config.max_major_skew == 1
+    assert config.cuda_affinity is True
+    assert config.mutate_templates is False  # GitOps drift: off by default (SPEC §6)
+    assert config.exempt_namespaces == ("kube-system",)
+    assert config.no_compatible_node == "warn"
+    assert config.image_cuda_table == ()
+    assert [rule.name for rule in config.env_fixes] == ["paddle-on-gpu-manager"]
+    assert config.env_fixes[0].env == {"FLAGS_allocator_strategy": "naive_best_fit"}
+
+
+def test_yaml_file_with_camel_case_keys(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        """
+cudaLabels:
+  major: nvidia.com/cuda.runtime-version.major
+  minor: nvidia.com/cuda.runtime-version.minor
+maxMajorSkew: 2
+mutateTemplates: true
+noCompatibleNode: deny
+gpuResourceNames: [nvidia.com/gpu, amd.com/gpu]
+imageCudaTable:
+  - image: "nvcr.io/nvidia/tritonserver:24.06*"
+    cudaVersion: "12.5"
+envFixes:
+  - name: nccl
+    container: "worker-.*"
+    env: {NCCL_DEBUG: WARN}
+""",
+        encoding="utf-8",
+    )
+    config = load_config(path)
+    assert config.cuda_labels.major == "nvidia.com/cuda.runtime-version.major"
+    assert config.max_major_skew == 2
+    assert config.mutate_templates is True
+    assert config.no_compatible_node == "deny"
+    assert config.gpu_resource_names == ("nvidia.com/gpu", "amd.com/gpu")
+    assert config.image_cuda_table == (
+        ImageCudaEntry(image="nvcr.io/nvidia/tritonserver:24.06*", cuda_version="12.5"),
+    )
+    assert config.env_fixes == (
+        EnvFixRule(name="nccl", container="worker-.*", env={"NCCL_DEBUG": "WARN"}),
+    )
+
+
+def test_empty_file_gives_defaults(tmp_path: Path) -> None:
+    path = tmp_path / "empty.yaml"
+    path.write_text("# nothing\n", encoding="utf-8")
+    assert load_config(path) == WebhookConfig()
+
+
+def test_snake_case_names_are_accepted_too() -> None:
+    assert load_config({"max_major_skew": 0}).max_major_skew == 0
+
+
+def test_config_is_frozen() -> None:
+    config = WebhookConfig()
+    with pytest.raises(Exception, match="frozen"):
+        config.max_major_skew = 3  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        (
+            {"imagePatterns": ["("]},
+            "webhook config is invalid: imagePatterns: Value error, not a valid regular expression "
+            "(missing ), unterminated subpattern at position 0): '('",
+        ),
+        (
+            {"imagePatterns": [r"cuda(\d+)"]},
+            r"webhook config is invalid: imagePatterns: Value error, image pattern 'cuda(\\d+)' "
+            "must define the named groups (?P<major>...) and (?P<minor>...)",
+        ),
+        (
+            {"imagePatterns": [r"cuda(?P<major>\d+)"]},
+            r"webhook config is invalid: imagePatterns: Value error, image pattern "
+            r"'cuda(?P<major>\\d+)' must define the named groups (?P<major>...) and (?P<minor>...)",
+        ),
+        (
+            {"imageCudaTable": [{"image": "x:*", "cudaVersion": "12"}]},
+            "webhook config is invalid: imageCudaTable.0.cudaVersion: Value error, cudaVersion "
+            "must look like 12.4 or 12.4.1, got '12'",
+        ),
+        (
+            {"imageCudaTable": [{"image": "x:*", "cudaVersion": "latest"}]},
+            "webhook config is invalid: imageCudaTable.0.cudaVersion: Value error, cudaVersion "
+            "must look like 12.4 or 12.4.1, got 'latest'",
+        ),
+        (
+            {"envFixes": [{"name": "a", "image": "(", "env": {"A": "1"}}]},
+            "webhook config is invalid: envFixes.0.image: Value error, not a valid regular "
+            "expression (missing ), unterminated subpattern at position 0): '('",
+        ),
+        (
+            {"envFixes": [{"name": "a", "container": "[", "env": {"A": "1"}}]},
+            "webhook config is invalid: envFixes.0.container: Value error, not a valid regular "
+            "expression (unterminated character set at position 0): '['",
+        ),
+        (
+            {"envFixes": [{"name": "a", "env": {}}]},
+            "webhook config is invalid: envFixes.0.env: "
+            "Value error, env must set at least one variable",
+        ),
+        (
+            {"envFixes": [{"name": "a", "env": {"1A": "x"}}]},
+            "webhook config is invalid: envFixes.0.env: Value error, '1A' is not a valid "
+            "environment variable name",
+        ),
+        (
+            {"maxMajorSkew": 9},
+            "webhook config is invalid: maxMajorSkew: Input should be less than or equal to 5",
+        ),
+        (
+            {"maxMajorSkew": -1},
+            "webhook config is invalid: maxMajorSkew: Input should be greater than or equal to 0",
+        ),
+        ({"colour": 1}, "webhook config is invalid: colour: Extra inputs are not permitted"),
+        (
+            {"noCompatibleNode": "maybe"},
+            "webhook config is invalid: noCompatibleNode: Input should be 'deny' or 'warn'",
+        ),
+        (
+            {"cudaLabels": {"mjr": "a"}},
+            "webhook config is invalid: cudaLabels.mjr: Extra inputs are not permitted",
+        ),
+    ],
+)
+def test_invalid_config_messages(source: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(source)
+    assert str(info.value) == message
+
+
+def test_not_a_mapping(tmp_path: Path) -> None:
+    path = tmp_path / "list.yaml"
+    path.write_text("- 1\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value) == f"webhook config {path} must be a YAML mapping, got list"
+
+
+def test_invalid_yaml_is_one_line_with_position(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("cudaAffinity: [\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value) == (
+        f"webhook config {path} is not valid YAML: expected the node content, but found "
+        "'<stream end>' (while parsing a flow node) at line 2, column 1"
+    )
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    path = tmp_path / "nope.yaml"
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value) == f"cannot read webhook config {path}: No such file or directory"

@@ -1,0 +1,256 @@
+"""Real upstream manifests (shared/corpus): no crash, idempotent, exact outcomes for a subset."""
+
+from __future__ import annotations
+
+import copy
+import io
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import CONFIGMAPS, CORPUS, apply, expr, get, node_terms
+from webhook.cli import main
+from webhook.config import WebhookConfig, load_config
+from webhook.errors import ManifestError, WebhookError
+from webhook.evaluate import Decision, evaluate
+from webhook.policyset import PolicySet, load_policy_dir, read_documents
+
+MANIFESTS = CORPUS / "manifests"
+REJECTED = CORPUS / "rejected_unparseable"
+
+pytestmark = pytest.mark.skipif(
+    not MANIFESTS.is_dir(),
+    reason=f"corpus not found at {CORPUS} (the repository is expected beside shared/)",
+)
+
+UNKNOWN = (
+    "CUDA version unknown, no node affinity added: set annotation "
+    'features.alauda.io/cuda-version (e.g. "12.4") or env CUDA_VERSION'
+)
+DEFAULT = WebhookConfig()
+MUTATE = load_config({"mutateTemplates": True})
+
+
+def _files(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+
+
+def shipped() -> PolicySet:
+    return load_policy_dir(CONFIGMAPS)
+
+
+def documents(name: str) -> list[Mapping[str, Any]]:
+    return [d for d in read_documents(MANIFESTS / name) if isinstance(d, Mapping)]
+
+
+def evaluate_doc(name: str, index: int = 0, config: WebhookConfig = DEFAULT) -> Decision:
+    return evaluate(documents(name)[index], shipped(), config)
+
+
+@pytest.mark.parametrize("config", [DEFAULT, MUTATE], ids=["templates-off", "templates-on"])
+@pytest.mark.parametrize("name", _files(MANIFESTS))
+def test_every_document_evaluates_and_is_idempotent(name: str, config: WebhookConfig) -> None:
+    policy_set = shipped()
+    for doc in read_documents(MANIFESTS / name):
+        if not isinstance(doc, Mapping):
+            continue
+        try:
+            decision = evaluate(doc, policy_set, config)
+        except WebhookError:
+            continue  # a clean, explained refusal is fine; anything else fails the test
+        assert decision.handled or decision.patch == []
+        if decision.mutated is None:
+            assert decision.patch == []
+            continue
+        mutated = apply(decision)
+        assert mutated == decision.mutated
+        again = evaluate(mutated, policy_set, config)
+        assert again.patch == []
+        assert again.notes == ()
+        assert again.allowed == decision.allowed
+
+
+# --- exact outcomes for a chosen subset ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "tkestack-gpu-manager_README_vcuda_2cards_pod.yaml",
+        "tkestack-gpu-manager_README_vcuda_fractional_pod.yaml",
+    ],
+)
+def test_tkestack_vcuda_pods(name: str) -> None:
+    # requests equal to limits on a Pod (the API server's own defaulting) is accepted, 200 is two
+    # whole cards and 50 a share; "<test-image>" carries no CUDA version.
+    decision = evaluate_doc(name)
+    assert decision.allowed
+    assert decision.patch == []
+    assert decision.notes == ()
+    assert decision.warnings == (UNKNOWN,)
+
+
+def test_tkestack_vcuda_pod_with_declared_cuda_version() -> None:
+    doc = dict(documents("tkestack-gpu-manager_README_vcuda_2cards_pod.yaml")[0])
+    doc["metadata"] = {
+        **doc["metadata"],
+        "annotations": {"features.alauda.io/cuda-version": "11.8"},
+    }
+    decision = evaluate(doc, shipped(), DEFAULT)
+    assert decision.notes == (
+        "required vGPU nodes with CUDA ≥ 11.8 (annotation features.alauda.io/cuda-version)",
+    )
+    assert node_terms(apply(decision)) == [
+        {
+            "matchExpressions": [
+                expr("cuda-major-version", "In", 11),
+                expr("cuda-minor-version", "Gt", 7),
+            ]
+        }
+    ]
+
+
+def test_hami_gpumem_gpucores_pod() -> None:
+    # The HAMi keys use requests: fromLimits, like HAMi's own examples (requests = limits).
+    decision = evaluate_doc("hami_nvidia_default_use_gpumem_gpucores.yaml")
+    assert decision.allowed
+    assert decision.patch == [
+        {
+            "op": "add",
+            "path": "/spec/containers/0/resources/requests",
+            "value": {"nvidia.com/gpucores": 30, "nvidia.com/gpumem": 3000, "nvidia.com/gpu": 2},
+        }
+    ]
+    assert decision.notes == (
+        'set requests.nvidia.com/gpucores=30 from limits in container "ubuntu-container"',
+        'set requests.nvidia.com/gpumem=3000 from limits in container "ubuntu-container"',
+        'set requests.nvidia.com/gpu=2 from limits in container "ubuntu-container"',
+    )
+    assert decision.warnings == (UNKNOWN,)
+
+
+def test_hami_deployment_with_requests_equal_to_limits_is_allowed() -> None:
+    decision = evaluate_doc("hami_nvidia_vllm_cross_vgpu_pvc+deployment.yaml", 1)
+    assert decision.allowed
+    assert decision.notes == ()
+    assert decision.warnings == (UNKNOWN,)
+
+
+def test_hami_deployment_with_a_request_below_its_limit_is_denied() -> None:
+    doc = copy.deepcopy(dict(documents("hami_nvidia_vllm_cross_vgpu_pvc+deployment.yaml")[1]))
+    resources = doc["spec"]["template"]["spec"]["containers"][0]["resources"]
+    resources["requests"]["nvidia.com/gpucores"] = 20
+    decision = evaluate(doc, shipped(), DEFAULT)
+    assert [v.message for v in decision.violations] == [
+        "Deployment vllm-cross-vgpu, container \"vllm\": requests.nvidia.com/gpucores='20' "
+        "differs from limits (30): extended resources cannot be overcommitted, set requests "
+        "equal to limits or omit them (requests = limits in ConfigMap "
+        "kube-public/cf-crl-hami-gpucores). HAMi vGPU compute per GPU in percent (0-100)."
+    ]
+
+
+def test_gpu_operator_test_pod() -> None:
+    decision = evaluate_doc("nvidia-gpu-operator_tests_gpu-pod.yaml")
+    assert decision.allowed
+    assert get(apply(decision), "spec", "containers", 0, "resources") == {
+        "limits": {"nvidia.com/gpu": 1},
+        "requests": {"nvidia.com/gpu": 1},
+    }
+    assert decision.warnings == (UNKNOWN,)  # cuda-vector-add:v0.1 carries no CUDA version
+
+
+def test_hami_kueue_job_template() -> None:
+    name = "hami_kueue_sample_job.yaml"
+    off = evaluate_doc(name)
+    assert off.patch == []
+    assert off.notes == (
+        "will apply to pods: set requests.nvidia.com/gpucores=10 "
+        'from limits in container "training-container"',
+        "will apply to pods: set requests.nvidia.com/gpumem=4000 "
+        'from limits in container "training-container"',
+        "will apply to pods: set requests.nvidia.com/gpu=1 "
+        'from limits in container "training-container"',
+        "will apply to pods: required GPU nodes with CUDA "
+        "≥ 11.8 (image nvidia/cuda:11.8.0-base-ubuntu22.04)",
+    )
+    on = evaluate_doc(name, config=MUTATE)
+    assert node_terms(apply(on), "spec", "template", "spec") == [
+        {
+            "matchExpressions": [
+                expr("cuda-major-version", "In", 11),
+                expr("cuda-minor-version", "Gt", 7),
+            ]
+        },
+        {"matchExpressions": [expr("cuda-major-version", "In", 12)]},
+    ]
+
+
+def test_verify_gpu_access_deployment_keeps_its_node_selector() -> None:
+    name = "ai-on-eks_verify-gpu-access_deployment.yaml"
+    on = evaluate_doc(name, config=MUTATE)
+    mutated = apply(on)
+    assert get(mutated, "spec", "template", "spec", "nodeSelector") == get(
+        documents(name)[0], "spec", "template", "spec", "nodeSelector"
+    )
+    assert on.notes[-1] == (
+        "required GPU nodes with CUDA ≥ 11.6 (image nvidia/cuda:11.6.2-cudnn8-runtime-ubuntu20.04)"
+    )
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "ai-on-eks_dcgm-exporter_daemonset.yaml",  # on GPU nodes, but asks for no GPU resource
+        "gke-samples_gcsfuse_pod-a_nongpu_deployment.yaml",
+        "ai-on-gke_parallelstore-backup_cronjob_nongpu.yaml",
+        "triton-tutorials_trtllm-client_nongpu_deployment.yaml",
+        "kai-scheduler_gpu-memory_annotation_pod.yaml",
+        "hami_amd_use_memory.yaml",  # amd.com/gpu is neither a CRL key nor a configured GPU name
+    ],
+)
+def test_non_gpu_workloads_untouched(name: str) -> None:
+    for config in (DEFAULT, MUTATE):
+        decision = evaluate_doc(name, config=config)
+        assert decision.handled
+        assert decision.allowed
+        assert (decision.patch, decision.notes, decision.warnings) == ([], (), ())
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "kubeflow_paddlejob_simple-gpu.yaml",
+        "aws-adt_fsdp_llama3-1-8b_pytorchjob_envsubst.yaml",
+        "aws-adt_nsight_fsdp_pytorchjob_NULL-gpu-quantity.yaml",
+        "ai-on-eks_nimservice_llama3-8b.yaml",
+    ],
+)
+def test_custom_resources_are_not_handled(name: str) -> None:
+    decision = evaluate_doc(name)
+    assert not decision.handled
+    assert decision.allowed and decision.patch == []
+
+
+# --- unparseable files ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", _files(REJECTED))
+def test_rejected_files_give_a_manifest_error(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = REJECTED / name
+    with pytest.raises(ManifestError, match=r"is not valid YAML: .* at line \d+, column \d+$"):
+        read_documents(path)
+    out = io.StringIO()
+    assert main(["review", "-f", str(path), "--policies", str(CONFIGMAPS)], out=out) == 2
+    assert out.getvalue() == ""
+    err = capsys.readouterr().err
+    assert err.startswith(f"gpu-webhook review: {path} is not valid YAML: ")
+    assert err.count("\n") == 1
+
+
+def test_the_corpus_has_the_expected_files() -> None:
+    assert len(_files(MANIFESTS)) >= 50
+    assert len(_files(REJECTED)) == 2
