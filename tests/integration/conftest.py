@@ -1,0 +1,33 @@
+"""Fixtures that run the real admission server over real TLS in a background thread."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.helpers import RunningServer, ready_store, serve_in_thread, write_policies
+from webhook.certs import CertPaths, CertReloader, write_certificates
+from webhook.config import WebhookConfig
+from webhook.server import create_app
+
+
+@pytest.fixture(scope="session")
+def tls(tmp_path_factory: pytest.TempPathFactory) -> CertPaths:
+    return write_certificates(tmp_path_factory.mktemp("tls"), ["localhost"], ["127.0.0.1"], days=2)
+
+
+@pytest.fixture(scope="session")
+def policy_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_policies(tmp_path_factory.mktemp("policies"))
+
+
+@pytest.fixture(scope="module")
+def server(tls: CertPaths, policy_dir: Path) -> Iterator[RunningServer]:
+    """One server per module: test policies, default config, real TLS."""
+    store = ready_store(policy_dir)
+    reloader = CertReloader(tls.cert, tls.key)
+    app = create_app(WebhookConfig(), store, cert_reloader=reloader, cert_reload_interval=0)
+    with serve_in_thread(app, reloader.context, tls.ca_cert, store) as running:
+        yield running

@@ -1,0 +1,359 @@
+"""Hardened input handling, probes, metrics, /policies, internal errors and review logs."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.helpers import (
+    Reply,
+    RunningServer,
+    metric_samples,
+    ready_store,
+    serve_in_thread,
+)
+from webhook.certs import CertPaths, CertReloader
+from webhook.config import WebhookConfig
+from webhook.evaluate import Decision
+from webhook.policyset import PolicySet
+from webhook.server import MAX_BODY_BYTES, LogFormatter, create_app
+from webhook.store import PolicyStore
+
+CORPUS = Path("/work/shared/corpus/admissionreviews")
+REPO_CORPUS = Path(__file__).resolve().parents[1] / "data" / "admissionreviews"
+EMPTY = "request body is empty; expected an AdmissionReview JSON object"
+UID = "0d9c2f4e-2222-4b4b-8c8c-000000000002"
+
+
+def gpu_pod_review(**request: Any) -> dict[str, Any]:
+    fields: dict[str, Any] = {
+        "uid": UID,
+        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "namespace": "ml",
+        "name": "train",
+        "operation": "CREATE",
+        "userInfo": {"username": "bob"},
+        "object": {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "train", "namespace": "ml"},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "c",
+                        "image": "nvidia/cuda:12.2.0-base",
+                        "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                    }
+                ]
+            },
+        },
+    }
+    fields.update(request)
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": fields}
+
+
+def post(server: RunningServer, endpoint: str, body: bytes, **kwargs: Any) -> Reply:
+    return server.request("POST", endpoint, body, **kwargs)
+
+
+@pytest.mark.parametrize("endpoint", ["/mutate", "/validate"])
+@pytest.mark.parametrize(
+    ("body", "content_type", "reason"),
+    [
+        (b"{}", "text/plain", "Content-Type must be application/json, got text/plain"),
+        (b"{}", None, "Content-Type must be application/json, got none"),
+        (b"", "application/json", "request body is empty; expected an AdmissionReview JSON object"),
+        (
+            b"  \n",
+            "application/json",
+            "request body is empty; expected an AdmissionReview JSON object",
+        ),
+        (b"{not json", "application/json", "request body is not valid JSON: "),
+        (b"\xff\xfe\x00", "application/json", "request body is not valid JSON: "),
+        (b"[" * 100_000, "application/json", "request body is not valid JSON: "),
+        (
+            b"[1, 2]",
+            "application/json",
+            "request body is not an AdmissionReview: the body is a JSON list, "
+            "expected an AdmissionReview object",
+        ),
+        (
+            b'{"kind": "Pod", "apiVersion": "v1"}',
+            "application/json",
+            "request body is not an AdmissionReview: kind must be AdmissionReview, got 'Pod'",
+        ),
+        (
+            b'{"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1"}',
+            "application/json",
+            "request body is not an AdmissionReview: the AdmissionReview has no request object",
+        ),
+        (
+            b'{"kind": "AdmissionReview", "request": {"operation": "CREATE"}}',
+            "application/json",
+            "request body is not an AdmissionReview: request.uid is missing; "
+            "the API server always sends one",
+        ),
+    ],
+)
+def test_bad_input_is_a_400_with_a_reason(
+    server: RunningServer, endpoint: str, body: bytes, content_type: str | None, reason: str
+) -> None:
+    reply = post(server, endpoint, body, content_type=content_type)
+    assert reply.status == 400
+    assert reply.headers["Content-Type"].startswith("text/plain")
+    assert reply.text.startswith(reason)
+    assert reply.text.endswith("\n")
+
+
+def test_charset_parameter_is_accepted(server: RunningServer) -> None:
+    reply = post(
+        server,
+        "/validate",
+        json.dumps(gpu_pod_review()).encode(),
+        content_type="application/json; charset=utf-8",
+    )
+    assert reply.status == 200
+
+
+@pytest.mark.parametrize("endpoint", ["/mutate", "/validate"])
+def test_oversized_body_is_a_413(server: RunningServer, endpoint: str) -> None:
+    review = gpu_pod_review()
+    review["request"]["object"]["metadata"]["annotations"] = {"big": "x" * MAX_BODY_BYTES}
+    reply = post(server, endpoint, json.dumps(review).encode())
+    assert reply.status == 413
+    assert reply.text == (
+        f"request body is larger than {MAX_BODY_BYTES} bytes (limit sized for an UPDATE review "
+        "of two 3 MiB objects); this is not an AdmissionReview from the API server\n"
+    )
+
+
+def test_a_large_but_legal_update_review_is_answered(server: RunningServer) -> None:
+    # Two objects of nearly 3 MiB each: the biggest review the API server can send.
+    review = gpu_pod_review(operation="UPDATE")
+    review["request"]["object"]["metadata"]["annotations"] = {"big": "x" * (3 * 1024 * 1024 - 4096)}
+    review["request"]["oldObject"] = review["request"]["object"]
+    reply = post(server, "/validate", json.dumps(review).encode())
+    assert reply.status == 200
+    assert reply.json()["response"] == {"uid": UID, "allowed": True}
+
+
+def corpus_files() -> list[Path]:
+    return sorted(CORPUS.glob("*.json")) + sorted(REPO_CORPUS.glob("*.json"))
+
+
+@pytest.mark.skipif(not corpus_files(), reason="no AdmissionReview corpus on this machine")
+@pytest.mark.parametrize("endpoint", ["/mutate", "/validate"])
+def test_every_real_payload_gets_an_answer(server: RunningServer, endpoint: str) -> None:
+    answered: dict[str, int] = {}
+    for path in corpus_files():
+        body = path.read_bytes()
+        reply = post(server, endpoint, body)
+        answered[path.name] = reply.status
+        if "BROKEN" in path.name:
+            assert reply.status == 400, path.name
+            assert reply.text == (
+                "request body is not an AdmissionReview: request.uid is missing; "
+                "the API server always sends one\n"
+            )
+            continue
+        sent = json.loads(body)
+        if reply.status == 400:
+            assert reply.text.startswith("request body is not an AdmissionReview: "), path.name
+            continue
+        assert reply.status == 200, (path.name, reply.text)
+        answer = reply.json()
+        assert answer["response"]["uid"] == sent["request"]["uid"]
+        assert answer["apiVersion"] == sent.get("apiVersion", "admission.k8s.io/v1")
+        # None of the real payloads asks for a GPU: none may be denied or patched.
+        assert answer["response"]["allowed"] is True, path.name
+        assert "patch" not in answer["response"], path.name
+    assert 500 not in answered.values()
+
+
+def test_healthz_and_policies(server: RunningServer) -> None:
+    assert server.request("GET", "/healthz").text == "ok\n"
+    policies = server.request("GET", "/policies")
+    assert policies.status == 200
+    document = policies.json()
+    assert document["ready"] is True
+    assert sorted(p["key"] for p in document["policies"]) == [
+        "nvidia.com/gpu",
+        "tencent.com/vcuda-core",
+        "tencent.com/vcuda-memory",
+    ]
+    assert document["groups"] == {
+        "gpu-manager": ["tencent.com/vcuda-core", "tencent.com/vcuda-memory"],
+        "nvidia": ["nvidia.com/gpu"],
+    }
+    assert document["invalid"] == []
+    assert document["conflicts"] == []
+
+
+def test_metrics_after_some_reviews(server: RunningServer) -> None:
+    server.review("/mutate", gpu_pod_review())
+    server.review("/validate", gpu_pod_review())
+    post(server, "/mutate", b"nope")
+    reply = server.request("GET", "/metrics")
+    assert reply.status == 200
+    assert reply.headers["Content-Type"].startswith("text/plain; version=")
+    samples = metric_samples(reply.text)
+    assert (
+        samples[
+            'gpu_webhook_reviews_total{endpoint="mutate",kind="Pod",operation="CREATE",'
+            'result="patched"}'
+        ]
+        >= 1
+    )
+    assert (
+        samples[
+            'gpu_webhook_reviews_total{endpoint="validate",kind="Pod",operation="CREATE",'
+            'result="allowed"}'
+        ]
+        >= 1
+    )
+    assert samples['gpu_webhook_mutations_total{type="cuda-affinity"}'] >= 1
+    assert samples['gpu_webhook_rejected_requests_total{endpoint="mutate",status="400"}'] >= 1
+    assert samples['gpu_webhook_review_duration_seconds_count{endpoint="mutate"}'] >= 1
+    assert samples["gpu_webhook_policies_loaded"] == 3
+    assert samples["gpu_webhook_invalid_configmaps"] == 0
+    assert samples["gpu_webhook_policy_conflicts"] == 0
+    assert samples["gpu_webhook_ready"] == 1
+    assert samples["gpu_webhook_watch_restarts_total"] == 0
+    assert samples["gpu_webhook_seconds_since_last_sync"] >= 0
+    expiry = samples["gpu_webhook_serving_certificate_expiry_timestamp_seconds"]
+    certificate = server.app_state().cert_reloader.certificate  # type: ignore[union-attr]
+    assert certificate is not None
+    assert expiry == pytest.approx(certificate.not_valid_after_utc.timestamp())
+
+
+def test_unknown_kinds_do_not_become_metric_labels(server: RunningServer) -> None:
+    review = gpu_pod_review(kind={"group": "x", "version": "v1", "kind": "Made-Up-Kind-123"})
+    review["request"]["operation"] = "PATCH-ME"
+    review["request"]["object"] = {"kind": "Made-Up-Kind-123"}
+    assert server.review("/validate", review)["response"]["allowed"] is True
+    text = server.request("GET", "/metrics").text
+    assert "Made-Up-Kind-123" not in text
+    assert 'kind="other",operation="other"' in text
+
+
+@pytest.fixture
+def unready(tls: CertPaths) -> Iterator[RunningServer]:
+    store = PolicyStore()
+    app = create_app(WebhookConfig(), store)
+    ctx = CertReloader(tls.cert, tls.key).context
+    with serve_in_thread(app, ctx, tls.ca_cert, store) as running:
+        yield running
+
+
+def test_readyz_is_503_until_the_first_sync(unready: RunningServer, policy_dir: Path) -> None:
+    reply = unready.request("GET", "/readyz")
+    assert (reply.status, reply.text) == (
+        503,
+        "policies not synced yet: waiting for the first list of CRL ConfigMaps\n",
+    )
+    metrics = unready.request("GET", "/metrics").text
+    assert "gpu_webhook_ready 0.0" in metrics
+    assert "gpu_webhook_seconds_since_last_sync" not in metrics
+    unready.store.stats.last_error = "cannot list ConfigMaps in kube-public: 403 Forbidden"
+    assert unready.request("GET", "/readyz").text == (
+        "policies not synced yet: cannot list ConfigMaps in kube-public: 403 Forbidden\n"
+    )
+    unready.store.replace(ready_store(policy_dir).current)
+    reply = unready.request("GET", "/readyz")
+    assert (reply.status, reply.text) == (200, "ok\n")
+    assert unready.request("GET", "/healthz").status == 200
+
+
+def exploding_evaluator(*args: Any, **kwargs: Any) -> Decision:
+    raise RuntimeError("boom while reading the spec")
+
+
+@pytest.fixture
+def faulty(tls: CertPaths, policy_dir: Path) -> Iterator[RunningServer]:
+    store = ready_store(policy_dir)
+    app = create_app(WebhookConfig(), store, evaluator=exploding_evaluator)
+    ctx = CertReloader(tls.cert, tls.key).context
+    with serve_in_thread(app, ctx, tls.ca_cert, store) as running:
+        yield running
+
+
+@pytest.mark.parametrize("endpoint", ["/mutate", "/validate"])
+def test_an_exception_in_evaluation_is_a_denial_naming_the_object(
+    faulty: RunningServer, endpoint: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.ERROR, logger="webhook.server"):
+        response = faulty.review(endpoint, gpu_pod_review())["response"]
+    assert response == {
+        "uid": UID,
+        "allowed": False,
+        "status": {
+            "code": 500,
+            "reason": "InternalError",
+            "message": "internal error evaluating Pod ml/train: RuntimeError: "
+            "boom while reading the spec; see the webhook logs",
+        },
+    }
+    assert f"internal error evaluating Pod ml/train (uid {UID})" in caplog.text
+    assert "Traceback (most recent call last)" in caplog.text
+    assert "exploding_evaluator" in caplog.text
+    # The process is still serving.
+    assert faulty.request("GET", "/healthz").status == 200
+
+
+def test_a_malformed_object_is_denied_with_the_shape_error(server: RunningServer) -> None:
+    review = gpu_pod_review()
+    review["request"]["object"]["spec"]["containers"] = {"not": "a list"}
+    response = server.review("/validate", review)["response"]
+    assert response["allowed"] is False
+    assert response["status"]["code"] == 403
+    assert response["status"]["message"].startswith("cannot evaluate Pod ml/train: ")
+    assert "containers" in response["status"]["message"]
+
+
+def test_one_json_log_line_per_review(
+    server: RunningServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="webhook.review"):
+        server.review("/mutate", gpu_pod_review(dryRun=True))
+    records = [r for r in caplog.records if r.name == "webhook.review"]
+    assert len(records) == 1
+    line = json.loads(LogFormatter("json").format(records[0]))
+    duration = line.pop("durationMs")
+    assert isinstance(duration, float)
+    assert duration >= 0
+    line.pop("time")
+    assert line == {
+        "level": "info",
+        "logger": "webhook.review",
+        "msg": "review",
+        "endpoint": "mutate",
+        "uid": UID,
+        "kind": "Pod",
+        "namespace": "ml",
+        "name": "train",
+        "operation": "CREATE",
+        "user": "bob",
+        "dryRun": True,
+        "allowed": True,
+        "result": "patched",
+        "mutations": 2,
+        "warnings": 2,
+    }
+    text = LogFormatter("text").format(records[0])
+    assert " INFO    webhook.review: review endpoint=mutate uid=" in text
+    assert "dryRun=True allowed=True result=patched mutations=2" in text
+
+
+def test_empty_policy_set_allows_gpu_pods_untouched_by_policies(tls: CertPaths) -> None:
+    store = PolicyStore()
+    store.replace(PolicySet.empty())
+    app = create_app(WebhookConfig(), store)
+    ctx = CertReloader(tls.cert, tls.key).context
+    with serve_in_thread(app, ctx, tls.ca_cert, store) as running:
+        response = running.review("/validate", gpu_pod_review())["response"]
+        assert response == {"uid": UID, "allowed": True}

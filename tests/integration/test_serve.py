@@ -1,0 +1,178 @@
+"""`gpu-webhook serve` as a process: self-signed start, metrics listener, SIGTERM, exit codes."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import ssl
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.helpers import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "admissionreview-pod.json"
+
+
+def gpu_webhook(*args: str) -> list[str]:
+    return [
+        sys.executable,
+        "-c",
+        "import sys; from webhook.cli import main; sys.exit(main())",
+        *args,
+    ]
+
+
+def environment() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return env
+
+
+def get(port: int, path: str) -> tuple[int, str]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.request("GET", path)
+        response = conn.getresponse()
+        return response.status, response.read().decode()
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def served(
+    tmp_path: Path, policy_dir: Path
+) -> Iterator[tuple[subprocess.Popen[str], int, int, Path]]:
+    port, metrics_port = free_port(), free_port()
+    cert_dir = tmp_path / "certs"
+    process = subprocess.Popen(
+        gpu_webhook(
+            "serve",
+            "--self-signed",
+            "--cert-dir",
+            str(cert_dir),
+            "--policies",
+            str(policy_dir),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--metrics-port",
+            str(metrics_port),
+            "--log-format",
+            "json",
+        ),
+        cwd=tmp_path,
+        env=environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and process.poll() is None:
+            try:
+                if get(metrics_port, "/readyz")[0] == 200:
+                    break
+            except OSError:
+                time.sleep(0.1)
+        yield process, port, metrics_port, cert_dir
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+
+
+def test_serve_answers_reviews_and_stops_cleanly_on_sigterm(
+    served: tuple[subprocess.Popen[str], int, int, Path],
+) -> None:
+    process, port, metrics_port, cert_dir = served
+    assert get(metrics_port, "/readyz") == (200, "ok\n")
+    assert get(metrics_port, "/healthz") == (200, "ok\n")
+    # The metrics listener serves only the probes and /metrics, never admission.
+    assert get(metrics_port, "/policies")[0] == 404
+
+    context = ssl.create_default_context(cafile=str(cert_dir / "ca.crt"))
+    conn = http.client.HTTPSConnection("localhost", port, context=context, timeout=10)
+    conn.request("POST", "/mutate", EXAMPLE.read_bytes(), {"Content-Type": "application/json"})
+    answer = json.loads(conn.getresponse().read())
+    conn.close()
+    assert answer["response"]["uid"] == "5b5e0c2a-4a5e-4d1c-9f3e-8e2d1f0a7c11"
+    assert answer["response"]["patchType"] == "JSONPatch"
+    assert "gpu_webhook_reviews_total" in get(metrics_port, "/metrics")[1]
+
+    process.send_signal(signal.SIGTERM)
+    stdout, stderr = process.communicate(timeout=30)
+    assert process.returncode == 0, stderr
+    assert (
+        stdout
+        == f"CA certificate: {cert_dir / 'ca.crt'} (curl --cacert {cert_dir / 'ca.crt'} ...)\n"
+    )
+    lines = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+    reviews = [line for line in lines if line["msg"] == "review"]
+    assert len(reviews) == 1
+    assert reviews[0]["uid"] == "5b5e0c2a-4a5e-4d1c-9f3e-8e2d1f0a7c11"
+    assert reviews[0]["result"] == "patched"
+    assert any(line["msg"].startswith("shutting down") for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            [],
+            "error: no serving certificate: pass --tls-cert FILE --tls-key FILE, --cert-dir DIR "
+            "(from `gpu-webhook certs`), or --self-signed for a local run\n",
+        ),
+        (["--tls-cert", "x.crt"], "error: --tls-cert and --tls-key must be given together\n"),
+        (
+            ["--tls-cert", "missing.crt", "--tls-key", "missing.key"],
+            "error: cannot load the serving certificate missing.crt with key missing.key; "
+            "check that both files exist, are PEM, and belong together\n",
+        ),
+    ],
+)
+def test_serve_refuses_to_start_without_usable_tls(
+    tmp_path: Path, policy_dir: Path, args: list[str], message: str
+) -> None:
+    result = subprocess.run(
+        gpu_webhook("serve", "--policies", str(policy_dir), "--port", str(free_port()), *args),
+        cwd=tmp_path,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stderr.endswith(message)
+
+
+def test_serve_refuses_an_unreadable_policy_directory(tmp_path: Path) -> None:
+    result = subprocess.run(
+        gpu_webhook(
+            "serve",
+            "--self-signed",
+            "--cert-dir",
+            str(tmp_path / "c"),
+            "--policies",
+            str(tmp_path / "nope"),
+            "--port",
+            str(free_port()),
+        ),
+        cwd=tmp_path,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stderr.endswith(f"error: {tmp_path / 'nope'} is neither a file nor a directory\n")

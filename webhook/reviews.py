@@ -1,0 +1,253 @@
+"""AdmissionReview wire format: decode a request and build a response, pure functions on dicts."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.errors import WebhookError
+
+API_V1 = "admission.k8s.io/v1"
+API_V1BETA1 = "admission.k8s.io/v1beta1"
+SUPPORTED_API_VERSIONS = (API_V1, API_V1BETA1)
+
+# The API server truncates each warning past 256 characters and drops every warning past
+# 4 KiB in total (k8s.io/apiserver/pkg/admission/plugin/webhook: "maxWarningLength" and the
+# warning recorder's total budget). We stay well inside both so nothing the user needs is cut.
+MAX_WARNING_CHARS = 120
+MAX_WARNINGS = 20
+MAX_WARNINGS_BYTES = 3 * 1024
+_ELLIPSIS = "…"
+
+Dumps = Callable[[Any], bytes]
+
+
+class ReviewDecodeError(WebhookError, ValueError):
+    """The body is JSON but not an AdmissionReview this webhook can answer (HTTP 400)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionRequest:
+    """The fields of `request` the webhook uses; `object` stays a plain dict (hot path)."""
+
+    api_version: str
+    uid: str
+    kind: str
+    group: str
+    operation: str
+    namespace: str
+    name: str
+    object: Mapping[str, Any] | None
+    dry_run: bool
+    username: str
+
+    @property
+    def ref(self) -> str:
+        """`namespace/name` for logs and messages (name may be a generateName prefix)."""
+        return f"{self.namespace}/{self.name}" if self.namespace else self.name
+
+
+def _str_field(container: Mapping[str, Any], key: str, where: str) -> str:
+    value = container.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ReviewDecodeError(f"{where}.{key} must be a string, got {type(value).__name__}")
+    return value
+
+
+def _object_name(obj: Mapping[str, Any] | None) -> str:
+    if obj is None:
+        return ""
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, Mapping):
+        return ""
+    name = metadata.get("name")
+    if isinstance(name, str) and name:
+        return name
+    generate = metadata.get("generateName")
+    # Pods created by controllers only carry generateName at admission time.
+    return f"{generate}*" if isinstance(generate, str) and generate else ""
+
+
+def decode_review(data: Any) -> AdmissionRequest:
+    """Validate a decoded JSON body as an AdmissionReview request; raise ReviewDecodeError."""
+    if not isinstance(data, Mapping):
+        raise ReviewDecodeError(
+            f"the body is a JSON {type(data).__name__}, expected an AdmissionReview object"
+        )
+    kind = data.get("kind")
+    if kind != "AdmissionReview":
+        raise ReviewDecodeError(f"kind must be AdmissionReview, got {kind!r}")
+    # controller-runtime decodes into an AdmissionReview with v1 preset, so a body without
+    # apiVersion is read as v1; an explicit unknown version is refused.
+    api_version = data.get("apiVersion") or API_V1
+    if api_version not in SUPPORTED_API_VERSIONS:
+        raise ReviewDecodeError(
+            f"apiVersion {api_version!r} is not supported; "
+            f"use {' or '.join(SUPPORTED_API_VERSIONS)}"
+        )
+    request = data.get("request")
+    if not isinstance(request, Mapping):
+        raise ReviewDecodeError("the AdmissionReview has no request object")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise ReviewDecodeError("request.uid is missing; the API server always sends one")
+
+    obj = request.get("object")
+    if obj is not None and not isinstance(obj, Mapping):
+        # e.g. a hand-written fixture with "object": "None"; nothing we could evaluate.
+        raise ReviewDecodeError(f"request.object must be a JSON object, got {type(obj).__name__}")
+    operation = _str_field(request, "operation", "request")
+    if operation in ("CREATE", "UPDATE") and obj is None:
+        raise ReviewDecodeError(f"request.object is missing for operation {operation}")
+
+    kind_gvk = request.get("kind")
+    if kind_gvk is None:
+        kind_gvk = {}
+    if not isinstance(kind_gvk, Mapping):
+        raise ReviewDecodeError(
+            f"request.kind must be an object like {{group, version, kind}}, "
+            f"got {type(kind_gvk).__name__}"
+        )
+    object_kind = _str_field(kind_gvk, "kind", "request.kind")
+    if not object_kind and obj is not None:
+        # Trimmed fixtures omit request.kind; the object's own kind is the next best source.
+        fallback = obj.get("kind")
+        object_kind = fallback if isinstance(fallback, str) else ""
+
+    namespace = _str_field(request, "namespace", "request")
+    if not namespace and obj is not None:
+        metadata = obj.get("metadata")
+        if isinstance(metadata, Mapping) and isinstance(metadata.get("namespace"), str):
+            namespace = metadata["namespace"]
+
+    user = request.get("userInfo")
+    username = ""
+    if isinstance(user, Mapping) and isinstance(user.get("username"), str):
+        username = user["username"]
+
+    return AdmissionRequest(
+        api_version=api_version,
+        uid=uid,
+        kind=object_kind,
+        group=_str_field(kind_gvk, "group", "request.kind"),
+        operation=operation,
+        namespace=namespace,
+        name=_str_field(request, "name", "request") or _object_name(obj),
+        object=obj,
+        dry_run=request.get("dryRun") is True,
+        username=username,
+    )
+
+
+def _clean(text: str) -> str:
+    # Warnings travel as HTTP Warning headers: the API server rejects control characters.
+    return " ".join(text.split())
+
+
+def _shorten(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + _ELLIPSIS
+
+
+def limit_warnings(warnings: Iterable[str]) -> list[str]:
+    """Deduplicate, shorten each to MAX_WARNING_CHARS and summarise the tail past the budget."""
+    unique = list(dict.fromkeys(_shorten(_clean(w), MAX_WARNING_CHARS) for w in warnings if w))
+    sizes = [len(w.encode()) for w in unique]
+    if len(unique) <= MAX_WARNINGS and sum(sizes) <= MAX_WARNINGS_BYTES:
+        return unique
+    kept: list[str] = []
+    used = 0
+    # The summary line is ASCII and short; 200 bytes keeps it inside the budget.
+    for warning, size in zip(unique, sizes, strict=True):
+        if len(kept) >= MAX_WARNINGS - 1 or used + size > MAX_WARNINGS_BYTES - 200:
+            break
+        kept.append(warning)
+        used += size
+    left = len(unique) - len(kept)
+    kept.append(
+        f"and {left} more warning{'s' if left > 1 else ''}; "
+        "run `gpu-webhook review -f <manifest>` to see them all"
+    )
+    return kept
+
+
+def _std_dumps(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def build_response(
+    api_version: str,
+    uid: str,
+    *,
+    allowed: bool = True,
+    message: str | None = None,
+    code: int | None = None,
+    reason: str | None = None,
+    patch: Sequence[Mapping[str, Any]] | None = None,
+    warnings: Sequence[str] = (),
+    dumps: Dumps = _std_dumps,
+) -> dict[str, Any]:
+    """The AdmissionReview answer; `patchType` is set only when there is a patch."""
+    response: dict[str, Any] = {"uid": uid, "allowed": allowed}
+    if not allowed or message:
+        status: dict[str, Any] = {}
+        if code is not None or not allowed:
+            status["code"] = code if code is not None else 403
+        if reason or not allowed:
+            status["reason"] = reason or "Forbidden"
+        if message:
+            status["message"] = message
+        response["status"] = status
+    if patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(dumps(list(patch))).decode("ascii")
+    if warnings:
+        response["warnings"] = limit_warnings(warnings)
+    return {"apiVersion": api_version, "kind": "AdmissionReview", "response": response}
+
+
+def allowed_response(request: AdmissionRequest, *, warnings: Sequence[str] = ()) -> dict[str, Any]:
+    return build_response(request.api_version, request.uid, warnings=warnings)
+
+
+def denied_response(
+    request: AdmissionRequest, message: str, *, warnings: Sequence[str] = ()
+) -> dict[str, Any]:
+    """A policy denial: HTTP-style 403 Forbidden inside the review, as controller-runtime does."""
+    return build_response(
+        request.api_version,
+        request.uid,
+        allowed=False,
+        message=message,
+        code=403,
+        reason="Forbidden",
+        warnings=warnings,
+    )
+
+
+def errored_response(request: AdmissionRequest, message: str) -> dict[str, Any]:
+    """A denial caused by the webhook itself failing; kubectl shows it as an InternalError."""
+    return build_response(
+        request.api_version,
+        request.uid,
+        allowed=False,
+        message=message,
+        code=500,
+        reason="InternalError",
+    )
+
+
+def patched_response(
+    request: AdmissionRequest,
+    patch: Sequence[Mapping[str, Any]],
+    *,
+    warnings: Sequence[str] = (),
+    dumps: Dumps = _std_dumps,
+) -> dict[str, Any]:
+    return build_response(
+        request.api_version, request.uid, patch=patch, warnings=warnings, dumps=dumps
+    )
