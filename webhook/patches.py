@@ -10,7 +10,9 @@ from webhook.errors import ObjectShapeError
 
 def escape(token: str) -> str:
     """JSON-pointer escaping (RFC 6901): '~' -> '~0', '/' -> '~1'."""
-    return token.replace("~", "~0").replace("/", "~1")
+    if "~" in token or "/" in token:
+        return token.replace("~", "~0").replace("/", "~1")
+    return token
 
 
 class Draft:
@@ -78,17 +80,17 @@ def diff(before: Any, after: Any, path: str = "") -> list[dict[str, Any]]:
             if key not in after
         ]
         for key, value in after.items():
-            pointer = f"{path}/{escape(str(key))}"
-            if key in before:
-                ops += diff(before[key], value, pointer)
-            else:
-                ops.append({"op": "add", "path": pointer, "value": value})
+            if key not in before:
+                ops.append({"op": "add", "path": f"{path}/{escape(str(key))}", "value": value})
+            elif before[key] is not value:  # shared (unchanged) subtrees cost nothing
+                ops += diff(before[key], value, f"{path}/{escape(str(key))}")
         return ops
     if isinstance(before, list) and isinstance(after, list):
         ops = []
         common = min(len(before), len(after))
         for index in range(common):
-            ops += diff(before[index], after[index], f"{path}/{index}")
+            if before[index] is not after[index]:
+                ops += diff(before[index], after[index], f"{path}/{index}")
         ops += [
             {"op": "add", "path": f"{path}/{index}", "value": after[index]}
             for index in range(common, len(after))
