@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from webhook.config import WebhookConfig  # noqa: E402
+from webhook.crl import crl_configmap  # noqa: E402
 from webhook.evaluate import evaluate  # noqa: E402
 from webhook.policyset import PolicySet, policy_files, read_documents  # noqa: E402
 
@@ -122,25 +123,16 @@ def non_gpu_pod() -> dict[str, Any]:
 def filler_crl(i: int) -> dict[str, Any]:
     """A valid CRL on a key no benchmark object uses (50 groups of 20 keys)."""
     group = f"bench{i % 50}"
-    return {
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": f"cf-crl-bench{i}-res{i}",
-            "namespace": "kube-public",
-            "labels": {
-                "features.alauda.io/type": "CustomResourceLimitation",
-                "features.alauda.io/group": group,
-                "features.alauda.io/enabled": "true",
-            },
-        },
-        "data": {
+    return crl_configmap(
+        f"cf-crl-bench{i}-res{i}",
+        {
             "key": f"example.com/res{i}",
             "dataType": "integer",
             "group": group,
             "limits": "optional",
             "requests": "disabled",
         },
-    }
+    )
 
 
 def synthetic_policies(count: int, base: Path) -> PolicySet:

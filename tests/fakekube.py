@@ -29,8 +29,10 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-NAMESPACE = "kube-public"
-CRL_LABEL = "features.alauda.io/type"
+from webhook.crl import CRL_NAMESPACE
+from webhook.crl import crl_configmap as build_crl_configmap
+
+NAMESPACE = CRL_NAMESPACE
 
 
 @dataclass(frozen=True)
@@ -82,20 +84,7 @@ def crl_configmap(
         "descriptionEn": f"{key} for tests",
     }
     fields.update(data)
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": {
-                CRL_LABEL: "CustomResourceLimitation",
-                "features.alauda.io/group": group,
-                "features.alauda.io/enabled": enabled,
-            },
-        },
-        "data": fields,
-    }
+    return build_crl_configmap(name, fields, enabled=enabled, namespace=namespace, group=group)
 
 
 def _matches(obj: Mapping[str, Any], selector: str | None) -> bool:

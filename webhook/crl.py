@@ -338,6 +338,39 @@ def parse_configmap(cm: Mapping[str, Any]) -> CrlParse:
     )
 
 
+def crl_configmap(
+    name: str,
+    data: Mapping[str, str],
+    *,
+    enabled: bool | str = True,
+    namespace: str = CRL_NAMESPACE,
+    group: str | None = None,
+) -> dict[str, Any]:
+    """Build the manifest of a CRL ConfigMap: the inverse of `parse_configmap`.
+
+    The labels are the type label, `group` as the group label (None: `data["group"]`, or ""
+    when data has none) and `enabled` ("true"/"false" for a bool; a string is used as given,
+    so tests can build deliberately wrong labels). `data` is copied, not validated: pass it
+    to `parse_configmap` for the lint errors.
+    """
+    if isinstance(enabled, bool):
+        enabled = "true" if enabled else "false"
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {
+                LABEL_TYPE: TYPE_VALUE,
+                LABEL_GROUP: data.get("group", "") if group is None else group,
+                LABEL_ENABLED: enabled,
+            },
+        },
+        "data": dict(data),
+    }
+
+
 def bound_problem(value: int, minimum: int | None, maximum: int | None, unit: int | None) -> str:
     """Why a whole value breaks min/max/wholeUnit, or "" when it does not."""
     if minimum is not None and value < minimum:

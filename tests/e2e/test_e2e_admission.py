@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from webhook.config import WebhookConfig, load_config
+from webhook.crl import crl_configmap as build_crl_configmap
 from webhook.evaluate import evaluate, evaluate_configmap
 from webhook.policyset import PolicySet, load_policy_dir
 
@@ -233,28 +234,16 @@ def test_dry_run_of_a_good_deployment_is_allowed_and_shows_what_pods_will_get(
 
 
 def crl_configmap(name: str, key: str, **data: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": name,
-            "namespace": "kube-public",
-            "labels": {
-                "features.alauda.io/type": "CustomResourceLimitation",
-                "features.alauda.io/group": "e2e",
-                "features.alauda.io/enabled": "true",
-            },
-        },
-        "data": {
-            "key": key,
-            "dataType": "integer",
-            "group": "e2e",
-            "limits": "optional",
-            "requests": "fromLimits",
-            "descriptionEn": "end-to-end test widget",
-            **data,
-        },
+    fields = {
+        "key": key,
+        "dataType": "integer",
+        "group": "e2e",
+        "limits": "optional",
+        "requests": "fromLimits",
+        "descriptionEn": "end-to-end test widget",
+        **data,
     }
+    return build_crl_configmap(name, fields, group="e2e")
 
 
 def cluster_policies(core: Any) -> PolicySet:

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
+from webhook.crl import crl_configmap as build_crl_configmap
 from webhook.policyset import load_policy_dir
 from webhook.server import STATE, WebhookState
 from webhook.store import PolicyStore
@@ -53,20 +54,8 @@ TEST_POLICIES: dict[str, dict[str, str]] = {
 
 
 def crl_configmap(name: str, data: dict[str, str], *, enabled: str = "true") -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": name,
-            "namespace": "kube-public",
-            "labels": {
-                "features.alauda.io/type": "CustomResourceLimitation",
-                "features.alauda.io/group": data.get("group", ""),
-                "features.alauda.io/enabled": enabled,
-            },
-        },
-        "data": data,
-    }
+    """A CRL ConfigMap in kube-public whose group label is `data["group"]`."""
+    return build_crl_configmap(name, data, enabled=enabled)
 
 
 def write_policies(directory: Path) -> Path:

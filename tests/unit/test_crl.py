@@ -12,6 +12,7 @@ from webhook.crl import (
     RequestsPolicy,
     ResourceLimitation,
     bound_problem,
+    crl_configmap,
     key_name_forms,
     parse_configmap,
 )
@@ -472,3 +473,40 @@ def test_malformed_configmaps_give_errors_not_exceptions(cm: dict[str, Any]) -> 
 )
 def test_bound_problem(value: int, problem: str) -> None:
     assert bound_problem(value, 1, 800, 100) == problem
+
+
+BUILT_DATA = {
+    "key": VCORE,
+    "dataType": "integer",
+    "group": G,
+    "limits": "optional",
+    "requests": "disabled",
+    "defaultValue": "20",
+}
+
+
+def test_built_configmap_parses_back_without_errors() -> None:
+    cm = crl_configmap("cf-crl-gpu-manager-vcuda-core", BUILT_DATA)
+    parsed = parse_configmap(cm)
+    assert parsed.errors == ()
+    assert parsed.warnings == ()
+    assert parsed.active
+    assert parsed.ref == "kube-public/cf-crl-gpu-manager-vcuda-core"
+    assert parsed.limitation is not None
+    assert parsed.limitation.key == VCORE
+    assert parsed.limitation.group == G
+    assert cm["data"] == BUILT_DATA and cm["data"] is not BUILT_DATA
+
+
+def test_built_configmap_labels_follow_enabled_group_and_namespace() -> None:
+    disabled = parse_configmap(crl_configmap("cf-crl-x-vcuda-core", BUILT_DATA, enabled=False))
+    assert disabled.errors == ()
+    assert not disabled.active
+    assert disabled.limitation is not None and disabled.limitation.key == VCORE
+    other = crl_configmap("n", BUILT_DATA, enabled="yes", group="other", namespace="default")
+    assert other["metadata"]["namespace"] == "default"
+    assert other["metadata"]["labels"] == {
+        "features.alauda.io/type": "CustomResourceLimitation",
+        "features.alauda.io/group": "other",
+        "features.alauda.io/enabled": "yes",
+    }
