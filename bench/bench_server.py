@@ -9,10 +9,14 @@ event loop or a GIL with the server it measures). Figures:
 3. open loop at half the webhook's own max throughput: p50/p99 measured from each request's
    scheduled send time (no coordinated omission);
 4. RSS of the webhook after `--rss-reviews` reviews with `--rss-policies` CRL policies loaded,
-   sampled from /proc/<pid>/status, and its growth over the second half.
+   sampled from /proc/<pid>/status, and its growth over the second half, for both policy
+   sources: the file source (`--policies DIR`) and the cluster watch (`--kubeconfig FILE`, the
+   in-cluster path that imports the `kubernetes` client), the latter served the same
+   ConfigMaps by the fake API server of tests/fakekube.py in a thread of this process.
 
     python bench/bench_server.py            # full run, < 5 minutes on 2 cores
     python bench/bench_server.py --quick    # smoke run, ~30 s
+    python bench/bench_server.py --only-rss # just the RSS runs (--rss-source to pick one)
     python bench/bench_server.py --json out.json
 """
 
@@ -29,6 +33,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -41,7 +46,14 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve()
 
-TARGETS = {"throughput_ratio": 0.5, "p99_ms_at_half_load": 10.0, "rss_mib": 100.0}
+TARGETS = {
+    "throughput_ratio": 0.5,
+    "p99_ms_at_half_load": 10.0,
+    "rss_mib": 100.0,
+    # "No growth": ≤ 1 MiB over the second half (50,000 reviews by default: ~21 bytes each).
+    "rss_growth_second_half_kib": 1024,
+}
+RSS_SOURCES = {"file": "file (--policies)", "cluster": "cluster watch (--kubeconfig)"}
 
 
 # ---------------------------------------------------------------------------- workload
@@ -170,6 +182,8 @@ def workload_mix() -> list[tuple[str, bytes]]:
 
 def generate_policies(directory: Path, total: int) -> Path:
     """The shipped configmaps/ plus synthetic CRLs up to `total` policies."""
+    from webhook.crl import crl_configmap
+
     directory.mkdir(parents=True, exist_ok=True)
     shipped = sorted((REPO / "configmaps").glob("*.yaml"))
     for path in shipped:
@@ -177,19 +191,9 @@ def generate_policies(directory: Path, total: int) -> Path:
     for i in range(max(0, total - len(shipped))):
         group = f"bench-{i // 4}"
         name = f"cf-crl-{group}-res{i}"
-        cm = {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {
-                "name": name,
-                "namespace": "kube-public",
-                "labels": {
-                    "features.alauda.io/type": "CustomResourceLimitation",
-                    "features.alauda.io/group": group,
-                    "features.alauda.io/enabled": "true",
-                },
-            },
-            "data": {
+        cm = crl_configmap(
+            name,
+            {
                 "key": f"bench{i // 4}.example.com/res{i}",
                 "dataType": "integer",
                 "defaultValue": "1",
@@ -199,7 +203,7 @@ def generate_policies(directory: Path, total: int) -> Path:
                 "requests": "fromLimits",
                 "max": "64",
             },
-        }
+        )
         (directory / f"{name}.yaml").write_text(yaml.safe_dump(cm))
     return directory
 
@@ -404,17 +408,26 @@ def _server(
     tls: Any,
     policies: Path,
     *,
+    kubeconfig: Path | None = None,
     no_uvloop: bool = False,
     no_orjson: bool = False,
     log_level: str = "info",
 ) -> Iterator[tuple[int, int]]:
-    """Start the webhook (`kind="webhook"`) or the no-op server; yields (port, pid)."""
+    """Start the webhook (`kind="webhook"`) or the no-op server; yields (port, pid).
+
+    With `kubeconfig` the webhook watches that cluster's CRL ConfigMaps instead of loading
+    `policies`, and is ready after its first list.
+    """
     port = _free_port()
     if kind == "webhook":
         code = "import sys; from webhook.cli import main; sys.exit(main())"
         argv = [sys.executable, "-c", code, "serve", "--host", "127.0.0.1", "--port", str(port)]
         argv += ["--tls-cert", str(tls.cert), "--tls-key", str(tls.key)]
-        argv += ["--policies", str(policies), "--log-format", "json", "--log-level", log_level]
+        if kubeconfig is None:
+            argv += ["--policies", str(policies)]
+        else:
+            argv += ["--kubeconfig", str(kubeconfig)]
+        argv += ["--log-format", "json", "--log-level", log_level]
     else:
         argv = [sys.executable, str(HERE), "noop", "--port", str(port)]
         argv += ["--cert", str(tls.cert), "--key", str(tls.key)]
@@ -468,6 +481,101 @@ def _rss_kib(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
+def _get(port: int, ca: Path, path: str) -> str:
+    import http.client
+
+    context = ssl.create_default_context(cafile=str(ca))
+    conn = http.client.HTTPSConnection("localhost", port, context=context, timeout=30)
+    try:
+        conn.request("GET", path)
+        response = conn.getresponse()
+        body = response.read().decode()
+        if response.status != 200:
+            raise RuntimeError(f"GET {path}: HTTP {response.status}: {body[:200]}")
+        return body
+    finally:
+        conn.close()
+
+
+def _gauge(metrics: str, name: str) -> int:
+    for line in metrics.splitlines():
+        if line.startswith(name + " "):
+            return int(float(line.split()[1]))
+    raise RuntimeError(f"no {name} in /metrics")
+
+
+def _policy_configmaps(policies: Path) -> list[dict[str, Any]]:
+    """The ConfigMaps of a policy directory, read as the file source reads them."""
+    from webhook.policyset import policy_files, read_documents
+
+    return [
+        doc
+        for file in policy_files(policies)
+        for doc in read_documents(file)
+        if isinstance(doc, dict) and doc.get("kind") == "ConfigMap"
+    ]
+
+
+@contextmanager
+def _fake_cluster(configmaps: list[dict[str, Any]], directory: Path) -> Iterator[Path]:
+    """The fake API server of tests/fakekube.py serving `configmaps`; yields a kubeconfig.
+
+    It runs on its own event loop in a thread of this (orchestrating) process, which is idle
+    while the load generator, a separate process, drives the webhook.
+    """
+    # tests/ is a namespace package at the repository root, which `python bench/...` does not
+    # put on sys.path (the webhook and client processes get it through PYTHONPATH, see _env).
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    from tests.fakekube import FakeKube
+
+    kube = FakeKube()
+    for cm in configmaps:
+        kube.put(cm)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="fake-kube", daemon=True)
+    thread.start()
+    try:
+        asyncio.run_coroutine_threadsafe(kube.start(), loop).result(timeout=30)
+        directory.mkdir(parents=True, exist_ok=True)
+        yield kube.write_kubeconfig(directory)
+    finally:
+        asyncio.run_coroutine_threadsafe(kube.stop(), loop).result(timeout=30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=30)
+        loop.close()
+
+
+def _rss_run(
+    tls: Any, policies: Path, reviews: int, concurrency: int, kubeconfig: Path | None = None
+) -> dict[str, Any]:
+    """Drive `reviews` reviews through a fresh webhook; RSS at start, half-way and the end."""
+    rss: dict[str, Any] = {}
+    with _server("webhook", tls, policies, kubeconfig=kubeconfig) as (port, pid):
+        rss["start_kib"] = _rss_kib(pid)
+        half_reviews = reviews // 2
+        first = _drive(port, tls.ca_cert, half_reviews, concurrency)
+        rss["half_kib"] = _rss_kib(pid)
+        second = _drive(port, tls.ca_cert, reviews - half_reviews, concurrency)
+        rss["end_kib"] = _rss_kib(pid)
+        # Read after the last sample, so the scrape does not count in the figure.
+        metrics = _get(port, tls.ca_cert, "/metrics")
+    rss["policies_loaded"] = _gauge(metrics, "gpu_webhook_policies_loaded")
+    rss["invalid_configmaps"] = _gauge(metrics, "gpu_webhook_invalid_configmaps")
+    rss["reviews"] = reviews
+    rss["errors"] = first["errors"] + second["errors"]
+    statuses = {**first["statuses"]}
+    for status, count in second["statuses"].items():
+        statuses[status] = statuses.get(status, 0) + count
+    rss["statuses"] = statuses
+    rss["second_half_rps"] = second["rps"]
+    rss["second_half_p99_ms"] = second["p99_ms"]
+    rss["growth_second_half_kib"] = rss["end_kib"] - rss["half_kib"]
+    rss["meets_rss_target"] = rss["end_kib"] / 1024 <= TARGETS["rss_mib"]
+    rss["no_growth"] = rss["growth_second_half_kib"] <= TARGETS["rss_growth_second_half_kib"]
+    return rss
+
+
 def run_main(args: argparse.Namespace) -> int:
     from webhook.certs import write_certificates
 
@@ -488,22 +596,25 @@ def run_main(args: argparse.Namespace) -> int:
         shipped_count = len(list(policies.glob("*.y*ml")))
         measurements: list[Measurement] = []
 
-        print(f"closed loop: {args.requests} reviews, concurrency {args.concurrency}", flush=True)
-        with _server("webhook", tls, policies) as (port, _):
-            webhook = _measure(
-                "webhook (uvloop+orjson)",
-                _drive(port, tls.ca_cert, args.requests, args.concurrency),
+        if not args.only_rss:
+            print(
+                f"closed loop: {args.requests} reviews, concurrency {args.concurrency}", flush=True
             )
-        measurements.append(webhook)
-        with _server("noop", tls, policies) as (port, _):
-            noop = _measure(
-                "no-op aiohttp TLS", _drive(port, tls.ca_cert, args.requests, args.concurrency)
-            )
-        measurements.append(noop)
-        ratio = webhook.rps / noop.rps
-        report["policies"] = shipped_count
+            with _server("webhook", tls, policies) as (port, _):
+                webhook = _measure(
+                    "webhook (uvloop+orjson)",
+                    _drive(port, tls.ca_cert, args.requests, args.concurrency),
+                )
+            measurements.append(webhook)
+            with _server("noop", tls, policies) as (port, _):
+                noop = _measure(
+                    "no-op aiohttp TLS", _drive(port, tls.ca_cert, args.requests, args.concurrency)
+                )
+            measurements.append(noop)
+            report["throughput_ratio"] = round(webhook.rps / noop.rps, 3)
+            report["policies"] = shipped_count
 
-        if not args.no_variants:
+        if not args.only_rss and not args.no_variants:
             variants = [
                 ("webhook (uvloop, stdlib json)", False, True, "info"),
                 ("webhook (asyncio, orjson)", True, False, "info"),
@@ -524,34 +635,37 @@ def run_main(args: argparse.Namespace) -> int:
                     result = _drive(port, tls.ca_cert, args.variant_requests, args.concurrency)
                 measurements.append(_measure(name, result))
 
-        half = round(webhook.rps / 2, 1)
-        print(f"open loop at {half} reviews/s (half of the webhook's max)", flush=True)
-        with _server("webhook", tls, policies) as (port, _):
-            open_loop = _drive(port, tls.ca_cert, args.open_requests, args.concurrency * 8, half)
-        report["open_loop"] = {"rate": half, **open_loop}
+        if not args.only_rss:
+            half = round(measurements[0].rps / 2, 1)
+            print(f"open loop at {half} reviews/s (half of the webhook's max)", flush=True)
+            with _server("webhook", tls, policies) as (port, _):
+                open_loop = _drive(
+                    port, tls.ca_cert, args.open_requests, args.concurrency * 8, half
+                )
+            report["open_loop"] = {"rate": half, **open_loop}
 
-        rss: dict[str, Any] = {}
+        rss: list[dict[str, Any]] = []
         if not args.no_rss:
             big = generate_policies(work / "policies", args.rss_policies)
-            print(f"RSS: {args.rss_reviews} reviews with {args.rss_policies} policies", flush=True)
-            with _server("webhook", tls, big) as (port, pid):
-                rss["start_kib"] = _rss_kib(pid)
-                half_reviews = args.rss_reviews // 2
-                _drive(port, tls.ca_cert, half_reviews, args.concurrency)
-                rss["half_kib"] = _rss_kib(pid)
-                second = _drive(
-                    port, tls.ca_cert, args.rss_reviews - half_reviews, args.concurrency
+            configmaps = _policy_configmaps(big)
+            sources = list(RSS_SOURCES) if args.rss_source == "both" else [args.rss_source]
+            for source in sources:
+                print(
+                    f"RSS, {RSS_SOURCES[source]}: {args.rss_reviews} reviews with "
+                    f"{len(configmaps)} CRL ConfigMaps",
+                    flush=True,
                 )
-                rss["end_kib"] = _rss_kib(pid)
-                rss["second_half_rps"] = second["rps"]
-                rss["second_half_p99_ms"] = second["p99_ms"]
-            rss["reviews"] = args.rss_reviews
-            rss["policies"] = args.rss_policies
-            rss["growth_second_half_kib"] = rss["end_kib"] - rss["half_kib"]
+                if source == "file":
+                    row = _rss_run(tls, big, args.rss_reviews, args.concurrency)
+                else:
+                    with _fake_cluster(configmaps, work / "kube") as kubeconfig:
+                        row = _rss_run(
+                            tls, big, args.rss_reviews, args.concurrency, kubeconfig=kubeconfig
+                        )
+                rss.append({"source": source, "configmaps": len(configmaps), **row})
         report["rss"] = rss
         report["measurements"] = [asdict(m) for m in measurements]
-        report["throughput_ratio"] = round(ratio, 3)
-        _print_report(report, measurements, ratio)
+        _print_report(report, measurements)
         if args.json:
             Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
             print(f"JSON written to {args.json}")
@@ -560,32 +674,49 @@ def run_main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_report(report: dict[str, Any], measurements: list[Measurement], ratio: float) -> None:
+def _print_report(report: dict[str, Any], measurements: list[Measurement]) -> None:
     print()
-    print(f"{'server':<40} {'reviews/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7}")
-    for m in measurements:
-        p50 = f"{m.p50_ms:.2f}" if m.p50_ms is not None else "-"
-        print(f"{m.name:<40} {m.rps:>10.0f} {p50:>8} {m.p99_ms:>8.2f} {m.errors:>7}")
-    print()
-    verdict = "meets" if ratio >= TARGETS["throughput_ratio"] else "MISSES"
-    print(f"throughput ratio webhook/no-op: {ratio:.2f} ({verdict} target ≥ 0.50)")
-    open_loop = report["open_loop"]
-    verdict = "meets" if open_loop["p99_ms"] <= TARGETS["p99_ms_at_half_load"] else "MISSES"
-    print(
-        f"open loop at {open_loop['rate']:.0f}/s: achieved {open_loop['rps']:.0f}/s, "
-        f"p50 {open_loop['p50_ms']:.2f} ms, p99 {open_loop['p99_ms']:.2f} ms "
-        f"({verdict} target ≤ 10 ms)"
-    )
-    rss = report["rss"]
-    if rss:
-        end_mib = rss["end_kib"] / 1024
-        verdict = "meets" if end_mib <= TARGETS["rss_mib"] else "MISSES"
+    if measurements:
+        print(f"{'server':<40} {'reviews/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7}")
+        for m in measurements:
+            p50 = f"{m.p50_ms:.2f}" if m.p50_ms is not None else "-"
+            print(f"{m.name:<40} {m.rps:>10.0f} {p50:>8} {m.p99_ms:>8.2f} {m.errors:>7}")
+        print()
+    if "throughput_ratio" in report:
+        ratio = report["throughput_ratio"]
+        verdict = "meets" if ratio >= TARGETS["throughput_ratio"] else "MISSES"
+        print(f"throughput ratio webhook/no-op: {ratio:.2f} ({verdict} target ≥ 0.50)")
+    if "open_loop" in report:
+        open_loop = report["open_loop"]
+        verdict = "meets" if open_loop["p99_ms"] <= TARGETS["p99_ms_at_half_load"] else "MISSES"
         print(
-            f"RSS with {rss['policies']} policies: start {rss['start_kib'] / 1024:.1f} MiB, "
-            f"after {rss['reviews'] // 2} reviews {rss['half_kib'] / 1024:.1f} MiB, "
-            f"after {rss['reviews']} {end_mib:.1f} MiB ({verdict} target ≤ 100 MiB); "
-            f"growth over the second half {rss['growth_second_half_kib']} KiB"
+            f"open loop at {open_loop['rate']:.0f}/s: achieved {open_loop['rps']:.0f}/s, "
+            f"p50 {open_loop['p50_ms']:.2f} ms, p99 {open_loop['p99_ms']:.2f} ms "
+            f"({verdict} target ≤ 10 ms)"
         )
+    rows = report["rss"]
+    if rows:
+        reviews = rows[0]["reviews"]
+        growth_target = TARGETS["rss_growth_second_half_kib"]
+        print()
+        print(
+            f"RSS after {reviews} reviews (half-way: {reviews // 2}); targets: end ≤ "
+            f"{TARGETS['rss_mib']:.0f} MiB, growth over the second half ≤ {growth_target} KiB"
+        )
+        print(
+            f"{'policy source':<30} {'loaded':>6} {'invalid':>7} {'start MiB':>9} "
+            f"{'half MiB':>8} {'end MiB':>8} {'growth KiB':>10} {'≤ 100 MiB':>9} "
+            f"{'no growth':>9} {'errors':>6}"
+        )
+        for row in rows:
+            print(
+                f"{RSS_SOURCES[row['source']]:<30} {row['policies_loaded']:>6} "
+                f"{row['invalid_configmaps']:>7} {row['start_kib'] / 1024:>9.1f} "
+                f"{row['half_kib'] / 1024:>8.1f} {row['end_kib'] / 1024:>8.1f} "
+                f"{row['growth_second_half_kib']:>10} "
+                f"{'meets' if row['meets_rss_target'] else 'MISSES':>9} "
+                f"{'meets' if row['no_growth'] else 'MISSES':>9} {row['errors']:>6}"
+            )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -608,11 +739,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--policies", default=str(REPO / "configmaps"))
     parser.add_argument("--rss-reviews", type=int, default=100_000)
     parser.add_argument("--rss-policies", type=int, default=1000)
-    parser.add_argument("--no-rss", action="store_true", help="skip the RSS run")
+    parser.add_argument("--no-rss", action="store_true", help="skip the RSS runs")
+    parser.add_argument(
+        "--rss-source",
+        choices=("both", *RSS_SOURCES),
+        default="both",
+        help="policy source(s) of the RSS runs: file (--policies), cluster (--kubeconfig "
+        "against the fake API server) or both (default)",
+    )
+    parser.add_argument(
+        "--only-rss", action="store_true", help="skip the throughput and latency runs"
+    )
     parser.add_argument("--no-variants", action="store_true", help="skip uvloop/orjson variants")
     parser.add_argument("--quick", action="store_true", help="small counts, for a smoke run")
     parser.add_argument("--json", metavar="FILE", help="also write the report as JSON")
     args = parser.parse_args(argv)
+    if args.only_rss and args.no_rss:
+        parser.error("--only-rss and --no-rss leave nothing to run")
     if args.mode == "noop":
         return noop_main(args)
     if args.mode == "client":

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +182,7 @@ def run(
     *,
     inventory: NodeInventory | None = None,
     operation: str = "CREATE",
+    violations_only: bool = False,
 ) -> Decision:
     """evaluate() with the standard test policies and the default config unless given."""
     return evaluate(
@@ -189,6 +191,7 @@ def run(
         config or WebhookConfig(),
         operation=operation,
         inventory=inventory,
+        violations_only=violations_only,
     )
 
 
@@ -238,3 +241,12 @@ def assert_idempotent(
     again = run(apply(decision), policy_set, config, inventory=inventory)
     assert again.patch == []
     assert again.notes == ()
+
+
+async def eventually(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    """Poll until `check()` holds; the deadline only bounds a failing test."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not check():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting until {what}")
+        await asyncio.sleep(0.005)

@@ -258,6 +258,7 @@ def _evaluate_pod(
     config: WebhookConfig,
     namespace: str | None,
     inventory: cuda.NodeInventory | None,
+    violations_only: bool = False,
 ) -> Decision:
     ref = object_ref(kind, obj, namespace)
     pod = find_pod_spec(kind, obj)
@@ -265,7 +266,10 @@ def _evaluate_pod(
         return Decision(object_ref=ref)
     state = _PodState(ref, pod, Draft(obj))
     gpu_names = set(config.gpu_resource_names)
-    env_fixes_on = pod.annotations.get(ANNOTATION_ENV_FIXES) != "false"
+    # Env fixes only ever add changes and warnings; the CUDA rule can deny only against a node
+    # inventory with noCompatibleNode: deny. A violations-only caller skips what cannot deny.
+    env_fixes_on = not violations_only and pod.annotations.get(ANNOTATION_ENV_FIXES) != "false"
+    cuda_on = not violations_only or (inventory is not None and config.no_compatible_node == "deny")
     gpu: list[tuple[ContainerRef, set[str]]] = []
     for c in pod.containers:
         keys, crl = _resources(state, c, policies)
@@ -273,8 +277,10 @@ def _evaluate_pod(
             gpu.append((c, keys))
             if env_fixes_on:
                 _env(state, c, keys, config)
-    if gpu:
+    if gpu and cuda_on:
         _cuda(state, gpu, config, inventory)
+    if violations_only:
+        return Decision(object_ref=ref, violations=tuple(state.violations))
     notes = state.notes
     mutated: Mapping[str, Any] | None = state.draft.root if state.draft.changed else None
     if pod.is_template and not config.mutate_templates:
@@ -300,8 +306,14 @@ def evaluate(
     namespace: str | None = None,
     operation: str = "CREATE",
     inventory: cuda.NodeInventory | None = None,
+    violations_only: bool = False,
 ) -> Decision:
-    """Evaluate one admitted object. Raises only WebhookError subclasses on malformed input."""
+    """Evaluate one admitted object. Raises only WebhookError subclasses on malformed input.
+
+    `violations_only=True` (what /validate needs) returns the same violations for Pods and
+    templates but skips the work that can only produce changes and warnings, so its Decision
+    has no notes, warnings or patch. CRL ConfigMaps are always evaluated in full.
+    """
     if not isinstance(obj, Mapping):
         raise ObjectShapeError(f"the object must be a JSON object, got {type(obj).__name__}")
     kind = kind or (obj.get("kind") if isinstance(obj.get("kind"), str) else None) or ""
@@ -315,7 +327,7 @@ def evaluate(
     ns = namespace or (meta.get("namespace") if isinstance(meta, Mapping) else None)
     if ns in config.exempt_namespaces:
         return Decision(object_ref=object_ref(kind, obj, namespace))
-    return _evaluate_pod(kind, obj, policies, config, namespace, inventory)
+    return _evaluate_pod(kind, obj, policies, config, namespace, inventory, violations_only)
 
 
 def evaluate_configmap(

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from webhook.errors import WebhookError
+from webhook.jsoncodec import std_dumps
 
 API_V1 = "admission.k8s.io/v1"
 API_V1BETA1 = "admission.k8s.io/v1beta1"
@@ -175,10 +175,6 @@ def limit_warnings(warnings: Iterable[str]) -> list[str]:
     return kept
 
 
-def _std_dumps(value: Any) -> bytes:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
-
-
 def build_response(
     api_version: str,
     uid: str,
@@ -189,7 +185,7 @@ def build_response(
     reason: str | None = None,
     patch: Sequence[Mapping[str, Any]] | None = None,
     warnings: Sequence[str] = (),
-    dumps: Dumps = _std_dumps,
+    dumps: Dumps = std_dumps,
 ) -> dict[str, Any]:
     """The AdmissionReview answer; `patchType` is set only when there is a patch."""
     response: dict[str, Any] = {"uid": uid, "allowed": allowed}
@@ -229,24 +225,12 @@ def denied_response(
     )
 
 
-def errored_response(request: AdmissionRequest, message: str) -> dict[str, Any]:
-    """A denial caused by the webhook itself failing; kubectl shows it as an InternalError."""
-    return build_response(
-        request.api_version,
-        request.uid,
-        allowed=False,
-        message=message,
-        code=500,
-        reason="InternalError",
-    )
-
-
 def patched_response(
     request: AdmissionRequest,
     patch: Sequence[Mapping[str, Any]],
     *,
     warnings: Sequence[str] = (),
-    dumps: Dumps = _std_dumps,
+    dumps: Dumps = std_dumps,
 ) -> dict[str, Any]:
     return build_response(
         request.api_version, request.uid, patch=patch, warnings=warnings, dumps=dumps

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
+import functools
 import logging
 import os
 import signal
@@ -28,14 +28,16 @@ from webhook.certs import CertReloader, write_certificates
 from webhook.config import WebhookConfig, load_config
 from webhook.errors import ConfigError, ManifestError, WebhookError
 from webhook.evaluate import Decision, evaluate
-from webhook.policyset import PolicySet, load_policy_dir
+from webhook.filesource import FileSource
+from webhook.jsoncodec import JsonCodec, json_codec, std_dumps
+from webhook.logs import BatchedStreamHandler, configure_logging
+from webhook.policyset import PolicySet
 from webhook.reviews import (
     AdmissionRequest,
     ReviewDecodeError,
     allowed_response,
     decode_review,
     denied_response,
-    errored_response,
     patched_response,
 )
 from webhook.store import PolicyStore
@@ -57,29 +59,6 @@ CERT_RELOAD_INTERVAL = 5.0
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 
-class JsonCodec(NamedTuple):
-    """JSON decode/encode for the hot path: orjson when installed (the `fast` extra)."""
-
-    name: str
-    loads: Callable[[bytes], Any]
-    dumps: Callable[[Any], bytes]
-
-
-def _std_dumps(value: Any) -> bytes:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
-
-
-def json_codec(prefer_orjson: bool = True) -> JsonCodec:
-    if prefer_orjson:
-        try:
-            import orjson  # noqa: PLC0415 - optional dependency
-
-            return JsonCodec("orjson", orjson.loads, orjson.dumps)
-        except ImportError:
-            pass
-    return JsonCodec("json", json.loads, _std_dumps)
-
-
 class Evaluator(Protocol):
     """The signature of `webhook.evaluate.evaluate` as the server calls it."""
 
@@ -92,10 +71,13 @@ class Evaluator(Protocol):
         kind: str | None = None,
         namespace: str | None = None,
         operation: str = "CREATE",
+        violations_only: bool = False,
     ) -> Decision: ...
 
 
 PolicySource = Callable[[], Coroutine[Any, Any, None]]
+# Writes the per-review log line (fields) once the caller checked review_log's INFO level.
+ReviewSink = Callable[[Mapping[str, Any]], None]
 
 
 class _StateCollector(Collector):
@@ -226,6 +208,7 @@ class WebhookState:
     cert_reloader: CertReloader | None = None
     cert_reload_interval: float = CERT_RELOAD_INTERVAL
     policy_source: PolicySource | None = None
+    review_sink: ReviewSink | None = None
     shutting_down: bool = False
     background: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -262,18 +245,22 @@ def _decide(state: WebhookState, endpoint: str, req: AdmissionRequest) -> Outcom
             kind=req.kind or None,
             namespace=req.namespace or None,
             operation=req.operation,
+            # /validate returns no Pod or template warnings (the mutating call showed them).
+            violations_only=endpoint == "validate",
         )
     except WebhookError as exc:
         # The object does not have the shape its kind requires: say so, as the API server would.
         return Outcome(denied_response(req, f"cannot evaluate {what}: {exc}"), "denied", 0, 0)
     except Exception as exc:
+        # A 403 denial like any other (SPEC §7: a well-formed review never yields a 500); the
+        # message says it is the webhook's fault, and failurePolicy does not apply to denials.
         log.error(
             "internal error evaluating %s (uid %s)\n%s", what, req.uid, traceback.format_exc()
         )
         message = (
             f"internal error evaluating {what}: {type(exc).__name__}: {exc}; see the webhook logs"
         )
-        return Outcome(errored_response(req, message), "error", 0, 0)
+        return Outcome(denied_response(req, message), "error", 0, 0)
     if not decision.handled:
         return Outcome(allowed_response(req), "allowed", 0, 0)
     is_configmap = req.kind == "ConfigMap"
@@ -351,35 +338,34 @@ def _make_review_handler(
             # Unreachable for well-formed decisions; kept so an encoder surprise is a denial.
             log.error("cannot encode the response for uid %s: %s", req.uid, exc)
             outcome = Outcome(
-                errored_response(req, f"internal error encoding the response: {exc}"), "error", 0, 0
+                denied_response(req, f"internal error encoding the response: {exc}"), "error", 0, 0
             )
-            payload = _std_dumps(outcome.response)
+            payload = std_dumps(outcome.response)
         elapsed = time.perf_counter() - start
         kind_label = _label(req.kind, WORKLOAD_KINDS)
         state.metrics.review_done(
             endpoint, kind_label, _label(req.operation, OPERATIONS), outcome.result, elapsed
         )
         if review_log.isEnabledFor(logging.INFO):
-            review_log.info(
-                "review",
-                extra={
-                    "fields": {
-                        "endpoint": endpoint,
-                        "uid": req.uid,
-                        "kind": req.kind,
-                        "namespace": req.namespace,
-                        "name": req.name,
-                        "operation": req.operation,
-                        "user": req.username,
-                        "dryRun": req.dry_run,
-                        "allowed": outcome.response["response"]["allowed"],
-                        "result": outcome.result,
-                        "mutations": outcome.mutations,
-                        "warnings": outcome.warnings,
-                        "durationMs": round(elapsed * 1000, 3),
-                    }
-                },
-            )
+            fields = {
+                "endpoint": endpoint,
+                "uid": req.uid,
+                "kind": req.kind,
+                "namespace": req.namespace,
+                "name": req.name,
+                "operation": req.operation,
+                "user": req.username,
+                "dryRun": req.dry_run,
+                "allowed": outcome.response["response"]["allowed"],
+                "result": outcome.result,
+                "mutations": outcome.mutations,
+                "warnings": outcome.warnings,
+                "durationMs": round(elapsed * 1000, 3),
+            }
+            if state.review_sink is None:
+                review_log.info("review", extra={"fields": fields})
+            else:
+                state.review_sink(fields)
         return web.Response(body=payload, content_type="application/json")
 
     return handle
@@ -410,7 +396,7 @@ async def _policies(request: web.Request) -> web.Response:
     state = request.app[STATE]
     document = state.store.current.to_json()
     document["ready"] = state.store.ready
-    return web.Response(body=_std_dumps(document), content_type="application/json")
+    return web.Response(body=std_dumps(document), content_type="application/json")
 
 
 async def _background(app: web.Application) -> AsyncIterator[None]:
@@ -462,8 +448,13 @@ def create_app(
     cert_reloader: CertReloader | None = None,
     cert_reload_interval: float = CERT_RELOAD_INTERVAL,
     policy_source: PolicySource | None = None,
+    review_sink: ReviewSink | None = None,
 ) -> web.Application:
-    """The admission app; `evaluator` and `policy_source` are seams for tests and serve."""
+    """The admission app; `evaluator` and `policy_source` are seams for tests and serve.
+
+    `review_sink` replaces `review_log.info` for the per-review line (serve passes the batched
+    handler's direct writer); the default goes through logging, where tests capture it.
+    """
     state = WebhookState(
         config=config,
         store=store,
@@ -473,6 +464,7 @@ def create_app(
         cert_reloader=cert_reloader,
         cert_reload_interval=cert_reload_interval,
         policy_source=policy_source,
+        review_sink=review_sink,
     )
     # client_max_size also guards chunked bodies that carry no Content-Length.
     app = web.Application(client_max_size=MAX_BODY_BYTES)
@@ -497,53 +489,6 @@ def create_metrics_app(admission_app: web.Application) -> web.Application:
     app[STATE] = admission_app[STATE]
     _add_probe_routes(app)
     return app
-
-
-# ---------------------------------------------------------------------------- logging
-
-
-class LogFormatter(logging.Formatter):
-    """One line per record: JSON objects for log pipelines, or key=value text for humans."""
-
-    def __init__(self, fmt: str, dumps: Callable[[Any], bytes] | None = None) -> None:
-        super().__init__()
-        self.json = fmt == "json"
-        # The per-review line is on the hot path: orjson when installed, like the responses.
-        self._dumps = dumps or json_codec().dumps
-
-    def format(self, record: logging.LogRecord) -> str:
-        fields: Mapping[str, Any] = getattr(record, "fields", {})
-        message = record.getMessage()
-        if record.exc_info:
-            message = f"{message}\n{self.formatException(record.exc_info)}"
-        # time.strftime is several times cheaper than datetime.isoformat per line.
-        when = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-        when = f"{when}.{int(record.msecs):03d}Z"
-        if self.json:
-            line = {"time": when, "level": record.levelname.lower(), "logger": record.name}
-            line["msg"] = message
-            try:
-                return self._dumps({**line, **fields}).decode()
-            except TypeError:
-                return json.dumps({**line, **fields}, ensure_ascii=False, default=str)
-        text = " ".join(f"{k}={v}" for k, v in fields.items())
-        return f"{when} {record.levelname:<7} {record.name}: {message}{' ' + text if text else ''}"
-
-
-def configure_logging(fmt: str, level: str) -> None:
-    # One log line per review is on the hot path. The logging docs' own advice for speed:
-    # skip the caller lookup and the thread/process fields, which no line here prints.
-    logging._srcfile = None
-    logging.logThreads = False
-    logging.logProcesses = False
-    logging.logMultiprocessing = False
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(LogFormatter(fmt))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    # aiohttp's access log would repeat every review line; ours carries the admission details.
-    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
 
 
 # ---------------------------------------------------------------------------- serve
@@ -573,6 +518,14 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--policies", metavar="DIR", help="CRL ConfigMap files (default: watch kube-public)"
+    )
+    parser.add_argument(
+        "--policies-poll",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help="with --policies: check the files for changes this often; 0 loads them once "
+        "(default: %(default)s)",
     )
     parser.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster)")
     parser.add_argument("--config", metavar="FILE", help="webhook config YAML")
@@ -614,10 +567,13 @@ def _tls_files(args: argparse.Namespace) -> tuple[Path, Path]:
 def _policy_source(args: argparse.Namespace, store: PolicyStore) -> PolicySource | None:
     """Load file policies now (a bad directory fails the start), or prepare the cluster watch."""
     if args.policies:
-        # Loaded once: local runs and tests. Importing webhook.watcher for its FileSource would
-        # pull in the kubernetes client (~37 MiB RSS) for a process that never talks to a cluster.
-        store.replace(load_policy_dir(Path(args.policies)))
-        return None
+        # webhook.filesource imports no kubernetes client (~37 MiB RSS) for a process that never
+        # talks to a cluster.
+        files = FileSource(Path(args.policies), interval=args.policies_poll)
+        store.replace(files.load())
+        if args.policies_poll <= 0:
+            return None
+        return functools.partial(files.run, store)
     # Imported here for the same reason: only the in-cluster mode needs the kubernetes client.
     from webhook.watcher import ConfigMapWatcher  # noqa: PLC0415
 
@@ -636,7 +592,19 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return factory
 
 
-async def _serve(app: web.Application, args: argparse.Namespace, reloader: CertReloader) -> None:
+async def _flush_logs(handler: BatchedStreamHandler) -> None:
+    while True:
+        await asyncio.sleep(handler.interval)
+        handler.flush()
+
+
+async def _serve(
+    app: web.Application,
+    args: argparse.Namespace,
+    reloader: CertReloader,
+    log_handler: BatchedStreamHandler,
+) -> None:
+    flusher = asyncio.create_task(_flush_logs(log_handler))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -668,11 +636,13 @@ async def _serve(app: web.Application, args: argparse.Namespace, reloader: CertR
     finally:
         for each in reversed(runners):
             await each.cleanup()
+        flusher.cancel()
+        log_handler.flush()
 
 
 def serve_command(args: argparse.Namespace) -> int:
     """`gpu-webhook serve`: 0 after a clean shutdown, 2 when the setup is unusable."""
-    configure_logging(args.log_format, args.log_level)
+    log_handler = configure_logging(args.log_format, args.log_level)
     try:
         config = load_config(Path(args.config) if args.config else None)
         cert_file, key_file = _tls_files(args)
@@ -683,10 +653,17 @@ def serve_command(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     codec = json_codec(prefer_orjson=not os.environ.get("GPU_WEBHOOK_DISABLE_ORJSON"))
-    app = create_app(config, store, codec=codec, cert_reloader=reloader, policy_source=source)
+    app = create_app(
+        config,
+        store,
+        codec=codec,
+        cert_reloader=reloader,
+        policy_source=source,
+        review_sink=functools.partial(log_handler.write, review_log, "review"),
+    )
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-            runner.run(_serve(app, args, reloader))
+            runner.run(_serve(app, args, reloader, log_handler))
     except OSError as exc:
         print(f"error: cannot serve: {exc}", file=sys.stderr)
         return 2

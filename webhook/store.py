@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 
 from webhook.policyset import PolicySet
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -43,3 +46,31 @@ class PolicyStore:
     def seconds_since_sync(self) -> float | None:
         last = self.stats.last_sync_monotonic
         return None if last is None else time.monotonic() - last
+
+
+def log_policy_changes(old: PolicySet | None, new: PolicySet, source: str) -> None:
+    """Log what a snapshot changes (everything when `old` is None, the first load).
+
+    Loaded policies, newly invalid ConfigMaps with their errors, and conflicts, so an admin
+    sees each problem once when it appears rather than on every unrelated change.
+    """
+    first = old is None
+    old = old or PolicySet.empty()
+    loaded = {(lim.configmap, lim.key) for lim in new.limitations}
+    if first or loaded != {(lim.configmap, lim.key) for lim in old.limitations}:
+        names = ", ".join(f"{cm} ({key})" for cm, key in sorted(loaded)) or "none"
+        log.info("Loaded %d CRL policies from %s: %s", len(loaded), source, names)
+    old_invalid = set(old.invalid)
+    for invalid in new.invalid:
+        if invalid not in old_invalid:
+            log.warning(
+                "Skipping invalid CRL ConfigMap %s: %s", invalid.name, "; ".join(invalid.errors)
+            )
+    new_invalid = {i.name for i in new.invalid}
+    for invalid in old.invalid:
+        if invalid.name not in new_invalid:
+            log.info("CRL ConfigMap %s is no longer invalid (fixed or removed)", invalid.name)
+    old_conflicts = set(old.conflicts)
+    for conflict in new.conflicts:
+        if conflict not in old_conflicts:
+            log.warning("Conflicting CRL ConfigMaps: %s", conflict.message())

@@ -1,24 +1,22 @@
-"""Policy sources: list/watch of CRL ConfigMaps in kube-public, and the directory file source."""
+"""Policy source for a cluster: list/watch of CRL ConfigMaps in kube-public (kubernetes.aio)."""
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 import random
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterable, Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from kubernetes.aio import config as kube_config
-from kubernetes.aio.client import ApiClient, Configuration, CoreV1Api
+from kubernetes.aio.client import ApiClient, Configuration
 from kubernetes.aio.config.config_exception import ConfigException
 
 from webhook.crl import CRL_NAMESPACE, LABEL_TYPE, TYPE_VALUE
-from webhook.errors import ManifestError
-from webhook.policyset import PolicySet, load_policy_dir, policy_files
-from webhook.store import PolicyStore
+from webhook.policyset import PolicySet
+from webhook.store import PolicyStore, log_policy_changes
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +25,18 @@ _RBAC_HINT = (
     "grant the webhook's service account get, list and watch on configmaps in {namespace} "
     "(the Helm chart's Role does this)"
 )
+
+
+class _RawResponse(Protocol):
+    """What the watcher uses of the client's unread response (an aiohttp ClientResponse)."""
+
+    status: int
+    reason: str | None
+    content: AsyncIterable[bytes]
+
+    async def read(self) -> bytes: ...
+
+    def close(self) -> None: ...
 
 
 class ApiError(Exception):
@@ -53,91 +63,6 @@ class Backoff:
         self._attempts = min(self._attempts + 1, 32)
         # Jitter keeps the replicas of the webhook from hitting a recovering API server in step.
         return delay * random.uniform(0.5, 1.0)
-
-
-def log_policy_changes(old: PolicySet | None, new: PolicySet, source: str) -> None:
-    """Log what a snapshot changes (everything when `old` is None, the first load).
-
-    Loaded policies, newly invalid ConfigMaps with their errors, and conflicts, so an admin
-    sees each problem once when it appears rather than on every unrelated change.
-    """
-    first = old is None
-    old = old or PolicySet.empty()
-    loaded = {(lim.configmap, lim.key) for lim in new.limitations}
-    if first or loaded != {(lim.configmap, lim.key) for lim in old.limitations}:
-        names = ", ".join(f"{cm} ({key})" for cm, key in sorted(loaded)) or "none"
-        log.info("Loaded %d CRL policies from %s: %s", len(loaded), source, names)
-    old_invalid = set(old.invalid)
-    for invalid in new.invalid:
-        if invalid not in old_invalid:
-            log.warning(
-                "Skipping invalid CRL ConfigMap %s: %s", invalid.name, "; ".join(invalid.errors)
-            )
-    new_invalid = {i.name for i in new.invalid}
-    for invalid in old.invalid:
-        if invalid.name not in new_invalid:
-            log.info("CRL ConfigMap %s is no longer invalid (fixed or removed)", invalid.name)
-    old_conflicts = set(old.conflicts)
-    for conflict in new.conflicts:
-        if conflict not in old_conflicts:
-            log.warning("Conflicting CRL ConfigMaps: %s", conflict.message())
-
-
-class FileSource:
-    """Policies from a directory (or one file) of ConfigMap manifests, reloaded when it changes."""
-
-    def __init__(self, path: Path, *, interval: float = 2.0) -> None:
-        self.path = path
-        self.interval = interval
-        self._fingerprint: str | None = None
-
-    def load(self) -> PolicySet:
-        """Read every policy file now and log the result; raises ManifestError naming the file."""
-        policies = self._read()
-        log_policy_changes(None, policies, str(self.path))
-        return policies
-
-    def _read(self) -> PolicySet:
-        fingerprint = self._take_fingerprint()
-        policies = load_policy_dir(self.path)
-        self._fingerprint = fingerprint
-        return policies
-
-    def _take_fingerprint(self) -> str:
-        # Content hashes rather than mtimes: a quick rewrite within the filesystem's timestamp
-        # granularity still counts as a change, and policy directories are small.
-        digest = hashlib.sha256()
-        try:
-            for file in policy_files(self.path):
-                digest.update(file.name.encode() + b"\0" + file.read_bytes() + b"\0")
-        except (ManifestError, OSError) as exc:
-            digest.update(f"unreadable: {exc}".encode())
-        return digest.hexdigest()
-
-    async def run(self, store: PolicyStore) -> None:
-        """Poll until cancelled; replace the snapshot when the files change, keep it on errors."""
-        if not store.ready:
-            await self._reload(store)
-        while True:
-            await asyncio.sleep(self.interval)
-            fingerprint = await asyncio.to_thread(self._take_fingerprint)
-            if fingerprint != self._fingerprint:
-                await self._reload(store)
-
-    async def _reload(self, store: PolicyStore) -> None:
-        try:
-            policies = await asyncio.to_thread(self._read)
-        except ManifestError as exc:
-            # Remember the broken state so it is reported once, not on every poll.
-            self._fingerprint = await asyncio.to_thread(self._take_fingerprint)
-            store.stats.errors += 1
-            store.stats.last_error = f"cannot reload policies from {self.path}: {exc}"
-            state = "keeping the policies loaded before" if store.ready else "not ready yet"
-            log.error("%s; %s", store.stats.last_error, state)
-            return
-        old = store.current if store.ready else None
-        store.replace(policies)
-        log_policy_changes(old, policies, str(self.path))
 
 
 ApiFactory = Callable[[], Awaitable[ApiClient]]
@@ -191,10 +116,9 @@ class ConfigMapWatcher:
                 try:
                     if api is None:
                         api = await self._connect()
-                    core = CoreV1Api(api)
                     if self._resource_version is None:
-                        await self._list(core)
-                    await self._watch(core)
+                        await self._list(api)
+                    await self._watch(api)
                 except ApiError as exc:
                     if exc.status != 410:
                         broken, api = api, None
@@ -278,15 +202,32 @@ class ConfigMapWatcher:
         self._host = str(api.configuration.host)
         return api
 
-    async def _list(self, core: CoreV1Api) -> None:
+    async def _get(
+        self, api: ApiClient, query: list[tuple[str, Any]], timeout: float
+    ) -> _RawResponse:
+        """GET the ConfigMaps collection through the client (auth, TLS, proxy, token refresh).
+
+        ApiClient's generic request path, as CoreV1Api.list_namespaced_config_map does it:
+        CoreV1Api itself imports ~250 typed model modules (about 25 MiB of RSS) that raw JSON
+        responses never use.
+        """
+        params = await api.param_serialize(
+            method="GET",
+            resource_path="/api/v1/namespaces/{namespace}/configmaps",
+            path_params={"namespace": self.namespace},
+            query_params=[("labelSelector", self.label_selector), *query],
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        result = await api.call_api(*params, _request_timeout=timeout, _preload_content=False)
+        response: _RawResponse = result.response
+        return response
+
+    async def _list(self, api: ApiClient) -> None:
         # Raw JSON rather than the client's models: the snapshot is built from the same dicts
         # the watch events carry (a model round trip would, e.g., rewrite creationTimestamp,
         # which orders conflict winners), and errors keep the server's own message.
-        response = await core.list_namespaced_config_map_without_preload_content(
-            self.namespace,
-            label_selector=self.label_selector,
-            _request_timeout=self._request_timeout,
-        )
+        response = await self._get(api, [], self._request_timeout)
         try:
             body = await response.read()
             if response.status != 200:
@@ -302,19 +243,17 @@ class ConfigMapWatcher:
         log.debug("Listed %d ConfigMaps at resourceVersion %s", len(items), self._resource_version)
         self._rebuild()
 
-    async def _watch(self, core: CoreV1Api) -> None:
+    async def _watch(self, api: ApiClient) -> None:
         """One watch request, until the server ends it; raises ApiError on an ERROR event."""
         self._watches_since_list += 1
-        response = await core.list_namespaced_config_map_without_preload_content(
-            self.namespace,
-            label_selector=self.label_selector,
-            watch=True,
-            resource_version=self._resource_version,
-            allow_watch_bookmarks=True,
-            timeout_seconds=self._watch_timeout,
-            # Client-side cap a little above the server's, to notice a silently dead connection.
-            _request_timeout=float(self._watch_timeout) + self._request_timeout,
-        )
+        query: list[tuple[str, Any]] = [
+            ("watch", True),
+            ("resourceVersion", self._resource_version),
+            ("allowWatchBookmarks", True),
+            ("timeoutSeconds", self._watch_timeout),
+        ]
+        # Client-side cap a little above the server's, to notice a silently dead connection.
+        response = await self._get(api, query, float(self._watch_timeout) + self._request_timeout)
         try:
             if response.status != 200:
                 raise _api_error(response.status, response.reason, await response.read())

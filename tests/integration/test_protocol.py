@@ -20,8 +20,9 @@ from tests.integration.helpers import (
 from webhook.certs import CertPaths, CertReloader
 from webhook.config import WebhookConfig
 from webhook.evaluate import Decision
+from webhook.logs import LogFormatter
 from webhook.policyset import PolicySet
-from webhook.server import MAX_BODY_BYTES, LogFormatter, create_app
+from webhook.server import MAX_BODY_BYTES, create_app
 from webhook.store import PolicyStore
 
 CORPUS = Path("/work/shared/corpus/admissionreviews")
@@ -292,8 +293,8 @@ def test_an_exception_in_evaluation_is_a_denial_naming_the_object(
         "uid": UID,
         "allowed": False,
         "status": {
-            "code": 500,
-            "reason": "InternalError",
+            "code": 403,
+            "reason": "Forbidden",
             "message": "internal error evaluating Pod ml/train: RuntimeError: "
             "boom while reading the spec; see the webhook logs",
         },

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
+import shutil
 import signal
 import ssl
 import subprocess
@@ -12,10 +14,12 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
-from tests.integration.helpers import free_port
+from tests.integration.helpers import TEST_POLICIES, crl_configmap, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "admissionreview-pod.json"
@@ -46,10 +50,11 @@ def get(port: int, path: str) -> tuple[int, str]:
         conn.close()
 
 
-@pytest.fixture
-def served(
-    tmp_path: Path, policy_dir: Path
+@contextlib.contextmanager
+def serve_process(
+    tmp_path: Path, policy_dir: Path, *extra: str
 ) -> Iterator[tuple[subprocess.Popen[str], int, int, Path]]:
+    """`gpu-webhook serve --self-signed` on free ports; yields once /readyz answers 200."""
     port, metrics_port = free_port(), free_port()
     cert_dir = tmp_path / "certs"
     process = subprocess.Popen(
@@ -68,6 +73,7 @@ def served(
             str(metrics_port),
             "--log-format",
             "json",
+            *extra,
         ),
         cwd=tmp_path,
         env=environment(),
@@ -90,6 +96,24 @@ def served(
             process.communicate()
 
 
+@pytest.fixture
+def served(
+    tmp_path: Path, policy_dir: Path
+) -> Iterator[tuple[subprocess.Popen[str], int, int, Path]]:
+    with serve_process(tmp_path, policy_dir) as running:
+        yield running
+
+
+def https_json(port: int, cert_dir: Path, method: str, path: str, body: bytes = b"") -> Any:
+    context = ssl.create_default_context(cafile=str(cert_dir / "ca.crt"))
+    conn = http.client.HTTPSConnection("localhost", port, context=context, timeout=10)
+    try:
+        conn.request(method, path, body or None, {"Content-Type": "application/json"})
+        return json.loads(conn.getresponse().read())
+    finally:
+        conn.close()
+
+
 def test_serve_answers_reviews_and_stops_cleanly_on_sigterm(
     served: tuple[subprocess.Popen[str], int, int, Path],
 ) -> None:
@@ -99,11 +123,7 @@ def test_serve_answers_reviews_and_stops_cleanly_on_sigterm(
     # The metrics listener serves only the probes and /metrics, never admission.
     assert get(metrics_port, "/policies")[0] == 404
 
-    context = ssl.create_default_context(cafile=str(cert_dir / "ca.crt"))
-    conn = http.client.HTTPSConnection("localhost", port, context=context, timeout=10)
-    conn.request("POST", "/mutate", EXAMPLE.read_bytes(), {"Content-Type": "application/json"})
-    answer = json.loads(conn.getresponse().read())
-    conn.close()
+    answer = https_json(port, cert_dir, "POST", "/mutate", EXAMPLE.read_bytes())
     assert answer["response"]["uid"] == "5b5e0c2a-4a5e-4d1c-9f3e-8e2d1f0a7c11"
     assert answer["response"]["patchType"] == "JSONPatch"
     assert "gpu_webhook_reviews_total" in get(metrics_port, "/metrics")[1]
@@ -176,3 +196,28 @@ def test_serve_refuses_an_unreadable_policy_directory(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert result.stderr.endswith(f"error: {tmp_path / 'nope'} is neither a file nor a directory\n")
+
+
+def test_serve_reloads_changed_policy_files_without_restart(
+    tmp_path: Path, policy_dir: Path
+) -> None:
+    policies = tmp_path / "policies"
+    shutil.copytree(policy_dir, policies)
+    with serve_process(tmp_path, policies, "--policies-poll", "0.05") as (_, port, _, cert_dir):
+
+        def default_vcuda_core() -> Any:
+            loaded = https_json(port, cert_dir, "GET", "/policies")["policies"]
+            return {p["key"]: p for p in loaded}["tencent.com/vcuda-core"]["defaultValue"]
+
+        assert default_vcuda_core() == "10"
+        data = {**TEST_POLICIES["cf-crl-test-vcuda-core"], "defaultValue": "30"}
+        name = "cf-crl-test-vcuda-core"
+        (policies / f"{name}.yaml").write_text(yaml.safe_dump(crl_configmap(name, data)))
+        deadline = time.monotonic() + 20
+        while default_vcuda_core() != "30":
+            assert time.monotonic() < deadline, "the changed policy file was not reloaded"
+            time.sleep(0.05)
+        # A broken edit keeps the last good policies in force.
+        (policies / f"{name}.yaml").write_text("data: [unclosed\n")
+        time.sleep(0.5)
+        assert default_vcuda_core() == "30"

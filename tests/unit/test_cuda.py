@@ -600,6 +600,11 @@ def test_no_compatible_node_denies_by_config() -> None:
         "available is 12.4 (image nvidia/cuda:12.6.1)."
     )
     assert decision.patch == []
+    # /validate evaluates with violations_only: this rule can deny, so it still runs.
+    only = run(
+        gpu_pod("nvidia/cuda:12.6.1"), config=config, inventory=inventory, violations_only=True
+    )
+    assert only.violations == decision.violations
 
 
 def test_no_compatible_vgpu_node() -> None:

@@ -200,6 +200,20 @@ def test_patch_gives_mutated_and_evaluation_is_idempotent(
 
 
 @FAST
+@given(pods(), st.sampled_from(CONFIGS), inventories, st.booleans())
+def test_violations_only_gives_the_same_violations_as_a_full_evaluation(
+    obj: dict[str, Any], config: WebhookConfig, inventory: NodeInventory | None, mutated: bool
+) -> None:
+    # What /validate computes for the object /mutate saw, and for the object after the patch.
+    if mutated:
+        obj = jsonpatch.apply_patch(obj, evaluate(obj, POLICIES, config, inventory=inventory).patch)
+    full = evaluate(obj, POLICIES, config, inventory=inventory)
+    only = evaluate(obj, POLICIES, config, inventory=inventory, violations_only=True)
+    assert only.violations == full.violations
+    assert (only.notes, only.warnings, only.patch) == ((), (), [])
+
+
+@FAST
 @given(pods(), st.sampled_from(CONFIGS))
 def test_the_original_object_is_never_modified(obj: dict[str, Any], config: WebhookConfig) -> None:
     snapshot = jsonpatch.apply_patch(obj, [])  # deep copy

@@ -17,7 +17,6 @@ from webhook.reviews import (
     build_response,
     decode_review,
     denied_response,
-    errored_response,
     limit_warnings,
     patched_response,
 )
@@ -125,15 +124,6 @@ def test_denied_response_carries_403_and_message() -> None:
         "uid": "u-1",
         "allowed": False,
         "status": {"code": 403, "reason": "Forbidden", "message": "limits.x is required"},
-    }
-
-
-def test_errored_response_is_a_denial_marked_internal() -> None:
-    req = decode_review(pod_review())
-    assert errored_response(req, "boom")["response"]["status"] == {
-        "code": 500,
-        "reason": "InternalError",
-        "message": "boom",
     }
 
 

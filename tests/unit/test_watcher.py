@@ -1,4 +1,4 @@
-"""Policy sources: the real kubernetes client against a fake API server, and the file source."""
+"""The cluster policy source: the real kubernetes client against a fake API server."""
 
 from __future__ import annotations
 
@@ -10,13 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes.aio.client import ApiClient, Configuration
 
 from tests.fakekube import FakeKube, crl_configmap
-from webhook.errors import ManifestError
+from tests.helpers import eventually
 from webhook.store import PolicyStore
-from webhook.watcher import Backoff, ConfigMapWatcher, FileSource
+from webhook.watcher import Backoff, ConfigMapWatcher
 
 CORE = "tencent.com/vcuda-core"
 MEMORY = "tencent.com/vcuda-memory"
@@ -34,15 +33,6 @@ def memory_cm(**data: str) -> dict[str, Any]:
 
 def gpu_cm(name: str = "cf-crl-nvidia-gpu", **data: str) -> dict[str, Any]:
     return crl_configmap(name, GPU, group="nvidia", **data)
-
-
-async def eventually(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    """Poll until `check()` holds; the deadline only bounds a failing test."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not check():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting until {what}")
-        await asyncio.sleep(0.005)
 
 
 @pytest.fixture
@@ -186,7 +176,7 @@ async def test_invalid_configmap_is_skipped_and_reported(
     make_watcher: Callable[..., ConfigMapWatcher],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="webhook.watcher")
+    caplog.set_level(logging.INFO, logger="webhook")
     kube.put(core_cm())
     async with running(make_watcher()):
         await watching(kube)
@@ -216,7 +206,7 @@ async def test_duplicate_key_is_a_conflict_with_the_oldest_as_winner(
     make_watcher: Callable[..., ConfigMapWatcher],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="webhook.watcher")
+    caplog.set_level(logging.INFO, logger="webhook")
     # The later-created ConfigMap sorts first by name: the winner must still be the oldest.
     kube.put(gpu_cm("cf-crl-zz-nvidia-gpu", defaultValue="1"))
     kube.put(gpu_cm("cf-crl-aa-nvidia-gpu", defaultValue="2"))
@@ -452,88 +442,3 @@ def test_backoff_grows_exponentially_with_jitter_up_to_the_cap() -> None:
         assert nominal / 2 <= delay <= nominal
     backoff.reset()
     assert backoff.next_delay() <= 0.5
-
-
-# -- file source ---------------------------------------------------------------------------
-
-
-def write_cm(path: Path, cm: dict[str, Any]) -> None:
-    path.write_text(yaml.safe_dump(cm))
-
-
-def test_file_source_loads_the_directory_and_logs_it(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    caplog.set_level(logging.INFO, logger="webhook.watcher")
-    write_cm(tmp_path / "core.yaml", core_cm())
-    write_cm(tmp_path / "memory.yml", memory_cm(dataType="float"))
-    (tmp_path / "notes.txt").write_text("not a policy")
-
-    policies = FileSource(tmp_path).load()
-
-    assert list(policies.by_key) == [CORE]
-    assert [i.name for i in policies.invalid] == ["kube-public/cf-crl-gpu-manager-vcuda-memory"]
-    assert caplog.messages == [
-        f"Loaded 1 CRL policies from {tmp_path}: "
-        "kube-public/cf-crl-gpu-manager-vcuda-core (tencent.com/vcuda-core)",
-        "Skipping invalid CRL ConfigMap kube-public/cf-crl-gpu-manager-vcuda-memory: "
-        "data.dataType 'float' is not supported (supported: \"integer\")",
-    ]
-
-
-def test_file_source_reports_a_broken_file(tmp_path: Path) -> None:
-    (tmp_path / "broken.yaml").write_text("data: [unclosed\n")
-    with pytest.raises(ManifestError, match=r"broken\.yaml is not valid YAML"):
-        FileSource(tmp_path).load()
-
-
-async def test_file_source_reloads_changes_and_keeps_the_last_good_set(
-    tmp_path: Path, store: PolicyStore, caplog: pytest.LogCaptureFixture
-) -> None:
-    write_cm(tmp_path / "core.yaml", core_cm(defaultValue="10"))
-    source = FileSource(tmp_path, interval=0.01)
-    task = asyncio.create_task(source.run(store))
-    try:
-        await eventually(lambda: store.ready, "the directory is loaded")
-        assert store.current.by_key[CORE].default == 10
-
-        write_cm(tmp_path / "core.yaml", core_cm(defaultValue="20"))
-        await eventually(
-            lambda: store.current.by_key[CORE].default == 20, "the changed file is reloaded"
-        )
-
-        good = store.current
-        (tmp_path / "memory.yaml").write_text("kind: ConfigMap\ndata: [unclosed\n")
-        await eventually(lambda: store.stats.errors == 1, "the broken file is reported")
-        assert store.current is good
-        assert store.stats.last_error is not None
-        assert store.stats.last_error.startswith(f"cannot reload policies from {tmp_path}: ")
-        assert "memory.yaml is not valid YAML" in store.stats.last_error
-
-        write_cm(tmp_path / "memory.yaml", memory_cm())
-        await eventually(lambda: MEMORY in store.current.by_key, "the fixed file is loaded")
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-    # The broken state was reported once, not on every poll.
-    assert store.stats.errors == 1
-    assert any(m.endswith("keeping the policies loaded before") for m in caplog.messages)
-
-
-async def test_file_source_run_after_load_does_not_reload_unchanged_files(
-    tmp_path: Path, store: PolicyStore
-) -> None:
-    write_cm(tmp_path / "core.yaml", core_cm())
-    source = FileSource(tmp_path, interval=0.01)
-    store.replace(source.load())
-    task = asyncio.create_task(source.run(store))
-    try:
-        write_cm(tmp_path / "memory.yaml", memory_cm())
-        await eventually(lambda: MEMORY in store.current.by_key, "the new file is loaded")
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-    # One sync from load(), one from the change: unchanged polls replace nothing.
-    assert store.stats.syncs == 2

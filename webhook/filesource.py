@@ -1,0 +1,74 @@
+"""Policy source for local runs: a directory (or one file) of CRL ConfigMap manifests, polled.
+
+It imports no Kubernetes client, so `gpu-webhook serve --policies DIR` stays small.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from pathlib import Path
+
+from webhook.errors import ManifestError
+from webhook.policyset import PolicySet, load_policy_dir, policy_files
+from webhook.store import PolicyStore, log_policy_changes
+
+log = logging.getLogger(__name__)
+
+
+class FileSource:
+    """Policies from a directory (or one file) of ConfigMap manifests, reloaded when it changes."""
+
+    def __init__(self, path: Path, *, interval: float = 2.0) -> None:
+        self.path = path
+        self.interval = interval
+        self._fingerprint: str | None = None
+
+    def load(self) -> PolicySet:
+        """Read every policy file now and log the result; raises ManifestError naming the file."""
+        policies = self._read()
+        log_policy_changes(None, policies, str(self.path))
+        return policies
+
+    def _read(self) -> PolicySet:
+        fingerprint = self._take_fingerprint()
+        policies = load_policy_dir(self.path)
+        self._fingerprint = fingerprint
+        return policies
+
+    def _take_fingerprint(self) -> str:
+        # Content hashes rather than mtimes: a quick rewrite within the filesystem's timestamp
+        # granularity still counts as a change, and policy directories are small.
+        digest = hashlib.sha256()
+        try:
+            for file in policy_files(self.path):
+                digest.update(file.name.encode() + b"\0" + file.read_bytes() + b"\0")
+        except (ManifestError, OSError) as exc:
+            digest.update(f"unreadable: {exc}".encode())
+        return digest.hexdigest()
+
+    async def run(self, store: PolicyStore) -> None:
+        """Poll until cancelled; replace the snapshot when the files change, keep it on errors."""
+        if not store.ready:
+            await self._reload(store)
+        while True:
+            await asyncio.sleep(self.interval)
+            fingerprint = await asyncio.to_thread(self._take_fingerprint)
+            if fingerprint != self._fingerprint:
+                await self._reload(store)
+
+    async def _reload(self, store: PolicyStore) -> None:
+        try:
+            policies = await asyncio.to_thread(self._read)
+        except ManifestError as exc:
+            # Remember the broken state so it is reported once, not on every poll.
+            self._fingerprint = await asyncio.to_thread(self._take_fingerprint)
+            store.stats.errors += 1
+            store.stats.last_error = f"cannot reload policies from {self.path}: {exc}"
+            state = "keeping the policies loaded before" if store.ready else "not ready yet"
+            log.error("%s; %s", store.stats.last_error, state)
+            return
+        old = store.current if store.ready else None
+        store.replace(policies)
+        log_policy_changes(old, policies, str(self.path))
