@@ -170,12 +170,19 @@ def workload_mix() -> list[tuple[str, bytes]]:
         },
     }
     objects = [(paddle, "", 4), (torch, "", 3), (web, "", 2), (deployment, "apps", 1)]
+    from webhook.config import WebhookConfig
+    from webhook.evaluate import evaluate
+    from webhook.policyset import load_policy_dir
+
+    shipped = load_policy_dir(REPO / "configmaps")
     mix: list[tuple[str, bytes]] = []
     for index, (obj, group, weight) in enumerate(objects):
+        # The API server calls the mutating webhook, applies its patch, then calls the
+        # validating webhook with the result: /validate sees the mutated object.
+        mutated = evaluate(obj, shipped, WebhookConfig()).mutated or obj
         for copy in range(weight):
-            # The API server calls the mutating then the validating webhook for each object.
-            for endpoint in ("/mutate", "/validate"):
-                body = json.dumps(_review(obj, f"bench-{index}-{copy}", group)).encode()
+            for endpoint, sent in (("/mutate", obj), ("/validate", mutated)):
+                body = json.dumps(_review(dict(sent), f"bench-{index}-{copy}", group)).encode()
                 mix.append((endpoint, body))
     return mix
 
