@@ -178,14 +178,15 @@ def _cuda(
             unknown.append(c.name)
         else:
             requirements.append((c, keys, req))
-    vgpu_names = set(config.vgpu_resource_names)
     for c, keys, req in requirements:
         where = _container_label(c)
-        if keys & set(config.gpu_manager_resource_names) and req.version >= cuda.CudaVersion(12, 4):
+        gpu_manager = not keys.isdisjoint(config.gpu_manager_resource_names)
+        if gpu_manager and req.version >= cuda.CudaVersion(12, 4):
             state.warnings.append(
                 _short(f"{where} needs CUDA {req.version}: GPU-Manager vGPU supports CUDA < 12.4")
             )
-        if keys & set(config.mps_memory_resource_names) and req.version < cuda.CudaVersion(11, 4):
+        mps_memory = not keys.isdisjoint(config.mps_memory_resource_names)
+        if mps_memory and req.version < cuda.CudaVersion(11, 4):
             state.warnings.append(
                 _short(f"{where} needs CUDA {req.version}: MPS memory limits need CUDA ≥ 11.4")
             )
@@ -204,7 +205,7 @@ def _cuda(
             )
         )
     _, _, top = max(requirements, key=lambda item: item[2].version)
-    vgpu = any(keys & vgpu_names for _, keys in gpu)
+    vgpu = any(not keys.isdisjoint(config.vgpu_resource_names) for _, keys in gpu)
     skew = config.max_major_skew
     label_text = f"{labels.major}/{labels.minor}"
     if inventory is not None:
@@ -265,7 +266,6 @@ def _evaluate_pod(
     if pod is None:
         return Decision(object_ref=ref)
     state = _PodState(ref, pod, Draft(obj))
-    gpu_names = set(config.gpu_resource_names)
     # Env fixes only ever add changes and warnings; the CUDA rule can deny only against a node
     # inventory with noCompatibleNode: deny. A violations-only caller skips what cannot deny.
     env_fixes_on = not violations_only and pod.annotations.get(ANNOTATION_ENV_FIXES) != "false"
@@ -273,7 +273,7 @@ def _evaluate_pod(
     gpu: list[tuple[ContainerRef, set[str]]] = []
     for c in pod.containers:
         keys, crl = _resources(state, c, policies)
-        if crl or keys & gpu_names:
+        if crl or not keys.isdisjoint(config.gpu_resource_names):
             gpu.append((c, keys))
             if env_fixes_on:
                 _env(state, c, keys, config)

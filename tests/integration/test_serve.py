@@ -40,6 +40,19 @@ def environment() -> dict[str, str]:
     return env
 
 
+def run_to_exit(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`gpu-webhook ARGS` run until it exits (startup failures), output captured."""
+    return subprocess.run(
+        gpu_webhook(*args),
+        cwd=cwd,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
 def get(port: int, path: str) -> tuple[int, str]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
     try:
@@ -162,37 +175,24 @@ def test_serve_answers_reviews_and_stops_cleanly_on_sigterm(
 def test_serve_refuses_to_start_without_usable_tls(
     tmp_path: Path, policy_dir: Path, args: list[str], message: str
 ) -> None:
-    result = subprocess.run(
-        gpu_webhook("serve", "--policies", str(policy_dir), "--port", str(free_port()), *args),
-        cwd=tmp_path,
-        env=environment(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    result = run_to_exit(
+        tmp_path, "serve", "--policies", str(policy_dir), "--port", str(free_port()), *args
     )
     assert result.returncode == 2
     assert result.stderr.endswith(message)
 
 
 def test_serve_refuses_an_unreadable_policy_directory(tmp_path: Path) -> None:
-    result = subprocess.run(
-        gpu_webhook(
-            "serve",
-            "--self-signed",
-            "--cert-dir",
-            str(tmp_path / "c"),
-            "--policies",
-            str(tmp_path / "nope"),
-            "--port",
-            str(free_port()),
-        ),
-        cwd=tmp_path,
-        env=environment(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    result = run_to_exit(
+        tmp_path,
+        "serve",
+        "--self-signed",
+        "--cert-dir",
+        str(tmp_path / "c"),
+        "--policies",
+        str(tmp_path / "nope"),
+        "--port",
+        str(free_port()),
     )
     assert result.returncode == 2
     assert result.stderr.endswith(f"error: {tmp_path / 'nope'} is neither a file nor a directory\n")

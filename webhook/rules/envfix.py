@@ -25,7 +25,7 @@ def _regex(pattern: str, flags: int) -> re.Pattern[str]:
 
 
 def rule_matches(rule: EnvFixRule, container: Mapping[str, Any], used: Iterable[str]) -> bool:
-    if rule.resources and not set(rule.resources) & set(used):
+    if rule.resources and set(used).isdisjoint(rule.resources):
         return False
     if rule.image is not None:
         image = container.get("image")
