@@ -19,10 +19,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from webhook.config import WebhookConfig  # noqa: E402
-from webhook.crl import crl_configmap  # noqa: E402
-from webhook.evaluate import evaluate  # noqa: E402
-from webhook.policyset import PolicySet, policy_files, read_documents  # noqa: E402
+from webhook.core.config import WebhookConfig  # noqa: E402
+from webhook.core.crl import crl_configmap  # noqa: E402
+from webhook.core.evaluate import evaluate  # noqa: E402
+from webhook.core.policyset import PolicySet  # noqa: E402
+from webhook.sources.files import policy_files, read_documents  # noqa: E402
 
 
 def typical_pod() -> dict[str, Any]:

@@ -174,9 +174,9 @@ def workload_mix() -> list[tuple[str, bytes]]:
         },
     }
     objects = [(paddle, "", 4), (torch, "", 3), (web, "", 2), (deployment, "apps", 1)]
-    from webhook.config import WebhookConfig
-    from webhook.evaluate import evaluate
-    from webhook.policyset import load_policy_dir
+    from webhook.core.config import WebhookConfig
+    from webhook.core.evaluate import evaluate
+    from webhook.sources.files import load_policy_dir
 
     shipped = load_policy_dir(REPO / "configmaps")
     mix: list[tuple[str, bytes]] = []
@@ -193,7 +193,7 @@ def workload_mix() -> list[tuple[str, bytes]]:
 
 def generate_policies(directory: Path, total: int) -> Path:
     """The shipped configmaps/ plus synthetic CRLs up to `total` policies."""
-    from webhook.crl import crl_configmap
+    from webhook.core.crl import crl_configmap
 
     directory.mkdir(parents=True, exist_ok=True)
     shipped = sorted((REPO / "configmaps").glob("*.yaml"))
@@ -529,7 +529,7 @@ def _gauge(metrics: str, name: str) -> int:
 
 def _policy_configmaps(policies: Path) -> list[dict[str, Any]]:
     """The ConfigMaps of a policy directory, read as the file source reads them."""
-    from webhook.policyset import policy_files, read_documents
+    from webhook.sources.files import policy_files, read_documents
 
     return [
         doc
@@ -600,7 +600,7 @@ def _rss_run(
 
 
 def run_main(args: argparse.Namespace) -> int:
-    from webhook.certs import write_certificates
+    from webhook.tls.certs import write_certificates
 
     if args.quick:
         args.requests, args.rss_reviews, args.open_requests = 3000, 10000, 2000

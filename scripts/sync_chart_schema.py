@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Regenerate the `config` part of the chart's values.schema.json from webhook.config.
+"""Regenerate the `config` part of the chart's values.schema.json from webhook.core.config.
 
 The chart renders `.Values.config` into the webhook's config file, so the schema of that key is
 the pydantic model's JSON schema: `helm install` then rejects a mistyped key before any pod
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 # The project must be installed (`pip install -e .`, as `make install` does).
-from webhook.config import WebhookConfig
+from webhook.core.config import WebhookConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_PATH = ROOT / "charts" / "gpu-admission-webhook" / "values.schema.json"

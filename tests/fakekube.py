@@ -29,8 +29,8 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from webhook.crl import CRL_NAMESPACE
-from webhook.crl import crl_configmap as build_crl_configmap
+from webhook.core.crl import CRL_NAMESPACE
+from webhook.core.crl import crl_configmap as build_crl_configmap
 
 NAMESPACE = CRL_NAMESPACE
 

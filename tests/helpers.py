@@ -9,10 +9,10 @@ from typing import Any
 
 import jsonpatch
 
-from webhook.config import WebhookConfig
-from webhook.evaluate import Decision, evaluate
-from webhook.policyset import PolicySet
-from webhook.rules.cuda import NodeInventory
+from webhook.core.config import WebhookConfig
+from webhook.core.evaluate import Decision, evaluate
+from webhook.core.policyset import PolicySet
+from webhook.core.rules.cuda import NodeInventory
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGMAPS = ROOT / "configmaps"

@@ -15,7 +15,7 @@ import yaml
 from cryptography import x509
 from kubernetes_validate.utils import all_versions
 
-from webhook.config import WebhookConfig, load_config
+from webhook.core.config import WebhookConfig, load_config
 
 from .conftest import NAMESPACE, RELEASE, Manifest, Render
 

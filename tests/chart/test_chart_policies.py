@@ -6,7 +6,8 @@ from pathlib import Path
 
 import yaml
 
-from webhook.policyset import PolicySet, load_policy_dir
+from webhook.core.policyset import PolicySet
+from webhook.sources.files import load_policy_dir
 
 from .conftest import Render
 

@@ -17,10 +17,11 @@ from typing import Any
 
 import pytest
 
-from webhook.config import WebhookConfig, load_config
-from webhook.crl import crl_configmap as build_crl_configmap
-from webhook.evaluate import evaluate, evaluate_configmap
-from webhook.policyset import PolicySet, load_policy_dir
+from webhook.core.config import WebhookConfig, load_config
+from webhook.core.crl import crl_configmap as build_crl_configmap
+from webhook.core.evaluate import evaluate, evaluate_configmap
+from webhook.core.policyset import PolicySet
+from webhook.sources.files import load_policy_dir
 
 from .conftest import SHIPPED_POLICIES, api_error
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from tests.integration.helpers import RunningServer, ready_store, serve_in_thread, write_policies
-from webhook.certs import CertPaths, CertReloader, write_certificates
-from webhook.config import WebhookConfig
-from webhook.server import create_app
+from webhook.admission.app import create_app
+from webhook.core.config import WebhookConfig
+from webhook.tls.certs import CertPaths, CertReloader, write_certificates
 
 
 @pytest.fixture(scope="session")

@@ -17,10 +17,10 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from webhook.crl import crl_configmap as build_crl_configmap
-from webhook.policyset import load_policy_dir
-from webhook.server import STATE, WebhookState
-from webhook.store import PolicyStore
+from webhook.admission.state import STATE, WebhookState
+from webhook.core.crl import crl_configmap as build_crl_configmap
+from webhook.sources.files import load_policy_dir
+from webhook.sources.store import PolicyStore
 
 # Test-owned policies, so exact-message tests do not change when configmaps/ is edited.
 TEST_POLICIES: dict[str, dict[str, str]] = {

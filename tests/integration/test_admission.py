@@ -300,7 +300,7 @@ def test_shipped_policies_default_vcuda_memory(server: RunningServer, tmp_path: 
     shipped = REPO / "configmaps"
     documents = [yaml.safe_load(p.read_text()) for p in sorted(shipped.glob("*.yaml"))]
     memory = next(d for d in documents if d["data"]["key"] == "tencent.com/vcuda-memory")
-    from webhook.policyset import load_policy_dir
+    from webhook.sources.files import load_policy_dir
 
     store_before = server.store.current
     server.store.replace(load_policy_dir(shipped))

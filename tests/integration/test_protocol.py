@@ -17,13 +17,13 @@ from tests.integration.helpers import (
     ready_store,
     serve_in_thread,
 )
-from webhook.certs import CertPaths, CertReloader
-from webhook.config import WebhookConfig
-from webhook.evaluate import Decision
-from webhook.logs import LogFormatter
-from webhook.policyset import PolicySet
-from webhook.server import MAX_BODY_BYTES, create_app
-from webhook.store import PolicyStore
+from webhook.admission.app import MAX_BODY_BYTES, create_app
+from webhook.admission.logs import LogFormatter
+from webhook.core.config import WebhookConfig
+from webhook.core.evaluate import Decision
+from webhook.core.policyset import PolicySet
+from webhook.sources.store import PolicyStore
+from webhook.tls.certs import CertPaths, CertReloader
 
 CORPUS = Path("/work/shared/corpus/admissionreviews")
 REPO_CORPUS = Path(__file__).resolve().parents[1] / "data" / "admissionreviews"
@@ -287,7 +287,7 @@ def faulty(tls: CertPaths, policy_dir: Path) -> Iterator[RunningServer]:
 def test_an_exception_in_evaluation_is_a_denial_naming_the_object(
     faulty: RunningServer, endpoint: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.ERROR, logger="webhook.server"):
+    with caplog.at_level(logging.ERROR, logger="webhook.admission.app"):
         response = faulty.review(endpoint, gpu_pod_review())["response"]
     assert response == {
         "uid": UID,

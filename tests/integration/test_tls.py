@@ -14,7 +14,9 @@ import pytest
 from cryptography import x509
 
 from tests.integration.helpers import RunningServer, metric_samples, ready_store, serve_in_thread
-from webhook.certs import (
+from webhook.admission.app import create_app
+from webhook.core.config import WebhookConfig
+from webhook.tls.certs import (
     CertKeyPair,
     CertPaths,
     CertReloader,
@@ -22,8 +24,6 @@ from webhook.certs import (
     write_certificates,
     write_file,
 )
-from webhook.config import WebhookConfig
-from webhook.server import create_app
 
 
 def handshake(port: int, context: ssl.SSLContext) -> tuple[str | None, int]:

@@ -14,10 +14,9 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from webhook.certs import (
+from webhook.cli.certs import add_certs_arguments, certs_command
+from webhook.tls.certs import (
     CertReloader,
-    add_certs_arguments,
-    certs_command,
     create_server_ssl_context,
     generate_ca,
     generate_serving_cert,
@@ -152,7 +151,7 @@ def served_serial(server_context: ssl.SSLContext, ca_file: Path) -> int:
 
 def rotate(paths_dir: Path, ca_dir: Path) -> x509.Certificate:
     """Write a new serving pair signed by the CA in `ca_dir` into `paths_dir`."""
-    from webhook.certs import CertKeyPair
+    from webhook.tls.certs import CertKeyPair
 
     ca = CertKeyPair((ca_dir / "ca.crt").read_bytes(), (ca_dir / "ca.key").read_bytes())
     pair = generate_serving_cert(ca, ["localhost"])
@@ -201,7 +200,7 @@ def test_reloader_keeps_the_old_pair_when_the_new_one_is_half_written(
     # New certificate written, key still the old one: the pair does not match.
     rotate(tmp_path, tmp_path)
     paths.key.write_bytes(old_key)
-    with caplog.at_level(logging.ERROR, logger="webhook.certs"):
+    with caplog.at_level(logging.ERROR, logger="webhook.tls.certs"):
         assert reloader.check() is False
     assert reloader.serial == old_serial
     assert reloader.failures == 1

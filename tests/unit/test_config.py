@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from webhook.config import CudaLabels, EnvFixRule, ImageCudaEntry, WebhookConfig, load_config
-from webhook.errors import ConfigError
+from webhook.core.config import CudaLabels, EnvFixRule, ImageCudaEntry, WebhookConfig, load_config
+from webhook.core.errors import ConfigError
 
 
 def test_defaults() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers import CONFIGMAPS
-from webhook.crl import LimitsPolicy, RequestsPolicy, key_name_forms, parse_configmap
-from webhook.policyset import load_policy_dir, read_documents
+from webhook.core.crl import LimitsPolicy, RequestsPolicy, key_name_forms, parse_configmap
+from webhook.sources.files import load_policy_dir, read_documents
 
 FILES = sorted(p.name for p in CONFIGMAPS.glob("*.yaml"))
 

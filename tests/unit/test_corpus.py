@@ -12,10 +12,11 @@ import pytest
 
 from tests.helpers import CONFIGMAPS, CORPUS, apply, expr, get, node_terms
 from webhook.cli import main
-from webhook.config import WebhookConfig, load_config
-from webhook.errors import ManifestError, WebhookError
-from webhook.evaluate import Decision, evaluate
-from webhook.policyset import PolicySet, load_policy_dir, read_documents
+from webhook.core.config import WebhookConfig, load_config
+from webhook.core.errors import ManifestError, WebhookError
+from webhook.core.evaluate import Decision, evaluate
+from webhook.core.policyset import PolicySet
+from webhook.sources.files import load_policy_dir, read_documents
 
 MANIFESTS = CORPUS / "manifests"
 REJECTED = CORPUS / "rejected_unparseable"

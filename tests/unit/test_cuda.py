@@ -20,8 +20,8 @@ from tests.helpers import (
     policies,
     run,
 )
-from webhook.config import CudaLabels, WebhookConfig, load_config
-from webhook.rules.cuda import (
+from webhook.core.config import CudaLabels, WebhookConfig, load_config
+from webhook.core.rules.cuda import (
     CudaVersion,
     NodeInventory,
     compatible,

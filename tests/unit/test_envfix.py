@@ -16,7 +16,7 @@ from tests.helpers import (
     pod,
     run,
 )
-from webhook.config import WebhookConfig, load_config
+from webhook.core.config import WebhookConfig, load_config
 
 NO_CUDA = WebhookConfig(cuda_affinity=False)
 PADDLE = "paddlepaddle/paddle:2.6.1-gpu-cuda12.0-cudnn8.9-trt8.6"

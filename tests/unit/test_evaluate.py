@@ -20,10 +20,10 @@ from tests.helpers import (
     run,
     standard_policies,
 )
-from webhook.config import WebhookConfig, load_config
-from webhook.errors import ObjectShapeError, WebhookError
-from webhook.evaluate import Decision, evaluate, evaluate_configmap, handles_kind
-from webhook.policyset import load_policy_dir, read_documents
+from webhook.core.config import WebhookConfig, load_config
+from webhook.core.errors import ObjectShapeError, WebhookError
+from webhook.core.evaluate import Decision, evaluate, evaluate_configmap, handles_kind
+from webhook.sources.files import load_policy_dir, read_documents
 
 G = "gpu-manager"
 

@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from tests.helpers import VCORE, VMEM, crl, eventually
-from webhook.errors import ManifestError
-from webhook.filesource import FileSource
-from webhook.store import PolicyStore
+from webhook.core.errors import ManifestError
+from webhook.sources.files import FileSource
+from webhook.sources.store import PolicyStore
 
 CORE = VCORE
 MEMORY = VMEM
@@ -122,7 +122,7 @@ async def test_file_source_run_after_load_does_not_reload_unchanged_files(
 def test_the_local_serve_path_does_not_import_the_kubernetes_client() -> None:
     # `serve --policies DIR` must stay small: the kubernetes client adds ~13 MiB of RSS.
     code = (
-        "import sys, webhook.cli, webhook.server, webhook.filesource; "
+        "import sys, webhook.cli, webhook.admission.app, webhook.sources.files; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'kubernetes'))"
     )
     root = Path(__file__).resolve().parents[2]

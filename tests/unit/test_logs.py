@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from webhook.logs import BatchedStreamHandler, LogFormatter
+from webhook.admission.logs import BatchedStreamHandler, LogFormatter
 
 
 class CountingStream(io.StringIO):

@@ -8,8 +8,8 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from webhook.errors import ObjectShapeError
-from webhook.patches import Draft, diff, escape
+from webhook.core.errors import ObjectShapeError
+from webhook.core.patches import Draft, diff, escape
 
 
 @pytest.mark.parametrize(

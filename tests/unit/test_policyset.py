@@ -10,8 +10,10 @@ import pytest
 import yaml
 
 from tests.helpers import GPU, VCORE, VMEM, crl, policies
-from webhook.errors import ManifestError
-from webhook.policyset import PolicySet, load_policy_dir, parse_documents
+from webhook.core.errors import ManifestError
+from webhook.core.manifests import parse_documents
+from webhook.core.policyset import PolicySet
+from webhook.sources.files import load_policy_dir
 
 G = "gpu-manager"
 

@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.helpers import GPU, GPUCORES, GPUMEM, VCORE, VMEM, standard_policies, workload
-from webhook.config import WebhookConfig, load_config
-from webhook.errors import WebhookError
-from webhook.evaluate import evaluate
-from webhook.rules.cuda import CudaVersion, NodeInventory
+from webhook.core.config import WebhookConfig, load_config
+from webhook.core.errors import WebhookError
+from webhook.core.evaluate import evaluate
+from webhook.core.rules.cuda import CudaVersion, NodeInventory
 
 # Bounded so the file runs in a few seconds; no deadline (CI machines vary in speed).
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

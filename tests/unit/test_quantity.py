@@ -7,8 +7,8 @@ from fractions import Fraction
 import pytest
 import yaml
 
-from webhook.errors import QuantityError, WebhookError
-from webhook.quantity import format_quantity, parse_quantity
+from webhook.core.errors import QuantityError, WebhookError
+from webhook.core.quantity import format_quantity, parse_quantity
 
 
 @pytest.mark.parametrize(

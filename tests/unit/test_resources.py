@@ -25,8 +25,8 @@ from tests.helpers import (
     standard_policies,
     workload,
 )
-from webhook.config import WebhookConfig
-from webhook.policyset import PolicySet
+from webhook.core.config import WebhookConfig
+from webhook.core.policyset import PolicySet
 
 # CUDA affinity off: these tests look at resource rules only (no CUDA notes or warnings).
 NO_CUDA = WebhookConfig(cuda_affinity=False)
@@ -569,7 +569,7 @@ def test_generate_name_and_namespace_argument_in_messages() -> None:
     original = pod(container(limits={VCORE: "150"}), namespace=None)
     del original["metadata"]["name"]
     original["metadata"]["generateName"] = "job-"
-    from webhook.evaluate import evaluate
+    from webhook.core.evaluate import evaluate
 
     decision = evaluate(original, standard_policies(), NO_CUDA, namespace="team")
     assert decision.violations[0].message.startswith('Pod team/job-*, container "c": ')

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from webhook.reviews import (
+from webhook.admission.reviews import (
     MAX_WARNING_CHARS,
     MAX_WARNINGS,
     MAX_WARNINGS_BYTES,

@@ -14,8 +14,8 @@ from kubernetes.aio.client import ApiClient, Configuration
 
 from tests.fakekube import FakeKube, crl_configmap
 from tests.helpers import eventually
-from webhook.store import PolicyStore
-from webhook.watcher import Backoff, ConfigMapWatcher
+from webhook.sources.reflector import Backoff, ConfigMapWatcher
+from webhook.sources.store import PolicyStore
 
 CORE = "tencent.com/vcuda-core"
 MEMORY = "tencent.com/vcuda-memory"

@@ -20,9 +20,9 @@ from tests.helpers import (
     run,
     workload,
 )
-from webhook.config import WebhookConfig, load_config
-from webhook.errors import ObjectShapeError
-from webhook.workloads import find_pod_spec, handles_kind, object_ref
+from webhook.core.config import WebhookConfig, load_config
+from webhook.core.errors import ObjectShapeError
+from webhook.core.workloads import find_pod_spec, handles_kind, object_ref
 
 PATHS = {
     "Deployment": ("spec", "template"),

@@ -6,7 +6,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from webhook.policyset import PolicySet
+from webhook.core.policyset import PolicySet
 
 log = logging.getLogger(__name__)
 

@@ -14,9 +14,9 @@ from kubernetes.aio import config as kube_config
 from kubernetes.aio.client import ApiClient, Configuration
 from kubernetes.aio.config.config_exception import ConfigException
 
-from webhook.crl import CRL_NAMESPACE, LABEL_TYPE, TYPE_VALUE
-from webhook.policyset import PolicySet
-from webhook.store import PolicyStore, log_policy_changes
+from webhook.core.crl import CRL_NAMESPACE, LABEL_TYPE, TYPE_VALUE
+from webhook.core.policyset import PolicySet
+from webhook.sources.store import PolicyStore, log_policy_changes
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""`gpu-webhook` command line: serve, review (offline, for CI), lint, certs."""
+"""`gpu-webhook review`: evaluate manifests offline exactly as the webhook would."""
 
 from __future__ import annotations
 
@@ -12,21 +12,14 @@ from typing import Any, TextIO
 
 import yaml
 
-from webhook.config import WebhookConfig, load_config
-from webhook.crl import parse_configmap
-from webhook.errors import ConfigError, ManifestError, WebhookError
-from webhook.evaluate import Decision, evaluate
-from webhook.policyset import (
-    PolicySet,
-    load_policy_dir,
-    parse_documents,
-    policy_files,
-    read_documents,
-)
+from webhook.cli.exits import EXIT_DENIED, EXIT_OK
+from webhook.core.config import WebhookConfig, load_config
+from webhook.core.errors import ManifestError, WebhookError
+from webhook.core.evaluate import Decision, evaluate
+from webhook.core.manifests import parse_documents
+from webhook.core.policyset import PolicySet
+from webhook.sources.files import load_policy_dir, policy_files, read_documents
 
-EXIT_OK = 0
-EXIT_DENIED = 1
-EXIT_USAGE = 2
 DEFAULT_POLICIES = Path("configmaps")
 
 
@@ -161,98 +154,3 @@ def cmd_review(args: argparse.Namespace, out: TextIO) -> int:
     else:
         _print_text(results, out)
     return EXIT_DENIED if any(r.verdict == "denied" for r in results) else EXIT_OK
-
-
-def cmd_lint(args: argparse.Namespace, out: TextIO) -> int:
-    path = Path(args.path)
-    configmaps: list[Mapping[str, Any]] = []
-    errors = 0
-    for file in policy_files(path):
-        for doc in read_documents(file):
-            if not isinstance(doc, Mapping) or doc.get("kind") != "ConfigMap":
-                continue
-            configmaps.append(doc)
-            parsed = parse_configmap(doc)
-            if not parsed.is_crl and not parsed.name.startswith("cf-crl-"):
-                out.write(f"SKIP  {file}: {parsed.ref} is not a CRL ConfigMap\n")
-                continue
-            status = "ERROR" if parsed.errors else "OK   "
-            detail = ""
-            if parsed.limitation is not None:
-                state = "enabled" if parsed.active else "disabled"
-                detail = f" ({parsed.limitation.key}, group {parsed.limitation.group}, {state})"
-            out.write(f"{status} {file}: {parsed.ref}{detail}\n")
-            for error in parsed.errors:
-                out.write(f"  error: {error}\n")
-            for warning in parsed.warnings:
-                out.write(f"  warning: {warning}\n")
-            errors += len(parsed.errors)
-    for conflict in PolicySet.from_configmaps(configmaps).conflicts:
-        out.write(f"ERROR {conflict.message()}\n")
-        errors += 1
-    out.write(f"\n{len(configmaps)} ConfigMap(s), {errors} error(s)\n")
-    return EXIT_DENIED if errors else EXIT_OK
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="gpu-webhook",
-        description="GPU admission webhook: CRL resource policies, CUDA node affinity, env fixes.",
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    review = sub.add_parser(
-        "review",
-        help="offline: evaluate manifests like the webhook would (exit 1 if anything is denied)",
-    )
-    review.add_argument(
-        "-f", "--file", required=True, help="manifest file, directory, or - for stdin"
-    )
-    review.add_argument(
-        "--policies", type=Path, help="CRL ConfigMaps directory (default: ./configmaps)"
-    )
-    review.add_argument(
-        "--config", type=Path, help="webhook config YAML (default: built-in defaults)"
-    )
-    review.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text")
-
-    lint = sub.add_parser("lint", help="validate CRL ConfigMaps offline (exit 1 on errors)")
-    lint.add_argument("path", help="a CRL ConfigMap YAML file or a directory of them")
-
-    serve = sub.add_parser("serve", help="run the admission webhook server (HTTPS)")
-    certs = sub.add_parser("certs", help="generate a CA and a serving certificate into certs/")
-    try:
-        from webhook.certs import add_certs_arguments
-        from webhook.server import add_serve_arguments
-    except ImportError:  # pragma: no cover - only when the package is broken
-        pass
-    else:
-        add_serve_arguments(serve)
-        add_certs_arguments(certs)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
-    out = out or sys.stdout
-    args = build_parser().parse_args(argv)
-    try:
-        if args.command == "review":
-            return cmd_review(args, out)
-        if args.command == "lint":
-            return cmd_lint(args, out)
-        if args.command == "serve":
-            from webhook.server import serve_command
-
-            return serve_command(args)
-        from webhook.certs import certs_command
-
-        return certs_command(args)
-    except (ConfigError, ManifestError) as exc:
-        sys.stderr.write(f"gpu-webhook {args.command}: {exc}\n")
-        return EXIT_USAGE
-    except BrokenPipeError:  # `gpu-webhook review ... | head`
-        return EXIT_OK
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -7,22 +7,22 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from webhook.config import ANNOTATION_CUDA_AFFINITY, ANNOTATION_ENV_FIXES, WebhookConfig
-from webhook.crl import CRL_NAMESPACE, CRL_PREFIX, LABEL_TYPE, TYPE_VALUE, parse_configmap
-from webhook.errors import ObjectShapeError
-from webhook.patches import Draft, diff
-from webhook.policyset import PolicySet
-from webhook.quantity import format_quantity
-from webhook.rules import cuda
-from webhook.rules.envfix import env_fixes
-from webhook.rules.resources import (
+from webhook.core.config import ANNOTATION_CUDA_AFFINITY, ANNOTATION_ENV_FIXES, WebhookConfig
+from webhook.core.crl import CRL_NAMESPACE, CRL_PREFIX, LABEL_TYPE, TYPE_VALUE, parse_configmap
+from webhook.core.errors import ObjectShapeError
+from webhook.core.patches import Draft, diff
+from webhook.core.policyset import PolicySet
+from webhook.core.quantity import format_quantity
+from webhook.core.rules import cuda
+from webhook.core.rules.envfix import env_fixes
+from webhook.core.rules.resources import (
     ResourceLists,
     ResourceProblem,
     check,
     defaults,
     used_policies,
 )
-from webhook.workloads import ContainerRef, PodSpecRef, find_pod_spec, handles_kind, object_ref
+from webhook.core.workloads import ContainerRef, PodSpecRef, find_pod_spec, handles_kind, object_ref
 
 __all__ = ["Decision", "Violation", "evaluate", "evaluate_configmap", "handles_kind"]
 

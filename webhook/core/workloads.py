@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.errors import ObjectShapeError
+from webhook.core.errors import ObjectShapeError
 
 # kind -> path of the pod template (object holding `metadata` and `spec`); () for a Pod itself.
 TEMPLATE_PATHS: Mapping[str, tuple[str, ...]] = {

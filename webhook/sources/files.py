@@ -8,13 +8,44 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-from webhook.errors import ManifestError
-from webhook.policyset import PolicySet, load_policy_dir, policy_files
-from webhook.store import PolicyStore, log_policy_changes
+from webhook.core.errors import ManifestError
+from webhook.core.manifests import parse_documents
+from webhook.core.policyset import PolicySet
+from webhook.sources.store import PolicyStore, log_policy_changes
 
 log = logging.getLogger(__name__)
+
+
+def read_documents(path: Path) -> list[Any]:
+    """Every YAML/JSON document in a file; raises ManifestError with the file and reason."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ManifestError(f"cannot read {path}: {exc}") from exc
+    return parse_documents(text, str(path))
+
+
+def policy_files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    if not path.is_dir():
+        raise ManifestError(f"{path} is neither a file nor a directory")
+    return sorted(p for p in path.iterdir() if p.suffix in {".yaml", ".yml", ".json"})
+
+
+def load_policy_dir(path: Path) -> PolicySet:
+    """Policies from a directory (or one file) of ConfigMap manifests: the file source."""
+    configmaps = [
+        doc
+        for file in policy_files(path)
+        for doc in read_documents(file)
+        if isinstance(doc, Mapping) and doc.get("kind") == "ConfigMap"
+    ]
+    return PolicySet.from_configmaps(configmaps)
 
 
 class FileSource:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from webhook.errors import ObjectShapeError
+from webhook.core.errors import ObjectShapeError
 
 
 def escape(token: str) -> str:

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from webhook.crl import LimitsPolicy, RequestsPolicy, ResourceLimitation, bound_problem
-from webhook.errors import ObjectShapeError, QuantityError
-from webhook.policyset import PolicySet
-from webhook.quantity import format_quantity, parse_quantity
+from webhook.core.crl import LimitsPolicy, RequestsPolicy, ResourceLimitation, bound_problem
+from webhook.core.errors import ObjectShapeError, QuantityError
+from webhook.core.policyset import PolicySet
+from webhook.core.quantity import format_quantity, parse_quantity
 
 _EMPTY: Mapping[str, Any] = {}
 

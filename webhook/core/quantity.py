@@ -7,7 +7,7 @@ import re
 from fractions import Fraction
 from functools import lru_cache
 
-from webhook.errors import QuantityError
+from webhook.core.errors import QuantityError
 
 # Grammar from k8s.io/apimachinery/pkg/api/resource/quantity.go:
 #   <quantity> ::= <signedNumber><suffix>

@@ -11,7 +11,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
-from webhook.errors import ConfigError
+from webhook.core.errors import ConfigError
+from webhook.core.manifests import yaml_error_text
 
 ANNOTATION_CUDA_VERSION = "features.alauda.io/cuda-version"
 ANNOTATION_CUDA_AFFINITY = "features.alauda.io/cuda-affinity"
@@ -147,15 +148,6 @@ class WebhookConfig(_Model):
                     "(?P<major>...) and (?P<minor>...)"
                 )
         return value
-
-
-def yaml_error_text(exc: yaml.YAMLError) -> str:
-    """PyYAML's error as one line with the position (its own text spans several lines)."""
-    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
-        mark = exc.problem_mark
-        context = f" ({exc.context})" if exc.context else ""
-        return f"{exc.problem}{context} at line {mark.line + 1}, column {mark.column + 1}"
-    return " ".join(str(exc).split())
 
 
 def load_config(source: Path | Mapping[str, Any] | None) -> WebhookConfig:

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from webhook.errors import QuantityError
-from webhook.quantity import parse_quantity
+from webhook.core.errors import QuantityError
+from webhook.core.quantity import parse_quantity
 
 CRL_NAMESPACE = "kube-public"
 CRL_PREFIX = "cf-crl-"

@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.errors import WebhookError
-from webhook.jsoncodec import std_dumps
+from webhook.admission.jsoncodec import std_dumps
+from webhook.core.errors import WebhookError
 
 API_V1 = "admission.k8s.io/v1"
 API_V1BETA1 = "admission.k8s.io/v1beta1"

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from webhook.config import ANNOTATION_CUDA_VERSION, CudaLabels, ImageCudaEntry, WebhookConfig
+from webhook.core.config import ANNOTATION_CUDA_VERSION, CudaLabels, ImageCudaEntry, WebhookConfig
 
 _VERSION = re.compile(r"v?(\d{1,2})\.(\d{1,2})(?:\.\d+)*")
 _REQUIRE_CUDA = re.compile(r"cuda\s*>=\s*(\d{1,2})\.(\d{1,2})")

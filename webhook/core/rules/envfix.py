@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from webhook.config import EnvFixRule
-from webhook.rules.cuda import image_repository
+from webhook.core.config import EnvFixRule
+from webhook.core.rules.cuda import image_repository
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-import yaml
-
-from webhook.config import yaml_error_text
-from webhook.crl import CrlParse, ResourceLimitation, parse_configmap
-from webhook.errors import ManifestError
+from webhook.core.crl import CrlParse, ResourceLimitation, parse_configmap
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,51 +114,3 @@ class PolicySet:
             "inactive": list(self.inactive),
             "warnings": {name: list(w) for name, w in self.warnings.items()},
         }
-
-
-def read_documents(path: Path) -> list[Any]:
-    """Every YAML/JSON document in a file; raises ManifestError with the file and reason."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ManifestError(f"cannot read {path}: {exc}") from exc
-    return parse_documents(text, str(path))
-
-
-def parse_documents(text: str, where: str) -> list[Any]:
-    if where.endswith(".json"):
-        try:
-            return [json.loads(text)]
-        except json.JSONDecodeError as exc:
-            raise ManifestError(f"{where} is not valid JSON: {exc}") from exc
-    try:
-        docs = [doc for doc in yaml.safe_load_all(text) if doc is not None]
-    except yaml.YAMLError as exc:
-        raise ManifestError(f"{where} is not valid YAML: {yaml_error_text(exc)}") from exc
-    expanded: list[Any] = []
-    for doc in docs:
-        # `kubectl get -o yaml` output: a List of items.
-        if isinstance(doc, dict) and doc.get("kind") in ("List", "ConfigMapList"):
-            expanded.extend(doc.get("items") or [])
-        else:
-            expanded.append(doc)
-    return expanded
-
-
-def policy_files(path: Path) -> list[Path]:
-    if path.is_file():
-        return [path]
-    if not path.is_dir():
-        raise ManifestError(f"{path} is neither a file nor a directory")
-    return sorted(p for p in path.iterdir() if p.suffix in {".yaml", ".yml", ".json"})
-
-
-def load_policy_dir(path: Path) -> PolicySet:
-    """Policies from a directory (or one file) of ConfigMap manifests: the file source."""
-    configmaps = [
-        doc
-        for file in policy_files(path)
-        for doc in read_documents(file)
-        if isinstance(doc, Mapping) and doc.get("kind") == "ConfigMap"
-    ]
-    return PolicySet.from_configmaps(configmaps)

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
-from webhook.jsoncodec import json_codec
+from webhook.admission.jsoncodec import json_codec
 
 # Under load the per-review line is most of what is logged; writing each line with its own
 # write(2) cost the server about a tenth of its throughput (bench/bench_server.py). Lines are

@@ -1,0 +1,324 @@
+"""The aiohttp admission app: /mutate, /validate, probes, /metrics, /policies, background tasks."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import traceback
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client.exposition import generate_latest
+
+from webhook.admission.jsoncodec import JsonCodec, json_codec, std_dumps
+from webhook.admission.metrics import Metrics
+from webhook.admission.reviews import (
+    AdmissionRequest,
+    ReviewDecodeError,
+    allowed_response,
+    decode_review,
+    denied_response,
+    patched_response,
+)
+from webhook.admission.state import (
+    CERT_RELOAD_INTERVAL,
+    STATE,
+    Evaluator,
+    Outcome,
+    PolicySource,
+    ReviewSink,
+    WebhookState,
+)
+from webhook.core.config import WebhookConfig
+from webhook.core.errors import WebhookError
+from webhook.core.evaluate import evaluate
+from webhook.sources.store import PolicyStore
+from webhook.tls.certs import CertReloader
+
+log = logging.getLogger(__name__)
+review_log = logging.getLogger("webhook.review")
+
+# The API server caps one object at 3 MiB (etcd's default request limit, enforced by the
+# apiserver as its max request body). An UPDATE review carries `object` and `oldObject` plus the
+# envelope (userInfo, options, managedFields...), so a legitimate body can approach 6 MiB and JSON
+# re-encoding may grow it a little; 7 MiB never refuses a real review but bounds memory per request.
+MAX_BODY_BYTES = 7 * 1024 * 1024
+
+WORKLOAD_KINDS = frozenset(
+    {"Pod", "Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob", "ConfigMap"}
+)
+OPERATIONS = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})
+
+
+def _plain(status: int, text: str) -> web.Response:
+    return web.Response(status=status, text=text + "\n", content_type="text/plain")
+
+
+def _label(value: str, known: frozenset[str]) -> str:
+    # Metric labels from request data are bounded, or any client could explode cardinality.
+    return value if value in known else "other"
+
+
+def _decide(state: WebhookState, endpoint: str, req: AdmissionRequest) -> Outcome:
+    """Evaluate and build the response; every exception becomes a denial, never an HTTP 500."""
+    if req.object is None or req.operation not in ("CREATE", "UPDATE"):
+        return Outcome(allowed_response(req), "allowed", 0, 0)
+    what = f"{req.kind or 'object'} {req.ref or '(unnamed)'}"
+    try:
+        decision = state.evaluator(
+            req.object,
+            state.store.current,
+            state.config,
+            kind=req.kind or None,
+            namespace=req.namespace or None,
+            operation=req.operation,
+            # /validate returns no Pod or template warnings (the mutating call showed them).
+            violations_only=endpoint == "validate",
+        )
+    except WebhookError as exc:
+        # The object does not have the shape its kind requires: say so, as the API server would.
+        return Outcome(denied_response(req, f"cannot evaluate {what}: {exc}"), "denied", 0, 0)
+    except Exception as exc:
+        # A 403 denial like any other (SPEC §7: a well-formed review never yields a 500); the
+        # message says it is the webhook's fault, and failurePolicy does not apply to denials.
+        log.error(
+            "internal error evaluating %s (uid %s)\n%s", what, req.uid, traceback.format_exc()
+        )
+        message = (
+            f"internal error evaluating {what}: {type(exc).__name__}: {exc}; see the webhook logs"
+        )
+        return Outcome(denied_response(req, message), "error", 0, 0)
+    if not decision.handled:
+        return Outcome(allowed_response(req), "allowed", 0, 0)
+    is_configmap = req.kind == "ConfigMap"
+    if endpoint == "mutate":
+        warnings = [*decision.notes, *decision.warnings]
+        patch = decision.patch
+        if patch:
+            for kind in decision.mutation_kinds:
+                state.metrics.mutations.labels(kind).inc()
+            response = patched_response(req, patch, warnings=warnings, dumps=state.codec.dumps)
+            return Outcome(response, "patched", len(decision.mutation_kinds), len(warnings))
+        return Outcome(allowed_response(req, warnings=warnings), "allowed", 0, len(warnings))
+    # /validate: Pod and template warnings were already shown by the mutating call.
+    warnings = list(decision.warnings) if is_configmap else []
+    if decision.violations:
+        return Outcome(
+            denied_response(req, decision.denial_message(), warnings=warnings),
+            "denied",
+            0,
+            len(warnings),
+        )
+    return Outcome(allowed_response(req, warnings=warnings), "allowed", 0, len(warnings))
+
+
+async def _read_body(request: web.Request, endpoint: str) -> bytes | web.Response:
+    """The body, or the 400/413 answer explaining why it cannot be a review."""
+    state = request.app[STATE]
+    # The exact header the API server sends is checked first: parsing it costs more.
+    exact = request.headers.get("Content-Type") == "application/json"
+    if not exact and request.content_type != "application/json":
+        state.metrics.rejected.labels(endpoint, "400").inc()
+        got = request.headers.get("Content-Type", "none")
+        return _plain(400, f"Content-Type must be application/json, got {got}")
+    too_large = (
+        f"request body is larger than {MAX_BODY_BYTES} bytes (limit sized for an UPDATE review "
+        "of two 3 MiB objects); this is not an AdmissionReview from the API server"
+    )
+    length = request.content_length
+    if length is not None and length > MAX_BODY_BYTES:
+        state.metrics.rejected.labels(endpoint, "413").inc()
+        return _plain(413, too_large)
+    try:
+        body = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        state.metrics.rejected.labels(endpoint, "413").inc()
+        return _plain(413, too_large)
+    if not body.strip():
+        state.metrics.rejected.labels(endpoint, "400").inc()
+        return _plain(400, "request body is empty; expected an AdmissionReview JSON object")
+    return body
+
+
+def _make_review_handler(
+    endpoint: str,
+) -> Callable[[web.Request], Coroutine[Any, Any, web.Response]]:
+    async def handle(request: web.Request) -> web.Response:
+        state = request.app[STATE]
+        body = await _read_body(request, endpoint)
+        if isinstance(body, web.Response):
+            return body
+        start = time.perf_counter()
+        try:
+            data = state.codec.loads(body)
+        except (ValueError, RecursionError) as exc:
+            # orjson.JSONDecodeError and json.JSONDecodeError are ValueErrors; so is bad UTF-8.
+            state.metrics.rejected.labels(endpoint, "400").inc()
+            return _plain(400, f"request body is not valid JSON: {exc}")
+        try:
+            req = decode_review(data)
+        except ReviewDecodeError as exc:
+            state.metrics.rejected.labels(endpoint, "400").inc()
+            return _plain(400, f"request body is not an AdmissionReview: {exc}")
+        outcome = _decide(state, endpoint, req)
+        try:
+            payload = state.codec.dumps(outcome.response)
+        except (TypeError, ValueError) as exc:
+            # Unreachable for well-formed decisions; kept so an encoder surprise is a denial.
+            log.error("cannot encode the response for uid %s: %s", req.uid, exc)
+            outcome = Outcome(
+                denied_response(req, f"internal error encoding the response: {exc}"), "error", 0, 0
+            )
+            payload = std_dumps(outcome.response)
+        elapsed = time.perf_counter() - start
+        kind_label = _label(req.kind, WORKLOAD_KINDS)
+        state.metrics.review_done(
+            endpoint, kind_label, _label(req.operation, OPERATIONS), outcome.result, elapsed
+        )
+        if review_log.isEnabledFor(logging.INFO):
+            fields = {
+                "endpoint": endpoint,
+                "uid": req.uid,
+                "kind": req.kind,
+                "namespace": req.namespace,
+                "name": req.name,
+                "operation": req.operation,
+                "user": req.username,
+                "dryRun": req.dry_run,
+                "allowed": outcome.response["response"]["allowed"],
+                "result": outcome.result,
+                "mutations": outcome.mutations,
+                "warnings": outcome.warnings,
+                "durationMs": round(elapsed * 1000, 3),
+            }
+            if state.review_sink is None:
+                review_log.info("review", extra={"fields": fields})
+            else:
+                state.review_sink(fields)
+        return web.Response(body=payload, content_type="application/json")
+
+    return handle
+
+
+async def _healthz(request: web.Request) -> web.Response:
+    return _plain(200, "ok")
+
+
+async def _readyz(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    if state.shutting_down:
+        return _plain(503, "shutting down")
+    if not state.store.ready:
+        detail = state.store.stats.last_error or "waiting for the first list of CRL ConfigMaps"
+        return _plain(503, f"policies not synced yet: {detail}")
+    return _plain(200, "ok")
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    registry = request.app[STATE].metrics.registry
+    return web.Response(
+        body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+    )
+
+
+async def _policies(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    document = state.store.current.to_json()
+    document["ready"] = state.store.ready
+    return web.Response(body=std_dumps(document), content_type="application/json")
+
+
+async def _background(app: web.Application) -> AsyncIterator[None]:
+    """Run the policy source and the certificate reload loop for the app's lifetime."""
+    state = app[STATE]
+    if state.policy_source is not None:
+        state.background.append(asyncio.create_task(_guarded(state.policy_source)))
+    reloader = state.cert_reloader
+    if reloader is not None and state.cert_reload_interval > 0:
+        state.background.append(
+            asyncio.create_task(_reload_certificates(reloader, state.cert_reload_interval))
+        )
+    yield
+    state.shutting_down = True
+    for task in state.background:
+        task.cancel()
+    for task in state.background:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    state.background.clear()
+
+
+async def _guarded(source: PolicySource) -> None:
+    # A policy source is designed never to raise; if it does anyway, admission keeps the last
+    # snapshot and the error is visible in logs and /readyz rather than killing the process.
+    try:
+        await source()
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("the policy source stopped; serving the last policies loaded")
+
+
+async def _reload_certificates(reloader: CertReloader, interval: float) -> None:
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            reloader.check()
+        except Exception:
+            log.exception("certificate reload check failed; keeping the current certificate")
+
+
+def create_app(
+    config: WebhookConfig,
+    store: PolicyStore,
+    *,
+    evaluator: Evaluator = evaluate,
+    codec: JsonCodec | None = None,
+    cert_reloader: CertReloader | None = None,
+    cert_reload_interval: float = CERT_RELOAD_INTERVAL,
+    policy_source: PolicySource | None = None,
+    review_sink: ReviewSink | None = None,
+) -> web.Application:
+    """The admission app; `evaluator` and `policy_source` are seams for tests and serve.
+
+    `review_sink` replaces `review_log.info` for the per-review line (serve passes the batched
+    handler's direct writer); the default goes through logging, where tests capture it.
+    """
+    state = WebhookState(
+        config=config,
+        store=store,
+        evaluator=evaluator,
+        codec=codec or json_codec(),
+        metrics=Metrics.create(store, cert_reloader),
+        cert_reloader=cert_reloader,
+        cert_reload_interval=cert_reload_interval,
+        policy_source=policy_source,
+        review_sink=review_sink,
+    )
+    # client_max_size also guards chunked bodies that carry no Content-Length.
+    app = web.Application(client_max_size=MAX_BODY_BYTES)
+    app[STATE] = state
+    app.router.add_post("/mutate", _make_review_handler("mutate"))
+    app.router.add_post("/validate", _make_review_handler("validate"))
+    _add_probe_routes(app)
+    app.router.add_get("/policies", _policies)
+    app.cleanup_ctx.append(_background)
+    return app
+
+
+def _add_probe_routes(app: web.Application) -> None:
+    app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/readyz", _readyz)
+    app.router.add_get("/metrics", _metrics)
+
+
+def create_metrics_app(admission_app: web.Application) -> web.Application:
+    """Plain-HTTP app for Prometheus and probes, sharing the admission app's state."""
+    app = web.Application(client_max_size=1024)
+    app[STATE] = admission_app[STATE]
+    _add_probe_routes(app)
+    return app

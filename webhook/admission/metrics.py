@@ -1,0 +1,135 @@
+"""Prometheus metrics of the admission server: per-app registry, per-review counters, gauges."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from webhook.sources.store import PolicyStore
+from webhook.tls.certs import CertReloader
+
+log = logging.getLogger(__name__)
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+
+class _StateCollector(Collector):
+    """Gauges read from the store and the certificate at scrape time, never stale."""
+
+    def __init__(self, store: PolicyStore, reloader: CertReloader | None) -> None:
+        self._store = store
+        self._reloader = reloader
+
+    def collect(self) -> Iterable[Metric]:
+        policies = self._store.current
+        stats = self._store.stats
+        yield GaugeMetricFamily(
+            "gpu_webhook_policies_loaded",
+            "CRL policies in force (one per resource key).",
+            value=len(policies.by_key),
+        )
+        yield GaugeMetricFamily(
+            "gpu_webhook_invalid_configmaps",
+            "CRL ConfigMaps skipped because they are invalid (see /policies).",
+            value=len(policies.invalid),
+        )
+        yield GaugeMetricFamily(
+            "gpu_webhook_policy_conflicts",
+            "Resource keys defined by more than one enabled CRL ConfigMap.",
+            value=len(policies.conflicts),
+        )
+        yield GaugeMetricFamily(
+            "gpu_webhook_ready",
+            "1 once policies synced at least once.",
+            value=int(self._store.ready),
+        )
+        yield CounterMetricFamily(
+            "gpu_webhook_policy_syncs", "Policy snapshots published.", value=stats.syncs
+        )
+        yield CounterMetricFamily(
+            "gpu_webhook_watch_restarts",
+            "ConfigMap watches restarted with a fresh list (410 Gone).",
+            value=stats.watch_restarts,
+        )
+        yield CounterMetricFamily(
+            "gpu_webhook_policy_source_errors",
+            "Failed lists, watches or file reloads of the policy source.",
+            value=stats.errors,
+        )
+        since = self._store.seconds_since_sync()
+        if since is not None:
+            yield GaugeMetricFamily(
+                "gpu_webhook_seconds_since_last_sync",
+                "Seconds since the policy snapshot was last replaced.",
+                value=since,
+            )
+        if self._reloader is not None:
+            yield GaugeMetricFamily(
+                "gpu_webhook_serving_certificate_expiry_timestamp_seconds",
+                "Unix time when the serving certificate in force expires.",
+                value=self._reloader.expiry_timestamp,
+            )
+
+
+@dataclass
+class Metrics:
+    """A per-app registry: two apps in one process (tests) never share counters."""
+
+    registry: CollectorRegistry
+    reviews: Counter
+    latency: Histogram
+    mutations: Counter
+    rejected: Counter
+    # labels() hashes and validates its arguments on every call; the label sets of the
+    # per-review metrics are bounded (see _label), so their children are cached here.
+    _children: dict[tuple[str, ...], Any] = field(default_factory=dict)
+
+    def review_done(
+        self, endpoint: str, kind: str, operation: str, result: str, seconds: float
+    ) -> None:
+        key = (endpoint, kind, operation, result)
+        children = self._children.get(key)
+        if children is None:
+            children = (self.reviews.labels(*key), self.latency.labels(endpoint))
+            self._children[key] = children
+        children[0].inc()
+        children[1].observe(seconds)
+
+    @classmethod
+    def create(cls, store: PolicyStore, reloader: CertReloader | None) -> Metrics:
+        registry = CollectorRegistry(auto_describe=True)
+        registry.register(_StateCollector(store, reloader))
+        return cls(
+            registry=registry,
+            reviews=Counter(
+                "gpu_webhook_reviews",
+                "Admission reviews answered, by endpoint, kind, operation and result.",
+                ["endpoint", "kind", "operation", "result"],
+                registry=registry,
+            ),
+            latency=Histogram(
+                "gpu_webhook_review_duration_seconds",
+                "Time from request body received to response ready.",
+                ["endpoint"],
+                buckets=LATENCY_BUCKETS,
+                registry=registry,
+            ),
+            mutations=Counter(
+                "gpu_webhook_mutations",
+                "Mutations returned by /mutate, by type.",
+                ["type"],
+                registry=registry,
+            ),
+            rejected=Counter(
+                "gpu_webhook_rejected_requests",
+                "Requests refused before evaluation (HTTP 400/413), by endpoint and status.",
+                ["endpoint", "status"],
+                registry=registry,
+            ),
+        )

@@ -1,0 +1,71 @@
+"""What the handlers share: config, snapshot store, evaluator, codec, metrics (no globals)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Protocol
+
+from aiohttp import web
+
+from webhook.admission.jsoncodec import JsonCodec
+from webhook.admission.metrics import Metrics
+from webhook.core.config import WebhookConfig
+from webhook.core.evaluate import Decision
+from webhook.core.policyset import PolicySet
+from webhook.sources.store import PolicyStore
+from webhook.tls.certs import CertReloader
+
+log = logging.getLogger(__name__)
+
+CERT_RELOAD_INTERVAL = 5.0
+
+
+class Evaluator(Protocol):
+    """The signature of `webhook.core.evaluate.evaluate` as the server calls it."""
+
+    def __call__(
+        self,
+        obj: Mapping[str, Any],
+        policies: PolicySet,
+        config: WebhookConfig,
+        *,
+        kind: str | None = None,
+        namespace: str | None = None,
+        operation: str = "CREATE",
+        violations_only: bool = False,
+    ) -> Decision: ...
+
+
+PolicySource = Callable[[], Coroutine[Any, Any, None]]
+# Writes the per-review log line (fields) once the caller checked review_log's INFO level.
+ReviewSink = Callable[[Mapping[str, Any]], None]
+
+
+@dataclass
+class WebhookState:
+    """Everything the handlers need; reachable only through the app, never a global."""
+
+    config: WebhookConfig
+    store: PolicyStore
+    evaluator: Evaluator
+    codec: JsonCodec
+    metrics: Metrics
+    cert_reloader: CertReloader | None = None
+    cert_reload_interval: float = CERT_RELOAD_INTERVAL
+    policy_source: PolicySource | None = None
+    review_sink: ReviewSink | None = None
+    shutting_down: bool = False
+    background: list[asyncio.Task[None]] = field(default_factory=list)
+
+
+STATE = web.AppKey("state", WebhookState)
+
+
+class Outcome(NamedTuple):
+    response: dict[str, Any]
+    result: str  # allowed | patched | denied | error
+    mutations: int
+    warnings: int

@@ -1,0 +1,78 @@
+"""`gpu-webhook` command line: serve, review (offline, for CI), lint, certs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+from webhook.cli.exits import EXIT_OK, EXIT_USAGE
+from webhook.cli.lint import cmd_lint
+from webhook.cli.review import cmd_review
+from webhook.core.errors import ConfigError, ManifestError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpu-webhook",
+        description="GPU admission webhook: CRL resource policies, CUDA node affinity, env fixes.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    review = sub.add_parser(
+        "review",
+        help="offline: evaluate manifests like the webhook would (exit 1 if anything is denied)",
+    )
+    review.add_argument(
+        "-f", "--file", required=True, help="manifest file, directory, or - for stdin"
+    )
+    review.add_argument(
+        "--policies", type=Path, help="CRL ConfigMaps directory (default: ./configmaps)"
+    )
+    review.add_argument(
+        "--config", type=Path, help="webhook config YAML (default: built-in defaults)"
+    )
+    review.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text")
+
+    lint = sub.add_parser("lint", help="validate CRL ConfigMaps offline (exit 1 on errors)")
+    lint.add_argument("path", help="a CRL ConfigMap YAML file or a directory of them")
+
+    serve = sub.add_parser("serve", help="run the admission webhook server (HTTPS)")
+    certs = sub.add_parser("certs", help="generate a CA and a serving certificate into certs/")
+    try:
+        from webhook.cli.certs import add_certs_arguments
+        from webhook.cli.serve import add_serve_arguments
+    except ImportError:  # pragma: no cover - only when the package is broken
+        pass
+    else:
+        add_serve_arguments(serve)
+        add_certs_arguments(certs)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "review":
+            return cmd_review(args, out)
+        if args.command == "lint":
+            return cmd_lint(args, out)
+        if args.command == "serve":
+            from webhook.cli.serve import serve_command
+
+            return serve_command(args)
+        from webhook.cli.certs import certs_command
+
+        return certs_command(args)
+    except (ConfigError, ManifestError) as exc:
+        sys.stderr.write(f"gpu-webhook {args.command}: {exc}\n")
+        return EXIT_USAGE
+    except BrokenPipeError:  # `gpu-webhook review ... | head`
+        return EXIT_OK
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,5 @@
+"""Exit codes shared by every command."""
+
+EXIT_OK = 0
+EXIT_DENIED = 1  # something would be denied (review) or a ConfigMap is invalid (lint)
+EXIT_USAGE = 2  # the input or the command line is unusable

@@ -1,0 +1,142 @@
+"""`gpu-webhook serve`: arguments, TLS files, policy source, then the admission server."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import logging
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from webhook.admission.app import create_app, review_log
+from webhook.admission.jsoncodec import json_codec
+from webhook.admission.logs import configure_logging
+from webhook.admission.runner import loop_factory, serve_app
+from webhook.admission.state import PolicySource
+from webhook.core.config import load_config
+from webhook.core.errors import ConfigError, ManifestError
+from webhook.sources.files import FileSource
+from webhook.sources.store import PolicyStore
+from webhook.tls.certs import CertReloader, write_certificates
+
+log = logging.getLogger(__name__)
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="0.0.0.0", help="listen address (default: %(default)s)")
+    parser.add_argument("--port", type=int, default=8443, help="HTTPS port (default: %(default)s)")
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=0,
+        help="plain-HTTP port for /metrics, /healthz, /readyz (default: 0 = off)",
+    )
+    parser.add_argument("--tls-cert", metavar="FILE", help="serving certificate (PEM), reloaded")
+    parser.add_argument("--tls-key", metavar="FILE", help="serving key (PEM), reloaded")
+    parser.add_argument(
+        "--self-signed",
+        action="store_true",
+        help="generate a CA and a localhost serving certificate into --cert-dir",
+    )
+    parser.add_argument(
+        "--cert-dir",
+        metavar="DIR",
+        help="with --self-signed: where to write them (default: a fresh temp dir); "
+        "otherwise: read DIR/tls.crt and DIR/tls.key",
+    )
+    parser.add_argument(
+        "--policies", metavar="DIR", help="CRL ConfigMap files (default: watch kube-public)"
+    )
+    parser.add_argument(
+        "--policies-poll",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help="with --policies: check the files for changes this often; 0 loads them once "
+        "(default: %(default)s)",
+    )
+    parser.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster)")
+    parser.add_argument("--config", metavar="FILE", help="webhook config YAML")
+    parser.add_argument("--log-format", choices=("json", "text"), default="json")
+    parser.add_argument(
+        "--log-level", choices=("debug", "info", "warning", "error"), default="info"
+    )
+
+
+def _tls_files(args: argparse.Namespace) -> tuple[Path, Path]:
+    """Where the serving pair is, generating it for --self-signed; raises ValueError."""
+    if args.self_signed:
+        cert_dir = (
+            Path(args.cert_dir) if args.cert_dir else Path(tempfile.mkdtemp(prefix="gpu-webhook-"))
+        )
+        ips = ["127.0.0.1", "::1"]
+        if args.host not in ("0.0.0.0", "::", "", "localhost", *ips):
+            ips.append(args.host)
+        try:
+            paths = write_certificates(cert_dir, ["localhost"], ips)
+        except (OSError, ValueError) as exc:
+            raise ValueError(
+                f"cannot write a self-signed certificate into {cert_dir}: {exc}"
+            ) from exc
+        print(f"CA certificate: {paths.ca_cert} (curl --cacert {paths.ca_cert} ...)", flush=True)
+        return paths.cert, paths.key
+    if args.tls_cert and args.tls_key:
+        return Path(args.tls_cert), Path(args.tls_key)
+    if args.tls_cert or args.tls_key:
+        raise ValueError("--tls-cert and --tls-key must be given together")
+    if args.cert_dir:
+        return Path(args.cert_dir) / "tls.crt", Path(args.cert_dir) / "tls.key"
+    raise ValueError(
+        "no serving certificate: pass --tls-cert FILE --tls-key FILE, --cert-dir DIR "
+        "(from `gpu-webhook certs`), or --self-signed for a local run"
+    )
+
+
+def _policy_source(args: argparse.Namespace, store: PolicyStore) -> PolicySource | None:
+    """Load file policies now (a bad directory fails the start), or prepare the cluster watch."""
+    if args.policies:
+        # webhook.sources.files imports no kubernetes client (~13 MiB RSS) for a process that never
+        # talks to a cluster.
+        files = FileSource(Path(args.policies), interval=args.policies_poll)
+        store.replace(files.load())
+        if args.policies_poll <= 0:
+            return None
+        return functools.partial(files.run, store)
+    # Imported here for the same reason: only the in-cluster mode needs the kubernetes client.
+    from webhook.sources.reflector import ConfigMapWatcher  # noqa: PLC0415
+
+    watcher = ConfigMapWatcher(store, kubeconfig=args.kubeconfig)
+    return watcher.run
+
+
+def serve_command(args: argparse.Namespace) -> int:
+    """`gpu-webhook serve`: 0 after a clean shutdown, 2 when the setup is unusable."""
+    log_handler = configure_logging(args.log_format, args.log_level)
+    try:
+        config = load_config(Path(args.config) if args.config else None)
+        cert_file, key_file = _tls_files(args)
+        reloader = CertReloader(cert_file, key_file)
+        store = PolicyStore()
+        source = _policy_source(args, store)
+    except (ConfigError, ManifestError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    codec = json_codec(prefer_orjson=not os.environ.get("GPU_WEBHOOK_DISABLE_ORJSON"))
+    app = create_app(
+        config,
+        store,
+        codec=codec,
+        cert_reloader=reloader,
+        policy_source=source,
+        review_sink=functools.partial(log_handler.write, review_log, "review"),
+    )
+    try:
+        with asyncio.Runner(loop_factory=loop_factory()) as runner:
+            runner.run(serve_app(app, args, reloader, log_handler))
+    except OSError as exc:
+        print(f"error: cannot serve: {exc}", file=sys.stderr)
+        return 2
+    return 0
