@@ -74,8 +74,13 @@ def _decide(state: WebhookState, endpoint: str, req: AdmissionRequest) -> Outcom
             state.store.current,
             state.config,
             kind=req.kind or None,
+            group=req.group,
             namespace=req.namespace or None,
             operation=req.operation,
+            sub_resource=req.sub_resource,
+            old_object=req.old_object,
+            inventory=state.store.inventory,
+            claims=state.store.claims,
             # /validate returns no Pod or template warnings (the mutating call showed them).
             violations_only=endpoint == "validate",
         )

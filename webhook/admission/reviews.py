@@ -42,6 +42,8 @@ class AdmissionRequest:
     name: str
     object: Mapping[str, Any] | None
     dry_run: bool
+    sub_resource: str
+    old_object: Mapping[str, Any] | None
     username: str
 
     @property
@@ -102,6 +104,8 @@ def decode_review(data: Any) -> AdmissionRequest:
         # e.g. a hand-written fixture with "object": "None"; nothing we could evaluate.
         raise ReviewDecodeError(f"request.object must be a JSON object, got {type(obj).__name__}")
     operation = _str_field(request, "operation", "request")
+    # UPDATE carries the stored object as oldObject; DELETE carries only oldObject.
+    old = request.get("oldObject")
     if operation in ("CREATE", "UPDATE") and obj is None:
         raise ReviewDecodeError(f"request.object is missing for operation {operation}")
 
@@ -140,6 +144,8 @@ def decode_review(data: Any) -> AdmissionRequest:
         name=_str_field(request, "name", "request") or _object_name(obj),
         object=obj,
         dry_run=request.get("dryRun") is True,
+        sub_resource=_str_field(request, "subResource", "request"),
+        old_object=old if isinstance(old, Mapping) else None,
         username=username,
     )
 

@@ -12,9 +12,11 @@ from aiohttp import web
 
 from webhook.admission.jsoncodec import JsonCodec
 from webhook.admission.metrics import Metrics
+from webhook.core.claims import ClaimIndex
 from webhook.core.config import WebhookConfig
 from webhook.core.evaluate import Decision
 from webhook.core.policyset import PolicySet
+from webhook.core.rules.cuda import NodeInventory
 from webhook.sources.store import PolicyStore
 from webhook.tls.certs import CertReloader
 
@@ -33,8 +35,13 @@ class Evaluator(Protocol):
         config: WebhookConfig,
         *,
         kind: str | None = None,
+        group: str | None = None,
         namespace: str | None = None,
         operation: str = "CREATE",
+        sub_resource: str = "",
+        old_object: Mapping[str, Any] | None = None,
+        inventory: NodeInventory | None = None,
+        claims: ClaimIndex | None = None,
         violations_only: bool = False,
     ) -> Decision: ...
 

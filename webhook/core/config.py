@@ -134,6 +134,11 @@ class WebhookConfig(_Model):
     # With a node inventory: what to do when no node satisfies the CUDA requirement.
     no_compatible_node: Literal["deny", "warn"] = "warn"
 
+    @property
+    def inventory_label_keys(self) -> frozenset[str]:
+        """Node label keys the node inventory keeps: everything placement reads, nothing else."""
+        return frozenset({self.cuda_labels.major, self.cuda_labels.minor})
+
     @field_validator("image_patterns")
     @classmethod
     def _patterns(cls, value: tuple[str, ...]) -> tuple[str, ...]:

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any
 
-from webhook.core.config import ANNOTATION_CUDA_AFFINITY, ANNOTATION_ENV_FIXES, WebhookConfig
+from webhook.core.claims import ClaimIndex
+from webhook.core.config import ANNOTATION_ENV_FIXES, WebhookConfig
 from webhook.core.crl import CRL_NAMESPACE, CRL_PREFIX, LABEL_TYPE, TYPE_VALUE, parse_configmap
+from webhook.core.decision import Decision, PodState, Violation, container_label, short
 from webhook.core.errors import ObjectShapeError
-from webhook.core.patches import Draft, diff
+from webhook.core.patches import Draft
+from webhook.core.placement import place
 from webhook.core.policyset import PolicySet
 from webhook.core.quantity import format_quantity
 from webhook.core.rules import cuda
@@ -22,63 +23,9 @@ from webhook.core.rules.resources import (
     defaults,
     used_policies,
 )
-from webhook.core.workloads import ContainerRef, PodSpecRef, find_pod_spec, handles_kind, object_ref
+from webhook.core.workloads import ContainerRef, find_pod_spec, handles_kind, object_ref
 
 __all__ = ["Decision", "Violation", "evaluate", "evaluate_configmap", "handles_kind"]
-
-NOTE_LIMIT = 120
-
-
-@dataclass(frozen=True, slots=True)
-class Violation:
-    """One broken rule; `message` is the sentence shown to the user."""
-
-    message: str
-    object_ref: str
-    container: str = ""
-    field: str = ""
-    rule: str = ""
-    configmap: str = ""
-
-
-@dataclass(frozen=True)
-class Decision:
-    """What the webhook concludes about one object."""
-
-    handled: bool = True
-    object_ref: str = ""
-    violations: tuple[Violation, ...] = ()
-    notes: tuple[str, ...] = ()
-    warnings: tuple[str, ...] = ()
-    mutation_kinds: tuple[str, ...] = ()
-    original: Mapping[str, Any] | None = field(default=None, repr=False)
-    mutated: Mapping[str, Any] | None = field(default=None, repr=False)
-
-    @property
-    def allowed(self) -> bool:
-        return not self.violations
-
-    @cached_property
-    def patch(self) -> list[dict[str, Any]]:
-        if self.mutated is None or self.original is None:
-            return []
-        return diff(self.original, self.mutated)
-
-    def denial_message(self) -> str:
-        if len(self.violations) == 1:
-            return self.violations[0].message
-        lines = [f"{self.object_ref}: {len(self.violations)} GPU policy violations:"]
-        lines += [f"- {v.message}" for v in self.violations]
-        return "\n".join(lines)
-
-
-def _short(text: str) -> str:
-    return text if len(text) <= NOTE_LIMIT else text[: NOTE_LIMIT - 1] + "…"
-
-
-def _container_label(ref: ContainerRef) -> str:
-    kind = "init container" if ref.list_name == "initContainers" else "container"
-    return f'{kind} "{ref.name}"'
 
 
 def _violation(ref: str, where: str, problem: ResourceProblem) -> Violation:
@@ -94,29 +41,9 @@ def _violation(ref: str, where: str, problem: ResourceProblem) -> Violation:
     return Violation(text + ".", ref, where, field_name, problem.rule, policy.configmap)
 
 
-@dataclass
-class _PodState:
-    """Accumulates the outcome of one pod spec while the rules run."""
-
-    ref: str
-    pod: PodSpecRef
-    draft: Draft
-    violations: list[Violation] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    kinds: list[str] = field(default_factory=list)
-
-    def container_path(self, c: ContainerRef) -> tuple[str | int, ...]:
-        return (*self.pod.spec_path, c.list_name, c.index)
-
-    def note(self, kind: str, text: str) -> None:
-        self.kinds.append(kind)
-        self.notes.append(_short(text))
-
-
-def _resources(state: _PodState, c: ContainerRef, policies: PolicySet) -> tuple[set[str], bool]:
+def _resources(state: PodState, c: ContainerRef, policies: PolicySet) -> tuple[set[str], bool]:
     """Defaults then checks for one container; returns (keys used, uses a CRL group)."""
-    where = _container_label(c)
+    where = container_label(c)
     lists = ResourceLists.of(c.container, f"{state.ref} {where}")
     keys = lists.keys()
     used = used_policies(keys, policies)
@@ -143,10 +70,10 @@ def _resources(state: _PodState, c: ContainerRef, policies: PolicySet) -> tuple[
     return keys, True
 
 
-def _env(state: _PodState, c: ContainerRef, keys: set[str], config: WebhookConfig) -> None:
+def _env(state: PodState, c: ContainerRef, keys: set[str], config: WebhookConfig) -> None:
     additions, warnings = env_fixes(c.container, keys, config.env_fixes)
-    where = _container_label(c)
-    state.warnings += [_short(f"{where}: {w}") for w in warnings]
+    where = container_label(c)
+    state.warnings += [short(f"{where}: {w}") for w in warnings]
     if not additions:
         return
     container = state.draft.writable(state.container_path(c))
@@ -158,98 +85,6 @@ def _env(state: _PodState, c: ContainerRef, keys: set[str], config: WebhookConfi
         new_env.append({"name": add.name, "value": add.value})
         state.note("env-fix", f"set {add.name}={add.value} in {where} ({add.rule} fix)")
     container["env"] = new_env
-
-
-def _cuda(
-    state: _PodState,
-    gpu: list[tuple[ContainerRef, set[str]]],
-    config: WebhookConfig,
-    inventory: cuda.NodeInventory | None,
-) -> None:
-    labels = config.cuda_labels
-    pod_req, warning = cuda.annotation_requirement(state.pod.annotations)
-    if warning:
-        state.warnings.append(_short(warning))
-    requirements: list[tuple[ContainerRef, set[str], cuda.Requirement]] = []
-    unknown: list[str] = []
-    for c, keys in gpu:
-        req = pod_req or cuda.container_requirement(c.container, config)
-        if req is None:
-            unknown.append(c.name)
-        else:
-            requirements.append((c, keys, req))
-    for c, keys, req in requirements:
-        where = _container_label(c)
-        gpu_manager = not keys.isdisjoint(config.gpu_manager_resource_names)
-        if gpu_manager and req.version >= cuda.CudaVersion(12, 4):
-            state.warnings.append(
-                _short(f"{where} needs CUDA {req.version}: GPU-Manager vGPU supports CUDA < 12.4")
-            )
-        mps_memory = not keys.isdisjoint(config.mps_memory_resource_names)
-        if mps_memory and req.version < cuda.CudaVersion(11, 4):
-            state.warnings.append(
-                _short(f"{where} needs CUDA {req.version}: MPS memory limits need CUDA ≥ 11.4")
-            )
-    if not config.cuda_affinity or state.pod.annotations.get(ANNOTATION_CUDA_AFFINITY) == "false":
-        return
-    if not requirements:
-        state.warnings.append(
-            "CUDA version unknown, no node affinity added: set annotation "
-            'features.alauda.io/cuda-version (e.g. "12.4") or env CUDA_VERSION'
-        )
-        return
-    if unknown:
-        state.warnings.append(
-            _short(
-                f"CUDA version unknown for {', '.join(unknown)}; affinity uses the other containers"
-            )
-        )
-    _, _, top = max(requirements, key=lambda item: item[2].version)
-    vgpu = any(not keys.isdisjoint(config.vgpu_resource_names) for _, keys in gpu)
-    skew = config.max_major_skew
-    label_text = f"{labels.major}/{labels.minor}"
-    if inventory is not None:
-        if not inventory.labelled:
-            state.warnings.append(
-                _short(f"no node carries the {label_text} labels: no CUDA node affinity added")
-            )
-            return
-        if not cuda.satisfying(inventory, top.version, vgpu=vgpu, skew=skew):
-            highest = max(inventory.versions)
-            text = (
-                f"no node supports CUDA {top.version}{' on vGPU' if vgpu else ''}; "
-                f"highest available is {highest}"
-            )
-            if config.no_compatible_node == "deny":
-                state.violations.append(
-                    Violation(f"{state.ref}: {text} ({top.source}).", state.ref, rule="cuda")
-                )
-                return
-            state.warnings.append(_short(text))
-    injected = cuda.injected_terms(top.version, vgpu=vgpu, skew=skew, labels=labels)
-    usage = cuda.existing_cuda_usage(state.pod.spec, labels, injected)
-    if usage == "ours":
-        return
-    if usage == "user":
-        state.warnings.append(
-            _short(
-                f"your {label_text} node affinity is kept as is; "
-                f"this pod needs CUDA ≥ {top.version}"
-            )
-        )
-        return
-    merged = cuda.merge_terms(cuda.required_terms(state.pod.spec), injected)
-    required = state.draft.writable(
-        (
-            *state.pod.spec_path,
-            "affinity",
-            "nodeAffinity",
-            "requiredDuringSchedulingIgnoredDuringExecution",
-        )
-    )
-    required["nodeSelectorTerms"] = merged
-    mode = "vGPU" if vgpu else "GPU"
-    state.note("cuda-affinity", f"required {mode} nodes with CUDA ≥ {top.version} ({top.source})")
 
 
 def _evaluate_pod(
@@ -265,7 +100,7 @@ def _evaluate_pod(
     pod = find_pod_spec(kind, obj)
     if pod is None:
         return Decision(object_ref=ref)
-    state = _PodState(ref, pod, Draft(obj))
+    state = PodState(ref, pod, Draft(obj))
     # Env fixes only ever add changes and warnings; the CUDA rule can deny only against a node
     # inventory with noCompatibleNode: deny. A violations-only caller skips what cannot deny.
     env_fixes_on = not violations_only and pod.annotations.get(ANNOTATION_ENV_FIXES) != "false"
@@ -278,13 +113,13 @@ def _evaluate_pod(
             if env_fixes_on:
                 _env(state, c, keys, config)
     if gpu and cuda_on:
-        _cuda(state, gpu, config, inventory)
+        place(state, gpu, config, inventory)
     if violations_only:
         return Decision(object_ref=ref, violations=tuple(state.violations))
     notes = state.notes
     mutated: Mapping[str, Any] | None = state.draft.root if state.draft.changed else None
     if pod.is_template and not config.mutate_templates:
-        notes = [_short(f"will apply to pods: {n}") for n in notes]
+        notes = [short(f"will apply to pods: {n}") for n in notes]
         mutated = None
     return Decision(
         object_ref=ref,
@@ -303,9 +138,13 @@ def evaluate(
     config: WebhookConfig,
     *,
     kind: str | None = None,
+    group: str | None = None,
     namespace: str | None = None,
     operation: str = "CREATE",
+    sub_resource: str = "",
+    old_object: Mapping[str, Any] | None = None,
     inventory: cuda.NodeInventory | None = None,
+    claims: ClaimIndex | None = None,
     violations_only: bool = False,
 ) -> Decision:
     """Evaluate one admitted object. Raises only WebhookError subclasses on malformed input.
@@ -313,6 +152,10 @@ def evaluate(
     `violations_only=True` (what /validate needs) returns the same violations for Pods and
     templates but skips the work that can only produce changes and warnings, so its Decision
     has no notes, warnings or patch. CRL ConfigMaps are always evaluated in full.
+
+    `group` is the object's API group ("" for the core group, None when unknown: then it is
+    taken from the object's apiVersion); `sub_resource` and `old_object` come from the
+    AdmissionReview; `inventory` and `claims` are the cluster snapshots (None: not known).
     """
     if not isinstance(obj, Mapping):
         raise ObjectShapeError(f"the object must be a JSON object, got {type(obj).__name__}")
@@ -360,7 +203,7 @@ def evaluate_configmap(
         return Decision(
             object_ref=ref,
             warnings=(
-                _short(
+                short(
                     f"{ref} is labelled as a CRL but CRLs are read from kube-public only: ignored"
                 ),
             ),
@@ -385,5 +228,5 @@ def evaluate_configmap(
         violations=tuple(violations),
         # No "{ref}: " prefix: kubectl shows these right under the object being applied, and
         # the prefix pushed the meaning ("...: this policy is inactive") past the 120-char cut.
-        warnings=tuple(_short(w) for w in parsed.warnings),
+        warnings=tuple(short(w) for w in parsed.warnings),
     )

@@ -6,7 +6,9 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from webhook.core.claims import ClaimIndex
 from webhook.core.policyset import PolicySet
+from webhook.core.rules.cuda import NodeInventory
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +34,10 @@ class PolicyStore:
 
     current: PolicySet = field(default_factory=PolicySet.empty)
     stats: StoreStats = field(default_factory=StoreStats)
+    # Other cluster snapshots, each swapped whole by its source; None: not known (not watched,
+    # not readable). They never affect readiness.
+    inventory: NodeInventory | None = None
+    claims: ClaimIndex | None = None
 
     @property
     def ready(self) -> bool:
