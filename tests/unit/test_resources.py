@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -326,7 +327,8 @@ def test_integer_data_type(value: Any, ok: bool) -> None:
 @pytest.mark.parametrize("value", ["abc", "$GPU_PER_NODE", True, [1]])
 def test_not_a_quantity(value: Any) -> None:
     decision = run(pod(container(limits={VMEM: value, VCORE: "10"})), config=NO_CUDA)
-    shown = value if isinstance(value, str) else str(value)
+    # Shown as written in the manifest (JSON spelling: true, not Python's True).
+    shown = value if isinstance(value, str) else json.dumps(value)
     assert messages(decision) == [
         violation(
             "limits.tencent.com/vcuda-memory",

@@ -5,9 +5,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from webhook.core.annotations import parse_opt_out
 from webhook.core.claims import ClaimIndex
 from webhook.core.config import ANNOTATION_ENV_FIXES, WebhookConfig
-from webhook.core.crl import CRL_NAMESPACE, CRL_PREFIX, LABEL_TYPE, TYPE_VALUE, parse_configmap
+from webhook.core.crl import (
+    CRL_NAMESPACE,
+    CRL_PREFIX,
+    LABEL_ENABLED,
+    LABEL_TYPE,
+    TYPE_VALUE,
+    parse_configmap,
+)
 from webhook.core.decision import Decision, PodState, Violation, container_label, short
 from webhook.core.errors import ObjectShapeError
 from webhook.core.patches import Draft
@@ -17,20 +25,29 @@ from webhook.core.quantity import format_quantity
 from webhook.core.rules import cuda
 from webhook.core.rules.envfix import env_fixes
 from webhook.core.rules.resources import (
+    MISSING,
     ResourceLists,
     ResourceProblem,
     check,
     defaults,
     used_policies,
+    value_checks,
 )
-from webhook.core.workloads import ContainerRef, find_pod_spec, handles_kind, object_ref
+from webhook.core.updates import allowed_untouched, may_mutate_template, template_unchanged
+from webhook.core.workloads import (
+    ContainerRef,
+    PodSpecRef,
+    find_pod_spec,
+    handles_kind,
+    object_ref,
+)
 
 __all__ = ["Decision", "Violation", "evaluate", "evaluate_configmap", "handles_kind"]
 
 
 def _violation(ref: str, where: str, problem: ResourceProblem) -> Violation:
     policy = problem.policy
-    value = "" if problem.value is None else f"={format_quantity(problem.value)!r}"
+    value = "" if problem.value is MISSING else f"={format_quantity(problem.value)!r}"
     field_name = f"{problem.field}.{policy.key}"
     text = (
         f"{ref}, {where}: {field_name}{value} {problem.problem} "
@@ -42,14 +59,33 @@ def _violation(ref: str, where: str, problem: ResourceProblem) -> Violation:
 
 
 def _resources(state: PodState, c: ContainerRef, policies: PolicySet) -> tuple[set[str], bool]:
-    """Defaults then checks for one container; returns (keys used, uses a CRL group)."""
+    """Defaults then checks for one container; returns (keys asked for, uses a CRL group).
+
+    A key set to zero asks for nothing (SPEC §3): it uses no group and is not returned, and
+    only its own value checks run.
+    """
     where = container_label(c)
     lists = ResourceLists.of(c.container, f"{state.ref} {where}")
     keys = lists.keys()
-    used = used_policies(keys, policies)
-    if not used:
+    if not keys:
         return keys, False
+    asked = lists.asked()
+    used = used_policies(asked, policies)
+    used_groups = {p.group for p in used}
+    zero = [
+        policy
+        for key in sorted(keys - asked)
+        if (policy := policies.by_key.get(key)) is not None and policy.group not in used_groups
+    ]
+    is_pod = not state.pod.is_template
+    if zero:
+        state.violations += [
+            _violation(state.ref, where, p) for p in value_checks(lists, zero, is_pod=is_pod)
+        ]
+    if not used:
+        return asked, False
     changes = defaults(lists, used)
+    derived: frozenset[tuple[str, str]] = frozenset()
     if changes:
         limits, requests = dict(lists.limits), dict(lists.requests)
         for change in changes:
@@ -62,12 +98,12 @@ def _resources(state: PodState, c: ContainerRef, policies: PolicySet) -> tuple[s
             else:
                 state.note(change.kind, f"set requests.{change.key}={value} from limits in {where}")
         lists = ResourceLists(limits, requests)
-        keys = lists.keys()
+        asked = lists.asked()
+        derived = frozenset((change.field, change.key) for change in changes)
     state.violations += [
-        _violation(state.ref, where, p)
-        for p in check(lists, used, is_pod=not state.pod.is_template)
+        _violation(state.ref, where, p) for p in check(lists, used, is_pod=is_pod, derived=derived)
     ]
-    return keys, True
+    return asked, True
 
 
 def _env(state: PodState, c: ContainerRef, keys: set[str], config: WebhookConfig) -> None:
@@ -88,22 +124,27 @@ def _env(state: PodState, c: ContainerRef, keys: set[str], config: WebhookConfig
 
 
 def _evaluate_pod(
-    kind: str,
+    ref: str,
+    pod: PodSpecRef,
     obj: Mapping[str, Any],
     policies: PolicySet,
     config: WebhookConfig,
-    namespace: str | None,
     inventory: cuda.NodeInventory | None,
+    *,
+    mutate_template: bool,
     violations_only: bool = False,
 ) -> Decision:
-    ref = object_ref(kind, obj, namespace)
-    pod = find_pod_spec(kind, obj)
-    if pod is None:
-        return Decision(object_ref=ref)
     state = PodState(ref, pod, Draft(obj))
     # Env fixes only ever add changes and warnings; the CUDA rule can deny only against a node
     # inventory with noCompatibleNode: deny. A violations-only caller skips what cannot deny.
-    env_fixes_on = not violations_only and pod.annotations.get(ANNOTATION_ENV_FIXES) != "false"
+    env_fixes_on = False
+    if not violations_only:
+        opted_out, warning = parse_opt_out(
+            ANNOTATION_ENV_FIXES, pod.annotations.get(ANNOTATION_ENV_FIXES)
+        )
+        env_fixes_on = not opted_out
+        if warning:
+            state.warnings.append(short(warning))
     cuda_on = not violations_only or (inventory is not None and config.no_compatible_node == "deny")
     gpu: list[tuple[ContainerRef, set[str]]] = []
     for c in pod.containers:
@@ -118,7 +159,7 @@ def _evaluate_pod(
         return Decision(object_ref=ref, violations=tuple(state.violations))
     notes = state.notes
     mutated: Mapping[str, Any] | None = state.draft.root if state.draft.changed else None
-    if pod.is_template and not config.mutate_templates:
+    if pod.is_template and not mutate_template:
         notes = [short(f"will apply to pods: {n}") for n in notes]
         mutated = None
     return Decision(
@@ -160,17 +201,38 @@ def evaluate(
     if not isinstance(obj, Mapping):
         raise ObjectShapeError(f"the object must be a JSON object, got {type(obj).__name__}")
     kind = kind or (obj.get("kind") if isinstance(obj.get("kind"), str) else None) or ""
-    if operation not in ("CREATE", "UPDATE"):
+    # DELETE and CONNECT are never denied (nothing to check, and a denial could only wedge
+    # whoever deletes); Pods are checked once, on CREATE (a Pod's spec is all but immutable).
+    if operation not in ("CREATE", "UPDATE") or (kind == "Pod" and operation != "CREATE"):
         return Decision(handled=False, object_ref=object_ref(kind, obj, namespace))
+    # Early "allowed because ..." guards (SPEC §6, updates and the controllers that make them):
+    # no evaluation, no patch, no warning.
+    if reason := allowed_untouched(kind, obj, sub_resource):
+        return Decision(object_ref=object_ref(kind, obj, namespace), reason=reason)
     if kind == "ConfigMap":
         return evaluate_configmap(obj, policies, operation=operation, namespace=namespace)
-    if not handles_kind(kind) or (kind == "Pod" and operation != "CREATE"):
+    if not handles_kind(kind):
         return Decision(handled=False, object_ref=object_ref(kind, obj, namespace))
+    ref = object_ref(kind, obj, namespace)
     meta = obj.get("metadata")
     ns = namespace or (meta.get("namespace") if isinstance(meta, Mapping) else None)
     if ns in config.exempt_namespaces:
-        return Decision(object_ref=object_ref(kind, obj, namespace))
-    return _evaluate_pod(kind, obj, policies, config, namespace, inventory, violations_only)
+        return Decision(object_ref=ref, reason=f"namespace {ns} is exempt")
+    pod = find_pod_spec(kind, obj)
+    if pod is None:
+        return Decision(object_ref=ref)
+    if operation == "UPDATE" and template_unchanged(pod, obj, old_object):
+        return Decision(object_ref=ref, reason="the pod template is unchanged")
+    return _evaluate_pod(
+        ref,
+        pod,
+        obj,
+        policies,
+        config,
+        inventory,
+        mutate_template=config.mutate_templates and may_mutate_template(kind, operation),
+        violations_only=violations_only,
+    )
 
 
 def evaluate_configmap(
@@ -209,6 +271,13 @@ def evaluate_configmap(
             ),
         )
     parsed = parse_configmap({**cm, "metadata": {**meta, "namespace": ns}})
+    if labels.get(LABEL_ENABLED) != "true":
+        # SPEC §6: turning a CRL off is always allowed, so an admin can disable a broken
+        # policy without fixing it first; what is wrong with it is still said, as warnings.
+        return Decision(
+            object_ref=ref,
+            warnings=tuple(short(w) for w in (*parsed.warnings, *parsed.errors)),
+        )
     violations = [Violation(f"{ref}: {error}.", ref, rule="crl") for error in parsed.errors]
     lim = parsed.limitation
     if parsed.active and lim is not None:

@@ -15,6 +15,16 @@ from webhook.core.quantity import format_quantity, parse_quantity
 _EMPTY: Mapping[str, Any] = {}
 
 
+class _Missing:
+    """The value of a key that is not in the list (a JSON null is a value: zero)."""
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Any = _Missing()
+
+
 @dataclass(slots=True)  # not frozen: built per review, and frozen __init__ is ~5x slower
 class ResourceLists:
     """A container's `resources.limits` and `resources.requests` (empty when absent)."""
@@ -40,6 +50,26 @@ class ResourceLists:
     def keys(self) -> set[str]:
         return set(self.limits) | set(self.requests)
 
+    def asked(self) -> set[str]:
+        """Keys with a value that is not zero: a key set to "0" (or null) asks for no device.
+
+        A value that does not parse counts as asking, so its own checks report it.
+        """
+        return {
+            key
+            for key in self.keys()
+            if not (_is_zero(self.limits, key) and _is_zero(self.requests, key))
+        }
+
+
+def _is_zero(values: Mapping[str, Any], key: str) -> bool:
+    if key not in values:
+        return True
+    try:
+        return parse_quantity(values[key]) == 0
+    except QuantityError:
+        return False
+
 
 @dataclass(frozen=True, slots=True)
 class ResourceDefault:
@@ -57,7 +87,7 @@ class ResourceProblem:
 
     policy: ResourceLimitation
     field: str  # "limits" or "requests"
-    value: Any  # as written, or None when the problem is a missing value
+    value: Any  # as written, or MISSING when the problem is a missing value
     problem: str  # "is required but not set", "is not a whole number", ...
     rule: str  # "limits: required", "dataType: integer", "max: 8", ...
 
@@ -80,17 +110,17 @@ def defaults(lists: ResourceLists, used: Iterable[ResourceLimitation]) -> list[R
     """The defaults to apply, in order (a defaulted limit feeds `requests: fromLimits`)."""
     changes: list[ResourceDefault] = []
     for policy in used:
-        lim = lists.limits.get(policy.key)
-        req = lists.requests.get(policy.key)
+        lim = lists.limits.get(policy.key, MISSING)
+        req = lists.requests.get(policy.key, MISSING)
         if (
-            lim is None
-            and req is None
+            lim is MISSING
+            and req is MISSING
             and policy.default is not None
             and policy.limits is not LimitsPolicy.DISABLED
         ):
             lim = policy.default_text or str(policy.default)
             changes.append(ResourceDefault("limits", policy.key, lim, "resource-default"))
-        if policy.requests is RequestsPolicy.FROM_LIMITS and lim is not None and req is None:
+        if policy.requests is RequestsPolicy.FROM_LIMITS and lim is not MISSING and req is MISSING:
             changes.append(ResourceDefault("requests", policy.key, lim, "requests-from-limits"))
     return changes
 
@@ -122,67 +152,133 @@ def _value_problems(
     return value, [ResourceProblem(policy, field, raw, problem, rule)]
 
 
-def check(
-    lists: ResourceLists, used: Iterable[ResourceLimitation], *, is_pod: bool
+# kubernetes pkg/apis/core/validation/validation.go, ValidateResourceRequirements: a request
+# for a resource that is not overcommitable (every extended resource) without a limit is
+# field.Required(limPath, "Limit must be set for non overcommitable resources").
+_NO_LIMIT = (
+    "is not set but requests.{key} is: the API server rejects every pod made from this "
+    'template ("Limit must be set for non overcommitable resources"); set limits instead'
+)
+
+
+def _policy_problems(
+    policy: ResourceLimitation,
+    lists: ResourceLists,
+    *,
+    is_pod: bool,
+    derived: frozenset[tuple[str, str]],
+    presence: bool,
 ) -> list[ResourceProblem]:
-    """Every rule the container breaks (SPEC §3 checks), in policy order."""
+    """The rules one policy's key breaks; `presence=False` skips required/disabled rules."""
+    problems: list[ResourceProblem] = []
+    key = policy.key
+    lim = lists.limits.get(key, MISSING)
+    req = lists.requests.get(key, MISSING)
+    if presence and policy.limits is LimitsPolicy.REQUIRED and lim is MISSING:
+        problems.append(
+            ResourceProblem(
+                policy, "limits", MISSING, "is required but not set", "limits: required"
+            )
+        )
+    elif not is_pod and lim is MISSING and req is not MISSING:
+        problems.append(
+            ResourceProblem(
+                policy, "limits", MISSING, _NO_LIMIT.format(key=key), "requests need limits"
+            )
+        )
+    if presence and policy.limits is LimitsPolicy.DISABLED and lim is not MISSING:
+        problems.append(
+            ResourceProblem(policy, "limits", lim, "is not allowed", "limits: disabled")
+        )
+    if (
+        presence
+        and policy.requests is RequestsPolicy.REQUIRED
+        and req is MISSING
+        and lim is MISSING
+    ):
+        problems.append(
+            ResourceProblem(
+                policy,
+                "requests",
+                MISSING,
+                "is required but not set (a limit also satisfies it)",
+                "requests: required",
+            )
+        )
+    lim_value = req_value = None
+    if lim is not MISSING:
+        # A limit the webhook defaulted comes from a linted policy: nothing to report on it.
+        lim_value, found = _value_problems(policy, "limits", lim)
+        if ("limits", key) not in derived:
+            problems += found
+    if req is not MISSING:
+        req_value, found = _value_problems(policy, "requests", req)
+        # Reported once, on the field the user wrote: a request the webhook copied from the
+        # limit, or one equal to the limit (on a Pod the API server copies it there), shares
+        # the limit's problems, which are already reported on limits.
+        mirrors_limit = lim is not MISSING and (
+            req == lim or (req_value is not None and req_value == lim_value)
+        )
+        if ("requests", key) not in derived and not mirrors_limit:
+            problems += found
+    # The API server defaults a Pod container's requests from its limits before
+    # admission (SetDefaults_Pod in kubernetes pkg/apis/core/v1/defaults.go: "only on a
+    # v1.Pod and not a v1.PodTemplate"), and defaults again after each mutating webhook's
+    # patch (apiserver admission/plugin/webhook/mutating/dispatcher.go calls
+    # GetObjectDefaulter().Default on the patched object). So on a Pod a request equal to
+    # the limit is indistinguishable from "not set", including for a limit this webhook
+    # defaulted. Workload templates are not defaulted that way: there a request is explicit.
+    defaulted_by_apiserver = is_pod and lim_value is not None and lim_value == req_value
+    if (
+        presence
+        and policy.requests is RequestsPolicy.DISABLED
+        and req is not MISSING
+        and not defaulted_by_apiserver
+    ):
+        problems.append(
+            ResourceProblem(policy, "requests", req, "is not allowed", "requests: disabled")
+        )
+    if lim_value is not None and req_value is not None and lim_value != req_value:
+        problems.append(
+            ResourceProblem(
+                policy,
+                "requests",
+                req,
+                f"differs from limits ({format_quantity(lim)}): extended resources "
+                "cannot be overcommitted, set requests equal to limits or omit them",
+                "requests = limits",
+            )
+        )
+    return problems
+
+
+def check(
+    lists: ResourceLists,
+    used: Iterable[ResourceLimitation],
+    *,
+    is_pod: bool,
+    derived: frozenset[tuple[str, str]] = frozenset(),
+) -> list[ResourceProblem]:
+    """Every rule the container breaks (SPEC §3 checks), in policy order.
+
+    `derived` holds the (field, key) pairs the webhook itself set (defaults, requests from
+    limits): a problem is reported on the field the user wrote, never again on those.
+    """
     problems: list[ResourceProblem] = []
     for policy in used:
-        key = policy.key
-        lim = lists.limits.get(key)
-        req = lists.requests.get(key)
-        if policy.limits is LimitsPolicy.REQUIRED and lim is None:
-            problems.append(
-                ResourceProblem(
-                    policy, "limits", None, "is required but not set", "limits: required"
-                )
-            )
-        if policy.limits is LimitsPolicy.DISABLED and lim is not None:
-            problems.append(
-                ResourceProblem(policy, "limits", lim, "is not allowed", "limits: disabled")
-            )
-        if policy.requests is RequestsPolicy.REQUIRED and req is None and lim is None:
-            problems.append(
-                ResourceProblem(
-                    policy,
-                    "requests",
-                    None,
-                    "is required but not set (a limit also satisfies it)",
-                    "requests: required",
-                )
-            )
-        lim_value = req_value = None
-        if lim is not None:
-            lim_value, found = _value_problems(policy, "limits", lim)
-            problems += found
-        if req is not None:
-            req_value, found = _value_problems(policy, "requests", req)
-            problems += found
-        # The API server defaults a Pod container's requests from its limits before
-        # admission (SetDefaults_Pod in kubernetes pkg/apis/core/v1/defaults.go: "only on a
-        # v1.Pod and not a v1.PodTemplate"), and defaults again after each mutating webhook's
-        # patch (apiserver admission/plugin/webhook/mutating/dispatcher.go calls
-        # GetObjectDefaulter().Default on the patched object). So on a Pod a request equal to
-        # the limit is indistinguishable from "not set", including for a limit this webhook
-        # defaulted. Workload templates are not defaulted that way: there a request is explicit.
-        defaulted_by_apiserver = is_pod and lim_value is not None and lim_value == req_value
-        if (
-            policy.requests is RequestsPolicy.DISABLED
-            and req is not None
-            and not defaulted_by_apiserver
-        ):
-            problems.append(
-                ResourceProblem(policy, "requests", req, "is not allowed", "requests: disabled")
-            )
-        if lim_value is not None and req_value is not None and lim_value != req_value:
-            problems.append(
-                ResourceProblem(
-                    policy,
-                    "requests",
-                    req,
-                    f"differs from limits ({format_quantity(lim)}): extended resources "
-                    "cannot be overcommitted, set requests equal to limits or omit them",
-                    "requests = limits",
-                )
-            )
+        problems += _policy_problems(policy, lists, is_pod=is_pod, derived=derived, presence=True)
+    return problems
+
+
+def value_checks(
+    lists: ResourceLists, policies: Iterable[ResourceLimitation], *, is_pod: bool
+) -> list[ResourceProblem]:
+    """The checks on a key set to zero outside any used group (SPEC §3: "only its own value
+    checks apply"): its value, requests = limits and the missing limit, never the
+    required/disabled rules of a group the container does not use."""
+    problems: list[ResourceProblem] = []
+    for policy in policies:
+        problems += _policy_problems(
+            policy, lists, is_pod=is_pod, derived=frozenset(), presence=False
+        )
     return problems
