@@ -510,3 +510,45 @@ def test_built_configmap_labels_follow_enabled_group_and_namespace() -> None:
         "features.alauda.io/group": "other",
         "features.alauda.io/enabled": "yes",
     }
+
+
+# --- one quantity parser for lint and evaluation (SPEC §3) ---------------------------------------
+
+HINT = "expected a number with an optional suffix such as 1, 100, 1k, 500m, 1e3 or 2Gi"
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "error"),
+    [
+        # Python's int() reads these as 4 and 50; Kubernetes does not, so neither does lint:
+        # a default "４" would otherwise be written into every pod and rejected there.
+        ("defaultValue", "４", f"data.defaultValue: '４' is not a Kubernetes quantity ({HINT})"),
+        ("max", "٥٠", f"data.max: '٥٠' is not a Kubernetes quantity ({HINT})"),
+        ("min", "1_0", f"data.min: '1_0' is not a Kubernetes quantity ({HINT})"),
+        (
+            "wholeUnit",
+            "1e",
+            f"data.wholeUnit: '1e' is not a Kubernetes quantity: 'e' is not a suffix ({HINT})",
+        ),
+    ],
+)
+def test_non_kubernetes_numbers_fail_lint(field: str, value: str, error: str) -> None:
+    parsed = parse_configmap(crl(VCORE, G, **{field: value}))
+    assert parsed.errors == (error,)
+    assert parsed.limitation is None
+
+
+@pytest.mark.parametrize(
+    ("value", "default", "text"),
+    [
+        ("1E", 10**18, "1E"),  # exa, not an exponent
+        ("1E1", 10, "1E1"),
+        ("+", 0, "+"),  # Kubernetes reads an empty number as zero
+        (" 4\t", 4, "4"),  # UnmarshalJSON trims; the webhook writes the trimmed text
+    ],
+)
+def test_default_value_read_as_kubernetes_reads_it(value: str, default: int, text: str) -> None:
+    parsed = parse_configmap(crl(VCORE, G, defaultValue=value))
+    assert parsed.errors == ()
+    assert parsed.limitation is not None
+    assert (parsed.limitation.default, parsed.limitation.default_text) == (default, text)

@@ -209,3 +209,109 @@ def test_env_fix_in_init_container() -> None:
         "set FLAGS_allocator_strategy=naive_best_fit in "
         'init container "c" (paddle-on-gpu-manager fix)',
     )
+
+
+# --- envFrom, duplicates, registry hosts (SPEC §5) ----------------------------------------------
+
+ENV_FROM = [{"configMapRef": {"name": "paddle-env"}}]
+
+
+def test_env_from_container_gets_nothing_and_a_warning_naming_the_variable() -> None:
+    original = pod(container(image=PADDLE, limits={VCORE: "50", VMEM: "4"}, envFrom=ENV_FROM))
+    decision = run(original, config=NO_CUDA)
+    assert apply(decision)["spec"]["containers"][0] == {
+        **original["spec"]["containers"][0],
+        "resources": {"limits": {VCORE: "50", VMEM: "4"}},
+    }
+    assert decision.patch == []
+    assert decision.warnings == (
+        'container "c": did not set FLAGS_allocator_strategy=naive_best_fit because of envFrom; '
+        "add it to env",
+    )
+    assert all(len(w) <= 120 for w in decision.warnings)
+
+
+def test_env_from_with_the_variable_in_env_is_judged_by_env() -> None:
+    # An explicit env entry wins over envFrom in the kubelet, so that value is the one in force.
+    env = [FLAG]
+    original = pod(
+        container(image=PADDLE, limits={VCORE: "50", VMEM: "4"}, env=env, envFrom=ENV_FROM)
+    )
+    decision = run(original, config=NO_CUDA)
+    assert (decision.patch, decision.warnings) == ([], ())
+
+
+@pytest.mark.parametrize(
+    ("env", "warnings"),
+    [
+        # The last entry of a name is the one in force (kubelet makeEnvironmentVariables).
+        (
+            [
+                {"name": "FLAGS_allocator_strategy", "value": "naive_best_fit"},
+                {"name": "FLAGS_allocator_strategy", "value": "auto_growth"},
+            ],
+            (
+                "container \"c\": FLAGS_allocator_strategy='auto_growth' kept; the "
+                "paddle-on-gpu-manager fix recommends naive_best_fit",
+            ),
+        ),
+        (
+            [
+                {"name": "FLAGS_allocator_strategy", "value": "auto_growth"},
+                {"name": "FLAGS_allocator_strategy", "value": "naive_best_fit"},
+            ],
+            (),
+        ),
+    ],
+)
+def test_last_duplicate_env_entry_wins(
+    env: list[dict[str, Any]], warnings: tuple[str, ...]
+) -> None:
+    decision = run(vgpu_pod(env=env), config=NO_CUDA)
+    assert decision.patch == []
+    assert decision.warnings == warnings
+
+
+@pytest.mark.parametrize(
+    ("image", "fixed"),
+    [
+        ("paddle-registry.corp:5000/ml/pytorch:2.1", False),  # the host is not the image
+        ("paddle.example.com/team/torch", False),
+        ("localhost/paddle:1", True),
+        ("localhost:5000/ml/paddle-ocr:1", True),
+        ("paddle/train:1", True),  # Docker Hub user "paddle": no dot or colon, not a host
+        (f"registry.corp/paddlepaddle/paddle@sha256:{'a' * 64}", True),
+    ],
+)
+def test_image_patterns_match_the_repository_path(image: str, fixed: bool) -> None:
+    decision = run(vgpu_pod(image), config=NO_CUDA)
+    env = apply(decision)["spec"]["containers"][0].get("env")
+    assert env == ([FLAG] if fixed else None)
+
+
+# --- the opt-out annotation (shared reading: webhook/core/annotations.py) ----------------------
+
+OPT = "features.alauda.io/env-fixes"
+
+
+@pytest.mark.parametrize("value", ["false", "FALSE", "No", "0", "off", "Off", " false "])
+def test_opt_out_values(value: str) -> None:
+    decision = run(vgpu_pod(annotations={OPT: value}), config=NO_CUDA)
+    assert decision.patch == []
+    assert decision.warnings == ()
+
+
+@pytest.mark.parametrize("value", ["true", "Yes", "1", "ON"])
+def test_opt_in_values_keep_the_fix_silently(value: str) -> None:
+    decision = run(vgpu_pod(annotations={OPT: value}), config=NO_CUDA)
+    assert apply(decision)["spec"]["containers"][0]["env"] == [FLAG]
+    assert decision.warnings == ()
+
+
+@pytest.mark.parametrize("value", ["disabled", "", "nope"])
+def test_unrecognised_opt_out_value_warns_and_keeps_the_fix(value: str) -> None:
+    decision = run(vgpu_pod(annotations={OPT: value}), config=NO_CUDA)
+    assert apply(decision)["spec"]["containers"][0]["env"] == [FLAG]
+    assert decision.warnings == (
+        f"annotation {OPT}={value!r} not understood: use false/no/0/off to opt out",
+    )

@@ -299,3 +299,38 @@ def test_other_feature_type_configmap_not_handled() -> None:
     }
     decision = admit_cm(cm)
     assert not decision.handled and decision.allowed and decision.warnings == ()
+
+
+# --- turning a CRL off is always allowed (SPEC §6, CRL ConfigMap updates) -------------------------
+
+
+@pytest.mark.parametrize("operation", ["CREATE", "UPDATE"])
+@pytest.mark.parametrize("enabled", ["false", "False", "", None])
+def test_disabling_a_broken_crl_is_allowed_with_its_errors_as_warnings(
+    operation: str, enabled: str | None
+) -> None:
+    cm = crl("example.com/npu", "npu", name="cf-crl-npu-npu", enabled=enabled, defaultValue="４")
+    decision = admit_cm(cm, operation)
+    assert decision.handled and decision.allowed
+    assert decision.patch == []
+    label = (
+        'label features.alauda.io/enabled: "true" is missing (use "false" to disable)'
+        if enabled is None
+        else f'label features.alauda.io/enabled is {enabled!r}, not "true": this policy is inactive'
+    )
+    # Each warning is cut at 120 characters (the API server's limits, SPEC §6).
+    assert decision.warnings == (
+        label,
+        "data.defaultValue: '４' is not a Kubernetes quantity (expected a number with an optional "
+        "suffix such as 1, 100, 1k, 500m…",
+    )
+
+
+def test_enabled_crl_with_a_unicode_digit_default_is_denied() -> None:
+    cm = crl("example.com/npu", "npu", name="cf-crl-npu-npu", defaultValue="４")
+    decision = admit_cm(cm)
+    assert decision.denial_message() == (
+        "ConfigMap kube-public/cf-crl-npu-npu: data.defaultValue: '４' is not a Kubernetes "
+        "quantity (expected a number with an optional suffix such as 1, 100, 1k, 500m, 1e3 or "
+        "2Gi)."
+    )

@@ -588,3 +588,183 @@ def test_exempt_namespace_is_untouched() -> None:
     assert decision.handled
     assert decision.allowed
     assert decision.patch == []
+
+
+# --- a key set to zero asks for nothing (SPEC §3) -----------------------------------------------
+
+PADDLE = "paddlepaddle/paddle:2.6.1-gpu-cuda12.0-cudnn8.9-trt8.6"
+
+
+@pytest.mark.parametrize(
+    ("limits", "requests"),
+    [
+        ({VCORE: "0"}, None),
+        ({VMEM: "0m"}, None),
+        ({GPU: "0"}, None),
+        ({GPU: 0}, None),
+        ({GPU: "0"}, {GPU: "0"}),
+        ({GPU: None}, None),  # JSON null: the API server reads it as zero
+        ({VCORE: "0", VMEM: "0", GPU: "0", "cpu": "1"}, None),
+    ],
+)
+def test_zero_uses_no_group_and_makes_no_gpu_container(
+    limits: dict[str, Any], requests: dict[str, Any] | None
+) -> None:
+    # The default config: CUDA affinity and the Paddle env fix would both apply to a GPU
+    # container with this image; a zero asks for no device, so nothing happens at all.
+    original = pod(container(image=PADDLE, limits=limits, requests=requests))
+    decision = run(original)
+    assert decision.allowed
+    assert apply(decision) == original
+    assert decision.patch == []
+    assert (decision.notes, decision.warnings) == ((), ())
+
+
+def test_zero_in_a_used_group_is_a_value_not_a_default() -> None:
+    original = pod(container(limits={VCORE: "50", VMEM: "0"}))
+    decision = run(original, config=NO_CUDA)
+    assert decision.allowed
+    assert get(apply(decision), "spec", "containers", 0, "resources") == {
+        "limits": {VCORE: "50", VMEM: "0"}
+    }
+
+
+@pytest.mark.parametrize(
+    ("data", "resources", "expected"),
+    [
+        # Its own value checks still apply ...
+        (
+            {"min": "1"},
+            {"limits": {EX: "0"}},
+            [violation("limits.example.com/widget", "0", "is below the minimum 1", "min: 1")],
+        ),
+        (
+            {"requests": "fromLimits"},
+            {"limits": {EX: "0"}, "requests": {EX: "0.0001"}},
+            [
+                violation(
+                    "requests.example.com/widget",
+                    "0.0001",
+                    "is not a whole number ≥ 0",
+                    "dataType: integer",
+                ),
+                violation(
+                    "requests.example.com/widget",
+                    "0.0001",
+                    "differs from limits (0): extended resources cannot be overcommitted, set "
+                    "requests equal to limits or omit them",
+                    "requests = limits",
+                ),
+            ],
+        ),
+        # ... but not the rules about asking for the key at all.
+        ({"limits": "disabled", "requests": "disabled"}, {"limits": {EX: "0"}}, []),
+        ({"limits": "required"}, {"limits": {"cpu": "1"}, "requests": {EX: "0"}}, []),
+    ],
+)
+def test_zero_keeps_only_its_own_value_checks(
+    data: dict[str, str], resources: dict[str, Any], expected: list[str]
+) -> None:
+    c = container(**resources)
+    decision = run(pod(c), ex_policies(**data), NO_CUDA)
+    assert messages(decision) == expected
+    assert decision.patch == []
+
+
+# --- a template request without a limit (kubernetes pkg/apis/core/validation) -----------------
+
+NO_LIMIT = (
+    "is not set but requests.{key} is: the API server rejects every pod made from this "
+    'template ("Limit must be set for non overcommitable resources"); set limits instead'
+)
+
+
+@pytest.mark.parametrize("kind", ["Deployment", "Job", "CronJob"])
+@pytest.mark.parametrize("value", ["1", "0"])
+def test_template_request_without_limit_is_a_violation(kind: str, value: str) -> None:
+    obj = workload(kind, pod(container(requests={GPU: value})))
+    decision = run(obj, config=NO_CUDA)
+    assert messages(decision) == [
+        violation(
+            "limits.nvidia.com/gpu",
+            None,
+            NO_LIMIT.format(key=GPU),
+            "requests need limits",
+            CM_GPU,
+            where=f'{kind} ml/app, container "c"',
+        )
+    ]
+
+
+def test_template_request_without_required_limit_is_reported_once() -> None:
+    obj = workload("Deployment", pod(container(requests={EX: "1"})))
+    decision = run(obj, ex_policies(limits="required", requests="fromLimits"), NO_CUDA)
+    assert messages(decision) == [
+        violation(
+            "limits.example.com/widget",
+            None,
+            "is required but not set",
+            "limits: required",
+            where='Deployment ml/app, container "c"',
+        )
+    ]
+
+
+def test_pod_request_without_limit_is_left_to_the_api_server() -> None:
+    # On a Pod the API server's own validation says it, with its own message.
+    decision = run(pod(container(requests={GPU: "1"})), config=NO_CUDA)
+    assert decision.violations == ()
+
+
+# --- a problem is reported once, on the field the user wrote -----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kind", "limits", "requests"),
+    [
+        ("Pod", {GPU: "1.5"}, None),  # request copied by the webhook (fromLimits)
+        ("Deployment", {GPU: "1.5"}, None),  # same, template mutation off
+        ("Pod", {GPU: "1.5"}, {GPU: "1.5"}),  # on a Pod the API server copies it
+        ("Deployment", {GPU: "1.5"}, {GPU: "1500m"}),  # equal values, one problem
+    ],
+)
+def test_problem_reported_once_on_the_limit(
+    kind: str, limits: dict[str, str], requests: dict[str, str] | None
+) -> None:
+    the_pod = pod(container(limits=limits, requests=requests))
+    obj = the_pod if kind == "Pod" else workload(kind, the_pod)
+    where = 'Pod ml/train, container "c"' if kind == "Pod" else f'{kind} ml/app, container "c"'
+    decision = run(obj, config=NO_CUDA)
+    assert messages(decision) == [
+        violation(
+            "limits.nvidia.com/gpu",
+            "1.5",
+            "is not a whole number ≥ 0",
+            "dataType: integer",
+            CM_GPU,
+            where=where,
+        )
+    ]
+
+
+def test_different_request_keeps_its_own_problems() -> None:
+    decision = run(pod(container(limits={GPU: "1.5"}, requests={GPU: "2.5"})), config=NO_CUDA)
+    assert [v.field for v in decision.violations] == [
+        "limits.nvidia.com/gpu",
+        "requests.nvidia.com/gpu",
+        "requests.nvidia.com/gpu",
+    ]
+    assert [v.rule for v in decision.violations] == [
+        "dataType: integer",
+        "dataType: integer",
+        "requests = limits",
+    ]
+
+
+def test_zero_ungoverned_gpu_key_makes_no_gpu_container() -> None:
+    # nvidia.com/gpu without any CRL is a GPU key by config (gpuResourceNames); "0" asks for none.
+    original = pod(container(image="nvidia/cuda:12.4.1-base", limits={GPU: "0"}))
+    decision = run(original, policies())
+    assert (decision.patch, decision.notes, decision.warnings) == ([], (), ())
+    asking = run(pod(container(image="nvidia/cuda:12.4.1-base", limits={GPU: "1"})), policies())
+    assert asking.patch != []  # the same container asking for one GPU gets node affinity

@@ -9,7 +9,7 @@ from enum import StrEnum
 from typing import Any
 
 from webhook.core.errors import QuantityError
-from webhook.core.quantity import parse_quantity
+from webhook.core.quantity import parse_quantity, trim_space
 
 CRL_NAMESPACE = "kube-public"
 CRL_PREFIX = "cf-crl-"
@@ -155,6 +155,8 @@ def _check_name(name: str, key: str | None) -> list[str]:
 
 
 def _whole(data: Mapping[str, Any], field: str, errors: list[str]) -> int | None:
+    """A whole-number field, read by the same parser as the pods' values (SPEC §3), so a value
+    lint accepts is one the API server parses when the webhook writes it into a pod."""
     raw = data.get(field)
     if raw is None:
         return None
@@ -317,7 +319,9 @@ def parse_configmap(cm: Mapping[str, Any]) -> CrlParse:
             limits=limits,
             requests=requests,
             default=default,
-            default_text=raw_default if isinstance(raw_default, str) else None,
+            # Written into pods as the admin wrote it (the API server canonicalises it), but
+            # without the surrounding space UnmarshalJSON would trim anyway.
+            default_text=trim_space(raw_default) if isinstance(raw_default, str) else None,
             description_en=str(data.get("descriptionEn") or "").strip(),
             description_zh=str(data.get("descriptionZh") or "").strip(),
             min=minimum,

@@ -62,7 +62,8 @@ def _go_space(char: str) -> bool:
     return char in "\t\n\v\f\r \x85\xa0" or unicodedata.category(char) == "Zs"
 
 
-def _trim_space(text: str) -> str:
+def trim_space(text: str) -> str:
+    """strings.TrimSpace: what Quantity.UnmarshalJSON removes before parsing."""
     start, end = 0, len(text)
     while start < end and _go_space(text[start]):
         start += 1
@@ -135,7 +136,7 @@ def parse_quantity(raw: object) -> Fraction:
             raise QuantityError(f"{raw!r} is not a finite quantity")
         return parse_quantity_text(repr(raw))
     if isinstance(raw, str):
-        return parse_quantity_text(_trim_space(raw))
+        return parse_quantity_text(trim_space(raw))
     raise QuantityError(f"a quantity must be a string or a number, got {type(raw).__name__}")
 
 

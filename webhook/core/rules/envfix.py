@@ -9,7 +9,6 @@ from functools import lru_cache
 from typing import Any
 
 from webhook.core.config import EnvFixRule
-from webhook.core.rules.cuda import image_repository
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,12 +23,30 @@ def _regex(pattern: str, flags: int) -> re.Pattern[str]:
     return re.compile(pattern, flags)
 
 
+@lru_cache(maxsize=4096)
+def repository_path(image: str) -> str:
+    """`paddle-registry.corp:5000/ml/pytorch:2.1@sha256:…` -> `ml/pytorch`.
+
+    The registry host is not part of what an image is: `paddle-registry.corp:5000/ml/pytorch`
+    is PyTorch. The first component is a host when it has a '.' or ':' or is `localhost`, as
+    in the reference grammar the container runtimes use (distribution/reference,
+    splitDockerDomain); the tag and digest are dropped.
+    """
+    ref = image.split("@", 1)[0]
+    first, slash, rest = ref.partition("/")
+    if slash and ("." in first or ":" in first or first == "localhost"):
+        ref = rest
+    last_slash = ref.rfind("/")
+    colon = ref.rfind(":")
+    return ref[:colon] if colon > last_slash else ref
+
+
 def rule_matches(rule: EnvFixRule, container: Mapping[str, Any], used: Iterable[str]) -> bool:
     if rule.resources and set(used).isdisjoint(rule.resources):
         return False
     if rule.image is not None:
         image = container.get("image")
-        repository = image_repository(image) if isinstance(image, str) else ""
+        repository = repository_path(image) if isinstance(image, str) else ""
         if not _regex(rule.image, re.IGNORECASE).search(repository):
             return False
     if rule.container is not None:
@@ -46,9 +63,15 @@ def env_fixes(
     env = container.get("env")
     existing: dict[str, Any] = {}
     if isinstance(env, list):
+        # A later entry overwrites an earlier one of the same name: the kubelet builds the
+        # environment into a map in list order (kubernetes pkg/kubelet/kubelet_pods.go,
+        # makeEnvironmentVariables), so the last duplicate is the one in force.
         for item in env:
             if isinstance(item, Mapping) and isinstance(item.get("name"), str):
                 existing[item["name"]] = item
+    # envFrom may set any variable from a ConfigMap or Secret the webhook cannot see, and an
+    # `env` entry would silently override it (env wins over envFrom in the same function).
+    env_from = bool(container.get("envFrom"))
     additions: list[EnvAddition] = []
     warnings: list[str] = []
     for rule in rules:
@@ -56,7 +79,11 @@ def env_fixes(
             continue
         for name, value in rule.env.items():
             if name not in existing:
-                if all(a.name != name for a in additions):
+                if any(a.name == name for a in additions):
+                    continue
+                if env_from:
+                    warnings.append(f"did not set {name}={value} because of envFrom; add it to env")
+                else:
                     additions.append(EnvAddition(rule.name, name, value))
                 continue
             current = existing[name]
