@@ -1,0 +1,168 @@
+"""UPDATE rules through the real server over TLS, with real-shaped AdmissionReviews (SPEC §6)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+
+from tests.helpers import CORPUS
+from tests.integration.helpers import RunningServer
+from tests.integration.test_admission import apply_patch
+
+CORPUS_RS_UPDATE = (
+    CORPUS / "admissionreviews" / "connaisseur_v1_replicaset_UPDATE_with-oldObject.json"
+)
+GPU = "nvidia.com/gpu"
+# The test policies allow at most 8 nvidia.com/gpu: 16 is what a tightened policy now denies.
+TOO_MANY = "16"
+
+
+def corpus_review() -> dict[str, Any]:
+    """The deployment controller scaling a ReplicaSet (captured by Connaisseur)."""
+    review: dict[str, Any] = json.loads(CORPUS_RS_UPDATE.read_text())
+    return review
+
+
+def ask_for_gpus(obj: dict[str, Any], count: str = TOO_MANY) -> None:
+    container = obj["spec"]["template"]["spec"]["containers"][0]
+    container["resources"] = {"limits": {GPU: count}}
+
+
+def answer(server: RunningServer, endpoint: str, review: dict[str, Any]) -> dict[str, Any]:
+    response: dict[str, Any] = server.review(endpoint, review)["response"]
+    assert response["uid"] == review["request"]["uid"]
+    return response
+
+
+def assert_untouched(response: dict[str, Any]) -> None:
+    assert response["allowed"] is True
+    assert "patch" not in response
+    assert "warnings" not in response
+
+
+@pytest.mark.parametrize("endpoint", ["/mutate", "/validate"])
+def test_deployment_controller_scaling_its_replicaset_is_allowed(
+    server: RunningServer, endpoint: str
+) -> None:
+    review = corpus_review()
+    request = review["request"]
+    assert request["userInfo"]["username"].endswith(":deployment-controller")
+    for obj in (request["object"], request["oldObject"]):
+        ask_for_gpus(obj)
+    assert request["object"]["spec"]["replicas"] != request["oldObject"]["spec"]["replicas"]
+    assert_untouched(answer(server, endpoint, review))
+
+
+@pytest.mark.parametrize("endpoint", ["/mutate", "/validate"])
+def test_unowned_replicaset_with_unchanged_template_is_allowed(
+    server: RunningServer, endpoint: str
+) -> None:
+    review = corpus_review()
+    request = review["request"]
+    for obj in (request["object"], request["oldObject"]):
+        obj["metadata"].pop("ownerReferences")
+        ask_for_gpus(obj)
+    assert_untouched(answer(server, endpoint, review))
+
+
+def test_unowned_replicaset_with_changed_template_is_denied(server: RunningServer) -> None:
+    review = corpus_review()
+    request = review["request"]
+    request["object"]["metadata"].pop("ownerReferences")
+    request["oldObject"]["metadata"].pop("ownerReferences")
+    ask_for_gpus(request["oldObject"], "1")
+    ask_for_gpus(request["object"])
+    response = answer(server, "/validate", review)
+    assert response["allowed"] is False
+    assert response["status"]["message"] == (
+        "ReplicaSet default/test-58d59c69bf, container \"nginx\": limits.nvidia.com/gpu='16' "
+        "is above the maximum 8 (max: 8 in ConfigMap kube-public/cf-crl-test-nvidia-gpu)."
+    )
+
+
+def deployment_review(
+    *, old_gpus: str, new_gpus: str, sub_resource: str = "", deleting: bool = False
+) -> dict[str, Any]:
+    """A `kubectl label`-shaped UPDATE of a Deployment (or its status/scale subresource)."""
+    old: dict[str, Any] = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "train", "namespace": "ml", "uid": "d-1", "generation": 1},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "train"}},
+            "template": {
+                "metadata": {"labels": {"app": "train"}},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "train",
+                            "image": "nvidia/cuda:12.4.1-base-ubuntu22.04",
+                            "resources": {"limits": {GPU: old_gpus}, "requests": {GPU: old_gpus}},
+                        }
+                    ]
+                },
+            },
+        },
+    }
+    new = copy.deepcopy(old)
+    new["metadata"]["labels"] = {"team": "ml"}
+    new["spec"]["template"]["spec"]["containers"][0]["resources"] = {
+        "limits": {GPU: new_gpus},
+        "requests": {GPU: new_gpus},
+    }
+    if deleting:
+        for obj in (old, new):
+            obj["metadata"]["deletionTimestamp"] = "2026-11-22T10:00:00Z"
+        old["metadata"]["finalizers"] = ["foregroundDeletion"]
+    resource = {"group": "apps", "version": "v1", "resource": "deployments"}
+    request: dict[str, Any] = {
+        "uid": "0d5c2a57-2222-4b4b-8c8c-000000000002",
+        "kind": {"group": "apps", "version": "v1", "kind": "Deployment"},
+        "resource": resource,
+        "requestKind": {"group": "apps", "version": "v1", "kind": "Deployment"},
+        "requestResource": resource,
+        "name": "train",
+        "namespace": "ml",
+        "operation": "UPDATE",
+        "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
+        "object": new,
+        "oldObject": old,
+        "dryRun": False,
+        "options": {"kind": "UpdateOptions", "apiVersion": "meta.k8s.io/v1"},
+    }
+    if sub_resource:
+        request["subResource"] = sub_resource
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+
+
+@pytest.mark.parametrize("endpoint", ["/mutate", "/validate"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        {"old_gpus": TOO_MANY, "new_gpus": TOO_MANY},  # kubectl label
+        {"old_gpus": "1", "new_gpus": TOO_MANY, "sub_resource": "status"},
+        {"old_gpus": "1", "new_gpus": TOO_MANY, "sub_resource": "scale"},
+        {"old_gpus": TOO_MANY, "new_gpus": "32", "deleting": True},  # GC drops a finalizer
+    ],
+)
+def test_deployment_updates_that_must_never_be_denied(
+    server: RunningServer, endpoint: str, case: dict[str, Any]
+) -> None:
+    assert_untouched(answer(server, endpoint, deployment_review(**case)))
+
+
+def test_deployment_update_changing_the_template_is_checked(server: RunningServer) -> None:
+    review = deployment_review(old_gpus="1", new_gpus=TOO_MANY)
+    response = answer(server, "/validate", review)
+    assert response["allowed"] is False
+    assert response["status"]["message"] == (
+        "Deployment ml/train, container \"train\": limits.nvidia.com/gpu='16' is above the "
+        "maximum 8 (max: 8 in ConfigMap kube-public/cf-crl-test-nvidia-gpu)."
+    )
+    mutated = answer(server, "/mutate", review)
+    assert mutated["allowed"] is True
+    assert apply_patch(review["request"]["object"], mutated) == review["request"]["object"]
