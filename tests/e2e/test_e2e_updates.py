@@ -1,0 +1,157 @@
+"""Updates after a policy was tightened (SPEC §6): users and controllers are never wedged.
+
+Runs in either E2E mode, including `url` on a bare API server without nodes or a controller
+manager: the ReplicaSet the Deployment controller would make is created by the test itself,
+with the same controller ownerReference, and scaled down the way the controller does it (an
+UPDATE of spec.replicas) and the way `kubectl scale` does it (the scale subresource).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from webhook.core.config import WebhookConfig
+from webhook.core.evaluate import evaluate
+from webhook.core.policyset import PolicySet
+
+from .test_e2e_admission import (
+    POLICY_PROPAGATION_SECONDS,
+    call,
+    crl_configmap,
+    denial,
+    gpu_deployment,
+    unique,
+)
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def widget(core: Any) -> Iterator[str]:
+    """A key no shipped policy governs; the CRL made for it is removed afterwards."""
+    from kubernetes.client.exceptions import ApiException
+
+    key = f"example.com/widget{uuid.uuid4().hex[:6]}"
+    yield key
+    name = f"cf-crl-e2e-{key.split('/')[1]}"
+    try:
+        core.delete_namespaced_config_map(name, "kube-public")
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+def owned_replicaset(deployment: dict[str, Any], replicas: int) -> dict[str, Any]:
+    """The ReplicaSet the Deployment controller would create for `deployment`."""
+    meta = deployment["metadata"]
+    labels = {**deployment["spec"]["selector"]["matchLabels"], "pod-template-hash": "e2e"}
+    template = copy.deepcopy(deployment["spec"]["template"])
+    template["metadata"]["labels"] = labels
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {
+            "name": f"{meta['name']}-e2e",
+            "labels": labels,
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "Deployment",
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": {"replicas": replicas, "selector": {"matchLabels": labels}, "template": template},
+    }
+
+
+def wait_until_denied(apps: Any, namespace: str, probe: dict[str, Any]) -> str:
+    """Dry-run creates of `probe` until the webhook's watch has the tightened policy."""
+    from kubernetes.client.exceptions import ApiException
+
+    deadline = time.monotonic() + POLICY_PROPAGATION_SECONDS
+    while time.monotonic() < deadline:
+        try:
+            apps.create_namespaced_deployment(namespace, probe, dry_run="All")
+        except ApiException:
+            return denial(apps.create_namespaced_deployment, namespace, probe, dry_run="All")
+        time.sleep(0.5)
+    raise AssertionError(
+        f"the tightened policy was not enforced within {POLICY_PROPAGATION_SECONDS:.0f}s"
+    )
+
+
+def test_label_and_scale_down_still_work_after_the_policy_is_tightened(
+    core: Any, apps: Any, namespace: str, widget: str, webhook_config: WebhookConfig
+) -> None:
+    # Created while nothing limits the widget: 8 per pod.
+    deployment, _ = call(
+        apps.create_namespaced_deployment, namespace, gpu_deployment(unique("train"), {widget: "8"})
+    )
+    name = deployment["metadata"]["name"]
+    replicaset, _ = call(
+        apps.create_namespaced_replica_set, namespace, owned_replicaset(deployment, replicas=2)
+    )
+
+    # The admin tightens the policy: at most 4.
+    policy = crl_configmap(f"cf-crl-e2e-{widget.split('/')[1]}", widget, max="4")
+    call(core.create_namespaced_config_map, "kube-public", policy)
+    tightened = PolicySet.from_configmaps([policy])
+    probe = gpu_deployment(unique("probe"), {widget: "8"})
+    expected = evaluate(
+        {**probe, "metadata": {**probe["metadata"], "namespace": namespace}},
+        tightened,
+        webhook_config,
+        kind="Deployment",
+        namespace=namespace,
+    )
+    assert not expected.allowed
+    assert wait_until_denied(apps, namespace, probe) == expected.denial_message()
+
+    # `kubectl label deployment NAME team=ml` is this PATCH (an UPDATE for admission).
+    labelled, shown = call(
+        apps.patch_namespaced_deployment, name, namespace, {"metadata": {"labels": {"team": "ml"}}}
+    )
+    assert labelled["metadata"]["labels"] == {"team": "ml"}
+    assert shown == []
+
+    # The Deployment controller scales an old ReplicaSet down with an UPDATE of spec.replicas
+    # (pkg/controller/deployment/sync.go, scaleReplicaSet) ...
+    rs_name = replicaset["metadata"]["name"]
+    scaled, shown = call(
+        apps.patch_namespaced_replica_set, rs_name, namespace, {"spec": {"replicas": 1}}
+    )
+    assert scaled["spec"]["replicas"] == 1
+    assert shown == []
+    # ... and `kubectl scale` goes through the scale subresource.
+    scale, shown = call(
+        apps.patch_namespaced_replica_set_scale, rs_name, namespace, {"spec": {"replicas": 0}}
+    )
+    assert scale["spec"]["replicas"] == 0
+    assert shown == []
+
+    # A change of the template itself is checked against the tightened policy.
+    changed = {"spec": {"template": {"metadata": {"annotations": {"rev": "2"}}}}}
+    new_template = copy.deepcopy(labelled)
+    new_template["spec"]["template"]["metadata"]["annotations"] = {"rev": "2"}
+    expected_update = evaluate(
+        new_template,
+        tightened,
+        webhook_config,
+        kind="Deployment",
+        namespace=namespace,
+        operation="UPDATE",
+        old_object=labelled,
+    )
+    assert not expected_update.allowed
+    message = denial(apps.patch_namespaced_deployment, name, namespace, changed)
+    assert message == expected_update.denial_message()
