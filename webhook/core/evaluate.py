@@ -58,7 +58,9 @@ def _violation(ref: str, where: str, problem: ResourceProblem) -> Violation:
     return Violation(text + ".", ref, where, field_name, problem.rule, policy.configmap)
 
 
-def _resources(state: PodState, c: ContainerRef, policies: PolicySet) -> tuple[set[str], bool]:
+def _resources(
+    state: PodState, c: ContainerRef, policies: PolicySet, gpu_names: tuple[str, ...]
+) -> tuple[set[str], bool]:
     """Defaults then checks for one container; returns (keys asked for, uses a CRL group).
 
     A key set to zero asks for nothing (SPEC §3): it uses no group and is not returned, and
@@ -69,16 +71,21 @@ def _resources(state: PodState, c: ContainerRef, policies: PolicySet) -> tuple[s
     keys = lists.keys()
     if not keys:
         return keys, False
-    asked = lists.asked()
+    # Only keys that can make a GPU container need their values read (cpu, memory need not).
+    candidates = [key for key in keys if key in policies.by_key or key in gpu_names]
+    if not candidates:
+        return keys, False
+    zero_keys = lists.zero_keys(candidates)
+    asked = keys - zero_keys if zero_keys else keys
     used = used_policies(asked, policies)
-    used_groups = {p.group for p in used}
-    zero = [
-        policy
-        for key in sorted(keys - asked)
-        if (policy := policies.by_key.get(key)) is not None and policy.group not in used_groups
-    ]
     is_pod = not state.pod.is_template
-    if zero:
+    if zero_keys:
+        used_groups = {p.group for p in used}
+        zero = [
+            policy
+            for key in sorted(zero_keys)
+            if (policy := policies.by_key.get(key)) is not None and policy.group not in used_groups
+        ]
         state.violations += [
             _violation(state.ref, where, p) for p in value_checks(lists, zero, is_pod=is_pod)
         ]
@@ -98,7 +105,7 @@ def _resources(state: PodState, c: ContainerRef, policies: PolicySet) -> tuple[s
             else:
                 state.note(change.kind, f"set requests.{change.key}={value} from limits in {where}")
         lists = ResourceLists(limits, requests)
-        asked = lists.asked()
+        asked |= {change.key for change in changes}
         derived = frozenset((change.field, change.key) for change in changes)
     state.violations += [
         _violation(state.ref, where, p) for p in check(lists, used, is_pod=is_pod, derived=derived)
@@ -148,7 +155,7 @@ def _evaluate_pod(
     cuda_on = not violations_only or (inventory is not None and config.no_compatible_node == "deny")
     gpu: list[tuple[ContainerRef, set[str]]] = []
     for c in pod.containers:
-        keys, crl = _resources(state, c, policies)
+        keys, crl = _resources(state, c, policies, config.gpu_resource_names)
         if crl or not keys.isdisjoint(config.gpu_resource_names):
             gpu.append((c, keys))
             if env_fixes_on:

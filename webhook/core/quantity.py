@@ -118,6 +118,11 @@ def parse_quantity_text(text: str) -> Fraction:
     return -value if match["sign"] == "-" else value
 
 
+@lru_cache(maxsize=4096)
+def _parse_manifest_text(raw: str) -> Fraction:
+    return parse_quantity_text(trim_space(raw))
+
+
 def parse_quantity(raw: object) -> Fraction:
     """A quantity as the API server decodes it from a JSON/YAML manifest.
 
@@ -136,7 +141,7 @@ def parse_quantity(raw: object) -> Fraction:
             raise QuantityError(f"{raw!r} is not a finite quantity")
         return parse_quantity_text(repr(raw))
     if isinstance(raw, str):
-        return parse_quantity_text(trim_space(raw))
+        return _parse_manifest_text(raw)
     raise QuantityError(f"a quantity must be a string or a number, got {type(raw).__name__}")
 
 

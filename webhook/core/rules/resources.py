@@ -50,15 +50,13 @@ class ResourceLists:
     def keys(self) -> set[str]:
         return set(self.limits) | set(self.requests)
 
-    def asked(self) -> set[str]:
-        """Keys with a value that is not zero: a key set to "0" (or null) asks for no device.
-
-        A value that does not parse counts as asking, so its own checks report it.
-        """
+    def zero_keys(self, candidates: Iterable[str]) -> set[str]:
+        """The candidates whose values are all zero: a key set to "0" (or null) asks for no
+        device. A value that does not parse is not zero, so its own checks report it."""
         return {
             key
-            for key in self.keys()
-            if not (_is_zero(self.limits, key) and _is_zero(self.requests, key))
+            for key in candidates
+            if _is_zero(self.limits, key) and _is_zero(self.requests, key)
         }
 
 
