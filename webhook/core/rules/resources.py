@@ -54,9 +54,7 @@ class ResourceLists:
         """The candidates whose values are all zero: a key set to "0" (or null) asks for no
         device. A value that does not parse is not zero, so its own checks report it."""
         return {
-            key
-            for key in candidates
-            if _is_zero(self.limits, key) and _is_zero(self.requests, key)
+            key for key in candidates if _is_zero(self.limits, key) and _is_zero(self.requests, key)
         }
 
 
