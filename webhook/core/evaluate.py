@@ -210,17 +210,20 @@ def evaluate(
     kind = kind or (obj.get("kind") if isinstance(obj.get("kind"), str) else None) or ""
     # DELETE and CONNECT are never denied (nothing to check, and a denial could only wedge
     # whoever deletes); Pods are checked once, on CREATE (a Pod's spec is all but immutable).
-    if operation not in ("CREATE", "UPDATE") or (kind == "Pod" and operation != "CREATE"):
+    handled = kind == "ConfigMap" or handles_kind(kind)
+    if (
+        not handled
+        or operation not in ("CREATE", "UPDATE")
+        or (kind == "Pod" and operation != "CREATE")
+    ):
         return Decision(handled=False, object_ref=object_ref(kind, obj, namespace))
+    ref = object_ref(kind, obj, namespace)
     # Early "allowed because ..." guards (SPEC §6, updates and the controllers that make them):
     # no evaluation, no patch, no warning.
     if reason := allowed_untouched(kind, obj, sub_resource):
-        return Decision(object_ref=object_ref(kind, obj, namespace), reason=reason)
+        return Decision(object_ref=ref, reason=reason)
     if kind == "ConfigMap":
         return evaluate_configmap(obj, policies, operation=operation, namespace=namespace)
-    if not handles_kind(kind):
-        return Decision(handled=False, object_ref=object_ref(kind, obj, namespace))
-    ref = object_ref(kind, obj, namespace)
     meta = obj.get("metadata")
     ns = namespace or (meta.get("namespace") if isinstance(meta, Mapping) else None)
     if ns in config.exempt_namespaces:
