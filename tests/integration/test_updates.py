@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from tests.helpers import CORPUS
-from tests.integration.helpers import RunningServer
-from tests.integration.test_admission import apply_patch
+from tests.integration.helpers import RunningServer, crl_configmap
+from tests.integration.test_admission import admission_review, apply_patch
 
 CORPUS_RS_UPDATE = (
     CORPUS / "admissionreviews" / "connaisseur_v1_replicaset_UPDATE_with-oldObject.json"
@@ -166,3 +166,32 @@ def test_deployment_update_changing_the_template_is_checked(server: RunningServe
     mutated = answer(server, "/mutate", review)
     assert mutated["allowed"] is True
     assert apply_patch(review["request"]["object"], mutated) == review["request"]["object"]
+
+
+def test_disabling_a_broken_crl_is_allowed_with_warnings(server: RunningServer) -> None:
+    data = {
+        "key": "example.com/fpga",
+        "dataType": "integer",
+        "defaultValue": "４",  # a full-width digit: no number for Kubernetes
+        "group": "fpga",
+        "limits": "optional",
+        "requests": "disabled",
+    }
+    enabled = crl_configmap("cf-crl-fpga-fpga", data)
+    denied = answer(server, "/validate", admission_review(enabled))
+    assert denied["allowed"] is False
+    assert denied["status"]["message"] == (
+        "ConfigMap kube-public/cf-crl-fpga-fpga: data.defaultValue: '４' is not a Kubernetes "
+        "quantity (expected a number with an optional suffix such as 1, 100, 1k, 500m, 1e3 or "
+        "2Gi)."
+    )
+    disabled = crl_configmap("cf-crl-fpga-fpga", data, enabled="false")
+    review = admission_review(disabled, operation="UPDATE")
+    review["request"]["oldObject"] = enabled
+    response = answer(server, "/validate", review)
+    assert response["allowed"] is True
+    assert response["warnings"] == [
+        "label features.alauda.io/enabled is 'false', not \"true\": this policy is inactive",
+        "data.defaultValue: '４' is not a Kubernetes quantity (expected a number with an optional "
+        "suffix such as 1, 100, 1k, 500m…",
+    ]
