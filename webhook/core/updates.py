@@ -17,6 +17,7 @@ from webhook.core.workloads import PodSpecRef
 #    changed by a webhook would make it create another ReplicaSet.
 #  - The CronJob controller creates Jobs from spec.jobTemplate (pkg/controller/cronjob).
 _CONTROLLED = {("ReplicaSet", "apps", "Deployment"), ("Job", "batch", "CronJob")}
+_CONTROLLED_KINDS = frozenset(kind for kind, _, _ in _CONTROLLED)
 
 
 def _controller(meta: Mapping[str, Any]) -> tuple[str, str, str] | None:
@@ -47,7 +48,7 @@ def allowed_untouched(kind: str, obj: Mapping[str, Any], sub_resource: str) -> s
         # (kubernetes pkg/controller/garbagecollector/garbagecollector.go, removeFinalizer):
         # denying it would keep the object forever.
         return "the object is being deleted"
-    owner = _controller(meta)
+    owner = _controller(meta) if kind in _CONTROLLED_KINDS else None
     if owner is not None and (kind, owner[0], owner[1]) in _CONTROLLED:
         return f"controlled by {owner[1]} {owner[2]}, whose template is checked"
     return ""
