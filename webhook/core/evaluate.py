@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.core.claims import ClaimIndex
+from webhook.core.claims import ClaimIndex, container_claims, pod_claims
 from webhook.core.config import ANNOTATION_ENV_FIXES, WebhookConfig
 from webhook.core.crl import CRL_NAMESPACE, CRL_PREFIX, LABEL_TYPE, TYPE_VALUE, parse_configmap
 from webhook.core.decision import Decision, PodState, Violation, container_label, short
@@ -14,6 +14,7 @@ from webhook.core.patches import Draft
 from webhook.core.placement import place
 from webhook.core.policyset import PolicySet
 from webhook.core.quantity import format_quantity
+from webhook.core.registry import WorkloadKind
 from webhook.core.rules import cuda
 from webhook.core.rules.envfix import env_fixes
 from webhook.core.rules.resources import (
@@ -23,7 +24,17 @@ from webhook.core.rules.resources import (
     defaults,
     used_policies,
 )
-from webhook.core.workloads import ContainerRef, find_pod_spec, handles_kind, object_ref
+from webhook.core.workloads import (
+    ContainerRef,
+    find_pod_specs,
+    handles_kind,
+    lookup,
+    object_ref,
+    templates_equal,
+)
+
+# Template mutation (config switch) applies to the built-in controllers' templates only.
+_MUTABLE_GROUPS = frozenset({"", "apps", "batch"})
 
 __all__ = ["Decision", "Violation", "evaluate", "evaluate_configmap", "handles_kind"]
 
@@ -87,46 +98,79 @@ def _env(state: PodState, c: ContainerRef, keys: set[str], config: WebhookConfig
     container["env"] = new_env
 
 
-def _evaluate_pod(
-    kind: str,
-    obj: Mapping[str, Any],
+def _evaluate_spec(
+    state: PodState,
     policies: PolicySet,
     config: WebhookConfig,
-    namespace: str | None,
     inventory: cuda.NodeInventory | None,
-    violations_only: bool = False,
-) -> Decision:
-    ref = object_ref(kind, obj, namespace)
-    pod = find_pod_spec(kind, obj)
-    if pod is None:
-        return Decision(object_ref=ref)
-    state = PodState(ref, pod, Draft(obj))
+    claims: ClaimIndex | None,
+    namespace: str | None,
+    violations_only: bool,
+) -> None:
+    pod = state.pod
     # Env fixes only ever add changes and warnings; the CUDA rule can deny only against a node
     # inventory with noCompatibleNode: deny. A violations-only caller skips what cannot deny.
     env_fixes_on = not violations_only and pod.annotations.get(ANNOTATION_ENV_FIXES) != "false"
     cuda_on = not violations_only or (inventory is not None and config.no_compatible_node == "deny")
+    dra = pod_claims(pod.spec, namespace, claims, config.gpu_device_classes)
+    state.warnings += dra.warnings
     gpu: list[tuple[ContainerRef, set[str]]] = []
     for c in pod.containers:
         keys, crl = _resources(state, c, policies)
-        if crl or not keys.isdisjoint(config.gpu_resource_names):
+        # CRL rules govern extended resources only; a DRA claim on a GPU device class makes a
+        # GPU container for placement and env fixes (SPEC §6).
+        on_gpu_claim = bool(dra.gpu) and not dra.gpu.isdisjoint(container_claims(c.container))
+        if crl or on_gpu_claim or not keys.isdisjoint(config.gpu_resource_names):
             gpu.append((c, keys))
             if env_fixes_on:
                 _env(state, c, keys, config)
     if gpu and cuda_on:
         place(state, gpu, config, inventory)
+
+
+def _evaluate_pod(
+    entry: WorkloadKind,
+    obj: Mapping[str, Any],
+    policies: PolicySet,
+    config: WebhookConfig,
+    namespace: str | None,
+    inventory: cuda.NodeInventory | None,
+    claims: ClaimIndex | None,
+    violations_only: bool = False,
+) -> Decision:
+    ref = object_ref(entry.kind, obj, namespace)
+    meta = obj.get("metadata")
+    ns = namespace or (meta.get("namespace") if isinstance(meta, Mapping) else None)
+    draft = Draft(obj)
+    violations: list[Violation] = []
+    notes: list[tuple[str, str]] = []  # (role, note)
+    warnings: list[str] = []
+    kinds: list[str] = []
+    templates = False
+    for pod in find_pod_specs(entry, obj):
+        # A template with a role names it in every message: `PyTorchJob ml/bert, replica
+        # Worker, container "pytorch": ...`.
+        state = PodState(f"{ref}, {pod.role}" if pod.role else ref, pod, draft)
+        _evaluate_spec(state, policies, config, inventory, claims, ns, violations_only)
+        templates = templates or pod.is_template
+        violations += state.violations
+        kinds += state.kinds
+        notes += [(pod.role, n) for n in state.notes]
+        warnings += [short(f"{pod.role}: {w}") if pod.role else w for w in state.warnings]
     if violations_only:
-        return Decision(object_ref=ref, violations=tuple(state.violations))
-    notes = state.notes
-    mutated: Mapping[str, Any] | None = state.draft.root if state.draft.changed else None
-    if pod.is_template and not config.mutate_templates:
-        notes = [short(f"will apply to pods: {n}") for n in notes]
+        return Decision(object_ref=ref, violations=tuple(violations))
+    mutated: Mapping[str, Any] | None = draft.root if draft.changed else None
+    texts = [n for _, n in notes]
+    # Operator workloads are never mutated (their operator builds the pods; GitOps drift).
+    if templates and (not config.mutate_templates or entry.group not in _MUTABLE_GROUPS):
+        texts = [short(f"will apply to {role + ' ' if role else ''}pods: {n}") for role, n in notes]
         mutated = None
     return Decision(
         object_ref=ref,
-        violations=tuple(state.violations),
-        notes=tuple(notes),
-        warnings=tuple(dict.fromkeys(state.warnings)),
-        mutation_kinds=tuple(state.kinds) if mutated is not None else (),
+        violations=tuple(violations),
+        notes=tuple(texts),
+        warnings=tuple(dict.fromkeys(warnings)),
+        mutation_kinds=tuple(kinds) if mutated is not None else (),
         original=obj,
         mutated=mutated,
     )
@@ -164,13 +208,23 @@ def evaluate(
         return Decision(handled=False, object_ref=object_ref(kind, obj, namespace))
     if kind == "ConfigMap":
         return evaluate_configmap(obj, policies, operation=operation, namespace=namespace)
-    if not handles_kind(kind) or (kind == "Pod" and operation != "CREATE"):
+    entry = lookup(kind, obj, group, config)
+    if entry is None or (entry.kind == "Pod" and entry.group == "" and operation != "CREATE"):
         return Decision(handled=False, object_ref=object_ref(kind, obj, namespace))
     meta = obj.get("metadata")
     ns = namespace or (meta.get("namespace") if isinstance(meta, Mapping) else None)
     if ns in config.exempt_namespaces:
         return Decision(object_ref=object_ref(kind, obj, namespace))
-    return _evaluate_pod(kind, obj, policies, config, namespace, inventory, violations_only)
+    if (
+        operation == "UPDATE"
+        and old_object is not None
+        and templates_equal(entry.group, kind, obj, old_object, config)
+    ):
+        # SPEC §6: an UPDATE that leaves every pod template as it was is allowed untouched.
+        return Decision(object_ref=object_ref(kind, obj, namespace))
+    return _evaluate_pod(
+        entry, obj, policies, config, namespace, inventory, claims, violations_only
+    )
 
 
 def evaluate_configmap(
