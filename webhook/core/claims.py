@@ -133,11 +133,11 @@ def pod_claims(
             continue
         template, claim = entry.get("resourceClaimTemplateName"), entry.get("resourceClaimName")
         if isinstance(template, str):
-            table, source = (index.templates if index else None), f"template {template}"
-            key = (ns, template)
+            table = index.templates if index is not None else None
+            source, key = f"ResourceClaimTemplate {template}", (ns, template)
         elif isinstance(claim, str):
-            table, source = (index.claims if index else None), f"claim {claim}"
-            key = (ns, claim)
+            table = index.claims if index is not None else None
+            source, key = f"ResourceClaim {claim}", (ns, claim)
         else:
             continue
         found = table.get(key) if table is not None else None
@@ -147,11 +147,9 @@ def pod_claims(
             gpu.add(entry["name"])
     warnings: tuple[str, ...] = ()
     if unknown:
-        what = "no DRA claim snapshot" if index is None else "not in the DRA cache yet"
-        shown = ", ".join(unknown[:2]) + (
-            f" and {len(unknown) - 2} more" if len(unknown) > 2 else ""
-        )
-        text = f"resource {shown}: {what}; evaluated as without it (no GPU placement from it)"
+        what = "DRA claims are not known here" if index is None else "not seen by the DRA cache yet"
+        more = f" (+{len(unknown) - 1} more)" if len(unknown) > 1 else ""
+        text = f"{unknown[0]}{more}: {what}; evaluated without it, so no GPU placement from it"
         warnings = (text if len(text) <= 120 else text[:119] + "…",)
     return PodClaims(frozenset(gpu), warnings)
 

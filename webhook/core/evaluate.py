@@ -8,7 +8,14 @@ from typing import Any
 from webhook.core.claims import ClaimIndex, container_claims, pod_claims
 from webhook.core.config import ANNOTATION_ENV_FIXES, WebhookConfig
 from webhook.core.crl import CRL_NAMESPACE, CRL_PREFIX, LABEL_TYPE, TYPE_VALUE, parse_configmap
-from webhook.core.decision import Decision, PodState, Violation, container_label, short
+from webhook.core.decision import (
+    NOTE_LIMIT,
+    Decision,
+    PodState,
+    Violation,
+    container_label,
+    short,
+)
 from webhook.core.errors import ObjectShapeError
 from webhook.core.patches import Draft
 from webhook.core.placement import place
@@ -98,6 +105,15 @@ def _env(state: PodState, c: ContainerRef, keys: set[str], config: WebhookConfig
     container["env"] = new_env
 
 
+def _with_role(role: str, warning: str) -> str:
+    """`replica Worker: <warning>` when it fits in a warning; else the warning alone, since its
+    advice (the annotation to set, ...) matters more than the role and must not be cut."""
+    if not role:
+        return warning
+    text = f"{role}: {warning}"
+    return text if len(text) <= NOTE_LIMIT else warning
+
+
 def _evaluate_spec(
     state: PodState,
     policies: PolicySet,
@@ -156,7 +172,7 @@ def _evaluate_pod(
         violations += state.violations
         kinds += state.kinds
         notes += [(pod.role, n) for n in state.notes]
-        warnings += [short(f"{pod.role}: {w}") if pod.role else w for w in state.warnings]
+        warnings += [_with_role(pod.role, w) for w in state.warnings]
     if violations_only:
         return Decision(object_ref=ref, violations=tuple(violations))
     mutated: Mapping[str, Any] | None = draft.root if draft.changed else None
