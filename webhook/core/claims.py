@@ -147,9 +147,9 @@ def pod_claims(
             gpu.add(entry["name"])
     warnings: tuple[str, ...] = ()
     if unknown:
-        what = "DRA claims are not known here" if index is None else "not seen by the DRA cache yet"
+        what = "no DRA claim data here" if index is None else "not in the DRA cache yet"
         more = f" (+{len(unknown) - 1} more)" if len(unknown) > 1 else ""
-        text = f"{unknown[0]}{more}: {what}; evaluated without it, so no GPU placement from it"
+        text = f"{unknown[0]}{more}: {what}; evaluated without it (no GPU placement from it)"
         warnings = (text if len(text) <= 120 else text[:119] + "…",)
     return PodClaims(frozenset(gpu), warnings)
 
