@@ -109,15 +109,14 @@ def test_device_classes(obj: dict[str, Any], classes: set[str]) -> None:
 
 def test_index_from_manifest_objects() -> None:
     no_ns = {**SINGLE_GPU, "metadata": {"name": "single-gpu"}}
-    index = ClaimIndex.from_objects(
-        [
-            no_ns,
-            SHARED_GPU_CLAIM,
-            {"kind": "Pod"},
-            {"apiVersion": "v1", "kind": "ResourceClaim"},
-            "x",
-        ]  # type: ignore[list-item]
-    )
+    docs: list[Any] = [
+        no_ns,
+        SHARED_GPU_CLAIM,
+        {"kind": "Pod"},
+        {"apiVersion": "v1", "kind": "ResourceClaim"},
+        "x",
+    ]
+    index = ClaimIndex.from_objects(docs)
     assert index.templates == {("default", "single-gpu"): frozenset({"gpu.nvidia.com"})}
     assert index.claims == {("ml", "shared-gpu"): frozenset({"gpu.nvidia.com"})}
 
