@@ -32,6 +32,7 @@ class TemplateRule:
     form: Form = "template"
     name_field: str = "name"  # what a list wildcard captures from each item
     containers: tuple[str, ...] = ()
+    wildcards: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +83,7 @@ def rule(
             f"role {role!r} of path {path!r} may only use {{0}}..{{{wildcards - 1}}} "
             f"(one per wildcard)"
         ) from exc
-    return TemplateRule(parsed, role, form, name_field, containers)
+    return TemplateRule(parsed, role, form, name_field, containers, wildcards > 0)
 
 
 def _where(kind: str, path: tuple[str | int, ...]) -> str:
@@ -94,6 +95,19 @@ def _where(kind: str, path: tuple[str | int, ...]) -> str:
 
 def walk(kind: str, obj: Mapping[str, Any], tpl: TemplateRule) -> Iterator[Found]:
     """Every object at the rule's path; a missing key or null is no template, not an error."""
+    if not tpl.wildcards:  # the common case (built-in kinds): no stack, no role formatting
+        node: Any = obj
+        for depth, part in enumerate(tpl.path):
+            if not isinstance(node, Mapping):
+                got = type(node).__name__
+                raise ObjectShapeError(
+                    f"{_where(kind, tpl.path[:depth])} must be an object, got {got}"
+                )
+            node = node.get(part)
+            if node is None:
+                return
+        yield Found(tpl.path, tpl.role, tpl.form, node)
+        return
     stack: list[tuple[Any, tuple[str | int, ...], tuple[str, ...], int]] = [(obj, (), (), 0)]
     while stack:
         node, at, captures, depth = stack.pop()

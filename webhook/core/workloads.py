@@ -62,9 +62,13 @@ def _registry(extra: tuple[WorkloadEntry, ...]) -> Registry:
     return Registry(extra)
 
 
+_DEFAULT = Registry()
+
+
 def registry_for(config: WebhookConfig | None) -> Registry:
     """The registry of a config, built once per distinct `workloads:` list."""
-    return _registry(config.workloads if config is not None else ())
+    extra = config.workloads if config is not None else ()
+    return _registry(extra) if extra else _DEFAULT
 
 
 def group_of(obj: Mapping[str, Any]) -> str | None:
@@ -86,29 +90,38 @@ def handles_kind(kind: str, group: str | None = None, config: WebhookConfig | No
     return registry_for(config).lookup(group, kind) is not None
 
 
-def _mapping(value: Any, where: str) -> Mapping[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ObjectShapeError(f"{where} must be an object, got {type(value).__name__}")
-    return value
-
-
 def _where(kind: str, path: tuple[str | int, ...]) -> str:
     return kind + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
 
 
-def _containers(spec: Mapping[str, Any], where: str, tpl: TemplateRule) -> list[ContainerRef]:
+def _mapping(value: Any, kind: str, path: tuple[str | int, ...]) -> Mapping[str, Any]:
+    # The message is built only on error: this runs for every template of every review.
+    if value is None:
+        return _EMPTY
+    if not isinstance(value, dict) and not isinstance(value, Mapping):
+        got = type(value).__name__
+        raise ObjectShapeError(f"{_where(kind, path)} must be an object, got {got}")
+    return value
+
+
+_EMPTY: Mapping[str, Any] = {}
+
+
+def _containers(
+    spec: Mapping[str, Any], kind: str, at: tuple[str | int, ...], tpl: TemplateRule
+) -> list[ContainerRef]:
     found: list[ContainerRef] = []
     for list_name in CONTAINER_LISTS:
         items = spec.get(list_name)
         if items is None:
             continue
         if not isinstance(items, list):
-            raise ObjectShapeError(f"{where}.{list_name} must be a list")
+            raise ObjectShapeError(f"{_where(kind, (*at, list_name))} must be a list")
         for index, item in enumerate(items):
             if not isinstance(item, Mapping):
-                raise ObjectShapeError(f"{where}.{list_name}[{index}] must be an object")
+                raise ObjectShapeError(
+                    f"{_where(kind, (*at, list_name))}[{index}] must be an object"
+                )
             name = item.get("name")
             found.append(
                 ContainerRef(list_name, index, name if isinstance(name, str) else f"#{index}", item)
@@ -117,8 +130,7 @@ def _containers(spec: Mapping[str, Any], where: str, tpl: TemplateRule) -> list[
         item = spec.get(key)
         if item is None:
             continue
-        if not isinstance(item, Mapping):
-            raise ObjectShapeError(f"{where}.{key} must be an object, got {type(item).__name__}")
+        item = _mapping(item, kind, (*at, key))
         name = item.get("name")
         found.append(ContainerRef(key, -1, name if isinstance(name, str) and name else key, item))
     return found
@@ -127,28 +139,32 @@ def _containers(spec: Mapping[str, Any], where: str, tpl: TemplateRule) -> list[
 def _pod_spec(
     kind: str, obj: Mapping[str, Any], tpl: TemplateRule, hit: Found
 ) -> PodSpecRef | None:
-    where = _where(kind, hit.path)
-    node = _mapping(hit.node, where)
+    path = hit.path
+    node = _mapping(hit.node, kind, path)
     if tpl.form == "podspec":
         # KServe's ComponentExtensionSpec carries the pod annotations as `annotations`; the
         # object's own annotations reach its pods too (KServe propagates them).
-        meta = _mapping(obj.get("metadata"), f"{kind}.metadata")
-        outer = _mapping(meta.get("annotations"), f"{kind}.metadata.annotations")
-        annotations = {**outer, **_mapping(node.get("annotations"), f"{where}.annotations")}
-        spec, spec_path, spec_where = node, hit.path, where
+        meta = _mapping(obj.get("metadata"), kind, ("metadata",))
+        outer = _mapping(meta.get("annotations"), kind, ("metadata", "annotations"))
+        own = _mapping(node.get("annotations"), kind, (*path, "annotations"))
+        annotations: Mapping[str, Any] = {**outer, **own} if own else outer
+        spec, spec_path = node, path
     else:
-        meta = _mapping(node.get("metadata"), f"{where}.metadata")
-        annotations = dict(_mapping(meta.get("annotations"), f"{where}.metadata.annotations"))
-        if node.get("spec") is None:
+        meta = _mapping(node.get("metadata"), kind, (*path, "metadata"))
+        annotations = _mapping(meta.get("annotations"), kind, (*path, "metadata", "annotations"))
+        raw_spec = node.get("spec")
+        if raw_spec is None:
             return None
-        spec_where = f"{where}.spec"
-        spec, spec_path = _mapping(node["spec"], spec_where), (*hit.path, "spec")
+        spec_path = (*path, "spec")
+        spec = _mapping(raw_spec, kind, spec_path)
     return PodSpecRef(
-        template_path=hit.path,
+        template_path=path,
         is_template=bool(tpl.path),
-        annotations={k: v for k, v in annotations.items() if isinstance(v, str)},
+        annotations={k: v for k, v in annotations.items() if isinstance(v, str)}
+        if annotations
+        else _EMPTY,
         spec=spec,
-        containers=tuple(_containers(spec, spec_where, tpl)),
+        containers=tuple(_containers(spec, kind, spec_path, tpl)),
         spec_path=spec_path,
         role=hit.role,
     )
