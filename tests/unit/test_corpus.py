@@ -362,6 +362,22 @@ def test_envsubst_pytorchjob_is_denied_naming_the_replica() -> None:
     ]
 
 
+def test_review_cli_gives_the_same_result_for_operator_manifests() -> None:
+    path = MANIFESTS / "aws-adt_fsdp_llama3-1-8b_pytorchjob_envsubst.yaml"
+    out = io.StringIO()
+    assert main(["review", "-f", str(path), "--policies", str(CONFIGMAPS)], out=out) == 1
+    decision = evaluate_doc(path.name)
+    text = out.getvalue()
+    assert text.startswith("--- PyTorchJob llama3-1-8b-fsdp (document 1): DENIED\n")
+    for violation in decision.violations:
+        assert f"  - {violation.message}\n" in text
+    good = MANIFESTS / "kubeflow_pytorchjob_deepspeed-demo.yaml"
+    out = io.StringIO()
+    assert main(["review", "-f", str(good), "--policies", str(CONFIGMAPS)], out=out) == 0
+    for note in evaluate_doc(good.name).notes:
+        assert f"  - {note}\n" in out.getvalue()
+
+
 def test_dra_pod_with_the_template_from_the_same_manifest() -> None:
     # The NVIDIA DRA driver's own example: a v1beta1 ResourceClaimTemplate on gpu.nvidia.com,
     # a pod whose container references the claim made from it; ubuntu:22.04 has no CUDA tag.
