@@ -383,3 +383,23 @@ def test_arbitrary_shapes_never_raise_anything_but_webhook_errors(
     obj = {"apiVersion": f"{group}/v1" if group else "v1", "kind": name, "spec": spec}
     with contextlib.suppress(WebhookError):
         run(obj, operation=operation)
+
+
+def test_kserve_scaling_fields_are_not_template_changes() -> None:
+    def isvc(**predictor: Any) -> dict[str, Any]:
+        model = {"modelFormat": {"name": "huggingface"}, "resources": {"limits": {GPU: "1"}}}
+        return {
+            "apiVersion": "serving.kserve.io/v1beta1",
+            "kind": "InferenceService",
+            "spec": {"predictor": {"model": model, **predictor}},
+        }
+
+    group = "serving.kserve.io"
+    assert templates_equal(group, "InferenceService", isvc(minReplicas=3), isvc(minReplicas=1))
+    assert templates_equal(group, "InferenceService", isvc(canaryTrafficPercent=10), isvc())
+    assert not templates_equal(
+        group, "InferenceService", isvc(nodeSelector={"gpu": "a100"}), isvc()
+    )
+    changed = isvc()
+    changed["spec"]["predictor"]["model"]["resources"]["limits"][GPU] = "2"
+    assert not templates_equal(group, "InferenceService", changed, isvc())

@@ -8,6 +8,7 @@ captures (`replica {0}`). Walking never raises anything but ObjectShapeError.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -33,6 +34,9 @@ class TemplateRule:
     name_field: str = "name"  # what a list wildcard captures from each item
     containers: tuple[str, ...] = ()
     wildcards: bool = False
+    # Keys of a podspec-form object that are not pod fields (scaling, traffic): an UPDATE
+    # changing only these leaves the template unchanged (SPEC §6 update rules).
+    not_pod: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,11 +169,23 @@ def _ray(prefix: str) -> tuple[TemplateRule, ...]:
     )
 
 
+# kserve/kserve pkg/apis/serving/v1beta1 ComponentExtensionSpec, inlined next to the PodSpec
+# fields of every component: deployment and autoscaling settings, not what a pod gets.
+_KSERVE_EXTENSION = frozenset(
+    {
+        "minReplicas", "maxReplicas", "scaleTarget", "scaleMetric", "scaleMetricType",
+        "autoScaling", "containerConcurrency", "timeout", "canaryTrafficPercent", "logger",
+        "batcher", "deploymentStrategy", "parallelism",
+    }
+)  # fmt: skip
+
+
 def _kserve_component(component: str, frameworks: tuple[str, ...]) -> TemplateRule:
     # PredictorSpec / TransformerSpec / ExplainerSpec inline corev1.PodSpec (`json:",inline"`),
     # so `containers` sit directly under the component; each framework field (and `model`,
     # a ModelSpec) inlines a corev1.Container through PredictorExtensionSpec.
-    return rule(f"spec.{component}", component, form="podspec", containers=frameworks)
+    tpl = rule(f"spec.{component}", component, form="podspec", containers=frameworks)
+    return dataclasses.replace(tpl, not_pod=_KSERVE_EXTENSION)
 
 
 _PREDICTORS = (

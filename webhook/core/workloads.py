@@ -206,11 +206,18 @@ def templates_equal(
     if entry is None or not isinstance(old, Mapping):
         return False
     try:
-        new_hits = [(h.path, h.node) for t in entry.rules for h in walk(kind, obj, t)]
-        old_hits = [(h.path, h.node) for t in entry.rules for h in walk(kind, old, t)]
+        new_hits = [_pod_part(t, h) for t in entry.rules for h in walk(kind, obj, t)]
+        old_hits = [_pod_part(t, h) for t in entry.rules for h in walk(kind, old, t)]
     except ObjectShapeError:
         return False
     return new_hits == old_hits
+
+
+def _pod_part(tpl: TemplateRule, hit: Found) -> tuple[tuple[str | int, ...], Any]:
+    node = hit.node
+    if tpl.not_pod and isinstance(node, Mapping):
+        node = {k: v for k, v in node.items() if k not in tpl.not_pod}
+    return hit.path, node
 
 
 def object_ref(kind: str, obj: Mapping[str, Any], namespace: str | None = None) -> str:
