@@ -9,9 +9,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.helpers import GPU, VCORE, container, run
-from webhook.core.config import load_config
+from tests.helpers import GPU, VCORE, container, run, standard_policies
+from webhook.core.claims import ClaimIndex
+from webhook.core.config import WebhookConfig, load_config
 from webhook.core.errors import ConfigError, ObjectShapeError, WebhookError
+from webhook.core.evaluate import evaluate
 from webhook.core.registry import BUILTIN_KINDS, parse_path, rule, walk
 from webhook.core.workloads import find_pod_specs, lookup, registry_for, templates_equal
 
@@ -374,15 +376,33 @@ JSON = st.recursive(
 REGISTERED = [(k.group, k.kind) for k in BUILTIN_KINDS]
 
 
+CLAIMS = ClaimIndex(templates={("ml", "x"): frozenset({"gpu.nvidia.com"})})
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(kind=st.sampled_from(REGISTERED), spec=JSON, operation=st.sampled_from(["CREATE", "UPDATE"]))
+@given(
+    kind=st.sampled_from(REGISTERED),
+    spec=JSON,
+    old_spec=JSON,
+    operation=st.sampled_from(["CREATE", "UPDATE"]),
+    with_claims=st.booleans(),
+)
 def test_arbitrary_shapes_never_raise_anything_but_webhook_errors(
-    kind: tuple[str, str], spec: Any, operation: str
+    kind: tuple[str, str], spec: Any, old_spec: Any, operation: str, with_claims: bool
 ) -> None:
     group, name = kind
-    obj = {"apiVersion": f"{group}/v1" if group else "v1", "kind": name, "spec": spec}
+    api_version = f"{group}/v1" if group else "v1"
+    obj = {"apiVersion": api_version, "kind": name, "metadata": {"namespace": "ml"}, "spec": spec}
+    old = {**obj, "spec": old_spec}
     with contextlib.suppress(WebhookError):
-        run(obj, operation=operation)
+        evaluate(
+            obj,
+            standard_policies(),
+            WebhookConfig(),
+            operation=operation,
+            old_object=old,
+            claims=CLAIMS if with_claims else None,
+        )
 
 
 def test_kserve_scaling_fields_are_not_template_changes() -> None:
