@@ -115,6 +115,24 @@ def deployment() -> dict[str, Any]:
     }
 
 
+def pytorchjob() -> dict[str, Any]:
+    """A Kubeflow PyTorchJob with 2 roles (Master, Worker), each the Deployment's pod template:
+    the operator-workload cost is compared with the Deployment's (target: at most 2x)."""
+    pod = typical_pod()
+    replica = {"replicas": 1, "template": {"metadata": pod["metadata"], "spec": pod["spec"]}}
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "train", "namespace": "ml"},
+        "spec": {
+            "pytorchReplicaSpecs": {
+                "Master": copy.deepcopy(replica),
+                "Worker": {**copy.deepcopy(replica), "replicas": 4},
+            }
+        },
+    }
+
+
 def non_gpu_pod() -> dict[str, Any]:
     pod = typical_pod()
     pod["spec"]["containers"][0]["resources"]["limits"].pop("tencent.com/vcuda-core")
@@ -182,6 +200,7 @@ def main() -> int:
         "typical GPU pod": typical_pod(),
         "multi-container pod": multi_container_pod(),
         "Deployment": deployment(),
+        "PyTorchJob (2 roles)": pytorchjob(),
         "non-GPU pod": non_gpu_pod(),
     }
     results: dict[str, dict[str, float]] = {}

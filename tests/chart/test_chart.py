@@ -333,8 +333,15 @@ def test_webhooks_have_safe_defaults(render: Render) -> None:
         (validating, "pods"),
         (validating, "workloads"),
         (validating, "crl-configmaps"),
+        (mutating, "operators"),
+        (validating, "operators"),
     }
-    expected_failure = {"pods": "Fail", "workloads": "Ignore", "crl-configmaps": "Fail"}
+    expected_failure = {
+        "pods": "Fail",
+        "workloads": "Ignore",
+        "operators": "Ignore",
+        "crl-configmaps": "Fail",
+    }
     for (kind, purpose), hook in hooks.items():
         assert hook["failurePolicy"] == expected_failure[purpose], (kind, purpose)
         assert hook["admissionReviewVersions"] == ["v1"]
@@ -353,6 +360,7 @@ def test_webhooks_have_safe_defaults(render: Render) -> None:
     assert operations == {
         "pods": {"CREATE"},
         "workloads": {"CREATE", "UPDATE"},
+        "operators": {"CREATE", "UPDATE"},
         "crl-configmaps": {"CREATE", "UPDATE"},
     }
     workload_resources = {
@@ -371,6 +379,36 @@ def test_webhooks_have_safe_defaults(render: Render) -> None:
     }
 
 
+def test_operator_rules_come_from_values(render: Render) -> None:
+    _, validating = WEBHOOK_KINDS
+    hook = webhooks(render())[(validating, "operators")]
+    resources = {
+        (g, r) for rule in hook["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+    }
+    assert {
+        ("kubeflow.org", "pytorchjobs"),
+        ("kubeflow.org", "mpijobs"),
+        ("ray.io", "rayjobs"),
+        ("leaderworkerset.x-k8s.io", "leaderworkersets"),
+        ("jobset.x-k8s.io", "jobsets"),
+        ("batch.volcano.sh", "jobs"),
+        ("serving.kserve.io", "inferenceservices"),
+    } <= resources
+    assert ("batch", "jobs") not in resources  # batch/v1 Jobs go to the workloads webhook
+    assert all(rule["apiVersions"] == ["*"] for rule in hook["rules"])
+    custom = {
+        "webhooks": {
+            "operators": {"rules": [{"apiGroup": "example.com", "resources": ["trainjobs"]}]}
+        }
+    }
+    (rule,) = webhooks(render(custom))[(validating, "operators")]["rules"]
+    assert (rule["apiGroups"], rule["resources"]) == (["example.com"], ["trainjobs"])
+    # no rules: no operator webhook at all
+    assert (validating, "operators") not in webhooks(
+        render({"webhooks": {"operators": {"rules": []}}})
+    )
+
+
 def test_failure_policies_and_timeout_are_configurable(render: Render) -> None:
     values = {
         "webhooks": {
@@ -381,7 +419,8 @@ def test_failure_policies_and_timeout_are_configurable(render: Render) -> None:
     }
     for (_, purpose), hook in webhooks(render(values)).items():
         assert hook["timeoutSeconds"] == 3
-        assert hook["failurePolicy"] == {"pods": "Ignore", "workloads": "Fail"}.get(purpose, "Fail")
+        expected = {"pods": "Ignore", "workloads": "Fail", "operators": "Ignore"}
+        assert hook["failurePolicy"] == expected.get(purpose, "Fail")
 
 
 def test_namespace_selectors_exclude_system_release_and_listed_namespaces(render: Render) -> None:
@@ -451,7 +490,7 @@ def test_generated_ca_signed_the_serving_certificate_and_is_every_ca_bundle(
     assert f"{FULLNAME}.{NAMESPACE}.svc" in names.get_values_for_type(x509.DNSName)
     assert "PRIVATE KEY" in data["tls.key"]
     hooks = webhooks(objects)
-    assert len(hooks) == 5
+    assert len(hooks) == 7
     for hook in hooks.values():
         assert base64.b64decode(hook["clientConfig"]["caBundle"]).decode() == data["ca.crt"]
     for kind in WEBHOOK_KINDS:

@@ -14,6 +14,8 @@ import cel
 import pytest
 import yaml
 
+from webhook.core.workloads import find_pod_specs, lookup
+
 from .conftest import Render
 
 CORPUS = Path("/work/shared/corpus/manifests")
@@ -42,7 +44,9 @@ def expressions(render: Render) -> dict[tuple[str, str], str]:
 
 
 def uses_extended_resource(pod_spec: dict[str, Any]) -> bool:
-    """Reference answer, written independently of the CEL."""
+    """Reference answer, written independently of the CEL (DRA claims count: SPEC §6)."""
+    if pod_spec.get("resourceClaims"):
+        return True
     for group in ("containers", "initContainers"):
         for container in pod_spec.get(group) or []:
             resources = container.get("resources") or {}
@@ -186,3 +190,152 @@ def test_crl_condition_selects_crl_candidates_only(
     exprs = expressions(render)
     expression = exprs[("ValidatingWebhookConfiguration", "crl-configmaps")]
     assert matches(expression, {"metadata": metadata, "data": {}}) is expected
+
+
+# --- operator workloads (SPEC §6) ----------------------------------------------------------------
+
+
+def operator_objects() -> list[tuple[str, dict[str, Any]]]:
+    """Every corpus document of a kind in the webhook's registry that is not a built-in kind."""
+    found = []
+    for path in sorted(CORPUS.glob("*.yaml")):
+        for index, doc in enumerate(yaml.safe_load_all(path.read_text(encoding="utf-8"))):
+            if not isinstance(doc, dict) or not isinstance(doc.get("kind"), str):
+                continue
+            entry = lookup(doc["kind"], doc)
+            if entry is not None and entry.group not in ("", "apps", "batch"):
+                found.append((f"{path.stem}#{index}", doc))
+    return found
+
+
+def operator_asks(obj: dict[str, Any]) -> bool:
+    """Reference answer from the webhook's own registry (Python), not from the chart's CEL."""
+    entry = lookup(obj["kind"], obj)
+    assert entry is not None
+    for spec_ref in find_pod_specs(entry, obj):
+        if uses_extended_resource(dict(spec_ref.spec)):
+            return True
+        for c in spec_ref.containers:  # KServe's container-like fields
+            resources = c.container.get("resources") or {}
+            if any("/" in k for f in ("limits", "requests") for k in resources.get(f) or {}):
+                return True
+    return False
+
+
+def test_corpus_has_gpu_and_non_gpu_operator_workloads() -> None:
+    objects = operator_objects()
+    kinds = {obj["kind"] for _, obj in objects}
+    assert {"PyTorchJob", "MPIJob", "RayCluster", "RayJob", "RayService"} <= kinds
+    assert {"LeaderWorkerSet", "Job", "InferenceService", "PaddleJob"} <= kinds
+    assert {operator_asks(obj) for _, obj in objects} == {True, False}
+
+
+@pytest.mark.parametrize(
+    "configuration", ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"]
+)
+def test_operator_condition_matches_the_registry_on_every_corpus_manifest(
+    render: Render, configuration: str
+) -> None:
+    expression = expressions(render)[(configuration, "operators")]
+    for name, obj in operator_objects():
+        assert matches(expression, obj) is operator_asks(obj), name
+
+
+GPU_LIMITS = {"resources": {"limits": {"nvidia.com/gpu": "1"}}}
+GPU_TEMPLATE = {"spec": {"containers": [{"name": "c", **GPU_LIMITS}]}}
+CLAIM_TEMPLATE = {"spec": {"containers": [{"name": "c"}], "resourceClaims": [{"name": "g"}]}}
+
+
+@pytest.mark.parametrize(
+    ("api_version", "kind", "spec"),
+    [
+        ("kubeflow.org/v1", "TFJob", {"tfReplicaSpecs": {"PS": {"template": GPU_TEMPLATE}}}),
+        (
+            "kubeflow.org/v1",
+            "JAXJob",
+            {"jaxReplicaSpecs": {"Worker": {"template": CLAIM_TEMPLATE}}},
+        ),
+        (
+            "kubeflow.org/v1",
+            "XGBoostJob",
+            {"xgbReplicaSpecs": {"Master": {"template": GPU_TEMPLATE}}},
+        ),
+        ("ray.io/v1", "RayJob", {"rayClusterSpec": {"headGroupSpec": {"template": GPU_TEMPLATE}}}),
+        (
+            "jobset.x-k8s.io/v1alpha2",
+            "JobSet",
+            {"replicatedJobs": [{"name": "w", "template": {"spec": {"template": GPU_TEMPLATE}}}]},
+        ),
+        (
+            "leaderworkerset.x-k8s.io/v1",
+            "LeaderWorkerSet",
+            {"leaderWorkerTemplate": {"leaderTemplate": GPU_TEMPLATE}},
+        ),
+        ("batch.paddlepaddle.org/v1", "PaddleJob", {"worker": {"template": GPU_TEMPLATE}}),
+        ("serving.kserve.io/v1beta1", "InferenceService", {"predictor": {"model": GPU_LIMITS}}),
+        (
+            "serving.kserve.io/v1beta1",
+            "InferenceService",
+            {"explainer": {"containers": [GPU_LIMITS]}},
+        ),
+        (
+            "serving.kserve.io/v1beta1",
+            "InferenceService",
+            {"predictor": {"workerSpec": {"containers": [GPU_LIMITS]}}},
+        ),
+    ],
+)
+def test_operator_condition_sees_every_registered_place(
+    render: Render, api_version: str, kind: str, spec: dict[str, Any]
+) -> None:
+    obj = {"apiVersion": api_version, "kind": kind, "metadata": {"name": "x"}, "spec": spec}
+    assert operator_asks(obj)
+    assert matches(expressions(render)[("ValidatingWebhookConfiguration", "operators")], obj)
+
+
+@pytest.mark.parametrize(
+    ("api_version", "kind", "spec"),
+    [
+        ("kubeflow.org/v1", "PyTorchJob", None),
+        ("kubeflow.org/v1", "PyTorchJob", {}),
+        ("kubeflow.org/v1", "PyTorchJob", {"pytorchReplicaSpecs": {}}),
+        ("kubeflow.org/v1", "PyTorchJob", {"pytorchReplicaSpecs": {"Worker": {}}}),
+        ("kubeflow.org/v1", "PyTorchJob", {"pytorchReplicaSpecs": {"Worker": {"template": {}}}}),
+        ("kubeflow.org/v1", "PyTorchJob", {"runPolicy": {"cleanPodPolicy": "None"}}),
+        ("ray.io/v1", "RayCluster", {"workerGroupSpecs": [{"groupName": "g"}]}),
+        ("ray.io/v1", "RayService", {"rayClusterConfig": {}}),
+        ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", {"leaderWorkerTemplate": {}}),
+        ("jobset.x-k8s.io/v1alpha2", "JobSet", {"replicatedJobs": [{"name": "w", "template": {}}]}),
+        ("batch.volcano.sh/v1alpha1", "Job", {"tasks": [{"name": "t"}]}),
+        ("batch.paddlepaddle.org/v1", "PaddleJob", {"ps": {"replicas": 1}}),
+        ("serving.kserve.io/v1beta1", "InferenceService", {"predictor": {"model": {}}}),
+        ("serving.kserve.io/v1beta1", "InferenceService", {"predictor": {"minReplicas": 1}}),
+    ],
+)
+def test_partial_operator_objects_do_not_match_and_do_not_error(
+    render: Render, api_version: str, kind: str, spec: Any
+) -> None:
+    obj: dict[str, Any] = {"apiVersion": api_version, "kind": kind, "metadata": {"name": "x"}}
+    if spec is not None:
+        obj["spec"] = spec
+    for configuration in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        assert matches(expressions(render)[(configuration, "operators")], obj) is False
+
+
+def test_kinds_the_condition_does_not_know_are_sent(render: Render) -> None:
+    # A kind added in config.workloads (and in webhooks.operators.rules): the CEL cannot know
+    # where its templates are, so the webhook decides.
+    obj = {"apiVersion": "example.com/v1", "kind": "TrainJob", "spec": {}}
+    assert matches(expressions(render)[("ValidatingWebhookConfiguration", "operators")], obj)
+
+
+def test_pods_and_templates_with_dra_claims_are_sent(render: Render) -> None:
+    exprs = expressions(render)
+    spec = {"containers": [{"name": "c", "resources": {"claims": [{"name": "g"}]}}],
+            "resourceClaims": [{"name": "g", "resourceClaimTemplateName": "gpu"}]}  # fmt: skip
+    assert matches(exprs[("ValidatingWebhookConfiguration", "pods")], {"spec": spec})
+    deployment = {"spec": {"template": {"spec": spec}}}
+    assert matches(exprs[("ValidatingWebhookConfiguration", "workloads")], deployment)
+    assert not matches(
+        exprs[("ValidatingWebhookConfiguration", "pods")], {"spec": {**spec, "resourceClaims": []}}
+    )

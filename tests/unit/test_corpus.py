@@ -12,6 +12,7 @@ import pytest
 
 from tests.helpers import CONFIGMAPS, CORPUS, apply, expr, get, node_terms
 from webhook.cli import main
+from webhook.core.claims import ClaimIndex
 from webhook.core.config import WebhookConfig, load_config
 from webhook.core.errors import ManifestError, WebhookError
 from webhook.core.evaluate import Decision, evaluate
@@ -222,16 +223,186 @@ def test_non_gpu_workloads_untouched(name: str) -> None:
 @pytest.mark.parametrize(
     "name",
     [
-        "kubeflow_paddlejob_simple-gpu.yaml",
-        "aws-adt_fsdp_llama3-1-8b_pytorchjob_envsubst.yaml",
-        "aws-adt_nsight_fsdp_pytorchjob_NULL-gpu-quantity.yaml",
+        "aws-adt_hyperpod-pytorchjob_llama3-1-8b_affinity_envsubst.yaml",  # SageMaker HyperPod
         "ai-on-eks_nimservice_llama3-8b.yaml",
+        "kserve_llminferenceservice_qwen2-7b_no-scheduler.yaml",
+        "kubeflow-trainer_clustertrainingruntime_torch-distributed.yaml",
     ],
 )
-def test_custom_resources_are_not_handled(name: str) -> None:
+def test_unregistered_custom_resources_are_not_handled(name: str) -> None:
     decision = evaluate_doc(name)
     assert not decision.handled
     assert decision.allowed and decision.patch == []
+
+
+# --- operator workloads (SPEC §6): roles in every message, never mutated -------------------------
+
+OPERATOR_PREFIXES = ("kubeflow_", "kuberay_", "lws_", "volcano_", "kserve_", "aws-adt_", "paddle-")
+NOT_REGISTERED = {"HyperPodPyTorchJob", "LLMInferenceService"}
+
+
+def _operator_documents() -> list[tuple[str, int]]:
+    found = []
+    for name in _files(MANIFESTS):
+        if name.startswith(OPERATOR_PREFIXES) or "raycluster" in name:
+            for index, doc in enumerate(documents(name)):
+                if doc.get("apiVersion", "").count(".") and doc.get("kind") not in NOT_REGISTERED:
+                    found.append((name, index))
+    return found
+
+
+@pytest.mark.parametrize(("name", "index"), _operator_documents())
+def test_every_operator_manifest_is_handled_and_never_mutated(name: str, index: int) -> None:
+    for config in (DEFAULT, MUTATE):
+        decision = evaluate_doc(name, index, config=config)
+        assert decision.handled
+        assert decision.patch == [] and decision.mutated is None
+        assert all(n.startswith("will apply to ") for n in decision.notes)
+        # (UNKNOWN, placement's own text, is 126 characters: not checked here)
+        assert all(len(text) <= 120 for text in decision.notes)
+        assert all(len(w) <= 120 for w in decision.warnings if w != UNKNOWN)
+
+
+def test_the_corpus_has_operator_manifests() -> None:
+    kinds = {documents(name)[index]["kind"] for name, index in _operator_documents()}
+    assert kinds >= {
+        "PyTorchJob", "MPIJob", "PaddleJob", "MXJob", "RayCluster", "RayJob", "RayService",
+        "LeaderWorkerSet", "Job", "InferenceService",
+    }  # fmt: skip
+
+
+OPERATOR_RESULTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "kubeflow_pytorchjob_deepspeed-demo.yaml": (
+        (
+            "will apply to replica Master pods: set requests.nvidia.com/gpu=1 from limits in "
+            'container "pytorch"',
+            "will apply to replica Worker pods: set requests.nvidia.com/gpu=1 from limits in "
+            'container "pytorch"',
+        ),
+        (UNKNOWN,),
+    ),
+    "kubeflow_paddlejob_simple-gpu.yaml": (
+        (
+            "will apply to replica Worker pods: set requests.nvidia.com/gpu=2 from limits in "
+            'container "paddle"',
+            "will apply to replica Worker pods: required GPU nodes with CUDA ≥ 11.2 "
+            "(image registry.baidubce.com/paddlepaddle/paddle…",
+        ),
+        (),
+    ),
+    "kuberay_raycluster_verl.yaml": (
+        (
+            "will apply to head pods: required GPU nodes with CUDA ≥ 12.6 "
+            "(image hiyouga/verl:ngc-th2.6.0-cu126-vllm0.8.4-flashinfer…",
+        ),
+        (),
+    ),
+    "lws_vllm_gpu_leaderworkerset.yaml": (
+        (
+            "will apply to leader pods: set requests.nvidia.com/gpu=8 from limits in "
+            'container "vllm-leader"',
+            "will apply to worker pods: set requests.nvidia.com/gpu=8 from limits in "
+            'container "vllm-worker"',
+        ),
+        (UNKNOWN,),
+    ),
+    "volcano_mindspore-gpu_vcjob.yaml": (
+        (
+            "will apply to task mpiworker pods: set requests.nvidia.com/gpu=1 from limits in "
+            'container "mpiworker"',
+        ),
+        (UNKNOWN,),
+    ),
+    "kserve_isvc_torchserve-gpu.yaml": (
+        (
+            "will apply to predictor pods: set requests.nvidia.com/gpu=1 from limits in "
+            'container "pytorch"',
+        ),
+        (UNKNOWN,),
+    ),
+    "paddle-operator_paddlejob_heter_collective.yaml": (
+        (
+            "will apply to task gpu-1 pods: set requests.nvidia.com/gpu=1 from limits in "
+            'container "paddle"',
+            "will apply to task xpu-22 pods: set requests.nvidia.com/gpu=1 from limits in "
+            'container "paddle"',
+        ),
+        (UNKNOWN,),
+    ),
+    # requests = limits already, and images without a CUDA version
+    "aws-adt_nccl-tests_mpijob.yaml": ((), (UNKNOWN,)),
+    "kuberay_rayservice_vllm.yaml": ((), (UNKNOWN,)),
+    "gke-samples_raycluster_stable-diffusion.yaml": ((), (UNKNOWN,)),
+    # no GPU anywhere
+    "volcano_paddlepaddle-ctr_vcjob_cpu.yaml": ((), ()),
+    "paddle-operator_paddlejob_simple_cpu.yaml": ((), ()),
+    "kserve_isvc_triton_torch-transformer.yaml": ((), ()),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPERATOR_RESULTS))
+def test_operator_manifest_results(name: str) -> None:
+    notes, warnings = OPERATOR_RESULTS[name]
+    decision = evaluate_doc(name)
+    assert decision.allowed
+    assert decision.notes == notes
+    assert decision.warnings == warnings
+
+
+def test_envsubst_pytorchjob_is_denied_naming_the_replica() -> None:
+    decision = evaluate_doc("aws-adt_fsdp_llama3-1-8b_pytorchjob_envsubst.yaml")
+    prefix = 'PyTorchJob llama3-1-8b-fsdp, replica Worker, container "pytorch": '
+    rule = (
+        "='$GPU_PER_NODE' is not a valid quantity (dataType: integer in ConfigMap "
+        "kube-public/cf-crl-nvidia-gpu). Physical NVIDIA GPUs (whole cards)."
+    )
+    # The request equals the limit: the problem is reported once, on the limit (SPEC §3).
+    assert [v.message for v in decision.violations] == [f"{prefix}limits.nvidia.com/gpu{rule}"]
+
+
+def test_review_cli_gives_the_same_result_for_operator_manifests() -> None:
+    path = MANIFESTS / "aws-adt_fsdp_llama3-1-8b_pytorchjob_envsubst.yaml"
+    out = io.StringIO()
+    assert main(["review", "-f", str(path), "--policies", str(CONFIGMAPS)], out=out) == 1
+    decision = evaluate_doc(path.name)
+    text = out.getvalue()
+    assert text.startswith("--- PyTorchJob llama3-1-8b-fsdp (document 1): DENIED\n")
+    for violation in decision.violations:
+        assert f"  - {violation.message}\n" in text
+    good = MANIFESTS / "kubeflow_pytorchjob_deepspeed-demo.yaml"
+    out = io.StringIO()
+    assert main(["review", "-f", str(good), "--policies", str(CONFIGMAPS)], out=out) == 0
+    for note in evaluate_doc(good.name).notes:
+        assert f"  - {note}\n" in out.getvalue()
+
+
+def test_dra_pod_with_the_template_from_the_same_manifest() -> None:
+    # The NVIDIA DRA driver's own example: a v1beta1 ResourceClaimTemplate on gpu.nvidia.com,
+    # a pod whose container references the claim made from it; ubuntu:22.04 has no CUDA tag.
+    docs = documents("nvidia-dra-driver_gpu-test-count_multidoc.yaml")
+    index = ClaimIndex.from_objects(docs)
+    assert index.templates == {("gpu-test1", "double-gpu"): frozenset({"gpu.nvidia.com"})}
+    the_pod = copy.deepcopy(dict(docs[2]))
+    without = evaluate(the_pod, shipped(), DEFAULT)
+    assert without.warnings == (
+        "ResourceClaimTemplate double-gpu: no DRA claim data here; evaluated without it "
+        "(no GPU placement from it)",
+    )
+    assert evaluate(the_pod, shipped(), DEFAULT, claims=index).warnings == (UNKNOWN,)
+    the_pod["metadata"]["annotations"] = {"features.alauda.io/cuda-version": "12.2"}
+    placed = evaluate(the_pod, shipped(), DEFAULT, claims=index)
+    assert placed.notes == (
+        "required GPU nodes with CUDA ≥ 12.2 (annotation features.alauda.io/cuda-version)",
+    )
+    assert node_terms(apply(placed)) == [
+        {
+            "matchExpressions": [
+                expr("cuda-major-version", "In", 12),
+                expr("cuda-minor-version", "Gt", 1),
+            ]
+        },
+        {"matchExpressions": [expr("cuda-major-version", "In", 13)]},
+    ]
 
 
 # --- unparseable files ---------------------------------------------------------------------------

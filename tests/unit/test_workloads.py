@@ -79,13 +79,25 @@ def test_handles_kind(kind: str) -> None:
 
 @pytest.mark.parametrize("kind", ["Service", "ConfigMap", "PyTorchJob", "PodTemplate", "pod", ""])
 def test_other_kinds_not_handled(kind: str) -> None:
+    # Without a group only core/apps/batch kinds are known: an operator kind needs its group.
     assert not handles_kind(kind)
     assert find_pod_spec(kind, {}) is None
 
 
-@pytest.mark.parametrize("kind", ["PyTorchJob", "Service", "NIMService"])
-def test_unhandled_kind_through_evaluate(kind: str) -> None:
+@pytest.mark.parametrize(
+    ("api_version", "kind"),
+    [
+        ("v1", "Service"),
+        ("apps.nvidia.com/v1alpha1", "NIMService"),
+        ("kubeflow.org/v1", "PyTorchJobX"),
+        # same kind, other group: the registry is keyed by (group, kind)
+        ("example.com/v1", "PyTorchJob"),
+        ("example.com/v1", "Job"),
+    ],
+)
+def test_unhandled_kind_through_evaluate(api_version: str, kind: str) -> None:
     obj = {
+        "apiVersion": api_version,
         "kind": kind,
         "metadata": {"name": "x"},
         "spec": {"template": pod(container(limits={VCORE: "150"}))},

@@ -36,6 +36,7 @@ from webhook.admission.state import (
 from webhook.core.config import WebhookConfig
 from webhook.core.errors import WebhookError
 from webhook.core.evaluate import evaluate
+from webhook.core.registry import BUILTIN_KINDS
 from webhook.sources.store import PolicyStore
 from webhook.tls.certs import CertReloader
 
@@ -48,9 +49,9 @@ review_log = logging.getLogger("webhook.review")
 # re-encoding may grow it a little; 7 MiB never refuses a real review but bounds memory per request.
 MAX_BODY_BYTES = 7 * 1024 * 1024
 
-WORKLOAD_KINDS = frozenset(
-    {"Pod", "Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob", "ConfigMap"}
-)
+# Metric label values: the registry's built-in kinds (operators included) and ConfigMap; a kind
+# added in the config counts as "other", so labels stay bounded by the code, not the input.
+WORKLOAD_KINDS = frozenset({"ConfigMap", *(k.kind for k in BUILTIN_KINDS)})
 OPERATIONS = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})
 
 

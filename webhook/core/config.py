@@ -8,11 +8,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from webhook.core.errors import ConfigError
 from webhook.core.manifests import yaml_error_text
+from webhook.core.registry import Form, TemplateRule, WorkloadKind, rule
 
 ANNOTATION_CUDA_VERSION = "features.alauda.io/cuda-version"
 ANNOTATION_CUDA_AFFINITY = "features.alauda.io/cuda-affinity"
@@ -107,6 +108,38 @@ DEFAULT_ENV_FIXES: tuple[EnvFixRule, ...] = (
 )
 
 
+class WorkloadTemplate(_Model):
+    """Where one pod template of an admin-added kind lives (paths: see webhook/core/registry)."""
+
+    path: str
+    role: str = ""
+    form: Literal["template", "podSpec"] = "template"
+    name_field: str = "name"
+    containers: tuple[str, ...] = ()
+
+    def to_rule(self) -> TemplateRule:
+        form: Form = "podspec" if self.form == "podSpec" else "template"
+        return rule(self.path, self.role, form, self.name_field, self.containers)
+
+    @model_validator(mode="after")
+    def _valid(self) -> WorkloadTemplate:
+        self.to_rule()  # raises ValueError with the reason
+        return self
+
+
+class WorkloadEntry(_Model):
+    """An admin-added workload kind: `group` is the API group ("" for the core group)."""
+
+    group: str
+    kind: str = Field(pattern=r"^[A-Z][A-Za-z0-9]*$")
+    templates: tuple[WorkloadTemplate, ...] = Field(min_length=1)
+
+    def to_kind(self) -> WorkloadKind:
+        return WorkloadKind(
+            self.group, self.kind, tuple(t.to_rule() for t in self.templates), "webhook config"
+        )
+
+
 class WebhookConfig(_Model):
     """Everything an admin can tune; every field has a production default."""
 
@@ -133,6 +166,11 @@ class WebhookConfig(_Model):
     exempt_namespaces: tuple[str, ...] = ("kube-system",)
     # With a node inventory: what to do when no node satisfies the CUDA requirement.
     no_compatible_node: Literal["deny", "warn"] = "warn"
+    # Extra workload kinds (or replacements of built-in ones, by group and kind), SPEC §6.
+    workloads: tuple[WorkloadEntry, ...] = ()
+    # DRA device classes that mean a GPU: a container referencing a claim on one of them is a
+    # GPU container (SPEC §6).
+    gpu_device_classes: tuple[str, ...] = ("gpu.nvidia.com", "mig.nvidia.com")
 
     @property
     def inventory_label_keys(self) -> frozenset[str]:

@@ -80,6 +80,8 @@ class PodState:
     kinds: list[str] = field(default_factory=list)
 
     def container_path(self, c: ContainerRef) -> tuple[str | int, ...]:
+        if c.index < 0:  # a container-like field of the spec (KServe `model`), not a list item
+            return (*self.pod.spec_path, c.list_name)
         return (*self.pod.spec_path, c.list_name, c.index)
 
     def note(self, kind: str, text: str) -> None:

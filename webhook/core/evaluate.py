@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhook.core.annotations import parse_opt_out
-from webhook.core.claims import ClaimIndex
+from webhook.core.claims import ClaimIndex, container_claims, pod_claims
 from webhook.core.config import ANNOTATION_ENV_FIXES, WebhookConfig
 from webhook.core.crl import (
     CRL_NAMESPACE,
@@ -16,12 +16,20 @@ from webhook.core.crl import (
     TYPE_VALUE,
     parse_configmap,
 )
-from webhook.core.decision import Decision, PodState, Violation, container_label, short
+from webhook.core.decision import (
+    NOTE_LIMIT,
+    Decision,
+    PodState,
+    Violation,
+    container_label,
+    short,
+)
 from webhook.core.errors import ObjectShapeError
 from webhook.core.patches import Draft
 from webhook.core.placement import place
 from webhook.core.policyset import PolicySet
 from webhook.core.quantity import format_quantity
+from webhook.core.registry import WorkloadKind
 from webhook.core.rules import cuda
 from webhook.core.rules.envfix import env_fixes
 from webhook.core.rules.resources import (
@@ -33,14 +41,18 @@ from webhook.core.rules.resources import (
     used_policies,
     value_checks,
 )
-from webhook.core.updates import allowed_untouched, may_mutate_template, template_unchanged
+from webhook.core.updates import allowed_untouched, may_mutate_template
 from webhook.core.workloads import (
     ContainerRef,
-    PodSpecRef,
-    find_pod_spec,
+    find_pod_specs,
     handles_kind,
+    lookup,
     object_ref,
+    templates_equal,
 )
+
+# Template mutation (config switch) applies to the built-in controllers' templates only.
+_MUTABLE_GROUPS = frozenset({"", "apps", "batch"})
 
 __all__ = ["Decision", "Violation", "evaluate", "evaluate_configmap", "handles_kind"]
 
@@ -130,18 +142,25 @@ def _env(state: PodState, c: ContainerRef, keys: set[str], config: WebhookConfig
     container["env"] = new_env
 
 
-def _evaluate_pod(
-    ref: str,
-    pod: PodSpecRef,
-    obj: Mapping[str, Any],
+def _with_role(role: str, warning: str) -> str:
+    """`replica Worker: <warning>` when it fits in a warning; else the warning alone, since its
+    advice (the annotation to set, ...) matters more than the role and must not be cut."""
+    if not role:
+        return warning
+    text = f"{role}: {warning}"
+    return text if len(text) <= NOTE_LIMIT else warning
+
+
+def _evaluate_spec(
+    state: PodState,
     policies: PolicySet,
     config: WebhookConfig,
     inventory: cuda.NodeInventory | None,
-    *,
-    mutate_template: bool,
-    violations_only: bool = False,
-) -> Decision:
-    state = PodState(ref, pod, Draft(obj))
+    claims: ClaimIndex | None,
+    namespace: str | None,
+    violations_only: bool,
+) -> None:
+    pod = state.pod
     # Env fixes only ever add changes and warnings; the CUDA rule can deny only against a node
     # inventory with noCompatibleNode: deny. A violations-only caller skips what cannot deny.
     env_fixes_on = False
@@ -153,28 +172,67 @@ def _evaluate_pod(
         if warning:
             state.warnings.append(short(warning))
     cuda_on = not violations_only or (inventory is not None and config.no_compatible_node == "deny")
+    dra = pod_claims(pod.spec, namespace, claims, config.gpu_device_classes)
+    state.warnings += dra.warnings
     gpu: list[tuple[ContainerRef, set[str]]] = []
     for c in pod.containers:
         keys, crl = _resources(state, c, policies, config.gpu_resource_names)
-        if crl or not keys.isdisjoint(config.gpu_resource_names):
+        # CRL rules govern extended resources only; a DRA claim on a GPU device class makes a
+        # GPU container for placement and env fixes (SPEC §6).
+        on_gpu_claim = bool(dra.gpu) and not dra.gpu.isdisjoint(container_claims(c.container))
+        if crl or on_gpu_claim or not keys.isdisjoint(config.gpu_resource_names):
             gpu.append((c, keys))
             if env_fixes_on:
                 _env(state, c, keys, config)
     if gpu and cuda_on:
         place(state, gpu, config, inventory)
+
+
+def _evaluate_pod(
+    entry: WorkloadKind,
+    obj: Mapping[str, Any],
+    policies: PolicySet,
+    config: WebhookConfig,
+    namespace: str | None,
+    inventory: cuda.NodeInventory | None,
+    claims: ClaimIndex | None,
+    *,
+    mutate_template: bool,
+    violations_only: bool = False,
+) -> Decision:
+    ref = object_ref(entry.kind, obj, namespace)
+    meta = obj.get("metadata")
+    ns = namespace or (meta.get("namespace") if isinstance(meta, Mapping) else None)
+    draft = Draft(obj)
+    violations: list[Violation] = []
+    notes: list[tuple[str, str]] = []  # (role, note)
+    warnings: list[str] = []
+    kinds: list[str] = []
+    templates = False
+    for pod in find_pod_specs(entry, obj):
+        # A template with a role names it in every message: `PyTorchJob ml/bert, replica
+        # Worker, container "pytorch": ...`.
+        state = PodState(f"{ref}, {pod.role}" if pod.role else ref, pod, draft)
+        _evaluate_spec(state, policies, config, inventory, claims, ns, violations_only)
+        templates = templates or pod.is_template
+        violations += state.violations
+        kinds += state.kinds
+        notes += [(pod.role, n) for n in state.notes]
+        warnings += [_with_role(pod.role, w) for w in state.warnings]
     if violations_only:
-        return Decision(object_ref=ref, violations=tuple(state.violations))
-    notes = state.notes
-    mutated: Mapping[str, Any] | None = state.draft.root if state.draft.changed else None
-    if pod.is_template and not mutate_template:
-        notes = [short(f"will apply to pods: {n}") for n in notes]
+        return Decision(object_ref=ref, violations=tuple(violations))
+    mutated: Mapping[str, Any] | None = draft.root if draft.changed else None
+    texts = [n for _, n in notes]
+    # Operator workloads are never mutated (their operator builds the pods; GitOps drift).
+    if templates and not mutate_template:
+        texts = [short(f"will apply to {role + ' ' if role else ''}pods: {n}") for role, n in notes]
         mutated = None
     return Decision(
         object_ref=ref,
-        violations=tuple(state.violations),
-        notes=tuple(notes),
-        warnings=tuple(dict.fromkeys(state.warnings)),
-        mutation_kinds=tuple(state.kinds) if mutated is not None else (),
+        violations=tuple(violations),
+        notes=tuple(texts),
+        warnings=tuple(dict.fromkeys(warnings)),
+        mutation_kinds=tuple(kinds) if mutated is not None else (),
         original=obj,
         mutated=mutated,
     )
@@ -210,37 +268,47 @@ def evaluate(
     kind = kind or (obj.get("kind") if isinstance(obj.get("kind"), str) else None) or ""
     # DELETE and CONNECT are never denied (nothing to check, and a denial could only wedge
     # whoever deletes); Pods are checked once, on CREATE (a Pod's spec is all but immutable).
-    handled = kind == "ConfigMap" or handles_kind(kind)
-    if (
-        not handled
-        or operation not in ("CREATE", "UPDATE")
-        or (kind == "Pod" and operation != "CREATE")
-    ):
+    if operation not in ("CREATE", "UPDATE"):
         return Decision(handled=False, object_ref=object_ref(kind, obj, namespace))
+    entry = None
+    if kind != "ConfigMap":
+        entry = lookup(kind, obj, group, config)
+        if entry is None or (entry.kind == "Pod" and entry.group == "" and operation != "CREATE"):
+            return Decision(handled=False, object_ref=object_ref(kind, obj, namespace))
     ref = object_ref(kind, obj, namespace)
     # Early "allowed because ..." guards (SPEC §6, updates and the controllers that make them):
     # no evaluation, no patch, no warning.
     if reason := allowed_untouched(kind, obj, sub_resource):
         return Decision(object_ref=ref, reason=reason)
-    if kind == "ConfigMap":
+    if entry is None:
         return evaluate_configmap(obj, policies, operation=operation, namespace=namespace)
     meta = obj.get("metadata")
     ns = namespace or (meta.get("namespace") if isinstance(meta, Mapping) else None)
     if ns in config.exempt_namespaces:
         return Decision(object_ref=ref, reason=f"namespace {ns} is exempt")
-    pod = find_pod_spec(kind, obj)
-    if pod is None:
-        return Decision(object_ref=ref)
-    if operation == "UPDATE" and template_unchanged(pod, obj, old_object):
+    if (
+        operation == "UPDATE"
+        and old_object is not None
+        and templates_equal(entry.group, kind, obj, old_object, config)
+    ):
+        # One comparison of the templates, no second evaluation.
         return Decision(object_ref=ref, reason="the pod template is unchanged")
+    # Template mutation (config switch) only for the built-in controllers' templates, and
+    # never where the API server forbids the change (a Job's template on UPDATE).
+    mutate_template = (
+        config.mutate_templates
+        and entry.group in _MUTABLE_GROUPS
+        and may_mutate_template(kind, operation)
+    )
     return _evaluate_pod(
-        ref,
-        pod,
+        entry,
         obj,
         policies,
         config,
+        namespace,
         inventory,
-        mutate_template=config.mutate_templates and may_mutate_template(kind, operation),
+        claims,
+        mutate_template=mutate_template,
         violations_only=violations_only,
     )
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.core.workloads import PodSpecRef
-
 # Owners whose template was already checked and whose controller makes these objects:
 # (kind of the object, API group of the owner, kind of the owner).
 #  - The Deployment controller creates ReplicaSets from the Deployment's template and keeps
@@ -52,28 +50,6 @@ def allowed_untouched(kind: str, obj: Mapping[str, Any], sub_resource: str) -> s
     if owner is not None and (kind, owner[0], owner[1]) in _CONTROLLED:
         return f"controlled by {owner[1]} {owner[2]}, whose template is checked"
     return ""
-
-
-def _template(obj: Mapping[str, Any], path: tuple[str, ...]) -> Any:
-    node: Any = obj
-    for part in path:
-        if not isinstance(node, Mapping):
-            return None
-        node = node.get(part)
-    return node
-
-
-def template_unchanged(
-    pod: PodSpecRef, obj: Mapping[str, Any], old_object: Mapping[str, Any] | None
-) -> bool:
-    """An UPDATE whose pod template equals oldObject's (one comparison, no evaluation).
-
-    A label, an annotation, a replica count or a finalizer changed on a workload changes no
-    pod: a policy tightened since it was created must not block those updates.
-    """
-    if old_object is None or not pod.template_path:
-        return False
-    return bool(_template(obj, pod.template_path) == _template(old_object, pod.template_path))
 
 
 def may_mutate_template(kind: str, operation: str) -> bool:

@@ -1,101 +1,223 @@
-"""Where pod specs live in Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet, Job and CronJob."""
+"""Pod specs inside admitted objects, found through the workload registry (core/registry)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
+from webhook.core.config import WebhookConfig, WorkloadEntry
 from webhook.core.errors import ObjectShapeError
+from webhook.core.registry import BUILTIN_KINDS, Found, TemplateRule, WorkloadKind, walk
 
-# kind -> path of the pod template (object holding `metadata` and `spec`); () for a Pod itself.
-TEMPLATE_PATHS: Mapping[str, tuple[str, ...]] = {
-    "Pod": (),
-    "Deployment": ("spec", "template"),
-    "StatefulSet": ("spec", "template"),
-    "DaemonSet": ("spec", "template"),
-    "ReplicaSet": ("spec", "template"),
-    "Job": ("spec", "template"),
-    "CronJob": ("spec", "jobTemplate", "spec", "template"),
-}
 CONTAINER_LISTS = ("initContainers", "containers")
+# Objects without apiVersion (hand-written test input, `review` of partial manifests) are
+# looked up by kind among the core/apps/batch kinds only: an operator's kind needs its group
+# (a batch.volcano.sh Job is not a batch/v1 Job).
+_KIND_ONLY_GROUPS = frozenset({"", "apps", "batch"})
 
 
 @dataclass(slots=True)  # not frozen: built per review, and frozen __init__ is ~5x slower
 class ContainerRef:
-    list_name: str  # "containers" or "initContainers"
-    index: int
+    list_name: str  # "containers", "initContainers", or the key of a container-like field
+    index: int  # -1 for a container-like field (one object, not a list item)
     name: str
     container: Mapping[str, Any]
 
 
 @dataclass(slots=True)  # not frozen: built per review, and frozen __init__ is ~5x slower
 class PodSpecRef:
-    """A pod spec inside an object: the path to its template and its containers."""
+    """A pod spec inside an object: where it is, its role, annotations and containers."""
 
-    template_path: tuple[str, ...]
+    template_path: tuple[str | int, ...]
     is_template: bool  # True for workload templates (not defaulted by the API server as Pods)
     annotations: Mapping[str, str]
     spec: Mapping[str, Any]
     containers: tuple[ContainerRef, ...]
-
-    @property
-    def spec_path(self) -> tuple[str, ...]:
-        return (*self.template_path, "spec")
+    spec_path: tuple[str | int, ...] = ()
+    role: str = ""  # "replica Worker", "head", "task mpiworker"; "" for single-template kinds
 
 
-def handles_kind(kind: str) -> bool:
-    return kind in TEMPLATE_PATHS
+class Registry:
+    """Workload kinds by (group, kind): built-ins, replaced or extended by the config."""
+
+    def __init__(self, extra: tuple[WorkloadEntry, ...] = ()) -> None:
+        kinds = {(k.group, k.kind): k for k in BUILTIN_KINDS}
+        kinds.update({(e.group, e.kind): e.to_kind() for e in extra})
+        self.kinds: Mapping[tuple[str, str], WorkloadKind] = kinds
+        self.by_kind_only: Mapping[str, WorkloadKind] = {
+            k.kind: k for k in kinds.values() if k.group in _KIND_ONLY_GROUPS
+        }
+        self.kind_names = frozenset(kind for _, kind in kinds)
+
+    def lookup(self, group: str | None, kind: str) -> WorkloadKind | None:
+        if group is None:
+            return self.by_kind_only.get(kind)
+        return self.kinds.get((group, kind))
 
 
-def _mapping(value: Any, where: str, default_empty: bool = True) -> Mapping[str, Any]:
-    if value is None and default_empty:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ObjectShapeError(f"{where} must be an object, got {type(value).__name__}")
+@lru_cache(maxsize=16)
+def _registry(extra: tuple[WorkloadEntry, ...]) -> Registry:
+    return Registry(extra)
+
+
+_DEFAULT = Registry()
+
+
+def registry_for(config: WebhookConfig | None) -> Registry:
+    """The registry of a config, built once per distinct `workloads:` list."""
+    extra = config.workloads if config is not None else ()
+    return _registry(extra) if extra else _DEFAULT
+
+
+def group_of(obj: Mapping[str, Any]) -> str | None:
+    """The API group from apiVersion ("apps/v1" -> "apps", "v1" -> ""); None without one."""
+    api_version = obj.get("apiVersion")
+    if not isinstance(api_version, str) or not api_version:
+        return None
+    return api_version.rpartition("/")[0]
+
+
+def lookup(
+    kind: str, obj: Mapping[str, Any], group: str | None = None, config: WebhookConfig | None = None
+) -> WorkloadKind | None:
+    return registry_for(config).lookup(group if group is not None else group_of(obj), kind)
+
+
+def handles_kind(kind: str, group: str | None = None, config: WebhookConfig | None = None) -> bool:
+    """Whether `kind` (in `group`; None: a core/apps/batch kind) carries pod templates."""
+    return registry_for(config).lookup(group, kind) is not None
+
+
+def _where(kind: str, path: tuple[str | int, ...]) -> str:
+    return kind + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
+
+
+def _mapping(value: Any, kind: str, path: tuple[str | int, ...]) -> Mapping[str, Any]:
+    # The message is built only on error: this runs for every template of every review.
+    if value is None:
+        return _EMPTY
+    if not isinstance(value, dict) and not isinstance(value, Mapping):
+        got = type(value).__name__
+        raise ObjectShapeError(f"{_where(kind, path)} must be an object, got {got}")
     return value
 
 
-def find_pod_spec(kind: str, obj: Mapping[str, Any]) -> PodSpecRef | None:
-    """The pod spec of a handled kind, or None when the object carries none (e.g. no template)."""
-    path = TEMPLATE_PATHS.get(kind)
-    if path is None:
-        return None
-    node: Any = obj
-    where = kind
-    for part in path:
-        node = _mapping(node, where).get(part)
-        where = f"{where}.{part}"
-        if node is None:
-            return None
-    template = _mapping(node, where)
-    meta = _mapping(template.get("metadata"), f"{where}.metadata")
-    annotations = _mapping(meta.get("annotations"), f"{where}.metadata.annotations")
-    spec = template.get("spec")
-    if spec is None:
-        return None
-    spec = _mapping(spec, f"{where}.spec")
-    containers: list[ContainerRef] = []
+_EMPTY: Mapping[str, Any] = {}
+
+
+def _containers(
+    spec: Mapping[str, Any], kind: str, at: tuple[str | int, ...], tpl: TemplateRule
+) -> list[ContainerRef]:
+    found: list[ContainerRef] = []
     for list_name in CONTAINER_LISTS:
         items = spec.get(list_name)
         if items is None:
             continue
         if not isinstance(items, list):
-            raise ObjectShapeError(f"{where}.spec.{list_name} must be a list")
+            raise ObjectShapeError(f"{_where(kind, (*at, list_name))} must be a list")
         for index, item in enumerate(items):
             if not isinstance(item, Mapping):
-                raise ObjectShapeError(f"{where}.spec.{list_name}[{index}] must be an object")
+                raise ObjectShapeError(
+                    f"{_where(kind, (*at, list_name))}[{index}] must be an object"
+                )
             name = item.get("name")
-            containers.append(
+            found.append(
                 ContainerRef(list_name, index, name if isinstance(name, str) else f"#{index}", item)
             )
+    for key in tpl.containers:
+        item = spec.get(key)
+        if item is None:
+            continue
+        item = _mapping(item, kind, (*at, key))
+        name = item.get("name")
+        found.append(ContainerRef(key, -1, name if isinstance(name, str) and name else key, item))
+    return found
+
+
+def _pod_spec(
+    kind: str, obj: Mapping[str, Any], tpl: TemplateRule, hit: Found
+) -> PodSpecRef | None:
+    path = hit.path
+    node = _mapping(hit.node, kind, path)
+    if tpl.form == "podspec":
+        # KServe's ComponentExtensionSpec carries the pod annotations as `annotations`; the
+        # object's own annotations reach its pods too (KServe propagates them).
+        meta = _mapping(obj.get("metadata"), kind, ("metadata",))
+        outer = _mapping(meta.get("annotations"), kind, ("metadata", "annotations"))
+        own = _mapping(node.get("annotations"), kind, (*path, "annotations"))
+        annotations: Mapping[str, Any] = {**outer, **own} if own else outer
+        spec, spec_path = node, path
+    else:
+        meta = _mapping(node.get("metadata"), kind, (*path, "metadata"))
+        annotations = _mapping(meta.get("annotations"), kind, (*path, "metadata", "annotations"))
+        raw_spec = node.get("spec")
+        if raw_spec is None:
+            return None
+        spec_path = (*path, "spec")
+        spec = _mapping(raw_spec, kind, spec_path)
     return PodSpecRef(
         template_path=path,
-        is_template=bool(path),
-        annotations={k: v for k, v in annotations.items() if isinstance(v, str)},
+        is_template=bool(tpl.path),
+        annotations={k: v for k, v in annotations.items() if isinstance(v, str)}
+        if annotations
+        else _EMPTY,
         spec=spec,
-        containers=tuple(containers),
+        containers=tuple(_containers(spec, kind, spec_path, tpl)),
+        spec_path=spec_path,
+        role=hit.role,
     )
+
+
+def find_pod_specs(entry: WorkloadKind, obj: Mapping[str, Any]) -> list[PodSpecRef]:
+    """Every pod spec of an object of a registered kind, in rule order (may be empty)."""
+    specs: list[PodSpecRef] = []
+    for tpl in entry.rules:
+        for hit in walk(entry.kind, obj, tpl):
+            ref = _pod_spec(entry.kind, obj, tpl, hit)
+            if ref is not None:
+                specs.append(ref)
+    return specs
+
+
+def find_pod_spec(kind: str, obj: Mapping[str, Any]) -> PodSpecRef | None:
+    """The pod spec of a core/apps/batch kind, or None when the object carries none."""
+    entry = registry_for(None).by_kind_only.get(kind)
+    if entry is None:
+        return None
+    specs = find_pod_specs(entry, obj)
+    return specs[0] if specs else None
+
+
+def templates_equal(
+    group: str | None,
+    kind: str,
+    obj: Mapping[str, Any],
+    old: Mapping[str, Any],
+    config: WebhookConfig | None = None,
+) -> bool:
+    """Whether every pod template of `obj` equals the one at the same path in `old` (SPEC §6).
+
+    Both the set of template paths and each template's content must match: adding a worker
+    group or changing one container counts as a change. Unknown kinds: False.
+    """
+    entry = lookup(kind, obj, group, config)
+    if entry is None or not isinstance(old, Mapping):
+        return False
+    try:
+        new_hits = [_pod_part(t, h) for t in entry.rules for h in walk(kind, obj, t)]
+        old_hits = [_pod_part(t, h) for t in entry.rules for h in walk(kind, old, t)]
+    except ObjectShapeError:
+        return False
+    return new_hits == old_hits
+
+
+def _pod_part(tpl: TemplateRule, hit: Found) -> tuple[tuple[str | int, ...], Any]:
+    node = hit.node
+    if tpl.not_pod and isinstance(node, Mapping):
+        node = {k: v for k, v in node.items() if k not in tpl.not_pod}
+    return hit.path, node
 
 
 def object_ref(kind: str, obj: Mapping[str, Any], namespace: str | None = None) -> str:

@@ -81,14 +81,15 @@ true
 
 {{/*
 CEL: true when some container or init container of the pod spec at `path` has a limits or
-requests key containing "/" (an extended resource such as nvidia.com/gpu). Every optional
+requests key containing "/" (an extended resource such as nvidia.com/gpu), or when the pod spec
+has DRA resourceClaims (a GPU from a claim carries no extended resource; SPEC §6). Every optional
 field is guarded with has(): an error in a match condition would make the API server apply
 the failurePolicy instead of skipping the object.
 */}}
 {{- define "gaw.celUsesExtended" -}}
 {{- $p := . -}}
 {{- $c := "has(c.resources) && ((has(c.resources.limits) && c.resources.limits.exists(k, k.contains('/'))) || (has(c.resources.requests) && c.resources.requests.exists(k, k.contains('/'))))" -}}
-{{- printf "((has(%s.containers) && %s.containers.exists(c, %s)) || (has(%s.initContainers) && %s.initContainers.exists(c, %s)))" $p $p $c $p $p $c -}}
+{{- printf "((has(%s.containers) && %s.containers.exists(c, %s)) || (has(%s.initContainers) && %s.initContainers.exists(c, %s)) || (has(%s.resourceClaims) && size(%s.resourceClaims) > 0))" $p $p $c $p $p $c $p $p -}}
 {{- end -}}
 
 {{- define "gaw.podMatchConditions" -}}

@@ -1,0 +1,126 @@
+"""Operator workloads and DRA pods through the real server: /mutate, /validate, dry-run alike."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from tests.integration.helpers import RunningServer
+from tests.integration.test_admission import admission_review, apply_patch
+from webhook.core.claims import ClaimIndex
+
+TORCH = "pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime"
+UID = "7f0c3b5e-1111-4a4a-9e9e-000000000001"
+
+
+def pytorchjob(worker_limits: dict[str, str]) -> dict[str, Any]:
+    worker = {"name": "pytorch", "image": TORCH, "resources": {"limits": worker_limits}}
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "bert", "namespace": "ml"},
+        "spec": {
+            "pytorchReplicaSpecs": {
+                "Worker": {"replicas": 2, "template": {"spec": {"containers": [worker]}}}
+            }
+        },
+    }
+
+
+def job_review(obj: dict[str, Any], **kw: Any) -> dict[str, Any]:
+    review = admission_review(obj, group="kubeflow.org", **kw)
+    review["request"]["resource"]["resource"] = "pytorchjobs"
+    return review
+
+
+def test_bad_pytorchjob_is_denied_naming_the_replica_on_validate_and_dry_run(
+    server: RunningServer,
+) -> None:
+    obj = pytorchjob({"tencent.com/vcuda-core": "150"})
+    real = server.review("/validate", job_review(obj))
+    assert server.review("/validate", job_review(obj, dry_run=True)) == real
+    response = real["response"]
+    assert response["allowed"] is False
+    assert response["status"]["message"] == (
+        'PyTorchJob ml/bert, replica Worker, container "pytorch": '
+        "limits.tencent.com/vcuda-core='150' is above 100 but not a multiple of 100 (values up to "
+        "100 are fractional shares; above it only whole units 100, 200, 300… are allowed) "
+        "(wholeUnit: 100 in ConfigMap kube-public/cf-crl-test-vcuda-core). "
+        "vGPU compute, 100 per card."
+    )
+
+
+def test_good_pytorchjob_is_not_patched_but_warned(server: RunningServer) -> None:
+    obj = pytorchjob({"tencent.com/vcuda-core": "50"})
+    response = server.review("/mutate", job_review(obj))["response"]
+    assert "patch" not in response
+    assert response["warnings"] == [
+        "will apply to replica Worker pods: defaulted tencent.com/vcuda-memory=8 in container "
+        '"pytorch"',
+        "will apply to replica Worker pods: required vGPU nodes with CUDA ≥ 12.1 "
+        "(image pytorch/pytorch:2.3.0-cuda12.1-cudnn8-ru…",
+    ]
+    validate = server.review("/validate", job_review(obj))["response"]
+    assert validate == {"uid": UID, "allowed": True}
+
+
+def test_update_with_the_same_templates_is_allowed_untouched(server: RunningServer) -> None:
+    old = pytorchjob({"tencent.com/vcuda-core": "150"})  # tightened policy since creation
+    new = copy.deepcopy(old)
+    new["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = 4
+    review = job_review(new, operation="UPDATE")
+    review["request"]["oldObject"] = old
+    for endpoint in ("/mutate", "/validate"):
+        assert server.review(endpoint, review)["response"] == {"uid": UID, "allowed": True}
+
+
+def test_operator_kinds_are_metric_labels(server: RunningServer) -> None:
+    server.review("/validate", job_review(pytorchjob({"nvidia.com/gpu": "1"})))
+    text = server.request("GET", "/metrics").text
+    assert 'kind="PyTorchJob"' in text
+
+
+def dra_pod() -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "dra",
+            "namespace": "ml",
+            "annotations": {"features.alauda.io/cuda-version": "12.4"},
+        },
+        "spec": {
+            "containers": [
+                {"name": "c", "image": "ubuntu:22.04", "resources": {"claims": [{"name": "g"}]}}
+            ],
+            "resourceClaims": [{"name": "g", "resourceClaimTemplateName": "one-gpu"}],
+        },
+    }
+
+
+def test_dra_pod_placement_follows_the_claim_snapshot(server: RunningServer) -> None:
+    store = server.app_state().store
+    assert store.claims is None
+    response = server.review("/mutate", admission_review(dra_pod()))["response"]
+    assert "patch" not in response
+    assert response["warnings"] == [
+        "ResourceClaimTemplate one-gpu: no DRA claim data here; evaluated without it "
+        "(no GPU placement from it)"
+    ]
+    store.claims = ClaimIndex(templates={("ml", "one-gpu"): frozenset({"gpu.nvidia.com"})})
+    try:
+        response = server.review("/mutate", admission_review(dra_pod()))["response"]
+    finally:
+        store.claims = None
+    assert response["warnings"] == [
+        "required GPU nodes with CUDA ≥ 12.4 (annotation features.alauda.io/cuda-version)"
+    ]
+    mutated = apply_patch(dra_pod(), response)
+    terms = mutated["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    assert terms[0]["matchExpressions"][0] == {
+        "key": "cuda-major-version",
+        "operator": "In",
+        "values": ["12"],
+    }

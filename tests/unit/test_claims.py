@@ -1,0 +1,261 @@
+"""DRA claims (SPEC §6): containers on a GPU device-class claim are GPU containers for §4 and §5."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.helpers import apply, container, expr, get, node_terms, pod, standard_policies, workload
+from webhook.core.claims import ClaimIndex, device_classes
+from webhook.core.config import WebhookConfig, load_config
+from webhook.core.evaluate import Decision, evaluate
+
+
+def claim_template(name: str, *requests: dict[str, Any], ns: str = "ml") -> dict[str, Any]:
+    # resource.k8s.io/v1: ResourceClaimTemplate.spec (ResourceClaimTemplateSpec).spec
+    # (ResourceClaimSpec).devices.requests[]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"spec": {"devices": {"requests": list(requests)}}},
+    }
+
+
+def exactly(name: str, device_class: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "exactly": {"deviceClassName": device_class, "allocationMode": "ExactCount", "count": 1},
+    }
+
+
+def first_available(name: str, *classes: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "firstAvailable": [
+            {"name": f"opt{i}", "deviceClassName": c} for i, c in enumerate(classes)
+        ],
+    }
+
+
+SINGLE_GPU = claim_template("single-gpu", exactly("gpu", "gpu.nvidia.com"))
+MIG_OR_GPU = claim_template(
+    "mig-or-gpu", first_available("gpu", "mig.nvidia.com", "gpu.nvidia.com")
+)
+NIC = claim_template("rdma-nic", exactly("nic", "rdma.example.com"))
+SHARED_GPU_CLAIM = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "ResourceClaim",
+    "metadata": {"name": "shared-gpu", "namespace": "ml"},
+    "spec": {"devices": {"requests": [exactly("gpu", "gpu.nvidia.com")]}},
+}
+INDEX = ClaimIndex.from_objects([SINGLE_GPU, MIG_OR_GPU, NIC, SHARED_GPU_CLAIM])
+CUDA_12_4 = "nvidia/cuda:12.4.1-runtime-ubuntu22.04"
+
+
+def uses(*claims: str) -> dict[str, Any]:
+    return {"claims": [{"name": c} for c in claims]}
+
+
+def dra_pod(*pod_claims: dict[str, Any], containers: list[dict[str, Any]]) -> dict[str, Any]:
+    return pod(*containers, resourceClaims=list(pod_claims))
+
+
+def evaluate_with(obj: dict[str, Any], claims: ClaimIndex | None = INDEX, **kw: Any) -> Decision:
+    return evaluate(
+        obj, standard_policies(), kw.pop("config", WebhookConfig()), claims=claims, **kw
+    )
+
+
+REQUIRED_12_4 = [
+    {
+        "matchExpressions": [
+            expr("cuda-major-version", "In", 12),
+            expr("cuda-minor-version", "Gt", 3),
+        ]
+    },
+    {"matchExpressions": [expr("cuda-major-version", "In", 13)]},
+]
+
+
+@pytest.mark.parametrize(
+    ("obj", "classes"),
+    [
+        (SINGLE_GPU, {"gpu.nvidia.com"}),
+        (MIG_OR_GPU, {"mig.nvidia.com", "gpu.nvidia.com"}),
+        (NIC, {"rdma.example.com"}),
+        (SHARED_GPU_CLAIM, {"gpu.nvidia.com"}),
+        # v1beta1 carried deviceClassName on the request itself
+        (
+            {
+                "kind": "ResourceClaimTemplate",
+                "spec": {
+                    "spec": {"devices": {"requests": [{"deviceClassName": "gpu.nvidia.com"}]}}
+                },
+            },
+            {"gpu.nvidia.com"},
+        ),
+        (
+            {"kind": "ResourceClaimTemplate", "spec": {"spec": {"devices": {"requests": "x"}}}},
+            set(),
+        ),
+        ({"kind": "ResourceClaim", "spec": []}, set()),
+    ],
+)
+def test_device_classes(obj: dict[str, Any], classes: set[str]) -> None:
+    assert device_classes(obj) == classes
+
+
+def test_index_from_manifest_objects() -> None:
+    no_ns = {**SINGLE_GPU, "metadata": {"name": "single-gpu"}}
+    docs: list[Any] = [
+        no_ns,
+        SHARED_GPU_CLAIM,
+        {"kind": "Pod"},
+        {"apiVersion": "v1", "kind": "ResourceClaim"},
+        "x",
+    ]
+    index = ClaimIndex.from_objects(docs)
+    assert index.templates == {("default", "single-gpu"): frozenset({"gpu.nvidia.com"})}
+    assert index.claims == {("ml", "shared-gpu"): frozenset({"gpu.nvidia.com"})}
+
+
+def test_pod_with_a_gpu_claim_and_a_nic_claim() -> None:
+    obj = dra_pod(
+        {"name": "gpu", "resourceClaimTemplateName": "single-gpu"},
+        {"name": "nic", "resourceClaimTemplateName": "rdma-nic"},
+        containers=[
+            container("train", CUDA_12_4, resources=uses("gpu", "nic")),
+            # only the NIC claim: not a GPU container (else "CUDA version unknown for sidecar")
+            container("sidecar", "busybox:1.36", resources=uses("nic")),
+        ],
+    )
+    decision = evaluate_with(obj)
+    assert decision.allowed
+    assert decision.warnings == ()
+    assert decision.notes == (f"required GPU nodes with CUDA ≥ 12.4 (image {CUDA_12_4})",)
+    mutated = apply(decision)
+    assert node_terms(mutated) == REQUIRED_12_4
+    # CRL rules govern extended resources only: no defaults written next to the claims
+    assert get(mutated, "spec", "containers", 0, "resources") == uses("gpu", "nic")
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        {"resourceClaimTemplateName": "mig-or-gpu"},  # firstAvailable with a MIG first
+        {"resourceClaimName": "shared-gpu"},  # a ResourceClaim shared by several pods
+    ],
+)
+def test_other_gpu_claim_sources(source: dict[str, str]) -> None:
+    obj = dra_pod(
+        {"name": "g", **source}, containers=[container("c", CUDA_12_4, resources=uses("g"))]
+    )
+    decision = evaluate_with(obj)
+    assert node_terms(apply(decision)) == REQUIRED_12_4
+
+
+def test_nic_only_pod_is_untouched() -> None:
+    obj = dra_pod(
+        {"name": "nic", "resourceClaimTemplateName": "rdma-nic"},
+        containers=[container("c", CUDA_12_4, resources=uses("nic"))],
+    )
+    decision = evaluate_with(obj)
+    assert (decision.patch, decision.notes, decision.warnings) == ([], (), ())
+
+
+def test_gpu_device_classes_are_configurable() -> None:
+    obj = dra_pod(
+        {"name": "nic", "resourceClaimTemplateName": "rdma-nic"},
+        containers=[container("c", CUDA_12_4, resources=uses("nic"))],
+    )
+    config = load_config({"gpuDeviceClasses": ["rdma.example.com"]})
+    assert node_terms(apply(evaluate_with(obj, config=config))) == REQUIRED_12_4
+
+
+def test_container_that_does_not_reference_the_claim_is_not_a_gpu_container() -> None:
+    obj = dra_pod(
+        {"name": "gpu", "resourceClaimTemplateName": "single-gpu"},
+        containers=[container("c", CUDA_12_4)],
+    )
+    decision = evaluate_with(obj)
+    assert (decision.patch, decision.notes, decision.warnings) == ([], (), ())
+
+
+def test_env_fixes_apply_to_dra_gpu_containers() -> None:
+    config = load_config(
+        {"envFixes": [{"name": "paddle-dra", "image": "paddle", "env": {"FLAGS_x": "1"}}]}
+    )
+    paddle = "paddlepaddle/paddle:2.6.1-gpu-cuda12.0-cudnn8.9-trt8.6"
+    obj = dra_pod(
+        {"name": "gpu", "resourceClaimTemplateName": "single-gpu"},
+        containers=[
+            container("p", paddle, resources=uses("gpu")),
+            container("cpu", paddle),  # same image, no claim: no fix
+        ],
+    )
+    mutated = apply(evaluate_with(obj, config=config))
+    assert get(mutated, "spec", "containers", 0, "env") == [{"name": "FLAGS_x", "value": "1"}]
+    assert get(mutated, "spec", "containers", 1, "env") is None
+
+
+def test_template_not_in_the_cache_yet() -> None:
+    obj = dra_pod(
+        {"name": "gpu", "resourceClaimTemplateName": "brand-new"},
+        containers=[container("c", CUDA_12_4, resources=uses("gpu"))],
+    )
+    decision = evaluate_with(obj)
+    assert decision.patch == []
+    assert decision.warnings == (
+        "ResourceClaimTemplate brand-new: not in the DRA cache yet; evaluated without it "
+        "(no GPU placement from it)",
+    )
+    assert all(len(w) <= 120 for w in decision.warnings)
+
+
+def test_template_in_another_namespace_is_not_used() -> None:
+    obj = dra_pod(
+        {"name": "gpu", "resourceClaimTemplateName": "single-gpu"},
+        containers=[container("c", CUDA_12_4, resources=uses("gpu"))],
+    )
+    obj["metadata"]["namespace"] = "other"
+    assert evaluate_with(obj).warnings[0].startswith("ResourceClaimTemplate single-gpu: not in")
+
+
+def test_no_claim_snapshot() -> None:
+    with_claims = dra_pod(
+        {"name": "gpu", "resourceClaimTemplateName": "single-gpu"},
+        {"name": "c2", "resourceClaimName": "x"},
+        containers=[container("c", CUDA_12_4, resources=uses("gpu"))],
+    )
+    decision = evaluate_with(with_claims, claims=None)
+    assert decision.patch == []
+    assert decision.warnings == (
+        "ResourceClaimTemplate single-gpu (+1 more): no DRA claim data here; "
+        "evaluated without it (no GPU placement from it)",
+    )
+    plain = pod(container("c", CUDA_12_4))
+    assert evaluate_with(plain, claims=None).warnings == ()
+
+
+def test_deployment_template_with_a_gpu_claim() -> None:
+    the_pod = dra_pod(
+        {"name": "gpu", "resourceClaimTemplateName": "single-gpu"},
+        containers=[container("c", CUDA_12_4, resources=uses("gpu"))],
+    )
+    decision = evaluate_with(workload("Deployment", the_pod))
+    assert decision.patch == []
+    assert decision.notes == (
+        f"will apply to pods: required GPU nodes with CUDA ≥ 12.4 (image {CUDA_12_4})",
+    )
+
+
+@pytest.mark.parametrize(
+    "resource_claims",
+    [[{"name": 1}], ["x"], [{"name": "g"}], {"name": "g"}, [{"name": "g", "resourceClaimName": 3}]],
+)
+def test_odd_claim_shapes_are_ignored(resource_claims: Any) -> None:
+    obj = pod(container("c", CUDA_12_4, resources={"claims": "x"}), resourceClaims=resource_claims)
+    decision = evaluate_with(obj)
+    assert decision.patch == [] and decision.warnings == ()
