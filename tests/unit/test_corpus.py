@@ -26,10 +26,14 @@ pytestmark = pytest.mark.skipif(
     reason=f"corpus not found at {CORPUS} (the repository is expected beside shared/)",
 )
 
-UNKNOWN = (
-    "CUDA version unknown, no node affinity added: set annotation "
-    'features.alauda.io/cuda-version (e.g. "12.4") or env CUDA_VERSION'
-)
+
+def unknown(image: str) -> str:
+    return (
+        f"CUDA version of {image} unknown, no affinity: set features.alauda.io/cuda-version "
+        "or imageCudaTable"
+    )
+
+
 DEFAULT = WebhookConfig()
 MUTATE = load_config({"mutateTemplates": True})
 
@@ -90,7 +94,7 @@ def test_tkestack_vcuda_pods(name: str) -> None:
     assert decision.allowed
     assert decision.patch == []
     assert decision.notes == ()
-    assert decision.warnings == (UNKNOWN,)
+    assert decision.warnings == (unknown("<test-image>"),)
 
 
 def test_tkestack_vcuda_pod_with_declared_cuda_version() -> None:
@@ -100,16 +104,25 @@ def test_tkestack_vcuda_pod_with_declared_cuda_version() -> None:
         "annotations": {"features.alauda.io/cuda-version": "11.8"},
     }
     decision = evaluate(doc, shipped(), DEFAULT)
+    # vcuda-core 200 is GPU-Manager's whole-card mode (a multiple of wholeUnit 100): native CUDA
+    # compatibility, so the physical-GPU rule applies (SPEC §4), with integer operators.
     assert decision.notes == (
-        "required vGPU nodes with CUDA ≥ 11.8 (annotation features.alauda.io/cuda-version)",
+        "required GPU nodes with CUDA ≥ 11.8 (annotation features.alauda.io/cuda-version)",
     )
     assert node_terms(apply(decision)) == [
         {
             "matchExpressions": [
-                expr("cuda-major-version", "In", 11),
+                expr("cuda-major-version", "Gt", 10),
+                expr("cuda-major-version", "Lt", 12),
                 expr("cuda-minor-version", "Gt", 7),
             ]
-        }
+        },
+        {
+            "matchExpressions": [
+                expr("cuda-major-version", "Gt", 11),
+                expr("cuda-major-version", "Lt", 13),
+            ]
+        },
     ]
 
 
@@ -129,14 +142,14 @@ def test_hami_gpumem_gpucores_pod() -> None:
         'set requests.nvidia.com/gpumem=3000 from limits in container "ubuntu-container"',
         'set requests.nvidia.com/gpu=2 from limits in container "ubuntu-container"',
     )
-    assert decision.warnings == (UNKNOWN,)
+    assert decision.warnings == (unknown("ubuntu:22.04"),)
 
 
 def test_hami_deployment_with_requests_equal_to_limits_is_allowed() -> None:
     decision = evaluate_doc("hami_nvidia_vllm_cross_vgpu_pvc+deployment.yaml", 1)
     assert decision.allowed
     assert decision.notes == ()
-    assert decision.warnings == (UNKNOWN,)
+    assert decision.warnings == (unknown("vllm-openai:latest"),)
 
 
 def test_hami_deployment_with_a_request_below_its_limit_is_denied() -> None:
@@ -159,7 +172,7 @@ def test_gpu_operator_test_pod() -> None:
         "limits": {"nvidia.com/gpu": 1},
         "requests": {"nvidia.com/gpu": 1},
     }
-    assert decision.warnings == (UNKNOWN,)  # cuda-vector-add:v0.1 carries no CUDA version
+    assert decision.warnings == (unknown("cuda-vector-add:v0.1"),)  # no CUDA version in the tag
 
 
 def test_hami_kueue_job_template() -> None:
@@ -173,18 +186,19 @@ def test_hami_kueue_job_template() -> None:
         'from limits in container "training-container"',
         "will apply to pods: set requests.nvidia.com/gpu=1 "
         'from limits in container "training-container"',
-        "will apply to pods: required GPU nodes with CUDA "
+        # HAMi's gpumem/gpucores are vGPU (SPEC §4): the driver's major must equal 11.
+        "will apply to pods: required vGPU nodes with CUDA "
         "≥ 11.8 (image nvidia/cuda:11.8.0-base-ubuntu22.04)",
     )
     on = evaluate_doc(name, config=MUTATE)
     assert node_terms(apply(on), "spec", "template", "spec") == [
         {
             "matchExpressions": [
-                expr("cuda-major-version", "In", 11),
+                expr("cuda-major-version", "Gt", 10),
+                expr("cuda-major-version", "Lt", 12),
                 expr("cuda-minor-version", "Gt", 7),
             ]
         },
-        {"matchExpressions": [expr("cuda-major-version", "In", 12)]},
     ]
 
 

@@ -10,11 +10,11 @@ from webhook.core.config import ANNOTATION_ENV_FIXES, WebhookConfig
 from webhook.core.crl import CRL_NAMESPACE, CRL_PREFIX, LABEL_TYPE, TYPE_VALUE, parse_configmap
 from webhook.core.decision import Decision, PodState, Violation, container_label, short
 from webhook.core.errors import ObjectShapeError
+from webhook.core.inventory import NodeInventory
 from webhook.core.patches import Draft
 from webhook.core.placement import place
 from webhook.core.policyset import PolicySet
 from webhook.core.quantity import format_quantity
-from webhook.core.rules import cuda
 from webhook.core.rules.envfix import env_fixes
 from webhook.core.rules.resources import (
     ResourceLists,
@@ -93,7 +93,7 @@ def _evaluate_pod(
     policies: PolicySet,
     config: WebhookConfig,
     namespace: str | None,
-    inventory: cuda.NodeInventory | None,
+    inventory: NodeInventory | None,
     violations_only: bool = False,
 ) -> Decision:
     ref = object_ref(kind, obj, namespace)
@@ -101,10 +101,9 @@ def _evaluate_pod(
     if pod is None:
         return Decision(object_ref=ref)
     state = PodState(ref, pod, Draft(obj))
-    # Env fixes only ever add changes and warnings; the CUDA rule can deny only against a node
-    # inventory with noCompatibleNode: deny. A violations-only caller skips what cannot deny.
+    # Env fixes only ever add changes and warnings: a violations-only caller skips them.
+    # Placement always runs: containers that no single node can serve are a violation.
     env_fixes_on = not violations_only and pod.annotations.get(ANNOTATION_ENV_FIXES) != "false"
-    cuda_on = not violations_only or (inventory is not None and config.no_compatible_node == "deny")
     gpu: list[tuple[ContainerRef, set[str]]] = []
     for c in pod.containers:
         keys, crl = _resources(state, c, policies)
@@ -112,8 +111,8 @@ def _evaluate_pod(
             gpu.append((c, keys))
             if env_fixes_on:
                 _env(state, c, keys, config)
-    if gpu and cuda_on:
-        place(state, gpu, config, inventory)
+    if gpu:
+        place(state, gpu, config, inventory, policies)
     if violations_only:
         return Decision(object_ref=ref, violations=tuple(state.violations))
     notes = state.notes
@@ -143,7 +142,7 @@ def evaluate(
     operation: str = "CREATE",
     sub_resource: str = "",
     old_object: Mapping[str, Any] | None = None,
-    inventory: cuda.NodeInventory | None = None,
+    inventory: NodeInventory | None = None,
     claims: ClaimIndex | None = None,
     violations_only: bool = False,
 ) -> Decision:
