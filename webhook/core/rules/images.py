@@ -94,11 +94,20 @@ def _compiled_table(
     return tuple(compiled)
 
 
-@lru_cache(maxsize=4096)
 def image_version(
     image: str, patterns: tuple[str, ...], table: tuple[ImageCudaEntry, ...]
 ) -> ImageGuess | None:
     """The CUDA version an image reference implies (admin table first), or None."""
+    # Checked before the cache: 4096 cached megabyte-long keys would be 4 GiB.
+    if len(image) > MAX_REFERENCE_LENGTH:
+        return None
+    return _image_version(image, patterns, table)
+
+
+@lru_cache(maxsize=4096)
+def _image_version(
+    image: str, patterns: tuple[str, ...], table: tuple[ImageCudaEntry, ...]
+) -> ImageGuess | None:
     ref = normalize(image)
     if not ref:
         return None
