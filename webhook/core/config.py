@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
@@ -12,7 +13,6 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
@@ -191,28 +191,25 @@ class ComputeCapabilityRule(_Model):
             raise ValueError(problem)
         return value
 
-    # Compiled once when the config loads (the dict field makes the model unhashable, so no
-    # lru_cache keyed by the rule): (image regex, args regex, ((env name, regex), ...), version).
-    _compiled: tuple[Any, ...] = PrivateAttr(default=())
-
     @model_validator(mode="after")
     def _some_condition(self) -> ComputeCapabilityRule:
         if self.args is None and not self.env:
             raise ValueError(f"rule {self.name!r} must match on args or env")
         return self
 
-    def model_post_init(self, context: Any, /) -> None:
+    @cached_property
+    def compiled(self) -> tuple[Any, ...]:
+        """(image regex, args regex, ((env name, regex), ...), version), compiled once.
+
+        A cached_property, not an lru_cache keyed by the rule (the dict field makes the model
+        unhashable); pydantic (≥ 2.6) leaves it out of equality."""
         flags = re.IGNORECASE
-        self._compiled = (
+        return (
             re.compile(self.image, flags) if self.image else None,
             re.compile(self.args) if self.args else None,
             tuple((name, re.compile(p, flags)) for name, p in self.env.items()),
             CudaVersion.parse(self.min_compute_capability),
         )
-
-    @property
-    def compiled(self) -> tuple[Any, ...]:
-        return self._compiled
 
 
 # bfloat16 needs compute capability 8.0 (Ampere); a V100 (7.0) or T4 (7.5) fails at start-up.
@@ -321,14 +318,16 @@ class WebhookConfig(_Model):
     # With a node inventory: what to do when no node satisfies the CUDA requirement.
     no_compatible_node: Literal["deny", "warn"] = "warn"
 
-    @property
+    # cached_property: derived once per config, read by every GPU pod's review (a pydantic
+    # private attribute would go through BaseModel.__getattr__ on every read).
+    @cached_property
     def schemes(self) -> tuple[CudaLabels, ...]:
         """The CUDA label schemes in force, in order (the first one is used without inventory)."""
         if "cuda_labels" in self.model_fields_set:
             return (self.cuda_labels,)
         return self.cuda_label_schemes
 
-    @property
+    @cached_property
     def inventory_label_keys(self) -> frozenset[str]:
         """Node label keys the node inventory keeps: everything placement reads, nothing else."""
         keys = {k for s in self.schemes for k in (s.major, s.minor)}
@@ -342,7 +341,7 @@ class WebhookConfig(_Model):
 
     @field_validator("cuda_label_schemes")
     @classmethod
-    def _schemes(cls, value: tuple[CudaLabels, ...]) -> tuple[CudaLabels, ...]:
+    def _nonempty_schemes(cls, value: tuple[CudaLabels, ...]) -> tuple[CudaLabels, ...]:
         if not value:
             raise ValueError("at least one label scheme is required")
         return value

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import reduce
 from typing import Any
 
@@ -43,16 +44,23 @@ class _Need:
     range: cuda.Range
 
 
-def _resource_value(state: PodState, c: ContainerRef, key: str) -> Any:
-    # The draft, not the original: a default the resource rule just wrote counts too.
-    node: Any = state.draft.root
-    for part in (*state.container_path(c), "resources"):
-        node = node.get(part) if isinstance(node, Mapping) else node[part]
+def _value_in(resources: Any, key: str) -> Any:
     for field in ("limits", "requests"):
-        values = node.get(field) if isinstance(node, Mapping) else None
+        values = resources.get(field) if isinstance(resources, Mapping) else None
         if isinstance(values, Mapping) and key in values:
             return values[key]
     return None
+
+
+def _resource_value(state: PodState, c: ContainerRef, key: str) -> Any:
+    value = _value_in(c.container.get("resources"), key)
+    if value is not None or not state.draft.changed:
+        return value
+    # Not written by the user: a default the resource rule just wrote into the draft counts.
+    node: Any = state.draft.root
+    for part in state.container_path(c):
+        node = node.get(part) if isinstance(node, Mapping) else node[part]
+    return _value_in(node.get("resources") if isinstance(node, Mapping) else None, key)
 
 
 def _whole_card(
@@ -64,10 +72,14 @@ def _whole_card(
         policy = policies.by_key.get(key)
         if policy is None or not policy.whole_unit:
             continue
-        try:
-            value = parse_quantity(_resource_value(state, c, key))
-        except QuantityError:
-            continue
+        raw = _resource_value(state, c, key)
+        if isinstance(raw, str) and raw.isascii() and raw.isdigit():
+            value: Fraction | int = int(raw)  # the common case, without the full grammar
+        else:
+            try:
+                value = parse_quantity(raw)
+            except QuantityError:
+                continue
         if value > 0 and value % policy.whole_unit == 0:
             return True
     return False
@@ -119,11 +131,23 @@ def _highest(counts: Mapping[CudaVersion, int]) -> str:
     return f"{top} ({n} node{'s' if n != 1 else ''})"
 
 
+Envs = dict[int, dict[str, str | None]]
+
+
+def _env(envs: Envs, c: ContainerRef) -> dict[str, str | None]:
+    """A container's env as a dict, built once per review for both CUDA and compute rules."""
+    env = envs.get(id(c.container))
+    if env is None:
+        env = envs[id(c.container)] = cuda.env_values(c.container)
+    return env
+
+
 def _needs(
     state: PodState,
     gpu: list[tuple[ContainerRef, set[str]]],
     config: WebhookConfig,
     policies: PolicySet,
+    envs: Envs,
 ) -> tuple[list[_Need], list[ContainerRef]]:
     pod_req, warning = cuda.annotation_requirement(state.pod.annotations)
     if warning:
@@ -135,7 +159,7 @@ def _needs(
         where = container_label(c)
         req = pod_req
         if req is None:
-            detection = cuda.detect(c.container, config)
+            detection = cuda.detect(c.container, config, _env(envs, c))
             state.warnings += [short(f"{where}: {w}") for w in detection.warnings]
             req = detection.requirement
         whole = _whole_card(state, c, keys, policies, config)
@@ -167,9 +191,15 @@ def _unknown_warning(c: ContainerRef, others: bool) -> str:
     )
 
 
+def _intersection(needs: list[_Need]) -> cuda.Range:
+    if len(needs) == 1:
+        return needs[0].range
+    return reduce(lambda a, b: a & b, (n.range for n in needs))
+
+
 def _intersection_violation(state: PodState, needs: list[_Need]) -> bool:
     """The pod needs one node for all its containers: an empty intersection is a violation."""
-    if not needs or not reduce(lambda a, b: a & b, (n.range for n in needs)).empty:
+    if not needs or not _intersection(needs).empty:
         return False
     listed = "; ".join(
         f"{container_label(n.container)} needs CUDA {n.requirement.version}"
@@ -207,7 +237,7 @@ def _cuda_terms(
         state.warnings.append(_unknown_warning(c, others=bool(needs)))
     if not needs:
         return True
-    rng = reduce(lambda a, b: a & b, (n.range for n in needs))
+    rng = _intersection(needs)
     top = max(needs, key=lambda n: n.requirement.version)
     vgpu = any(n.vgpu for n in needs)
     if facts is not None:
@@ -238,7 +268,7 @@ def _cuda_terms(
 
 
 def _compute_requirement(
-    state: PodState, gpu: list[tuple[ContainerRef, set[str]]], config: WebhookConfig
+    state: PodState, gpu: list[tuple[ContainerRef, set[str]]], config: WebhookConfig, envs: Envs
 ) -> cuda.Requirement | None:
     req, warning = cuda.annotation_compute(state.pod.annotations)
     if warning:
@@ -246,7 +276,9 @@ def _compute_requirement(
     if req is not None or not config.compute_capability_rules:
         return req
     found = [
-        cuda.compute_requirement(c.container, config.compute_capability_rules, container_label(c))
+        cuda.compute_requirement(
+            c.container, config.compute_capability_rules, container_label(c), _env(envs, c)
+        )
         for c, _ in gpu
     ]
     return max((r for r in found if r is not None), key=lambda r: r.version, default=None)
@@ -293,7 +325,7 @@ def _check_pinned(
     if pinned is None:
         return  # the node advertises nothing (or is unknown yet): nothing to check against
     if needs and pinned.cuda:
-        rng = reduce(lambda a, b: a & b, (n.range for n in needs))
+        rng = _intersection(needs)
         if not any(v in rng for _, v in pinned.cuda):
             version = pinned.cuda[0][1]
             text = (
@@ -322,11 +354,12 @@ def place(
     )
     if warning:
         state.warnings.append(short(warning))
-    needs, unknown = _needs(state, gpu, config, policies or PolicySet.empty())
+    envs: Envs = {}
+    needs, unknown = _needs(state, gpu, config, policies or PolicySet.empty(), envs)
     if not config.cuda_affinity or opted_out or _intersection_violation(state, needs):
         return
     facts = inventory.facts(config) if inventory is not None else None
-    compute = _compute_requirement(state, gpu, config)
+    compute = _compute_requirement(state, gpu, config, envs)
     pinned = _daemonset_node(state)
     if pinned is not None:
         # Pinned to one node by the controller, and created for every node the DaemonSet
@@ -341,9 +374,11 @@ def place(
         return
     spec = state.pod.spec
     keys = config.placement_keys
-    if already_injected(spec, keys, plan.terms):
+    # Most pods carry no node constraints at all: skip the inspection of their terms.
+    constrained = bool(spec.get("affinity") or spec.get("nodeSelector"))
+    if constrained and already_injected(spec, keys, plan.terms):
         return
-    mentioned = mentioned_key(spec, keys)
+    mentioned = mentioned_key(spec, keys) if constrained else ""
     if mentioned:
         state.warnings.append(
             short(
@@ -352,7 +387,10 @@ def place(
             )
         )
         return
-    merged = merge_terms(required_terms(spec), plan.terms)
+    existing = required_terms(spec) if constrained else None
+    merged = merge_terms(existing, plan.terms)
+    if merged == existing:
+        return  # only empty user terms: they stay empty, and the pod can run nowhere anyway
     required = state.draft.writable((*state.pod.spec_path, "affinity", "nodeAffinity", _REQUIRED))
     required["nodeSelectorTerms"] = merged
     for kind, text in plan.notes:

@@ -27,6 +27,7 @@ __all__ = [
     "compute_requirement",
     "container_requirement",
     "detect",
+    "env_values",
     "image_repository",
     "strip_digest",
 ]
@@ -83,7 +84,7 @@ def compatible(driver: CudaVersion, runtime: CudaVersion, *, vgpu: bool, skew: i
     return driver in cuda_range(runtime, vgpu=vgpu, skew=skew)
 
 
-def _env_values(container: Mapping[str, Any]) -> dict[str, str | None]:
+def env_values(container: Mapping[str, Any]) -> dict[str, str | None]:
     """name -> literal value; when a name appears twice the last entry wins, as in the kubelet
     (pkg/kubelet/kubelet_pods.go makeEnvironmentVariables fills a map in list order)."""
     env = container.get("env")
@@ -101,10 +102,13 @@ def _implausible(what: str, version: CudaVersion) -> str:
     return f"{what} gives CUDA {version}, not a plausible CUDA version (1.0 to 99.x); ignored"
 
 
-def detect(container: Mapping[str, Any], config: WebhookConfig) -> Detection:
-    """CUDA runtime a container needs: env CUDA_VERSION / NVIDIA_REQUIRE_CUDA, then image."""
+def detect(
+    container: Mapping[str, Any], config: WebhookConfig, env: dict[str, str | None] | None = None
+) -> Detection:
+    """CUDA runtime a container needs: env CUDA_VERSION / NVIDIA_REQUIRE_CUDA, then image.
+    `env` is the container's env_values() when the caller has it already."""
     warnings: list[str] = []
-    env = _env_values(container)
+    env = env_values(container) if env is None else env
     cuda_env = env.get("CUDA_VERSION")
     version = CudaVersion.parse(cuda_env)
     if version is not None:
@@ -165,28 +169,31 @@ def _command_line(container: Mapping[str, Any]) -> str:
 
 
 def compute_requirement(
-    container: Mapping[str, Any], rules: tuple[ComputeCapabilityRule, ...], where: str
+    container: Mapping[str, Any],
+    rules: tuple[ComputeCapabilityRule, ...],
+    where: str,
+    env: dict[str, str | None] | None = None,
 ) -> Requirement | None:
     """The highest minimum compute capability among the config rules the container matches."""
     best: Requirement | None = None
     line: str | None = None
-    env: dict[str, str | None] | None = None
     for rule in rules:
         image_re, args_re, env_res, version = rule.compiled
-        if image_re is not None:
-            image = container.get("image")
-            if not isinstance(image, str) or not image_re.search(image_repository(image)):
-                continue
-        if args_re is not None:
-            line = _command_line(container) if line is None else line
-            if not args_re.search(line):
-                continue
+        # Cheapest conditions first: most containers set no such env and no such flag.
         if env_res:
-            env = _env_values(container) if env is None else env
+            env = env_values(container) if env is None else env
             if not all(
                 isinstance(env.get(name), str) and regex.fullmatch(str(env[name]))
                 for name, regex in env_res
             ):
+                continue
+        if args_re is not None:
+            line = _command_line(container) if line is None else line
+            if not line or not args_re.search(line):
+                continue
+        if image_re is not None:
+            image = container.get("image")
+            if not isinstance(image, str) or not image_re.search(image_repository(image)):
                 continue
         if best is None or version > best.version:
             best = Requirement(version, f"rule {rule.name} for {where}")

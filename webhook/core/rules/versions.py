@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 # ASCII digits only (`\d` would accept "１２"), bounded so a hostile value costs nothing.
 _VERSION = re.compile(r"v?([0-9]{1,6})(?:\.([0-9]{1,6}))?(?:\.[0-9]{1,9})*")
@@ -13,9 +13,9 @@ _VERSION = re.compile(r"v?([0-9]{1,6})(?:\.([0-9]{1,6}))?(?:\.[0-9]{1,9})*")
 _LABEL_INT = re.compile(r"[0-9]{1,18}")
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class CudaVersion:
-    """major.minor; also used for compute capability (8.0, 7.5)."""
+class CudaVersion(NamedTuple):
+    """major.minor; also used for compute capability (8.0, 7.5). A tuple: comparisons are
+    native tuple comparisons, several times cheaper than an ordered dataclass's."""
 
     major: int
     minor: int
