@@ -112,7 +112,7 @@ def _evaluate_pod(
             if env_fixes_on:
                 _env(state, c, keys, config)
     if gpu:
-        place(state, gpu, config, inventory, policies)
+        place(state, gpu, config, inventory, policies, violations_only=violations_only)
     if violations_only:
         return Decision(object_ref=ref, violations=tuple(state.violations))
     notes = state.notes

@@ -347,8 +347,13 @@ def place(
     config: WebhookConfig,
     inventory: NodeInventory | None,
     policies: PolicySet | None = None,
+    *,
+    violations_only: bool = False,
 ) -> None:
-    """Placement for a pod spec whose GPU containers are `gpu` (container, resource keys)."""
+    """Placement for a pod spec whose GPU containers are `gpu` (container, resource keys).
+
+    `violations_only` (/validate): stop once nothing else can deny, i.e. after the
+    intersection check unless an inventory with `noCompatibleNode: deny` is in force."""
     opted_out, warning = parse_opt_out(
         ANNOTATION_CUDA_AFFINITY, state.pod.annotations.get(ANNOTATION_CUDA_AFFINITY)
     )
@@ -357,6 +362,8 @@ def place(
     envs: Envs = {}
     needs, unknown = _needs(state, gpu, config, policies or PolicySet.empty(), envs)
     if not config.cuda_affinity or opted_out or _intersection_violation(state, needs):
+        return
+    if violations_only and (inventory is None or config.no_compatible_node != "deny"):
         return
     facts = inventory.facts(config) if inventory is not None else None
     compute = _compute_requirement(state, gpu, config, envs)
