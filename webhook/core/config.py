@@ -219,7 +219,7 @@ DEFAULT_COMPUTE_RULES: tuple[ComputeCapabilityRule, ...] = (
     ComputeCapabilityRule(
         name="bfloat16-servers",
         description="bfloat16 inference needs compute capability 8.0 or newer",
-        args=r"--dtype(?:=|\s+)['\"]?(?:bfloat16|bf16)\b",
+        args=r"""--dtype(?:=|\s+)['"]?(?:bfloat16|bf16)\b""",
         min_compute_capability="8.0",
     ),
     ComputeCapabilityRule(
