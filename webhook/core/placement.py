@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import reduce
-from typing import Any
+from typing import Any, NamedTuple
 
 from webhook.core.annotations import parse_opt_out
 from webhook.core.config import ANNOTATION_CUDA_AFFINITY, ANNOTATION_CUDA_VERSION, WebhookConfig
@@ -36,8 +36,7 @@ _V11_4 = CudaVersion(11, 4)
 _REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 
 
-@dataclass(frozen=True, slots=True)
-class _Need:
+class _Need(NamedTuple):
     container: ContainerRef
     requirement: cuda.Requirement
     vgpu: bool
@@ -246,7 +245,7 @@ def _cuda_terms(
                 "CUDA placement is not enforced: no node advertises its CUDA version"
             )
             return True
-        if not any(v in rng for counts in facts.by_scheme for v in counts):
+        if not any(rng.holds(v) for counts in facts.by_scheme for v in counts):
             text = f"no node supports CUDA {rng.low}{' on vGPU' if vgpu else ''}; "
             text += f"highest available is {_highest(facts.cuda)}"
             if _problem(state, config, text, "cuda"):
@@ -326,7 +325,7 @@ def _check_pinned(
         return  # the node advertises nothing (or is unknown yet): nothing to check against
     if needs and pinned.cuda:
         rng = _intersection(needs)
-        if not any(v in rng for _, v in pinned.cuda):
+        if not any(rng.holds(v) for _, v in pinned.cuda):
             version = pinned.cuda[0][1]
             text = (
                 f"node {node} supports CUDA {version}; this DaemonSet pod needs CUDA {rng.text()}"

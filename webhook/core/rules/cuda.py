@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from webhook.core.config import (
     ANNOTATION_CUDA_VERSION,
@@ -37,22 +36,21 @@ __all__ = [
 _REQUIRE_CUDA = re.compile(r"cuda\s{0,8}>=\s{0,8}([0-9]{1,6})\.([0-9]{1,6})")
 
 
-@dataclass(frozen=True, slots=True)
-class Requirement:
+# NamedTuples rather than frozen dataclasses: built per review, and a frozen dataclass's
+# __init__ (object.__setattr__ per field) costs several times more.
+class Requirement(NamedTuple):
     version: CudaVersion
     source: str  # where it came from, for the note
 
 
-@dataclass(frozen=True, slots=True)
-class Detection:
+class Detection(NamedTuple):
     """A container's CUDA requirement (None: unknown) and warnings met on the way."""
 
     requirement: Requirement | None
     warnings: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Range:
+class Range(NamedTuple):
     """Node versions V with V ≥ low and (max_major None or V.major ≤ max_major)."""
 
     low: CudaVersion
@@ -62,7 +60,7 @@ class Range:
     def empty(self) -> bool:
         return self.max_major is not None and self.low.major > self.max_major
 
-    def __contains__(self, version: CudaVersion) -> bool:
+    def holds(self, version: CudaVersion) -> bool:
         return version >= self.low and (self.max_major is None or version.major <= self.max_major)
 
     def __and__(self, other: Range) -> Range:
@@ -81,7 +79,7 @@ def cuda_range(runtime: CudaVersion, *, vgpu: bool, skew: int) -> Range:
 
 
 def compatible(driver: CudaVersion, runtime: CudaVersion, *, vgpu: bool, skew: int) -> bool:
-    return driver in cuda_range(runtime, vgpu=vgpu, skew=skew)
+    return cuda_range(runtime, vgpu=vgpu, skew=skew).holds(driver)
 
 
 def env_values(container: Mapping[str, Any]) -> dict[str, str | None]:
