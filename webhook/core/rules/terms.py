@@ -5,7 +5,10 @@ scheduling/corev1/nodeaffinity): `nodeSelectorTerms` are ORed, the expressions i
 ANDed, and a null or empty term matches no node. `In` compares strings; `Gt`/`Lt` take exactly
 one value and compare integers parsed with strconv.ParseInt (apimachinery pkg/labels
 selector.go, NewRequirement and Requirement.Matches), so `Gt`/`Lt` are what lets a padded label
-value such as "012" or "06" match. A term may hold several expressions on the same key.
+value such as "012" or "06" match. A term may hold several expressions on the same key: the
+API server validates each requirement on its own (pkg/apis/core/validation
+ValidateNodeSelectorTerm), and the values we write are never negative (Range.low ≥ 1.0), so
+they are valid label values too.
 """
 
 from __future__ import annotations
