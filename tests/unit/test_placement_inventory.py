@@ -283,6 +283,24 @@ def test_no_node_with_the_compute_capability() -> None:
     )
 
 
+def test_cuda_and_compute_capability_met_on_different_nodes_only() -> None:
+    inventory = nodes(
+        manual("12", "4") | {CMAJ: "7", CMIN: "0"},  # new driver, old GPU
+        manual("11", "8") | {CMAJ: "8", CMIN: "0"},  # old driver, new GPU
+    )
+    obj = gpu_pod("nvidia/cuda:12.4.1", args=BF16)
+    assert run(obj, inventory=inventory).warnings == (
+        "no node supports CUDA ≥ 12.4 and < 14.0 with compute capability ≥ 8.0",
+    )
+    assert run(obj, config=DENY, inventory=inventory).denial_message() == (
+        "Pod ml/train: no node supports CUDA ≥ 12.4 and < 14.0 with compute capability ≥ 8.0."
+    )
+    both = nodes(
+        manual("12", "4") | {CMAJ: "7", CMIN: "0"}, manual("13", "0") | {CMAJ: "9", CMIN: "0"}
+    )
+    assert run(obj, config=DENY, inventory=both).warnings == ()
+
+
 def test_no_node_advertises_compute_capability() -> None:
     decision = run(gpu_pod("nvidia/cuda:12.4.1", args=BF16), inventory=nodes(manual("12", "4")))
     assert decision.warnings == (

@@ -43,6 +43,8 @@ class InventoryFacts:
     cuda: Mapping[CudaVersion, int]  # per node: the version of the first scheme it carries
     compute: Mapping[CudaVersion, int]
     nodes: Mapping[str, NodeFacts]
+    # Distinct (CUDA versions per scheme, compute capability) pairs, for "both on one node".
+    combos: frozenset[tuple[tuple[tuple[int, CudaVersion], ...], CudaVersion | None]]
 
     @property
     def carried(self) -> tuple[CudaLabels, ...]:
@@ -66,6 +68,8 @@ def _facts(
     per_node_cuda: Counter[CudaVersion] = Counter()
     compute_counts: Counter[CudaVersion] = Counter()
     facts: dict[str, NodeFacts] = {}
+    # One shared NodeFacts per distinct combination: 10,000 nodes hold a handful of objects.
+    shared: dict[tuple[tuple[tuple[int, CudaVersion], ...], CudaVersion | None], NodeFacts] = {}
     for name, labels in nodes.items():
         found: list[tuple[int, CudaVersion]] = []
         for index, scheme in enumerate(schemes):
@@ -79,7 +83,11 @@ def _facts(
         if capability is not None:
             compute_counts[capability] += 1
         if found or capability is not None:
-            facts[name] = NodeFacts(tuple(found), capability)
+            key = (tuple(found), capability)
+            node = shared.get(key)
+            if node is None:
+                node = shared[key] = NodeFacts(*key)
+            facts[name] = node
     return InventoryFacts(
         schemes=schemes,
         total=len(nodes),
@@ -88,6 +96,7 @@ def _facts(
         cuda=MappingProxyType(dict(per_node_cuda)),
         compute=MappingProxyType(dict(compute_counts)),
         nodes=MappingProxyType(facts),
+        combos=frozenset(shared),
     )
 
 

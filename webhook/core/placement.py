@@ -16,7 +16,7 @@ from webhook.core.errors import QuantityError
 from webhook.core.inventory import InventoryFacts, NodeInventory
 from webhook.core.policyset import PolicySet
 from webhook.core.quantity import parse_quantity
-from webhook.core.rules import cuda
+from webhook.core.rules import cuda, fit
 from webhook.core.rules.images import display_name
 from webhook.core.rules.terms import (
     Term,
@@ -84,35 +84,8 @@ def _whole_card(
     return False
 
 
-def _daemonset_node(state: PodState) -> str | None:
-    """The node a DaemonSet pod is pinned to; None when the pod is not a DaemonSet's."""
-    if state.pod.is_template:
-        return None
-    meta = state.draft.original.get("metadata")
-    owners = meta.get("ownerReferences") if isinstance(meta, Mapping) else None
-    if not isinstance(owners, list) or not any(
-        isinstance(o, Mapping) and o.get("controller") is True and o.get("kind") == "DaemonSet"
-        for o in owners
-    ):
-        return None
-    spec = state.pod.spec
-    if isinstance(spec.get("nodeName"), str) and spec["nodeName"]:
-        return str(spec["nodeName"])
-    # The DaemonSet controller pins its pods with one required term holding
-    # matchFields metadata.name In [node] (pkg/controller/daemon/util/daemonset_util.go,
-    # ReplaceDaemonSetPodNodeNameNodeAffinity; GetTargetNodeName reads it back the same way).
-    for term in required_terms(spec) or ():
-        fields = term.get("matchFields") if isinstance(term, Mapping) else None
-        for e in fields if isinstance(fields, list) else ():
-            if (
-                isinstance(e, Mapping)
-                and e.get("key") == "metadata.name"
-                and e.get("operator") == "In"
-                and isinstance(e.get("values"), list)
-                and len(e["values"]) == 1
-            ):
-                return str(e["values"][0])
-    return ""
+def meta(state: PodState) -> Any:
+    return state.draft.original.get("metadata")
 
 
 def _problem(state: PodState, config: WebhookConfig, text: str, rule: str) -> bool:
@@ -122,12 +95,6 @@ def _problem(state: PodState, config: WebhookConfig, text: str, rule: str) -> bo
         return True
     state.warnings.append(short(text))
     return False
-
-
-def _highest(counts: Mapping[CudaVersion, int]) -> str:
-    top = max(counts)
-    n = counts[top]
-    return f"{top} ({n} node{'s' if n != 1 else ''})"
 
 
 Envs = dict[int, dict[str, str | None]]
@@ -221,6 +188,8 @@ class _Plan:
     terms: list[Term]
     notes: list[tuple[str, str]]
     wants: list[str]  # "CUDA ≥ 12.4", for the kept-affinity warning
+    cuda: cuda.Range | None = None  # set when some inventory node meets it (or no inventory)
+    compute: CudaVersion | None = None
 
 
 def _cuda_terms(
@@ -245,11 +214,10 @@ def _cuda_terms(
                 "CUDA placement is not enforced: no node advertises its CUDA version"
             )
             return True
-        if not any(rng.holds(v) for counts in facts.by_scheme for v in counts):
-            text = f"no node supports CUDA {rng.low}{' on vGPU' if vgpu else ''}; "
-            text += f"highest available is {_highest(facts.cuda)}"
-            if _problem(state, config, text, "cuda"):
-                return False
+        text = fit.cuda_problem(facts, rng, vgpu)
+        if text and _problem(state, config, text, "cuda"):
+            return False
+        plan.cuda = None if text else rng
     schemes = config.schemes[:1] if facts is None else facts.carried
     plan.terms = union_terms(schemes, rng.low, rng.max_major)
     bound = ""
@@ -299,9 +267,13 @@ def _compute_terms(
                 "compute capability placement is not enforced: no node advertises it"
             )
             return True
-        if not any(v >= low for v in facts.compute):
-            text = f"no node has compute capability ≥ {low}; highest is {_highest(facts.compute)}"
-            if _problem(state, config, text, "compute capability"):
+        text = fit.compute_problem(facts, low)
+        if text and _problem(state, config, text, "compute capability"):
+            return False
+        if not text and plan.cuda is not None:
+            # Each is met somewhere; check that some node meets both.
+            text = fit.joint_problem(facts, plan.cuda, low)
+            if text and _problem(state, config, text, "compute capability"):
                 return False
     plan.terms = cross(plan.terms, range_terms(config.compute_capability_labels, low, None))
     plan.notes.append(
@@ -309,35 +281,6 @@ def _compute_terms(
     )
     plan.wants.append(f"compute capability ≥ {low}")
     return True
-
-
-def _check_pinned(
-    state: PodState,
-    node: str,
-    needs: list[_Need],
-    compute: cuda.Requirement | None,
-    config: WebhookConfig,
-    facts: InventoryFacts,
-) -> None:
-    """DaemonSet pods: nothing injected (the pod is pinned already); say if its node is unfit."""
-    pinned = facts.nodes.get(node)
-    if pinned is None:
-        return  # the node advertises nothing (or is unknown yet): nothing to check against
-    if needs and pinned.cuda:
-        rng = _intersection(needs)
-        if not any(rng.holds(v) for _, v in pinned.cuda):
-            version = pinned.cuda[0][1]
-            text = (
-                f"node {node} supports CUDA {version}; this DaemonSet pod needs CUDA {rng.text()}"
-            )
-            if _problem(state, config, text, "cuda"):
-                return
-    if compute is not None and pinned.compute is not None and pinned.compute < compute.version:
-        text = (
-            f"node {node} has compute capability {pinned.compute}; "
-            f"this DaemonSet pod needs ≥ {compute.version}"
-        )
-        _problem(state, config, text, "compute capability")
 
 
 def place(
@@ -366,12 +309,16 @@ def place(
         return
     facts = inventory.facts(config) if inventory is not None else None
     compute = _compute_requirement(state, gpu, config, envs)
-    pinned = _daemonset_node(state)
+    pinned = None if state.pod.is_template else fit.daemonset_node(meta(state), state.pod.spec)
     if pinned is not None:
         # Pinned to one node by the controller, and created for every node the DaemonSet
         # selects: an affinity would only leave the pods on unfit nodes Pending.
         if facts is not None and pinned:
-            _check_pinned(state, pinned, needs, compute, config, facts)
+            rng = _intersection(needs) if needs else None
+            low = compute.version if compute is not None else None
+            for text, rule in fit.pinned_problems(facts, pinned, rng, low):
+                if _problem(state, config, text, rule):
+                    break
         return
     plan = _Plan([], [], [])
     if not _cuda_terms(state, needs, unknown, config, facts, plan):
