@@ -136,6 +136,11 @@ def test_no_image_at_all() -> None:
             "env NVIDIA_REQUIRE_CUDA",
         ),
         (
+            [{"name": "NVIDIA_REQUIRE_CUDA", "value": "cuda>=12"}],
+            V(12, 0),
+            "env NVIDIA_REQUIRE_CUDA",
+        ),
+        (
             # CUDA_VERSION before NVIDIA_REQUIRE_CUDA, whatever the order in the list
             [
                 {"name": "NVIDIA_REQUIRE_CUDA", "value": "cuda>=11.0"},

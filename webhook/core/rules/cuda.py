@@ -33,7 +33,7 @@ __all__ = [
 
 # `cuda>=12.4 brand=tesla,driver>=470,...` (the CUDA images' NVIDIA_REQUIRE_CUDA); a literal
 # prefix and bounded digits keep the search linear.
-_REQUIRE_CUDA = re.compile(r"cuda\s{0,8}>=\s{0,8}([0-9]{1,6})\.([0-9]{1,6})")
+_REQUIRE_CUDA = re.compile(r"cuda\s{0,8}>=\s{0,8}([0-9]{1,6})(?:\.([0-9]{1,6}))?")
 
 
 # NamedTuples rather than frozen dataclasses: built per review, and a frozen dataclass's
@@ -116,7 +116,7 @@ def detect(
     require = env.get("NVIDIA_REQUIRE_CUDA")
     match = _REQUIRE_CUDA.search(require) if require else None
     if match:
-        version = CudaVersion(int(match[1]), int(match[2]))
+        version = CudaVersion(int(match[1]), int(match[2] or 0))
         if version.plausible:
             return Detection(Requirement(version, "env NVIDIA_REQUIRE_CUDA"), tuple(warnings))
         warnings.append(_implausible("env NVIDIA_REQUIRE_CUDA", version))
