@@ -1,4 +1,5 @@
-"""Benchmark of the pure evaluation core: cost per object, and independence from policy count.
+"""Benchmark of the pure evaluation core: cost per object, and independence from the number of
+policies (10 vs 1,000 CRLs) and of nodes in the inventory (10 vs 10,000 nodes).
 
 Run: .venv/bin/python bench/bench_eval.py [--rounds N] [--json]
 Not a test: prints figures (median/p90 µs per object) to compare runs on the same machine.
@@ -22,6 +23,7 @@ sys.path.insert(0, str(ROOT))
 from webhook.core.config import WebhookConfig  # noqa: E402
 from webhook.core.crl import crl_configmap  # noqa: E402
 from webhook.core.evaluate import evaluate  # noqa: E402
+from webhook.core.inventory import NodeInventory  # noqa: E402
 from webhook.core.policyset import PolicySet  # noqa: E402
 from webhook.sources.files import policy_files, read_documents  # noqa: E402
 
@@ -168,6 +170,30 @@ def synthetic_policies(count: int, base: Path) -> PolicySet:
     return policies
 
 
+def synthetic_inventory(count: int) -> NodeInventory:
+    """`count` nodes as a mixed cluster advertises them: GFD labels on most (three driver
+    versions, three GPU generations), the manual scheme on some, CPU nodes with none."""
+    versions = [("12", "2"), ("12", "4"), ("12", "6")]
+    capabilities = [("7", "5"), ("8", "0"), ("9", "0")]
+    nodes: dict[str, dict[str, str]] = {}
+    for i in range(count):
+        major, minor = versions[i % 3]
+        cc_major, cc_minor = capabilities[(i // 3) % 3]
+        if i % 10 == 9:
+            labels: dict[str, str] = {}  # a CPU node
+        elif i % 10 == 8:
+            labels = {"cuda-major-version": major, "cuda-minor-version": minor}
+        else:
+            labels = {
+                "nvidia.com/cuda.runtime-version.major": major,
+                "nvidia.com/cuda.runtime-version.minor": minor,
+                "nvidia.com/gpu.compute.major": cc_major,
+                "nvidia.com/gpu.compute.minor": cc_minor,
+            }
+        nodes[f"node-{i:05d}"] = labels
+    return NodeInventory.build(nodes)
+
+
 def measure(
     fns: dict[str, Callable[[], object]], rounds: int, inner: int
 ) -> dict[str, list[float]]:
@@ -218,8 +244,27 @@ def main() -> int:
         row["ratio_1000_vs_10"] = row["median_us_1000"] / row["median_us_10"]
         results[label] = row
 
+    # Node inventory: the same review against 10 and 10,000 nodes (one run, interleaved).
+    inventories = {"10": synthetic_inventory(10), "10000": synthetic_inventory(10_000)}
+    by_nodes: dict[str, dict[str, float]] = {}
+    for label in ("typical GPU pod", "multi-container pod"):
+        obj = objects[label]
+
+        def run_nodes(obj: dict[str, Any], inventory: NodeInventory) -> Callable[[], object]:
+            return lambda: evaluate(obj, small, config, inventory=inventory).patch
+
+        timings = measure(
+            {n: run_nodes(obj, inv) for n, inv in inventories.items()}, args.rounds, args.inner
+        )
+        row = {}
+        for n, samples in timings.items():
+            row[f"median_us_{n}"] = statistics.median(samples)
+            row[f"p90_us_{n}"] = statistics.quantiles(samples, n=10)[-1]
+        row["ratio_10000_vs_10"] = row["median_us_10000"] / row["median_us_10"]
+        by_nodes[label] = row
+
     if args.json:
-        json.dump(results, sys.stdout, indent=2)
+        json.dump({"policies": results, "nodes": by_nodes}, sys.stdout, indent=2)
         print()
         return 0
     print(f"{'object':<22}{'median µs (10)':>16}{'median µs (1000)':>18}{'1000/10':>10}")
@@ -227,6 +272,13 @@ def main() -> int:
         print(
             f"{label:<22}{row['median_us_10']:>16.1f}{row['median_us_1000']:>18.1f}"
             f"{row['ratio_1000_vs_10']:>10.3f}"
+        )
+    print()
+    print(f"{'object':<22}{'µs (10 nodes)':>16}{'µs (10,000 nodes)':>19}{'10000/10':>10}")
+    for label, row in by_nodes.items():
+        print(
+            f"{label:<22}{row['median_us_10']:>16.1f}{row['median_us_10000']:>19.1f}"
+            f"{row['ratio_10000_vs_10']:>10.3f}"
         )
     return 0
 

@@ -11,8 +11,8 @@ import jsonpatch
 
 from webhook.core.config import WebhookConfig
 from webhook.core.evaluate import Decision, evaluate
+from webhook.core.inventory import NodeInventory
 from webhook.core.policyset import PolicySet
-from webhook.core.rules.cuda import NodeInventory
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGMAPS = ROOT / "configmaps"

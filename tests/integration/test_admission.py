@@ -74,15 +74,21 @@ def apply_patch(obj: dict[str, Any], response: dict[str, Any]) -> dict[str, Any]
     return patched
 
 
-def affinity(major: str, minor_gt: str) -> dict[str, Any]:
+def affinity(major: int, minor_gt: int) -> dict[str, Any]:
+    """vGPU: the driver's major equals `major` (Gt/Lt compare integers, SPEC §4)."""
+    exprs = [
+        ("cuda-major-version", "Gt", major - 1),
+        ("cuda-major-version", "Lt", major + 1),
+        ("cuda-minor-version", "Gt", minor_gt),
+    ]
     return {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {
                 "nodeSelectorTerms": [
                     {
                         "matchExpressions": [
-                            {"key": "cuda-major-version", "operator": "In", "values": [major]},
-                            {"key": "cuda-minor-version", "operator": "Gt", "values": [minor_gt]},
+                            {"key": key, "operator": op, "values": [str(value)]}
+                            for key, op, value in exprs
                         ]
                     }
                 ]
@@ -102,7 +108,7 @@ def test_mutate_defaults_env_and_affinity_for_a_paddle_vgpu_pod(server: RunningS
     train = expected["spec"]["containers"][0]
     train["resources"]["limits"]["tencent.com/vcuda-memory"] = "8"
     train["env"] = [{"name": "FLAGS_allocator_strategy", "value": "naive_best_fit"}]
-    expected["spec"]["affinity"] = affinity("11", "7")
+    expected["spec"]["affinity"] = affinity(11, 7)
     assert apply_patch(obj, response) == expected
     assert response["allowed"] is True
     assert response["warnings"] == [

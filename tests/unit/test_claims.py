@@ -68,14 +68,21 @@ def evaluate_with(obj: dict[str, Any], claims: ClaimIndex | None = INDEX, **kw: 
     )
 
 
+# 12.4 ≤ D < 14 with integer operators for the major (SPEC §4).
 REQUIRED_12_4 = [
     {
         "matchExpressions": [
-            expr("cuda-major-version", "In", 12),
+            expr("cuda-major-version", "Gt", 11),
+            expr("cuda-major-version", "Lt", 13),
             expr("cuda-minor-version", "Gt", 3),
         ]
     },
-    {"matchExpressions": [expr("cuda-major-version", "In", 13)]},
+    {
+        "matchExpressions": [
+            expr("cuda-major-version", "Gt", 12),
+            expr("cuda-major-version", "Lt", 14),
+        ]
+    },
 ]
 
 

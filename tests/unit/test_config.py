@@ -14,9 +14,40 @@ from webhook.core.errors import ConfigError
 def test_defaults() -> None:
     config = load_config(None)
     assert config == WebhookConfig()
-    assert config.cuda_labels == CudaLabels(major="cuda-major-version", minor="cuda-minor-version")
+    assert [(s.name, s.major, s.minor) for s in config.schemes] == [
+        ("manual", "cuda-major-version", "cuda-minor-version"),
+        ("gfd", "nvidia.com/cuda.runtime-version.major", "nvidia.com/cuda.runtime-version.minor"),
+        ("gfd-legacy", "nvidia.com/cuda.runtime.major", "nvidia.com/cuda.runtime.minor"),
+    ]
+    assert config.compute_capability_labels == CudaLabels(
+        name="gfd-compute",
+        major="nvidia.com/gpu.compute.major",
+        minor="nvidia.com/gpu.compute.minor",
+    )
+    assert [r.name for r in config.compute_capability_rules] == [
+        "bfloat16-servers",
+        "bfloat16-tgi-env",
+    ]
+    # Every key placement reads, so the node inventory keeps all of them.
+    assert config.inventory_label_keys == {
+        "cuda-major-version",
+        "cuda-minor-version",
+        "nvidia.com/cuda.runtime-version.major",
+        "nvidia.com/cuda.runtime-version.minor",
+        "nvidia.com/cuda.runtime.major",
+        "nvidia.com/cuda.runtime.minor",
+        "nvidia.com/gpu.compute.major",
+        "nvidia.com/gpu.compute.minor",
+    }
     assert config.gpu_resource_names == ("nvidia.com/gpu",)
-    assert config.vgpu_resource_names == ("tencent.com/vcuda-core", "tencent.com/vcuda-memory")
+    # HAMi's keys are vGPU too (SPEC §4).
+    assert config.vgpu_resource_names == (
+        "tencent.com/vcuda-core",
+        "tencent.com/vcuda-memory",
+        "nvidia.com/gpumem",
+        "nvidia.com/gpucores",
+        "nvidia.com/gpumem-percentage",
+    )
     assert config.max_major_skew == 1
     assert config.cuda_affinity is True
     assert config.mutate_templates is False  # GitOps drift: off by default (SPEC §6)
@@ -49,6 +80,8 @@ envFixes:
         encoding="utf-8",
     )
     config = load_config(path)
+    # The deprecated single scheme, when set, is the only one.
+    assert [s.major for s in config.schemes] == ["nvidia.com/cuda.runtime-version.major"]
     assert config.cuda_labels.major == "nvidia.com/cuda.runtime-version.major"
     assert config.max_major_skew == 2
     assert config.mutate_templates is True
@@ -97,9 +130,50 @@ def test_config_is_frozen() -> None:
             r"'cuda(?P<major>\\d+)' must define the named groups (?P<major>...) and (?P<minor>...)",
         ),
         (
-            {"imageCudaTable": [{"image": "x:*", "cudaVersion": "12"}]},
+            {"imageCudaTable": [{"image": "x:*", "cudaVersion": "0.5"}]},
             "webhook config is invalid: imageCudaTable.0.cudaVersion: Value error, cudaVersion "
-            "must look like 12.4 or 12.4.1, got '12'",
+            "'0.5' is not plausible (1.0 to 99.x)",
+        ),
+        (
+            {"cudaLabelSchemes": [{"major": "a/b/c", "minor": "x"}]},
+            "webhook config is invalid: cudaLabelSchemes.0.major: Value error, 'a/b/c' is not a "
+            "valid label key: it may contain one '/' at most",
+        ),
+        (
+            {"cudaLabelSchemes": []},
+            "webhook config is invalid: cudaLabelSchemes: Value error, at least one label scheme "
+            "is required",
+        ),
+        (
+            {"computeCapabilityLabels": {"major": "x" * 64, "minor": "/m"}},
+            "webhook config is invalid: computeCapabilityLabels.major: Value error, "
+            f"'{'x' * 64}' is not a valid label key: the name must be at most 63 alphanumerics, "
+            "'-', '_' or '.', starting and ending with an alphanumeric; "
+            "computeCapabilityLabels.minor: Value error, '/m' is not a valid label key: the "
+            "prefix before '/' is empty",
+        ),
+        (
+            {"cudaLabels": {"major": "Example.com/major", "minor": "cuda-minor-"}},
+            "webhook config is invalid: cudaLabels.major: Value error, 'Example.com/major' is not "
+            "a valid label key: the prefix must be a lowercase DNS subdomain of at most 253 "
+            "characters; cudaLabels.minor: Value error, 'cuda-minor-' is not a valid label key: "
+            "the name must be at most 63 alphanumerics, '-', '_' or '.', starting and ending "
+            "with an alphanumeric",
+        ),
+        (
+            {
+                "computeCapabilityRules": [
+                    {"name": "r", "args": "(", "minComputeCapability": "100.0"},
+                    {"name": "s", "env": {"DTYPE": "["}, "minComputeCapability": "8.0"},
+                    {"name": "t", "image": "vllm", "minComputeCapability": "8.0"},
+                ]
+            },
+            "webhook config is invalid: computeCapabilityRules.0.args: Value error, not a valid "
+            "regular expression (missing ), unterminated subpattern at position 0): '('; "
+            "computeCapabilityRules.0.minComputeCapability: Value error, minComputeCapability "
+            "'100.0' is not plausible (1.0 to 99.x); computeCapabilityRules.1.env: Value error, "
+            "env DTYPE: not a valid regular expression (unterminated character set at position "
+            "0): '['; computeCapabilityRules.2: Value error, rule 't' must match on args or env",
         ),
         (
             {"imageCudaTable": [{"image": "x:*", "cudaVersion": "latest"}]},
@@ -175,3 +249,28 @@ def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(path)
     assert str(info.value) == f"cannot read webhook config {path}: No such file or directory"
+
+
+def test_label_schemes_list(tmp_path: Path) -> None:
+    config = load_config(
+        {
+            "cudaLabelSchemes": [
+                {
+                    "name": "corp",
+                    "major": "corp.example/cuda-major",
+                    "minor": "corp.example/cuda-minor",
+                }
+            ],
+            "computeCapabilityRules": [
+                {"name": "fp8", "args": "--quantization fp8", "minComputeCapability": "8.9"}
+            ],
+        }
+    )
+    assert [s.label for s in config.schemes] == ["corp"]
+    assert config.compute_capability_rules[0].min_compute_capability == "8.9"
+    assert "corp.example/cuda-major" in config.inventory_label_keys
+
+
+def test_image_table_major_only_means_minor_zero() -> None:
+    config = load_config({"imageCudaTable": [{"image": "x:*", "cudaVersion": "12"}]})
+    assert config.image_cuda_table[0].cuda_version == "12"

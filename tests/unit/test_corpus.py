@@ -27,10 +27,14 @@ pytestmark = pytest.mark.skipif(
     reason=f"corpus not found at {CORPUS} (the repository is expected beside shared/)",
 )
 
-UNKNOWN = (
-    "CUDA version unknown, no node affinity added: set annotation "
-    'features.alauda.io/cuda-version (e.g. "12.4") or env CUDA_VERSION'
-)
+
+def unknown(image: str) -> str:
+    return (
+        f"CUDA version of {image} unknown, no affinity: set features.alauda.io/cuda-version "
+        "or imageCudaTable"
+    )
+
+
 DEFAULT = WebhookConfig()
 MUTATE = load_config({"mutateTemplates": True})
 
@@ -91,7 +95,7 @@ def test_tkestack_vcuda_pods(name: str) -> None:
     assert decision.allowed
     assert decision.patch == []
     assert decision.notes == ()
-    assert decision.warnings == (UNKNOWN,)
+    assert decision.warnings == (unknown("<test-image>"),)
 
 
 def test_tkestack_vcuda_pod_with_declared_cuda_version() -> None:
@@ -101,16 +105,25 @@ def test_tkestack_vcuda_pod_with_declared_cuda_version() -> None:
         "annotations": {"features.alauda.io/cuda-version": "11.8"},
     }
     decision = evaluate(doc, shipped(), DEFAULT)
+    # vcuda-core 200 is GPU-Manager's whole-card mode (a multiple of wholeUnit 100): native CUDA
+    # compatibility, so the physical-GPU rule applies (SPEC §4), with integer operators.
     assert decision.notes == (
-        "required vGPU nodes with CUDA ≥ 11.8 (annotation features.alauda.io/cuda-version)",
+        "required GPU nodes with CUDA ≥ 11.8 (annotation features.alauda.io/cuda-version)",
     )
     assert node_terms(apply(decision)) == [
         {
             "matchExpressions": [
-                expr("cuda-major-version", "In", 11),
+                expr("cuda-major-version", "Gt", 10),
+                expr("cuda-major-version", "Lt", 12),
                 expr("cuda-minor-version", "Gt", 7),
             ]
-        }
+        },
+        {
+            "matchExpressions": [
+                expr("cuda-major-version", "Gt", 11),
+                expr("cuda-major-version", "Lt", 13),
+            ]
+        },
     ]
 
 
@@ -130,14 +143,14 @@ def test_hami_gpumem_gpucores_pod() -> None:
         'set requests.nvidia.com/gpumem=3000 from limits in container "ubuntu-container"',
         'set requests.nvidia.com/gpu=2 from limits in container "ubuntu-container"',
     )
-    assert decision.warnings == (UNKNOWN,)
+    assert decision.warnings == (unknown("ubuntu:22.04"),)
 
 
 def test_hami_deployment_with_requests_equal_to_limits_is_allowed() -> None:
     decision = evaluate_doc("hami_nvidia_vllm_cross_vgpu_pvc+deployment.yaml", 1)
     assert decision.allowed
     assert decision.notes == ()
-    assert decision.warnings == (UNKNOWN,)
+    assert decision.warnings == (unknown("vllm-openai:latest"),)
 
 
 def test_hami_deployment_with_a_request_below_its_limit_is_denied() -> None:
@@ -160,7 +173,7 @@ def test_gpu_operator_test_pod() -> None:
         "limits": {"nvidia.com/gpu": 1},
         "requests": {"nvidia.com/gpu": 1},
     }
-    assert decision.warnings == (UNKNOWN,)  # cuda-vector-add:v0.1 carries no CUDA version
+    assert decision.warnings == (unknown("cuda-vector-add:v0.1"),)  # no CUDA version in the tag
 
 
 def test_hami_kueue_job_template() -> None:
@@ -174,18 +187,19 @@ def test_hami_kueue_job_template() -> None:
         'from limits in container "training-container"',
         "will apply to pods: set requests.nvidia.com/gpu=1 "
         'from limits in container "training-container"',
-        "will apply to pods: required GPU nodes with CUDA "
+        # HAMi's gpumem/gpucores are vGPU (SPEC §4): the driver's major must equal 11.
+        "will apply to pods: required vGPU nodes with CUDA "
         "≥ 11.8 (image nvidia/cuda:11.8.0-base-ubuntu22.04)",
     )
     on = evaluate_doc(name, config=MUTATE)
     assert node_terms(apply(on), "spec", "template", "spec") == [
         {
             "matchExpressions": [
-                expr("cuda-major-version", "In", 11),
+                expr("cuda-major-version", "Gt", 10),
+                expr("cuda-major-version", "Lt", 12),
                 expr("cuda-minor-version", "Gt", 7),
             ]
         },
-        {"matchExpressions": [expr("cuda-major-version", "In", 12)]},
     ]
 
 
@@ -258,9 +272,8 @@ def test_every_operator_manifest_is_handled_and_never_mutated(name: str, index: 
         assert decision.handled
         assert decision.patch == [] and decision.mutated is None
         assert all(n.startswith("will apply to ") for n in decision.notes)
-        # (UNKNOWN, placement's own text, is 126 characters: not checked here)
         assert all(len(text) <= 120 for text in decision.notes)
-        assert all(len(w) <= 120 for w in decision.warnings if w != UNKNOWN)
+        assert all(len(w) <= 120 for w in decision.warnings)
 
 
 def test_the_corpus_has_operator_manifests() -> None:
@@ -279,7 +292,7 @@ OPERATOR_RESULTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "will apply to replica Worker pods: set requests.nvidia.com/gpu=1 from limits in "
             'container "pytorch"',
         ),
-        (UNKNOWN,),
+        (unknown("pytorch-deepspeed-demo:late…"),),
     ),
     "kubeflow_paddlejob_simple-gpu.yaml": (
         (
@@ -304,21 +317,24 @@ OPERATOR_RESULTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "will apply to worker pods: set requests.nvidia.com/gpu=8 from limits in "
             'container "vllm-worker"',
         ),
-        (UNKNOWN,),
+        (
+            "leader: " + unknown("vllm-openai:v0.8.5"),
+            "worker: " + unknown("vllm-openai:v0.8.5"),
+        ),
     ),
     "volcano_mindspore-gpu_vcjob.yaml": (
         (
             "will apply to task mpiworker pods: set requests.nvidia.com/gpu=1 from limits in "
             'container "mpiworker"',
         ),
-        (UNKNOWN,),
+        (unknown("mindspore-gpu-example:0.2.0"),),
     ),
     "kserve_isvc_torchserve-gpu.yaml": (
         (
             "will apply to predictor pods: set requests.nvidia.com/gpu=1 from limits in "
             'container "pytorch"',
         ),
-        (UNKNOWN,),
+        (unknown("pytorch (no image)"),),
     ),
     "paddle-operator_paddlejob_heter_collective.yaml": (
         (
@@ -327,12 +343,15 @@ OPERATOR_RESULTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "will apply to task xpu-22 pods: set requests.nvidia.com/gpu=1 from limits in "
             'container "paddle"',
         ),
-        (UNKNOWN,),
+        (
+            "task gpu-1: " + unknown("demo-resnet:v1"),
+            "task xpu-22: " + unknown("demo-resnet:v1"),
+        ),
     ),
     # requests = limits already, and images without a CUDA version
-    "aws-adt_nccl-tests_mpijob.yaml": ((), (UNKNOWN,)),
-    "kuberay_rayservice_vllm.yaml": ((), (UNKNOWN,)),
-    "gke-samples_raycluster_stable-diffusion.yaml": ((), (UNKNOWN,)),
+    "aws-adt_nccl-tests_mpijob.yaml": ((), (unknown("<image>:<tag>"),)),
+    "kuberay_rayservice_vllm.yaml": ((), (unknown("ray-ml:2.33.0.914af0-py311"),)),
+    "gke-samples_raycluster_stable-diffusion.yaml": ((), (unknown("ray:2.37.0-gpu"),)),
     # no GPU anywhere
     "volcano_paddlepaddle-ctr_vcjob_cpu.yaml": ((), ()),
     "paddle-operator_paddlejob_simple_cpu.yaml": ((), ()),
@@ -388,20 +407,29 @@ def test_dra_pod_with_the_template_from_the_same_manifest() -> None:
         "ResourceClaimTemplate double-gpu: no DRA claim data here; evaluated without it "
         "(no GPU placement from it)",
     )
-    assert evaluate(the_pod, shipped(), DEFAULT, claims=index).warnings == (UNKNOWN,)
+    assert evaluate(the_pod, shipped(), DEFAULT, claims=index).warnings == (
+        unknown("ubuntu:22.04"),
+    )
     the_pod["metadata"]["annotations"] = {"features.alauda.io/cuda-version": "12.2"}
     placed = evaluate(the_pod, shipped(), DEFAULT, claims=index)
     assert placed.notes == (
         "required GPU nodes with CUDA ≥ 12.2 (annotation features.alauda.io/cuda-version)",
     )
+    # Integer operators for the major too (padded label values match): 12 ≤ D < 14, D ≥ 12.2.
     assert node_terms(apply(placed)) == [
         {
             "matchExpressions": [
-                expr("cuda-major-version", "In", 12),
+                expr("cuda-major-version", "Gt", 11),
+                expr("cuda-major-version", "Lt", 13),
                 expr("cuda-minor-version", "Gt", 1),
             ]
         },
-        {"matchExpressions": [expr("cuda-major-version", "In", 13)]},
+        {
+            "matchExpressions": [
+                expr("cuda-major-version", "Gt", 12),
+                expr("cuda-major-version", "Lt", 14),
+            ]
+        },
     ]
 
 

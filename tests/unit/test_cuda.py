@@ -8,6 +8,8 @@ import pytest
 
 from tests.helpers import (
     GPU,
+    GPUCORES,
+    GPUMEM,
     VCORE,
     VMEM,
     apply,
@@ -23,19 +25,19 @@ from tests.helpers import (
 from webhook.core.config import CudaLabels, WebhookConfig, load_config
 from webhook.core.rules.cuda import (
     CudaVersion,
-    NodeInventory,
     compatible,
     container_requirement,
+    detect,
     image_repository,
-    injected_terms,
 )
+from webhook.core.rules.terms import range_terms
 
 V = CudaVersion
 MAJOR, MINOR = "cuda-major-version", "cuda-minor-version"
 ANN_VERSION = "features.alauda.io/cuda-version"
 UNKNOWN = (
-    "CUDA version unknown, no node affinity added: set annotation "
-    'features.alauda.io/cuda-version (e.g. "12.4") or env CUDA_VERSION'
+    "CUDA version of busybox:1.36 unknown, no affinity: set features.alauda.io/cuda-version "
+    "or imageCudaTable"
 )
 DIGEST = "sha256:" + "a" * 64
 
@@ -49,6 +51,19 @@ def gpu_pod(
 
 def terms(*groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"matchExpressions": list(g)} for g in groups]
+
+
+def major_is(major: int, key: str = MAJOR) -> list[dict[str, Any]]:
+    """The driver's major equals `major`: Gt/Lt, so "012" matches too."""
+    return [expr(key, "Gt", major - 1), expr(key, "Lt", major + 1)]
+
+
+def pgpu(major: int, minor: int, skew: int = 1) -> list[dict[str, Any]]:
+    """Terms for physical GPUs needing CUDA major.minor (minor > 0), driver up to major+skew."""
+    return terms(
+        [*major_is(major), expr(MINOR, "Gt", minor - 1)],
+        [expr(MAJOR, "Gt", major), expr(MAJOR, "Lt", major + skew + 1)],
+    )
 
 
 # --- version detection --------------------------------------------------------------------------
@@ -118,6 +133,11 @@ def test_no_image_at_all() -> None:
         (
             [{"name": "NVIDIA_REQUIRE_CUDA", "value": "cuda>=12.2 brand=tesla,driver>=470"}],
             V(12, 2),
+            "env NVIDIA_REQUIRE_CUDA",
+        ),
+        (
+            [{"name": "NVIDIA_REQUIRE_CUDA", "value": "cuda>=12"}],
+            V(12, 0),
             "env NVIDIA_REQUIRE_CUDA",
         ),
         (
@@ -200,9 +220,7 @@ def test_annotation_beats_env_and_image() -> None:
     assert decision.notes == (
         "required GPU nodes with CUDA ≥ 11.8 (annotation features.alauda.io/cuda-version)",
     )
-    assert node_terms(apply(decision)) == terms(
-        [expr(MAJOR, "In", 11), expr(MINOR, "Gt", 7)], [expr(MAJOR, "In", 12)]
-    )
+    assert node_terms(apply(decision)) == pgpu(11, 8)
 
 
 def test_custom_image_pattern() -> None:
@@ -226,7 +244,8 @@ def test_image_repository() -> None:
         ("12.4.1", V(12, 4)),
         ("v11.8", V(11, 8)),
         (" 12.0 ", V(12, 0)),
-        ("12", None),
+        ("12", V(12, 0)),  # SPEC §4: "12" means 12.0
+        ("012.04", V(12, 4)),
         ("abc", None),
         (12.4, None),
     ],
@@ -268,63 +287,31 @@ LABELS = CudaLabels()
 
 
 @pytest.mark.parametrize(
-    ("runtime", "vgpu", "skew", "expected"),
+    ("low", "max_major", "expected"),
     [
         (
             V(12, 4),
-            False,
-            1,
-            [[expr(MAJOR, "In", 12), expr(MINOR, "Gt", 3)], [expr(MAJOR, "In", 13)]],
+            13,
+            [
+                [*major_is(12), expr(MINOR, "Gt", 3)],
+                [expr(MAJOR, "Gt", 12), expr(MAJOR, "Lt", 14)],
+            ],
         ),
-        (V(12, 4), False, 0, [[expr(MAJOR, "In", 12), expr(MINOR, "Gt", 3)]]),
+        (V(12, 4), 12, [[*major_is(12), expr(MINOR, "Gt", 3)]]),  # vGPU or skew 0
+        (V(12, 0), 13, [[expr(MAJOR, "Gt", 11), expr(MAJOR, "Lt", 14)]]),  # no minor for .0
+        (V(12, 0), 12, [major_is(12)]),
+        (V(8, 0), None, [[expr(MAJOR, "Gt", 7)]]),  # compute capability: no upper bound
         (
-            V(12, 4),
-            False,
-            2,
-            [[expr(MAJOR, "In", 12), expr(MINOR, "Gt", 3)], [expr(MAJOR, "In", 13, 14)]],
+            V(7, 5),
+            None,
+            [[*major_is(7), expr(MINOR, "Gt", 4)], [expr(MAJOR, "Gt", 7)]],
         ),
-        (V(12, 0), False, 1, [[expr(MAJOR, "In", 12, 13)]]),  # no minor expression for .0
-        (V(12, 0), False, 0, [[expr(MAJOR, "In", 12)]]),
-        (V(12, 0), True, 1, [[expr(MAJOR, "In", 12)]]),
-        (V(12, 4), True, 1, [[expr(MAJOR, "In", 12), expr(MINOR, "Gt", 3)]]),
-        (V(11, 8), True, 2, [[expr(MAJOR, "In", 11), expr(MINOR, "Gt", 7)]]),
     ],
 )
-def test_injected_terms(
-    runtime: CudaVersion, vgpu: bool, skew: int, expected: list[list[dict[str, Any]]]
+def test_range_terms(
+    low: CudaVersion, max_major: int | None, expected: list[list[dict[str, Any]]]
 ) -> None:
-    assert injected_terms(runtime, vgpu=vgpu, skew=skew, labels=LABELS) == expected
-
-
-@pytest.mark.parametrize("skew", [0, 1, 2])
-@pytest.mark.parametrize("runtime", [V(11, 8), V(12, 0), V(12, 4)])
-@pytest.mark.parametrize("vgpu", [False, True])
-def test_injected_terms_select_exactly_the_compatible_drivers(
-    runtime: CudaVersion, vgpu: bool, skew: int
-) -> None:
-    """The node-selector semantics of the injected terms equal compatible() for every driver."""
-    injected = injected_terms(runtime, vgpu=vgpu, skew=skew, labels=LABELS)
-
-    def selects(driver: CudaVersion, label_minor: str) -> bool:
-        labels = {MAJOR: str(driver.major), MINOR: label_minor}
-        for term in injected:
-            ok = True
-            for e in term:
-                value = labels[e["key"]]
-                if e["operator"] == "In":
-                    ok &= value in e["values"]
-                else:  # Gt compares integers, so "06" works
-                    ok &= int(value) > int(e["values"][0])
-            if ok:
-                return True
-        return False
-
-    for major in range(10, 16):
-        for minor in range(10):
-            driver = V(major, minor)
-            want = compatible(driver, runtime, vgpu=vgpu, skew=skew)
-            assert selects(driver, str(minor)) is want, driver
-            assert selects(driver, f"{minor:02d}") is want, driver
+    assert range_terms(LABELS, low, max_major) == expected
 
 
 # --- injection through evaluate() --------------------------------------------------------------
@@ -339,9 +326,7 @@ def test_pgpu_injection_exact_patch() -> None:
             "value": {
                 "nodeAffinity": {
                     "requiredDuringSchedulingIgnoredDuringExecution": {
-                        "nodeSelectorTerms": terms(
-                            [expr(MAJOR, "In", 12), expr(MINOR, "Gt", 3)], [expr(MAJOR, "In", 13)]
-                        )
+                        "nodeSelectorTerms": pgpu(12, 4)
                     }
                 }
             },
@@ -358,7 +343,7 @@ def test_pgpu_injection_exact_patch() -> None:
 def test_vgpu_injection_and_warning_for_12_4() -> None:
     original = pod(container(image="nvidia/cuda:12.4.1", limits={VCORE: "50", VMEM: "4"}))
     decision = run(original)
-    assert node_terms(apply(decision)) == terms([expr(MAJOR, "In", 12), expr(MINOR, "Gt", 3)])
+    assert node_terms(apply(decision)) == terms([*major_is(12), expr(MINOR, "Gt", 3)])
     assert decision.notes == ("required vGPU nodes with CUDA ≥ 12.4 (image nvidia/cuda:12.4.1)",)
     assert decision.warnings == (
         'container "c" needs CUDA 12.4: GPU-Manager vGPU supports CUDA < 12.4',
@@ -368,22 +353,53 @@ def test_vgpu_injection_and_warning_for_12_4() -> None:
 def test_vgpu_below_12_4_has_no_warning() -> None:
     decision = run(pod(container(image="nvidia/cuda:12.2.0", limits={VCORE: "50", VMEM: "4"})))
     assert decision.warnings == ()
-    assert node_terms(apply(decision)) == terms([expr(MAJOR, "In", 12), expr(MINOR, "Gt", 1)])
+    assert node_terms(apply(decision)) == terms([*major_is(12), expr(MINOR, "Gt", 1)])
+
+
+WHOLE_UNIT = policies(
+    crl(VCORE, "gpu-manager", wholeUnit="100"), crl(VMEM, "gpu-manager", requests="disabled")
+)
+
+
+@pytest.mark.parametrize("cores", ["100", "200", "300"])
+def test_gpu_manager_whole_card_mode_follows_the_physical_gpu_rule(cores: str) -> None:
+    original = pod(container(image="nvidia/cuda:12.4.1", limits={VCORE: cores, VMEM: "4"}))
+    decision = run(original, WHOLE_UNIT)
+    assert decision.notes == ("required GPU nodes with CUDA ≥ 12.4 (image nvidia/cuda:12.4.1)",)
+    assert node_terms(apply(decision)) == pgpu(12, 4)
+    assert decision.warnings == ()  # whole cards: native CUDA, no "< 12.4" warning
+
+
+@pytest.mark.parametrize("cores", ["50", "150"])
+def test_gpu_manager_fractional_share_stays_vgpu(cores: str) -> None:
+    original = pod(container(image="nvidia/cuda:12.2.0", limits={VCORE: cores, VMEM: "4"}))
+    decision = run(original, WHOLE_UNIT)
+    assert decision.notes == ("required vGPU nodes with CUDA ≥ 12.2 (image nvidia/cuda:12.2.0)",)
+
+
+@pytest.mark.parametrize("key", [GPUMEM, GPUCORES, "nvidia.com/gpumem-percentage"])
+def test_hami_keys_are_vgpu_by_default(key: str) -> None:
+    original = pod(
+        container(image="nvidia/cuda:12.2.0", limits={GPU: "1", key: "30"}, requests={GPU: "1"})
+    )
+    decision = run(original, policies())
+    assert decision.notes == ("required vGPU nodes with CUDA ≥ 12.2 (image nvidia/cuda:12.2.0)",)
+    assert node_terms(apply(decision)) == terms([*major_is(12), expr(MINOR, "Gt", 1)])
 
 
 def test_vgpu_names_are_configurable() -> None:
     config = load_config({"vgpuResourceNames": ["nvidia.com/gpu"]})
     decision = run(gpu_pod("nvidia/cuda:12.0.0"), config=config)
     assert decision.notes == ("required vGPU nodes with CUDA ≥ 12.0 (image nvidia/cuda:12.0.0)",)
-    assert node_terms(apply(decision)) == terms([expr(MAJOR, "In", 12)])
+    assert node_terms(apply(decision)) == terms(major_is(12))
 
 
 @pytest.mark.parametrize(
     ("skew", "expected"),
     [
-        (0, terms([expr(MAJOR, "In", 12)])),
-        (1, terms([expr(MAJOR, "In", 12, 13)])),
-        (2, terms([expr(MAJOR, "In", 12, 13, 14)])),
+        (0, terms(major_is(12))),
+        (1, terms([expr(MAJOR, "Gt", 11), expr(MAJOR, "Lt", 14)])),
+        (2, terms([expr(MAJOR, "Gt", 11), expr(MAJOR, "Lt", 15)])),
     ],
 )
 def test_max_major_skew_from_config(skew: int, expected: list[dict[str, Any]]) -> None:
@@ -412,11 +428,12 @@ def test_cross_product_with_user_terms_keeps_match_fields() -> None:
     mutated = apply(decision)
     inst = expr("node.kubernetes.io/instance-type", "In", "g5.xlarge")
     fields = [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]
+    same, newer = (t["matchExpressions"] for t in pgpu(12, 4))
     assert node_terms(mutated) == [
-        {"matchExpressions": [inst, expr(MAJOR, "In", 12), expr(MINOR, "Gt", 3)]},
-        {"matchExpressions": [inst, expr(MAJOR, "In", 13)]},
-        {"matchFields": fields, "matchExpressions": [expr(MAJOR, "In", 12), expr(MINOR, "Gt", 3)]},
-        {"matchFields": fields, "matchExpressions": [expr(MAJOR, "In", 13)]},
+        {"matchExpressions": [inst, *same]},
+        {"matchExpressions": [inst, *newer]},
+        {"matchFields": fields, "matchExpressions": same},
+        {"matchFields": fields, "matchExpressions": newer},
     ]
     # everything else in the affinity is untouched
     affinity = mutated["spec"]["affinity"]
@@ -432,6 +449,30 @@ def test_cross_product_with_user_terms_keeps_match_fields() -> None:
     assert_idempotent(decision)
 
 
+@pytest.mark.parametrize("empty", [{}, {"matchExpressions": []}, {"matchFields": []}])
+def test_an_empty_user_term_stays_empty(empty: dict[str, Any]) -> None:
+    """An empty term matches no node; adding CUDA expressions would make it match nodes."""
+    zone = {"matchExpressions": [expr("zone", "In", "a")]}
+    original = gpu_pod(
+        "nvidia/cuda:12.4.1",
+        affinity={
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [empty, zone]
+                }
+            }
+        },
+    )
+    decision = run(original)
+    same, newer = (t["matchExpressions"] for t in pgpu(12, 4))
+    assert node_terms(apply(decision)) == [
+        empty,
+        {"matchExpressions": [expr("zone", "In", "a"), *same]},
+        {"matchExpressions": [expr("zone", "In", "a"), *newer]},
+    ]
+    assert_idempotent(decision)
+
+
 def test_user_affinity_mentioning_cuda_labels_is_kept_with_a_warning() -> None:
     user = {
         "nodeAffinity": {
@@ -444,28 +485,41 @@ def test_user_affinity_mentioning_cuda_labels_is_kept_with_a_warning() -> None:
     assert decision.patch == []
     assert decision.notes == ()
     assert decision.warnings == (
-        "your cuda-major-version/cuda-minor-version node "
-        "affinity is kept as is; this pod needs CUDA ≥ 12.4",
+        "your node affinity on cuda-major-version is kept as is; "
+        "this pod needs CUDA ≥ 12.4 and < 14.0",
     )
 
 
-@pytest.mark.parametrize("label", [MAJOR, MINOR])
-def test_node_selector_with_cuda_label_is_kept(label: str) -> None:
+@pytest.mark.parametrize(
+    "label", [MAJOR, MINOR, "nvidia.com/cuda.runtime-version.major", "nvidia.com/gpu.compute.major"]
+)
+def test_node_selector_with_a_placement_label_is_kept(label: str) -> None:
     decision = run(gpu_pod("nvidia/cuda:12.4.1", nodeSelector={label: "12"}))
     assert decision.patch == []
     assert decision.warnings == (
-        "your cuda-major-version/cuda-minor-version node "
-        "affinity is kept as is; this pod needs CUDA ≥ 12.4",
+        f"your node affinity on {label} is kept as is; this pod needs CUDA ≥ 12.4 and < 14.0",
     )
 
 
-def test_opt_out_annotation() -> None:
+@pytest.mark.parametrize("value", ["false", "FALSE", "No", "0", "off", " Off "])
+def test_opt_out_annotation(value: str) -> None:
     decision = run(
-        gpu_pod("nvidia/cuda:12.4.1", annotations={"features.alauda.io/cuda-affinity": "false"})
+        gpu_pod("nvidia/cuda:12.4.1", annotations={"features.alauda.io/cuda-affinity": value})
     )
     assert decision.patch == []
     assert decision.notes == ()
     assert decision.warnings == ()
+
+
+def test_unrecognised_opt_out_value_warns_and_keeps_the_affinity() -> None:
+    decision = run(
+        gpu_pod("nvidia/cuda:12.4.1", annotations={"features.alauda.io/cuda-affinity": "nope"})
+    )
+    assert node_terms(apply(decision)) == pgpu(12, 4)
+    assert decision.warnings == (
+        "annotation features.alauda.io/cuda-affinity='nope' not understood: "
+        "use false/no/0/off to opt out",
+    )
 
 
 def test_affinity_switched_off_by_config() -> None:
@@ -473,29 +527,47 @@ def test_affinity_switched_off_by_config() -> None:
     assert (decision.patch, decision.notes, decision.warnings) == ([], (), ())
 
 
-def test_gpu_feature_discovery_labels_by_config_alone() -> None:
+def test_single_legacy_label_scheme_by_config() -> None:
+    gmaj, gmin = "nvidia.com/cuda.runtime-version.major", "nvidia.com/cuda.runtime-version.minor"
+    config = load_config({"cudaLabels": {"major": gmaj, "minor": gmin}})
+    decision = run(gpu_pod("nvidia/cuda:12.4.1"), config=config)
+    assert node_terms(apply(decision)) == terms(
+        [*major_is(12, gmaj), expr(gmin, "Gt", 3)],
+        [expr(gmaj, "Gt", 12), expr(gmaj, "Lt", 14)],
+    )
+    assert_idempotent(decision, config=config)
+
+
+def test_without_inventory_the_first_scheme_is_used() -> None:
     config = load_config(
         {
-            "cudaLabels": {
-                "major": "nvidia.com/cuda.runtime-version.major",
-                "minor": "nvidia.com/cuda.runtime-version.minor",
-            }
+            "cudaLabelSchemes": [
+                {"name": "corp", "major": "corp.io/cuda-major", "minor": "corp.io/cuda-minor"},
+                {"major": MAJOR, "minor": MINOR},
+            ]
         }
     )
-    decision = run(gpu_pod("nvidia/cuda:12.4.1"), config=config)
-    gmaj, gmin = "nvidia.com/cuda.runtime-version.major", "nvidia.com/cuda.runtime-version.minor"
+    decision = run(gpu_pod("nvidia/cuda:12.0.0"), config=config)
     assert node_terms(apply(decision)) == terms(
-        [expr(gmaj, "In", 12), expr(gmin, "Gt", 3)], [expr(gmaj, "In", 13)]
+        [expr("corp.io/cuda-major", "Gt", 11), expr("corp.io/cuda-major", "Lt", 14)]
     )
-    # JSON-pointer escaping is not needed here (label keys are values, not paths), and the
-    # GFD-labelled pod is idempotent too
-    assert_idempotent(decision, config=config)
 
 
 def test_unknown_version_warns_and_injects_nothing() -> None:
     decision = run(gpu_pod("busybox:1.36"))
     assert decision.patch == []
     assert decision.warnings == (UNKNOWN,)
+
+
+def test_unknown_version_warning_names_a_long_image_within_120_characters() -> None:
+    image = "registry.example.com/team/very-long-repository-name-for-serving:2024.06.01-build7"
+    decision = run(gpu_pod(image))
+    (warning,) = decision.warnings
+    assert len(warning) <= 120
+    assert warning == (
+        "CUDA version of very-long-repository-name-f… unknown, no affinity: "
+        "set features.alauda.io/cuda-version or imageCudaTable"
+    )
 
 
 def test_bad_annotation_is_reported_and_image_used() -> None:
@@ -506,22 +578,93 @@ def test_bad_annotation_is_reported_and_image_used() -> None:
     assert decision.notes == ("required GPU nodes with CUDA ≥ 11.8 (image nvidia/cuda:11.8.0)",)
 
 
-def test_requirement_is_the_max_over_gpu_containers() -> None:
+def test_annotation_major_only_means_minor_zero() -> None:
+    decision = run(gpu_pod("busybox:1.36", annotations={ANN_VERSION: "12"}))
+    assert decision.notes == (
+        "required GPU nodes with CUDA ≥ 12.0 (annotation features.alauda.io/cuda-version)",
+    )
+    assert node_terms(apply(decision)) == terms([expr(MAJOR, "Gt", 11), expr(MAJOR, "Lt", 14)])
+
+
+@pytest.mark.parametrize("value", ["0.5", "100.0", "123"])
+def test_implausible_annotation_is_ignored_with_a_warning(value: str) -> None:
+    decision = run(gpu_pod("nvidia/cuda:11.8.0", annotations={ANN_VERSION: value}))
+    assert decision.warnings == (
+        f"annotation features.alauda.io/cuda-version={value!r} is not plausible (1.0 to 99.x); "
+        "ignored",
+    )
+    assert decision.notes == ("required GPU nodes with CUDA ≥ 11.8 (image nvidia/cuda:11.8.0)",)
+
+
+def test_implausible_env_version_is_ignored_with_a_warning() -> None:
+    c = {"image": "nvidia/cuda:11.8.0", "env": [{"name": "CUDA_VERSION", "value": "0.9"}]}
+    detection = detect(c, WebhookConfig())
+    assert detection.requirement is not None and detection.requirement.version == V(11, 8)
+    assert detection.warnings == (
+        "env CUDA_VERSION gives CUDA 0.9, not a plausible CUDA version (1.0 to 99.x); ignored",
+    )
+
+
+def test_image_guess_below_7_is_ignored_with_a_warning() -> None:
+    detection = detect({"image": "example.com/app:1.0-cuda-6.5-devel"}, WebhookConfig())
+    assert detection.requirement is None
+    assert detection.warnings == (
+        "CUDA 6.5 read from image app:1.0-cuda-6.5-devel is implausible; ignored",
+    )
+
+
+def test_last_duplicate_env_entry_wins() -> None:
+    c: dict[str, Any] = {
+        "image": "busybox",
+        "env": [
+            {"name": "CUDA_VERSION", "value": "11.0"},
+            {"name": "CUDA_VERSION", "value": "12.2"},
+            {"name": "NVIDIA_REQUIRE_CUDA", "value": "cuda>=10.0"},
+        ],
+    }
+    req = container_requirement(c, WebhookConfig())
+    assert req is not None and (req.version, req.source) == (V(12, 2), "env CUDA_VERSION=12.2")
+    # a later valueFrom entry replaces an earlier literal: the literal is not what runs
+    c["env"].append({"name": "CUDA_VERSION", "valueFrom": {"fieldRef": {}}})
+    req = container_requirement(c, WebhookConfig())
+    assert req is not None and req.source == "env NVIDIA_REQUIRE_CUDA"
+
+
+def test_requirement_is_the_intersection_over_gpu_containers() -> None:
+    """11.8 and 12.4 with skew 1: only 12.4 ≤ D < 13 serves both (SPEC §4)."""
     original = pod(
         container("a", "nvidia/cuda:11.8.0", limits={GPU: "1"}, requests={GPU: "1"}),
         container(
             "b",
-            "pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime",
+            "pytorch/pytorch:2.3.0-cuda12.4-cudnn8-runtime",
             limits={GPU: "1"},
             requests={GPU: "1"},
         ),
-        container("c", "nvidia/cuda:12.0.0", limits={GPU: "1"}, requests={GPU: "1"}),
         container("sidecar", "nvidia/cuda:13.0.0", limits={"cpu": "1"}),  # not a GPU container
     )
     decision = run(original)
     assert decision.notes == (
-        "required GPU nodes with CUDA ≥ 12.1 (image pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime)",
+        "required GPU nodes with CUDA ≥ 12.4 and < 13.0 "
+        "(image pytorch/pytorch:2.3.0-cuda12.4-cudnn8-runtime)",
     )
+    assert node_terms(apply(decision)) == terms([*major_is(12), expr(MINOR, "Gt", 3)])
+    assert_idempotent(decision)
+
+
+def test_empty_intersection_is_a_violation_naming_the_containers() -> None:
+    original = pod(
+        container("old", "nvidia/cuda:11.8.0", limits={VCORE: "50", VMEM: "4"}),
+        container("new", "nvidia/cuda:12.2.0", limits={GPU: "1"}, requests={GPU: "1"}),
+    )
+    decision = run(original)
+    assert decision.denial_message() == (
+        'Pod ml/train: no node driver can run all GPU containers: container "old" needs CUDA '
+        '11.8 on vGPU (driver ≥ 11.8 and < 12.0); container "new" needs CUDA 12.2 (driver ≥ '
+        "12.2 and < 14.0); align their CUDA versions or split them into separate pods."
+    )
+    assert decision.patch == []
+    # /validate (violations only) denies the same way
+    assert run(original, violations_only=True).violations == decision.violations
 
 
 def test_some_containers_unknown() -> None:
@@ -530,7 +673,9 @@ def test_some_containers_unknown() -> None:
         container("b", "busybox", limits={GPU: "1"}, requests={GPU: "1"}),
     )
     decision = run(original)
-    assert decision.warnings == ("CUDA version unknown for b; affinity uses the other containers",)
+    assert decision.warnings == (
+        "CUDA version of busybox unknown; node affinity uses the other containers",
+    )
     assert decision.notes == ("required GPU nodes with CUDA ≥ 12.4 (image nvidia/cuda:12.4.1)",)
 
 
@@ -560,67 +705,3 @@ def test_mps_memory_below_11_4_warns() -> None:
     )
     new = pod(container(image="nvidia/cuda:11.4.0", limits={"nvidia.com/mps-memory": "1"}))
     assert run(new, ps).warnings == ()
-
-
-# --- node inventory ------------------------------------------------------------------------------
-
-
-def test_inventory_without_labelled_nodes_injects_nothing() -> None:
-    decision = run(gpu_pod("nvidia/cuda:12.4.1"), inventory=NodeInventory(frozenset()))
-    assert decision.patch == []
-    assert decision.warnings == (
-        "no node carries the cuda-major-version/cuda-minor-version "
-        "labels: no CUDA node affinity added",
-    )
-
-
-def test_inventory_with_a_satisfying_node_injects_silently() -> None:
-    inventory = NodeInventory(frozenset({V(12, 4), V(11, 8)}))
-    decision = run(gpu_pod("nvidia/cuda:12.4.1"), inventory=inventory)
-    assert decision.warnings == ()
-    assert decision.allowed
-    assert node_terms(apply(decision)) == terms(
-        [expr(MAJOR, "In", 12), expr(MINOR, "Gt", 3)], [expr(MAJOR, "In", 13)]
-    )
-
-
-def test_no_compatible_node_warns_by_default() -> None:
-    inventory = NodeInventory(frozenset({V(12, 4), V(11, 8)}))
-    decision = run(gpu_pod("nvidia/cuda:12.6.1"), inventory=inventory)
-    assert decision.allowed
-    assert decision.warnings == ("no node supports CUDA 12.6; highest available is 12.4",)
-
-
-def test_no_compatible_node_denies_by_config() -> None:
-    inventory = NodeInventory(frozenset({V(12, 4), V(11, 8)}))
-    config = load_config({"noCompatibleNode": "deny"})
-    decision = run(gpu_pod("nvidia/cuda:12.6.1"), config=config, inventory=inventory)
-    assert decision.denial_message() == (
-        "Pod ml/train: no node supports CUDA 12.6; highest "
-        "available is 12.4 (image nvidia/cuda:12.6.1)."
-    )
-    assert decision.patch == []
-    # /validate evaluates with violations_only: this rule can deny, so it still runs.
-    only = run(
-        gpu_pod("nvidia/cuda:12.6.1"), config=config, inventory=inventory, violations_only=True
-    )
-    assert only.violations == decision.violations
-
-
-def test_no_compatible_vgpu_node() -> None:
-    inventory = NodeInventory(frozenset({V(13, 4), V(11, 8)}))
-    config = load_config({"noCompatibleNode": "deny"})
-    decision = run(
-        pod(container(image="nvidia/cuda:12.2.0", limits={VCORE: "50", VMEM: "4"})),
-        config=config,
-        inventory=inventory,
-    )
-    assert [v.message for v in decision.violations] == [
-        "Pod ml/train: no node supports CUDA 12.2 on vGPU; "
-        "highest available is 13.4 (image nvidia/cuda:12.2.0)."
-    ]
-
-
-def test_inventory_is_ignored_for_non_gpu_pods() -> None:
-    decision = run(pod(container(limits={"cpu": "1"})), inventory=NodeInventory(frozenset()))
-    assert (decision.patch, decision.warnings) == ([], ())

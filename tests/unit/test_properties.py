@@ -14,7 +14,7 @@ from tests.helpers import GPU, GPUCORES, GPUMEM, VCORE, VMEM, standard_policies,
 from webhook.core.config import WebhookConfig, load_config
 from webhook.core.errors import WebhookError
 from webhook.core.evaluate import evaluate
-from webhook.core.rules.cuda import CudaVersion, NodeInventory
+from webhook.core.inventory import NodeInventory
 
 # Bounded so the file runs in a few seconds; no deadline (CI machines vary in speed).
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -155,7 +155,12 @@ annotation_maps = st.dictionaries(
 inventories = st.one_of(
     st.none(),
     st.builds(
-        lambda vs: NodeInventory(frozenset(CudaVersion(a, b) for a, b in vs)),
+        lambda vs: NodeInventory.build(
+            {
+                f"n{i}": {"cuda-major-version": str(a), "cuda-minor-version": str(b)}
+                for i, (a, b) in enumerate(vs)
+            }
+        ),
         st.lists(st.tuples(st.integers(10, 14), st.integers(0, 9)), max_size=3),
     ),
 )

@@ -135,7 +135,12 @@ def test_template_mutation_on(kind: str, path: tuple[str, ...]) -> None:
     assert c["resources"]["limits"] == {VCORE: "50", VMEM: "4"}
     assert c["env"] == [{"name": "FLAGS_allocator_strategy", "value": "naive_best_fit"}]
     assert node_terms(mutated, *path, "spec") == [
-        {"matchExpressions": [expr("cuda-major-version", "In", 12)]}
+        {
+            "matchExpressions": [
+                expr("cuda-major-version", "Gt", 11),
+                expr("cuda-major-version", "Lt", 13),
+            ]
+        }
     ]
     pointer = "/" + "/".join(path)
     assert all(op["path"].startswith(pointer + "/spec/") for op in decision.patch)

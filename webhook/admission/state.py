@@ -15,8 +15,8 @@ from webhook.admission.metrics import Metrics
 from webhook.core.claims import ClaimIndex
 from webhook.core.config import WebhookConfig
 from webhook.core.evaluate import Decision
+from webhook.core.inventory import NodeInventory
 from webhook.core.policyset import PolicySet
-from webhook.core.rules.cuda import NodeInventory
 from webhook.sources.store import PolicyStore
 from webhook.tls.certs import CertReloader
 

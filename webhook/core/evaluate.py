@@ -25,12 +25,12 @@ from webhook.core.decision import (
     short,
 )
 from webhook.core.errors import ObjectShapeError
+from webhook.core.inventory import NodeInventory
 from webhook.core.patches import Draft
 from webhook.core.placement import place
 from webhook.core.policyset import PolicySet
 from webhook.core.quantity import format_quantity
 from webhook.core.registry import WorkloadKind
-from webhook.core.rules import cuda
 from webhook.core.rules.envfix import env_fixes
 from webhook.core.rules.resources import (
     MISSING,
@@ -155,14 +155,14 @@ def _evaluate_spec(
     state: PodState,
     policies: PolicySet,
     config: WebhookConfig,
-    inventory: cuda.NodeInventory | None,
+    inventory: NodeInventory | None,
     claims: ClaimIndex | None,
     namespace: str | None,
     violations_only: bool,
 ) -> None:
     pod = state.pod
-    # Env fixes only ever add changes and warnings; the CUDA rule can deny only against a node
-    # inventory with noCompatibleNode: deny. A violations-only caller skips what cannot deny.
+    # Env fixes only ever add changes and warnings: a violations-only caller skips them.
+    # Placement always runs: containers that no single node can serve are a violation.
     env_fixes_on = False
     if not violations_only:
         opted_out, warning = parse_opt_out(
@@ -171,7 +171,6 @@ def _evaluate_spec(
         env_fixes_on = not opted_out
         if warning:
             state.warnings.append(short(warning))
-    cuda_on = not violations_only or (inventory is not None and config.no_compatible_node == "deny")
     dra = pod_claims(pod.spec, namespace, claims, config.gpu_device_classes)
     state.warnings += dra.warnings
     gpu: list[tuple[ContainerRef, set[str]]] = []
@@ -184,8 +183,8 @@ def _evaluate_spec(
             gpu.append((c, keys))
             if env_fixes_on:
                 _env(state, c, keys, config)
-    if gpu and cuda_on:
-        place(state, gpu, config, inventory)
+    if gpu:
+        place(state, gpu, config, inventory, policies, violations_only=violations_only)
 
 
 def _evaluate_pod(
@@ -194,7 +193,7 @@ def _evaluate_pod(
     policies: PolicySet,
     config: WebhookConfig,
     namespace: str | None,
-    inventory: cuda.NodeInventory | None,
+    inventory: NodeInventory | None,
     claims: ClaimIndex | None,
     *,
     mutate_template: bool,
@@ -249,7 +248,7 @@ def evaluate(
     operation: str = "CREATE",
     sub_resource: str = "",
     old_object: Mapping[str, Any] | None = None,
-    inventory: cuda.NodeInventory | None = None,
+    inventory: NodeInventory | None = None,
     claims: ClaimIndex | None = None,
     violations_only: bool = False,
 ) -> Decision:

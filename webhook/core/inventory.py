@@ -3,21 +3,152 @@
 Sources build it from a metadata-only list/watch of Nodes, keeping only the label keys that
 placement reads (`WebhookConfig.inventory_label_keys`); the CLI builds it from
 `kubectl get nodes -o yaml` output. Evaluation only reads it.
+
+Everything placement asks is precomputed when the snapshot is built: counts per version and
+scheme, and each node's versions for DaemonSet pods pinned to one node. A review then costs
+the number of distinct versions in the cluster (a handful), never the number of nodes.
 """
 
 from __future__ import annotations
 
+import sys
+from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Any
+
+from webhook.core.config import CudaLabels, WebhookConfig
+from webhook.core.rules.versions import CudaVersion, label_int
+
+_DEFAULT_CONFIG = WebhookConfig()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
+class NodeFacts:
+    """What one node advertises: its CUDA version per scheme index, its compute capability."""
+
+    cuda: tuple[tuple[int, CudaVersion], ...]
+    compute: CudaVersion | None
+
+
+@dataclass(frozen=True, slots=True)
+class InventoryFacts:
+    """The inventory read through one config's label schemes."""
+
+    schemes: tuple[CudaLabels, ...]
+    total: int
+    labelled: int  # nodes carrying at least one CUDA scheme
+    by_scheme: tuple[Mapping[CudaVersion, int], ...]  # aligned with `schemes`
+    cuda: Mapping[CudaVersion, int]  # per node: the version of the first scheme it carries
+    compute: Mapping[CudaVersion, int]
+    nodes: Mapping[str, NodeFacts]
+    # Distinct (CUDA versions per scheme, compute capability) pairs, for "both on one node".
+    combos: frozenset[tuple[tuple[tuple[int, CudaVersion], ...], CudaVersion | None]]
+
+    @property
+    def carried(self) -> tuple[CudaLabels, ...]:
+        """Schemes at least one node carries, in config order."""
+        return tuple(s for s, counts in zip(self.schemes, self.by_scheme, strict=True) if counts)
+
+
+def _version(labels: Mapping[str, str], scheme: CudaLabels) -> CudaVersion | None:
+    major, minor = label_int(labels.get(scheme.major)), label_int(labels.get(scheme.minor))
+    if major is None or minor is None:
+        # Half-labelled nodes are not counted: the injected terms need both labels anyway
+        # (except for a .0 version, where the count is only an under-estimate for messages).
+        return None
+    return CudaVersion(major, minor)
+
+
+def _facts(
+    nodes: Mapping[str, Mapping[str, str]], schemes: tuple[CudaLabels, ...], compute: CudaLabels
+) -> InventoryFacts:
+    by_scheme: list[Counter[CudaVersion]] = [Counter() for _ in schemes]
+    per_node_cuda: Counter[CudaVersion] = Counter()
+    compute_counts: Counter[CudaVersion] = Counter()
+    facts: dict[str, NodeFacts] = {}
+    # One shared NodeFacts per distinct combination: 10,000 nodes hold a handful of objects.
+    shared: dict[tuple[tuple[tuple[int, CudaVersion], ...], CudaVersion | None], NodeFacts] = {}
+    for name, labels in nodes.items():
+        found: list[tuple[int, CudaVersion]] = []
+        for index, scheme in enumerate(schemes):
+            version = _version(labels, scheme)
+            if version is not None:
+                found.append((index, version))
+                by_scheme[index][version] += 1
+        if found:
+            per_node_cuda[found[0][1]] += 1
+        capability = _version(labels, compute)
+        if capability is not None:
+            compute_counts[capability] += 1
+        if found or capability is not None:
+            key = (tuple(found), capability)
+            node = shared.get(key)
+            if node is None:
+                node = shared[key] = NodeFacts(*key)
+            facts[name] = node
+    return InventoryFacts(
+        schemes=schemes,
+        total=len(nodes),
+        labelled=sum(per_node_cuda.values()),
+        by_scheme=tuple(MappingProxyType(dict(c)) for c in by_scheme),
+        cuda=MappingProxyType(dict(per_node_cuda)),
+        compute=MappingProxyType(dict(compute_counts)),
+        nodes=MappingProxyType(facts),
+        combos=frozenset(shared),
+    )
+
+
 class NodeInventory:
     """Per node name, the kept labels ({key: value}); built once per change, read per review."""
 
-    nodes: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    __slots__ = ("_facts", "nodes")
+
+    def __init__(
+        self,
+        nodes: Mapping[str, Mapping[str, str]] | None = None,
+        *,
+        config: WebhookConfig | None = None,
+    ) -> None:
+        self.nodes: Mapping[str, Mapping[str, str]] = MappingProxyType(
+            {
+                name: {key: sys.intern(value) for key, value in labels.items()}
+                for name, labels in (nodes or {}).items()
+            }
+        )
+        self._facts: dict[tuple[Any, ...], InventoryFacts] = {}
+        self.facts(config or _DEFAULT_CONFIG)  # precompute now, off the request path
 
     @classmethod
-    def build(cls, nodes: Mapping[str, Mapping[str, str]]) -> NodeInventory:
-        return cls(MappingProxyType({name: dict(labels) for name, labels in nodes.items()}))
+    def build(
+        cls, nodes: Mapping[str, Mapping[str, str]], *, config: WebhookConfig | None = None
+    ) -> NodeInventory:
+        """The snapshot for `nodes` (name -> labels). Pass the webhook's config when it has
+        non-default label schemes, so the precomputation is done here and not by a review."""
+        return cls(nodes, config=config)
+
+    def facts(self, config: WebhookConfig) -> InventoryFacts:
+        """The precomputed view for `config`'s schemes (computed once per distinct schemes)."""
+        key = (config.schemes, config.compute_capability_labels)
+        facts = self._facts.get(key)
+        if facts is None:
+            facts = _facts(self.nodes, config.schemes, config.compute_capability_labels)
+            self._facts[key] = facts
+        return facts
+
+    def to_json(self, config: WebhookConfig | None = None) -> dict[str, Any]:
+        """For /inventory and metrics: node counts per CUDA version and compute capability."""
+        facts = self.facts(config or _DEFAULT_CONFIG)
+        return {
+            "nodes": facts.total,
+            "labelledNodes": facts.labelled,
+            "schemes": [s.label for s in facts.carried],
+            "cuda": {str(v): n for v, n in sorted(facts.cuda.items(), reverse=True)},
+            "computeCapability": {
+                str(v): n for v, n in sorted(facts.compute.items(), reverse=True)
+            },
+        }
+
+    def __repr__(self) -> str:
+        return f"NodeInventory({len(self.nodes)} nodes)"

@@ -1,100 +1,350 @@
-"""GPU placement (SPEC §4): the CUDA requirement of a pod's GPU containers -> node affinity."""
+"""GPU placement (SPEC §4): what a pod's GPU containers need (CUDA, compute capability), checked
+against the node inventory when there is one, and injected as required node affinity."""
 
 from __future__ import annotations
 
-from webhook.core.config import ANNOTATION_CUDA_AFFINITY, WebhookConfig
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import reduce
+from typing import Any, NamedTuple
+
+from webhook.core.annotations import parse_opt_out
+from webhook.core.config import ANNOTATION_CUDA_AFFINITY, ANNOTATION_CUDA_VERSION, WebhookConfig
 from webhook.core.decision import PodState, Violation, container_label, short
-from webhook.core.rules import cuda
+from webhook.core.errors import QuantityError
+from webhook.core.inventory import InventoryFacts, NodeInventory
+from webhook.core.policyset import PolicySet
+from webhook.core.quantity import parse_quantity
+from webhook.core.rules import cuda, fit
+from webhook.core.rules.images import display_name
+from webhook.core.rules.terms import (
+    Term,
+    already_injected,
+    cross,
+    mentioned_key,
+    merge_terms,
+    range_terms,
+    required_terms,
+    union_terms,
+)
+from webhook.core.rules.versions import CudaVersion
 from webhook.core.workloads import ContainerRef
+
+_V12_4 = CudaVersion(12, 4)
+_V11_4 = CudaVersion(11, 4)
+_REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+
+
+class _Need(NamedTuple):
+    container: ContainerRef
+    requirement: cuda.Requirement
+    vgpu: bool
+    range: cuda.Range
+
+
+def _value_in(resources: Any, key: str) -> Any:
+    for field in ("limits", "requests"):
+        values = resources.get(field) if isinstance(resources, Mapping) else None
+        if isinstance(values, Mapping) and key in values:
+            return values[key]
+    return None
+
+
+def _resource_value(state: PodState, c: ContainerRef, key: str) -> Any:
+    value = _value_in(c.container.get("resources"), key)
+    if value is not None or not state.draft.changed:
+        return value
+    # Not written by the user: a default the resource rule just wrote into the draft counts.
+    node: Any = state.draft.root
+    for part in state.container_path(c):
+        node = node.get(part) if isinstance(node, Mapping) else node[part]
+    return _value_in(node.get("resources") if isinstance(node, Mapping) else None, key)
+
+
+def _whole_card(
+    state: PodState, c: ContainerRef, keys: set[str], policies: PolicySet, config: WebhookConfig
+) -> bool:
+    """GPU-Manager whole-card mode: a vGPU key at a positive multiple of its CRL wholeUnit
+    (vcuda-core 100, 200, ...) hands the container whole GPUs, with native CUDA support."""
+    for key in keys.intersection(config.vgpu_resource_names):
+        policy = policies.by_key.get(key)
+        if policy is None or not policy.whole_unit:
+            continue
+        raw = _resource_value(state, c, key)
+        if isinstance(raw, str) and raw.isascii() and raw.isdigit():
+            value: Fraction | int = int(raw)  # the common case, without the full grammar
+        else:
+            try:
+                value = parse_quantity(raw)
+            except QuantityError:
+                continue
+        if value > 0 and value % policy.whole_unit == 0:
+            return True
+    return False
+
+
+def meta(state: PodState) -> Any:
+    return state.draft.original.get("metadata")
+
+
+def _problem(state: PodState, config: WebhookConfig, text: str, rule: str) -> bool:
+    """Report a placement nobody can satisfy; True when it denies."""
+    if config.no_compatible_node == "deny":
+        state.violations.append(Violation(f"{state.ref}: {text}.", state.ref, rule=rule))
+        return True
+    state.warnings.append(short(text))
+    return False
+
+
+Envs = dict[int, dict[str, str | None]]
+
+
+def _env(envs: Envs, c: ContainerRef) -> dict[str, str | None]:
+    """A container's env as a dict, built once per review for both CUDA and compute rules."""
+    env = envs.get(id(c.container))
+    if env is None:
+        env = envs[id(c.container)] = cuda.env_values(c.container)
+    return env
+
+
+def _needs(
+    state: PodState,
+    gpu: list[tuple[ContainerRef, set[str]]],
+    config: WebhookConfig,
+    policies: PolicySet,
+    envs: Envs,
+) -> tuple[list[_Need], list[ContainerRef]]:
+    pod_req, warning = cuda.annotation_requirement(state.pod.annotations)
+    if warning:
+        state.warnings.append(short(warning))
+    needs: list[_Need] = []
+    unknown: list[ContainerRef] = []
+    skew = config.max_major_skew
+    for c, keys in gpu:
+        where = container_label(c)
+        req = pod_req
+        if req is None:
+            detection = cuda.detect(c.container, config, _env(envs, c))
+            state.warnings += [short(f"{where}: {w}") for w in detection.warnings]
+            req = detection.requirement
+        whole = _whole_card(state, c, keys, policies, config)
+        if req is None:
+            unknown.append(c)
+            continue
+        vgpu = not whole and not keys.isdisjoint(config.vgpu_resource_names)
+        gpu_manager = not whole and not keys.isdisjoint(config.gpu_manager_resource_names)
+        if gpu_manager and req.version >= _V12_4:
+            state.warnings.append(
+                short(f"{where} needs CUDA {req.version}: GPU-Manager vGPU supports CUDA < 12.4")
+            )
+        if not keys.isdisjoint(config.mps_memory_resource_names) and req.version < _V11_4:
+            state.warnings.append(
+                short(f"{where} needs CUDA {req.version}: MPS memory limits need CUDA ≥ 11.4")
+            )
+        needs.append(_Need(c, req, vgpu, cuda.cuda_range(req.version, vgpu=vgpu, skew=skew)))
+    return needs, unknown
+
+
+def _unknown_warning(c: ContainerRef, others: bool) -> str:
+    image = c.container.get("image")
+    name = display_name(image, 28) if isinstance(image, str) and image else f"{c.name} (no image)"
+    if others:
+        return short(f"CUDA version of {name} unknown; node affinity uses the other containers")
+    return short(
+        f"CUDA version of {name} unknown, no affinity: set {ANNOTATION_CUDA_VERSION} "
+        "or imageCudaTable"
+    )
+
+
+def _intersection(needs: list[_Need]) -> cuda.Range:
+    if len(needs) == 1:
+        return needs[0].range
+    return reduce(lambda a, b: a & b, (n.range for n in needs))
+
+
+def _intersection_violation(state: PodState, needs: list[_Need]) -> bool:
+    """The pod needs one node for all its containers: an empty intersection is a violation."""
+    if not needs or not _intersection(needs).empty:
+        return False
+    listed = "; ".join(
+        f"{container_label(n.container)} needs CUDA {n.requirement.version}"
+        f"{' on vGPU' if n.vgpu else ''} (driver {n.range.text()})"
+        for n in needs
+    )
+    state.violations.append(
+        Violation(
+            f"{state.ref}: no node driver can run all GPU containers: {listed}; "
+            "align their CUDA versions or split them into separate pods.",
+            state.ref,
+            rule="cuda",
+        )
+    )
+    return True
+
+
+@dataclass
+class _Plan:
+    terms: list[Term]
+    notes: list[tuple[str, str]]
+    wants: list[str]  # "CUDA ≥ 12.4", for the kept-affinity warning
+    cuda: cuda.Range | None = None  # set when some inventory node meets it (or no inventory)
+    compute: CudaVersion | None = None
+
+
+def _cuda_terms(
+    state: PodState,
+    needs: list[_Need],
+    unknown: list[ContainerRef],
+    config: WebhookConfig,
+    facts: InventoryFacts | None,
+    plan: _Plan,
+) -> bool:
+    """Add the CUDA part to `plan`; False when the pod is denied."""
+    for c in unknown:
+        state.warnings.append(_unknown_warning(c, others=bool(needs)))
+    if not needs:
+        return True
+    rng = _intersection(needs)
+    top = max(needs, key=lambda n: n.requirement.version)
+    vgpu = any(n.vgpu for n in needs)
+    if facts is not None:
+        if not facts.labelled:
+            state.warnings.append(
+                "CUDA placement is not enforced: no node advertises its CUDA version"
+            )
+            return True
+        text = fit.cuda_problem(facts, rng, vgpu)
+        if text and _problem(state, config, text, "cuda"):
+            return False
+        plan.cuda = None if text else rng
+    schemes = config.schemes[:1] if facts is None else facts.carried
+    plan.terms = union_terms(schemes, rng.low, rng.max_major)
+    bound = ""
+    if rng.max_major is not None and rng.max_major != top.range.max_major:
+        bound = f" and < {rng.max_major + 1}.0"
+    mode = "vGPU" if vgpu else "GPU"
+    plan.notes.append(
+        (
+            "cuda-affinity",
+            f"required {mode} nodes with CUDA ≥ {rng.low}{bound} ({top.requirement.source})",
+        )
+    )
+    plan.wants.append(f"CUDA {rng.text()}")
+    return True
+
+
+def _compute_requirement(
+    state: PodState, gpu: list[tuple[ContainerRef, set[str]]], config: WebhookConfig, envs: Envs
+) -> cuda.Requirement | None:
+    req, warning = cuda.annotation_compute(state.pod.annotations)
+    if warning:
+        state.warnings.append(short(warning))
+    if req is not None or not config.compute_capability_rules:
+        return req
+    found = [
+        cuda.compute_requirement(
+            c.container, config.compute_capability_rules, container_label(c), _env(envs, c)
+        )
+        for c, _ in gpu
+    ]
+    return max((r for r in found if r is not None), key=lambda r: r.version, default=None)
+
+
+def _compute_terms(
+    state: PodState,
+    req: cuda.Requirement | None,
+    config: WebhookConfig,
+    facts: InventoryFacts | None,
+    plan: _Plan,
+) -> bool:
+    if req is None:
+        return True
+    low = req.version
+    if facts is not None:
+        if not facts.compute:
+            state.warnings.append(
+                "compute capability placement is not enforced: no node advertises it"
+            )
+            return True
+        text = fit.compute_problem(facts, low)
+        if text and _problem(state, config, text, "compute capability"):
+            return False
+        if not text and plan.cuda is not None:
+            # Each is met somewhere; check that some node meets both.
+            text = fit.joint_problem(facts, plan.cuda, low)
+            if text and _problem(state, config, text, "compute capability"):
+                return False
+    plan.terms = cross(plan.terms, range_terms(config.compute_capability_labels, low, None))
+    plan.notes.append(
+        ("compute-capability-affinity", f"required compute capability ≥ {low} ({req.source})")
+    )
+    plan.wants.append(f"compute capability ≥ {low}")
+    return True
 
 
 def place(
     state: PodState,
     gpu: list[tuple[ContainerRef, set[str]]],
     config: WebhookConfig,
-    inventory: cuda.NodeInventory | None,
+    inventory: NodeInventory | None,
+    policies: PolicySet | None = None,
+    *,
+    violations_only: bool = False,
 ) -> None:
-    labels = config.cuda_labels
-    pod_req, warning = cuda.annotation_requirement(state.pod.annotations)
+    """Placement for a pod spec whose GPU containers are `gpu` (container, resource keys).
+
+    `violations_only` (/validate): stop once nothing else can deny, i.e. after the
+    intersection check unless an inventory with `noCompatibleNode: deny` is in force."""
+    opted_out, warning = parse_opt_out(
+        ANNOTATION_CUDA_AFFINITY, state.pod.annotations.get(ANNOTATION_CUDA_AFFINITY)
+    )
     if warning:
         state.warnings.append(short(warning))
-    requirements: list[tuple[ContainerRef, set[str], cuda.Requirement]] = []
-    unknown: list[str] = []
-    for c, keys in gpu:
-        req = pod_req or cuda.container_requirement(c.container, config)
-        if req is None:
-            unknown.append(c.name)
-        else:
-            requirements.append((c, keys, req))
-    for c, keys, req in requirements:
-        where = container_label(c)
-        gpu_manager = not keys.isdisjoint(config.gpu_manager_resource_names)
-        if gpu_manager and req.version >= cuda.CudaVersion(12, 4):
-            state.warnings.append(
-                short(f"{where} needs CUDA {req.version}: GPU-Manager vGPU supports CUDA < 12.4")
-            )
-        mps_memory = not keys.isdisjoint(config.mps_memory_resource_names)
-        if mps_memory and req.version < cuda.CudaVersion(11, 4):
-            state.warnings.append(
-                short(f"{where} needs CUDA {req.version}: MPS memory limits need CUDA ≥ 11.4")
-            )
-    if not config.cuda_affinity or state.pod.annotations.get(ANNOTATION_CUDA_AFFINITY) == "false":
+    envs: Envs = {}
+    needs, unknown = _needs(state, gpu, config, policies or PolicySet.empty(), envs)
+    if not config.cuda_affinity or opted_out or _intersection_violation(state, needs):
         return
-    if not requirements:
-        state.warnings.append(
-            "CUDA version unknown, no node affinity added: set annotation "
-            'features.alauda.io/cuda-version (e.g. "12.4") or env CUDA_VERSION'
-        )
+    if violations_only and (inventory is None or config.no_compatible_node != "deny"):
         return
-    if unknown:
-        state.warnings.append(
-            short(
-                f"CUDA version unknown for {', '.join(unknown)}; affinity uses the other containers"
-            )
-        )
-    _, _, top = max(requirements, key=lambda item: item[2].version)
-    vgpu = any(not keys.isdisjoint(config.vgpu_resource_names) for _, keys in gpu)
-    skew = config.max_major_skew
-    label_text = f"{labels.major}/{labels.minor}"
-    if inventory is not None:
-        if not inventory.labelled:
-            state.warnings.append(
-                short(f"no node carries the {label_text} labels: no CUDA node affinity added")
-            )
-            return
-        if not cuda.satisfying(inventory, top.version, vgpu=vgpu, skew=skew):
-            highest = max(inventory.versions)
-            text = (
-                f"no node supports CUDA {top.version}{' on vGPU' if vgpu else ''}; "
-                f"highest available is {highest}"
-            )
-            if config.no_compatible_node == "deny":
-                state.violations.append(
-                    Violation(f"{state.ref}: {text} ({top.source}).", state.ref, rule="cuda")
-                )
-                return
-            state.warnings.append(short(text))
-    injected = cuda.injected_terms(top.version, vgpu=vgpu, skew=skew, labels=labels)
-    usage = cuda.existing_cuda_usage(state.pod.spec, labels, injected)
-    if usage == "ours":
+    facts = inventory.facts(config) if inventory is not None else None
+    compute = _compute_requirement(state, gpu, config, envs)
+    pinned = None if state.pod.is_template else fit.daemonset_node(meta(state), state.pod.spec)
+    if pinned is not None:
+        # Pinned to one node by the controller, and created for every node the DaemonSet
+        # selects: an affinity would only leave the pods on unfit nodes Pending.
+        if facts is not None and pinned:
+            rng = _intersection(needs) if needs else None
+            low = compute.version if compute is not None else None
+            for text, rule in fit.pinned_problems(facts, pinned, rng, low):
+                if _problem(state, config, text, rule):
+                    break
         return
-    if usage == "user":
+    plan = _Plan([], [], [])
+    if not _cuda_terms(state, needs, unknown, config, facts, plan):
+        return
+    if not _compute_terms(state, compute, config, facts, plan) or not plan.terms:
+        return
+    spec = state.pod.spec
+    keys = config.placement_keys
+    # Most pods carry no node constraints at all: skip the inspection of their terms.
+    constrained = bool(spec.get("affinity") or spec.get("nodeSelector"))
+    if constrained and already_injected(spec, keys, plan.terms):
+        return
+    mentioned = mentioned_key(spec, keys) if constrained else ""
+    if mentioned:
         state.warnings.append(
             short(
-                f"your {label_text} node affinity is kept as is; "
-                f"this pod needs CUDA ≥ {top.version}"
+                f"your node affinity on {mentioned} is kept as is; "
+                f"this pod needs {' and '.join(plan.wants)}"
             )
         )
         return
-    merged = cuda.merge_terms(cuda.required_terms(state.pod.spec), injected)
-    required = state.draft.writable(
-        (
-            *state.pod.spec_path,
-            "affinity",
-            "nodeAffinity",
-            "requiredDuringSchedulingIgnoredDuringExecution",
-        )
-    )
+    existing = required_terms(spec) if constrained else None
+    merged = merge_terms(existing, plan.terms)
+    if merged == existing:
+        return  # only empty user terms: they stay empty, and the pod can run nowhere anyway
+    required = state.draft.writable((*state.pod.spec_path, "affinity", "nodeAffinity", _REQUIRED))
     required["nodeSelectorTerms"] = merged
-    mode = "vGPU" if vgpu else "GPU"
-    state.note("cuda-affinity", f"required {mode} nodes with CUDA ≥ {top.version} ({top.source})")
+    for kind, text in plan.notes:
+        state.note(kind, text)

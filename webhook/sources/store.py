@@ -7,8 +7,8 @@ import time
 from dataclasses import dataclass, field
 
 from webhook.core.claims import ClaimIndex
+from webhook.core.inventory import NodeInventory
 from webhook.core.policyset import PolicySet
-from webhook.core.rules.cuda import NodeInventory
 
 log = logging.getLogger(__name__)
 

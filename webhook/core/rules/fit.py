@@ -1,0 +1,101 @@
+"""Can the cluster run a pod? Checks against the node inventory's precomputed facts (SPEC §4).
+
+Every check iterates distinct label values (a handful of versions), never nodes, so a review
+costs the same with 10 and 10,000 nodes. Each returns "" when some node fits, else the sentence
+to warn or deny with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from webhook.core.inventory import InventoryFacts
+from webhook.core.rules.cuda import Range
+from webhook.core.rules.terms import required_terms
+from webhook.core.rules.versions import CudaVersion
+
+
+def highest(counts: Mapping[CudaVersion, int]) -> str:
+    """`12.4 (12 nodes)`: the highest version present and how many nodes have it."""
+    top = max(counts)
+    n = counts[top]
+    return f"{top} ({n} node{'s' if n != 1 else ''})"
+
+
+def cuda_problem(facts: InventoryFacts, rng: Range, vgpu: bool) -> str:
+    if any(rng.holds(v) for counts in facts.by_scheme for v in counts):
+        return ""
+    return (
+        f"no node supports CUDA {rng.low}{' on vGPU' if vgpu else ''}; "
+        f"highest available is {highest(facts.cuda)}"
+    )
+
+
+def compute_problem(facts: InventoryFacts, low: CudaVersion) -> str:
+    if any(v >= low for v in facts.compute):
+        return ""
+    return f"no node has compute capability ≥ {low}; highest is {highest(facts.compute)}"
+
+
+def joint_problem(facts: InventoryFacts, rng: Range, low: CudaVersion) -> str:
+    """Both requirements are met somewhere, but maybe never on the same node."""
+    for cuda, compute in facts.combos:
+        if compute is not None and compute >= low and any(rng.holds(v) for _, v in cuda):
+            return ""
+    return f"no node supports CUDA {rng.text()} with compute capability ≥ {low}"
+
+
+def daemonset_node(meta: Any, spec: Mapping[str, Any]) -> str | None:
+    """The node a DaemonSet's pod is pinned to ('' when not found); None for other pods."""
+    owners = meta.get("ownerReferences") if isinstance(meta, Mapping) else None
+    if not isinstance(owners, list) or not any(
+        isinstance(o, Mapping) and o.get("controller") is True and o.get("kind") == "DaemonSet"
+        for o in owners
+    ):
+        return None
+    if isinstance(spec.get("nodeName"), str) and spec["nodeName"]:
+        return str(spec["nodeName"])
+    # The DaemonSet controller pins its pods with one required term holding
+    # matchFields metadata.name In [node] (pkg/controller/daemon/util/daemonset_util.go,
+    # ReplaceDaemonSetPodNodeNameNodeAffinity; GetTargetNodeName reads it back the same way).
+    for term in required_terms(spec) or ():
+        fields = term.get("matchFields") if isinstance(term, Mapping) else None
+        for e in fields if isinstance(fields, list) else ():
+            if (
+                isinstance(e, Mapping)
+                and e.get("key") == "metadata.name"
+                and e.get("operator") == "In"
+                and isinstance(e.get("values"), list)
+                and len(e["values"]) == 1
+            ):
+                return str(e["values"][0])
+    return ""
+
+
+def pinned_problems(
+    facts: InventoryFacts, node: str, rng: Range | None, low: CudaVersion | None
+) -> list[tuple[str, str]]:
+    """(sentence, rule) for each requirement the pinned node does not meet; a node that
+    advertises nothing (or is not known yet) gives nothing to check against."""
+    pinned = facts.nodes.get(node)
+    if pinned is None:
+        return []
+    problems = []
+    if rng is not None and pinned.cuda and not any(rng.holds(v) for _, v in pinned.cuda):
+        version = pinned.cuda[0][1]
+        problems.append(
+            (
+                f"node {node} supports CUDA {version}; this DaemonSet pod needs CUDA {rng.text()}",
+                "cuda",
+            )
+        )
+    if low is not None and pinned.compute is not None and pinned.compute < low:
+        problems.append(
+            (
+                f"node {node} has compute capability {pinned.compute}; "
+                f"this DaemonSet pod needs ≥ {low}",
+                "compute capability",
+            )
+        )
+    return problems

@@ -1,0 +1,130 @@
+"""Image references: normalisation and the CUDA version an image implies (SPEC §4, step 3).
+
+Every step is linear in the reference length, and a reference longer than any valid one is
+not looked at: the webhook sits on the pod-creation path, and one hostile image string must
+not stall every review behind it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+from webhook.core.config import ImageCudaEntry
+from webhook.core.rules.versions import MIN_IMAGE_GUESS, CudaVersion
+
+# distribution/reference (reference.go, regexp.go): the repository path is at most 255
+# characters (RepositoryNameTotalLengthMax), the tag at most 128 (`[\w][\w.-]{0,127}`), and
+# go-digest only accepts registered algorithms, the longest being sha512 (7 + 128). The host
+# is a DNS name (≤ 253) with an optional port (≤ 5 digits). Anything longer is not a valid
+# image reference, whatever it contains.
+MAX_REFERENCE_LENGTH = 253 + 1 + 5 + 1 + 255 + 1 + 128 + 1 + 7 + 128
+
+# Docker Hub spellings of the same repository (distribution/reference normalize.go:
+# "docker.io" is the default domain, "index.docker.io" its legacy alias, "library/" the
+# official-images namespace).
+_HUB_PREFIXES = ("docker.io/", "index.docker.io/")
+
+
+@dataclass(frozen=True, slots=True)
+class ImageGuess:
+    """What an image reference says about CUDA: a version, or a problem to warn about."""
+
+    version: CudaVersion | None
+    source: str
+    problem: str = ""
+
+
+def normalize(image: str) -> str | None:
+    """`docker.io/library/ubuntu:22.04@sha256:…` -> `ubuntu:22.04`; None when over-long."""
+    if len(image) > MAX_REFERENCE_LENGTH:
+        return None
+    ref = image.strip().split("@", 1)[0]
+    for prefix in _HUB_PREFIXES:
+        if ref.startswith(prefix):
+            ref = ref[len(prefix) :]
+            break
+    if ref.startswith("library/"):
+        ref = ref[len("library/") :]
+    return ref
+
+
+def normalize_glob(pattern: str) -> str:
+    """An admin table glob in the same normal form as the references it is matched against."""
+    return normalize(pattern) or pattern
+
+
+def strip_digest(image: str) -> str:
+    return image.split("@", 1)[0]
+
+
+def image_repository(image: str) -> str:
+    """`registry:5000/team/paddle:2.6` -> `registry:5000/team/paddle`."""
+    ref = strip_digest(image)
+    slash = ref.rfind("/")
+    colon = ref.rfind(":")
+    return ref[:colon] if colon > slash else ref
+
+
+def display_name(image: str, limit: int) -> str:
+    """A short name for messages: the last path component with its tag, cut to `limit`."""
+    ref = normalize(image) or image[: limit - 1] + "…"
+    short = ref.rsplit("/", 1)[-1] or ref
+    return short if len(short) <= limit else short[: limit - 1] + "…"
+
+
+@lru_cache(maxsize=64)
+def _compiled_patterns(patterns: tuple[str, ...]) -> tuple[re.Pattern[str], ...]:
+    return tuple(re.compile(p) for p in patterns)
+
+
+@lru_cache(maxsize=64)
+def _compiled_table(
+    table: tuple[ImageCudaEntry, ...],
+) -> tuple[tuple[re.Pattern[str], CudaVersion], ...]:
+    compiled = []
+    for entry in table:
+        version = CudaVersion.parse(entry.cuda_version)
+        assert version is not None  # validated by the config model
+        # fnmatch.translate turns each `*` into an atomic lazy group (no catastrophic
+        # backtracking), and the input is bounded by MAX_REFERENCE_LENGTH anyway.
+        compiled.append((re.compile(fnmatch.translate(normalize_glob(entry.image))), version))
+    return tuple(compiled)
+
+
+def image_version(
+    image: str, patterns: tuple[str, ...], table: tuple[ImageCudaEntry, ...]
+) -> ImageGuess | None:
+    """The CUDA version an image reference implies (admin table first), or None."""
+    # Checked before the cache: 4096 cached megabyte-long keys would be 4 GiB.
+    if len(image) > MAX_REFERENCE_LENGTH:
+        return None
+    return _image_version(image, patterns, table)
+
+
+@lru_cache(maxsize=4096)
+def _image_version(
+    image: str, patterns: tuple[str, ...], table: tuple[ImageCudaEntry, ...]
+) -> ImageGuess | None:
+    ref = normalize(image)
+    if not ref:
+        return None
+    # The admin table wins over the heuristics: the admin knows their images.
+    for regex, version in _compiled_table(table):
+        if regex.match(ref):
+            return ImageGuess(version, f"image table entry for {ref}")
+    for regex in _compiled_patterns(patterns):
+        match = regex.search(ref)
+        if match:
+            version = CudaVersion(int(match["major"]), int(match["minor"]))
+            if version < MIN_IMAGE_GUESS or not version.plausible:
+                return ImageGuess(
+                    None,
+                    f"image {ref}",
+                    f"CUDA {version} read from image {display_name(image, 40)} is implausible; "
+                    "ignored",
+                )
+            return ImageGuess(version, f"image {ref}")
+    return None
