@@ -106,7 +106,7 @@ def _policy_source(args: argparse.Namespace, store: PolicyStore) -> PolicySource
             return None
         return functools.partial(files.run, store)
     # Imported here for the same reason: only the in-cluster mode needs the kubernetes client.
-    from webhook.sources.reflector import ConfigMapWatcher  # noqa: PLC0415
+    from webhook.sources.policies import ConfigMapWatcher  # noqa: PLC0415
 
     watcher = ConfigMapWatcher(store, kubeconfig=args.kubeconfig)
     return watcher.run

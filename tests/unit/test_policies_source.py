@@ -14,7 +14,8 @@ from kubernetes.aio.client import ApiClient, Configuration
 
 from tests.fakekube import FakeKube, crl_configmap
 from tests.helpers import eventually
-from webhook.sources.reflector import Backoff, ConfigMapWatcher
+from webhook.sources.policies import ConfigMapWatcher
+from webhook.sources.reflector import Backoff
 from webhook.sources.store import PolicyStore
 
 CORE = "tencent.com/vcuda-core"
