@@ -168,6 +168,7 @@ def claim_template(
     namespace: str, name: str, *classes: str, first_available: bool = False
 ) -> dict[str, Any]:
     """A resource.k8s.io/v1 ResourceClaimTemplate requesting one device of each class."""
+    requests: list[dict[str, Any]]
     if first_available:
         requests = [
             {

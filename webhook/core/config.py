@@ -133,6 +133,10 @@ class WebhookConfig(_Model):
     exempt_namespaces: tuple[str, ...] = ("kube-system",)
     # With a node inventory: what to do when no node satisfies the CUDA requirement.
     no_compatible_node: Literal["deny", "warn"] = "warn"
+    # In a cluster: keep a node inventory from a metadata-only watch of Nodes (needs RBAC on
+    # nodes), and a cache of DRA ResourceClaimTemplates (needs RBAC on resourceclaimtemplates).
+    node_inventory: bool = True
+    claim_template_cache: bool = True
 
     @property
     def inventory_label_keys(self) -> frozenset[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -21,3 +22,7 @@ class NodeInventory:
     @classmethod
     def build(cls, nodes: Mapping[str, Mapping[str, str]]) -> NodeInventory:
         return cls(MappingProxyType({name: dict(labels) for name, labels in nodes.items()}))
+
+    def to_json(self) -> dict[str, Any]:
+        """Summary for /inventory (the placement branch extends it with schemes and versions)."""
+        return {"nodes": len(self.nodes)}

@@ -61,7 +61,6 @@ class Watched:
     # logged once per distinct message and retried slowly instead of every 30 s.
     optional: bool = False
     not_served_hint: str = ""  # appended to a 404 (the API group is not served)
-    page_size: int = 500
 
 
 class _RawResponse(Protocol):
@@ -130,6 +129,7 @@ class Reflector(Generic[V]):
         watch_timeout_seconds: int = 300,
         request_timeout: float = 30.0,
         debounce_seconds: float = 0.1,
+        page_size: int = 500,
     ) -> None:
         self.watched = watched
         self.stats = stats
@@ -142,6 +142,7 @@ class Reflector(Generic[V]):
         self._watch_timeout = watch_timeout_seconds
         self._request_timeout = request_timeout
         self._debounce = debounce_seconds
+        self._page_size = page_size
         self._items: dict[Key, V] = {}
         self._resource_version: str | None = None
         self._watches_since_list = 0
@@ -274,7 +275,7 @@ class Reflector(Generic[V]):
         items: dict[Key, V] = {}
         token: str | None = None
         while True:
-            query: list[tuple[str, Any]] = [("limit", self.watched.page_size)]
+            query: list[tuple[str, Any]] = [("limit", self._page_size)]
             if token:
                 query.append(("continue", token))
             response = await self._get(api, query, accept, self._request_timeout)
