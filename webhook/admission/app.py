@@ -236,6 +236,25 @@ async def _policies(request: web.Request) -> web.Response:
     state = request.app[STATE]
     document = state.store.current.to_json()
     document["ready"] = state.store.ready
+    document["sources"] = _sources(state.store)
+    document["nodeInventory"] = state.store.snapshot_status("Node")
+    return web.Response(body=std_dumps(document), content_type="application/json")
+
+
+def _sources(store: PolicyStore) -> dict[str, Any]:
+    return {kind: stats.to_json() for kind, stats in sorted(store.watched.items())}
+
+
+async def _inventory(request: web.Request) -> web.Response:
+    """What the webhook knows of the cluster: node inventory, claim templates, sync state."""
+    store = request.app[STATE].store
+    nodes = store.snapshot_status("Node")
+    if store.inventory is not None:
+        nodes.update(store.inventory.to_json())
+    templates = store.snapshot_status("ResourceClaimTemplate")
+    if store.claims is not None:
+        templates["templates"] = len(store.claims.templates)
+    document = {"nodeInventory": nodes, "claimTemplates": templates, "sources": _sources(store)}
     return web.Response(body=std_dumps(document), content_type="application/json")
 
 
@@ -313,6 +332,7 @@ def create_app(
     app.router.add_post("/validate", _make_review_handler("validate"))
     _add_probe_routes(app)
     app.router.add_get("/policies", _policies)
+    app.router.add_get("/inventory", _inventory)
     app.cleanup_ctx.append(_background)
     return app
 

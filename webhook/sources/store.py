@@ -51,6 +51,12 @@ class SourceStats:
         }
 
 
+# What admission does while a snapshot is missing (SPEC §4, §6).
+_WITHOUT = {
+    "Node": "CUDA placement uses the first label scheme, as without a node inventory",
+    "ResourceClaimTemplate": "pods are evaluated as if their DRA claims requested no GPU",
+}
+
 # The policy source's stats kept their historical name.
 StoreStats = SourceStats
 
@@ -84,6 +90,22 @@ class PolicyStore:
 
     def seconds_since_sync(self) -> float | None:
         return self.stats.seconds_since_sync()
+
+    def snapshot_status(self, kind: str) -> dict[str, Any]:
+        """Whether the snapshot of a watched kind ("Node", "ResourceClaimTemplate") is in
+        force, and if not, why: for /inventory and /policies."""
+        snapshot = self.inventory if kind == "Node" else self.claims
+        if snapshot is not None:
+            return {"available": True}
+        stats = self.watched.get(kind)
+        if stats is None:
+            reason = (
+                f"{kind} objects are not watched (a local run with --policies, or switched off "
+                "in the webhook config)"
+            )
+        else:
+            reason = stats.last_error or f"waiting for the first list of {kind} objects"
+        return {"available": False, "reason": reason, "effect": _WITHOUT[kind]}
 
     def watch(self, kind: str) -> SourceStats:
         """The stats of a watched kind, registered so observability lists it (the CRL source
