@@ -485,7 +485,7 @@ class FakeKube:
     ) -> web.Response:
         token = request.query.get("continue")
         if token:
-            if token not in self._continues or self._continues[token][0] <= self._compacted:
+            if token not in self._continues or self._continues[token][0] < self._compacted:
                 message = (
                     "The provided continue parameter is too old to display a consistent list "
                     "result."
