@@ -30,14 +30,15 @@ Every request is recorded in `requests` so tests can assert what the client aske
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import itertools
 import json
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Coroutine, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 from aiohttp import web
@@ -49,6 +50,10 @@ NAMESPACE = CRL_NAMESPACE
 CONFIGMAPS, NODES, CLAIM_TEMPLATES = "configmaps", "nodes", "resourceclaimtemplates"
 _PARTIAL = "as=PartialObjectMetadata;"
 _PARTIAL_LIST = "as=PartialObjectMetadataList;"
+
+
+class _Runnable(Protocol):
+    def run(self) -> Coroutine[Any, Any, None]: ...
 
 
 @dataclass(frozen=True)
@@ -551,3 +556,28 @@ class FakeKube:
         finally:
             self._watchers.remove(watcher)
         return response
+
+
+def fast_options(kube: FakeKube, directory: Path, **overrides: Any) -> dict[str, Any]:
+    """Reflector options for tests: this server's kubeconfig, millisecond back-off/debounce."""
+    options: dict[str, Any] = {
+        "kubeconfig": str(kube.write_kubeconfig(directory)),
+        "backoff_initial": 0.01,
+        "backoff_max": 0.05,
+        "unavailable_backoff_max": 0.05,
+        "debounce_seconds": 0.01,
+    }
+    options.update(overrides)
+    return options
+
+
+@contextlib.asynccontextmanager
+async def running(source: _Runnable) -> AsyncIterator[asyncio.Task[None]]:
+    """Run `source.run()` (a reflector) as a task for the block; cancel it after."""
+    task = asyncio.create_task(source.run())
+    try:
+        yield task
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.fakekube import CLAIM_TEMPLATES, FakeKube, claim_template
+from tests.fakekube import CLAIM_TEMPLATES, FakeKube, claim_template, fast_options, running
 from tests.helpers import eventually
 from webhook.sources.claims import ClaimTemplateSource
 from webhook.sources.store import PolicyStore
@@ -21,43 +20,13 @@ KIND = "ResourceClaimTemplate"
 
 
 @pytest.fixture
-async def kube() -> AsyncIterator[FakeKube]:
-    async with FakeKube() as server:
-        yield server
-
-
-@pytest.fixture
-def store() -> PolicyStore:
-    return PolicyStore()
-
-
-@pytest.fixture
 def make_source(
     kube: FakeKube, store: PolicyStore, tmp_path: Path
 ) -> Callable[..., ClaimTemplateSource]:
     def make(**options: Any) -> ClaimTemplateSource:
-        settings: dict[str, Any] = {
-            "kubeconfig": str(kube.write_kubeconfig(tmp_path)),
-            "backoff_initial": 0.01,
-            "backoff_max": 0.05,
-            "unavailable_backoff_max": 0.05,
-            "debounce_seconds": 0.01,
-        }
-        settings.update(options)
-        return ClaimTemplateSource(store, **settings)
+        return ClaimTemplateSource(store, **fast_options(kube, tmp_path, **options))
 
     return make
-
-
-@contextlib.asynccontextmanager
-async def running(source: ClaimTemplateSource) -> AsyncIterator[None]:
-    task = asyncio.create_task(source.run())
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 def templates(store: PolicyStore) -> dict[tuple[str, str], frozenset[str]]:

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.fakekube import NODES, FakeKube, node
+from tests.fakekube import NODES, FakeKube, fast_options, node, running
 from tests.helpers import eventually
 from webhook.sources.nodes import NodeSource
 from webhook.sources.reflector import METADATA_LIST_ACCEPT, METADATA_WATCH_ACCEPT
@@ -31,41 +29,11 @@ def nodes_of(store: PolicyStore) -> dict[str, dict[str, str]]:
 
 
 @pytest.fixture
-async def kube() -> AsyncIterator[FakeKube]:
-    async with FakeKube() as server:
-        yield server
-
-
-@pytest.fixture
-def store() -> PolicyStore:
-    return PolicyStore()
-
-
-@pytest.fixture
 def make_source(kube: FakeKube, store: PolicyStore, tmp_path: Path) -> Callable[..., NodeSource]:
     def make(**options: Any) -> NodeSource:
-        settings: dict[str, Any] = {
-            "kubeconfig": str(kube.write_kubeconfig(tmp_path)),
-            "backoff_initial": 0.01,
-            "backoff_max": 0.05,
-            "unavailable_backoff_max": 0.05,
-            "debounce_seconds": 0.01,
-        }
-        settings.update(options)
-        return NodeSource(store, KEYS, **settings)
+        return NodeSource(store, KEYS, **fast_options(kube, tmp_path, **options))
 
     return make
-
-
-@contextlib.asynccontextmanager
-async def running(source: NodeSource) -> AsyncIterator[None]:
-    task = asyncio.create_task(source.run())
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 async def watching(kube: FakeKube, count: int = 1) -> None:

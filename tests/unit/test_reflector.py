@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.fakekube import NODES, FakeKube, node
+from tests.fakekube import NODES, FakeKube, fast_options, node, running
 from tests.helpers import eventually
 from webhook.sources.reflector import Key, Reflector, Watched
 from webhook.sources.store import SourceStats
@@ -51,17 +49,6 @@ def zone(obj: Mapping[str, Any]) -> str | None:
     return value if isinstance(value, str) else None
 
 
-@contextlib.asynccontextmanager
-async def running(reflector: Reflector[str]) -> AsyncIterator[None]:
-    task = asyncio.create_task(reflector.run())
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-
 def make(
     kube: FakeKube,
     tmp_path: Path,
@@ -69,17 +56,8 @@ def make(
     published: Published,
     stats: SourceStats,
 ) -> Reflector[str]:
-    return Reflector(
-        WATCHED,
-        project,
-        published,
-        stats,
-        kubeconfig=str(kube.write_kubeconfig(tmp_path)),
-        backoff_initial=0.01,
-        backoff_max=0.05,
-        debounce_seconds=0,
-        page_size=4,
-    )
+    options = fast_options(kube, tmp_path, debounce_seconds=0, page_size=4)
+    return Reflector(WATCHED, project, published, stats, **options)
 
 
 async def test_selectors_and_pages_reach_the_server_and_one_snapshot_is_published(
