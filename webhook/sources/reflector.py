@@ -19,18 +19,27 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import random
-from collections.abc import AsyncIterable, Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, TypeVar
 
-from kubernetes.aio import config as kube_config
-from kubernetes.aio.client import ApiClient, Configuration
+from kubernetes.aio.client import ApiClient
 from kubernetes.aio.config.config_exception import ConfigException
 
+from webhook.sources.kubeapi import (
+    ApiError,
+    ApiFactory,
+    Backoff,
+    RawResponse,
+    api_error,
+    close,
+    load_configuration,
+    status_error,
+)
 from webhook.sources.store import SourceStats
+
+__all__ = ["ApiError", "Backoff", "Key", "Reflector", "Watched"]
 
 log = logging.getLogger(__name__)
 
@@ -61,48 +70,6 @@ class Watched:
     # logged once per distinct message and retried slowly instead of every 30 s.
     optional: bool = False
     not_served_hint: str = ""  # appended to a 404 (the API group is not served)
-
-
-class _RawResponse(Protocol):
-    """What the reflector uses of the client's unread response (an aiohttp ClientResponse)."""
-
-    status: int
-    reason: str | None
-    content: AsyncIterable[bytes]
-
-    async def read(self) -> bytes: ...
-
-    def close(self) -> None: ...
-
-
-class ApiError(Exception):
-    """The API server answered a list or watch with an error status."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class Backoff:
-    """Exponential back-off with jitter, capped; `reset()` after a success."""
-
-    def __init__(self, initial: float, maximum: float) -> None:
-        self._initial = initial
-        self._maximum = maximum
-        self._attempts = 0
-
-    def reset(self) -> None:
-        self._attempts = 0
-
-    def next_delay(self, maximum: float | None = None) -> float:
-        cap = self._maximum if maximum is None else maximum
-        delay = min(cap, self._initial * 2.0**self._attempts)
-        self._attempts = min(self._attempts + 1, 32)
-        # Jitter keeps the replicas of the webhook from hitting a recovering API server in step.
-        return delay * random.uniform(0.5, 1.0)
-
-
-ApiFactory = Callable[[], Awaitable[ApiClient]]
 
 
 class Reflector(Generic[V]):
@@ -186,7 +153,7 @@ class Reflector(Generic[V]):
             if self._pending is not None:
                 self._pending.cancel()
             if api is not None:
-                await _close(api)
+                await close(api)
 
     async def _failed(self, api: ApiClient | None, exc: Exception) -> None:
         """Record the failure, drop the client (credentials may have rotated) and back off."""
@@ -208,7 +175,7 @@ class Reflector(Generic[V]):
             log.warning("%s; retrying in %.1fs (%s)", message, delay, state)
         self._logged_unavailable = message if unavailable else None
         if api is not None:
-            await _close(api)
+            await close(api)
         await asyncio.sleep(delay)
 
     def _describe(self, exc: Exception) -> str:
@@ -241,7 +208,7 @@ class Reflector(Generic[V]):
 
     async def _get(
         self, api: ApiClient, query: list[tuple[str, Any]], accept: str, timeout: float
-    ) -> _RawResponse:
+    ) -> RawResponse:
         """GET the collection through the client (auth, TLS, proxy, token refresh).
 
         ApiClient's generic request path, as the typed APIs do it: CoreV1Api itself imports
@@ -263,7 +230,7 @@ class Reflector(Generic[V]):
             auth_settings=["BearerToken"],
         )
         result = await api.call_api(*params, _request_timeout=timeout, _preload_content=False)
-        response: _RawResponse = result.response
+        response: RawResponse = result.response
         return response
 
     async def _list(self, api: ApiClient) -> None:
@@ -282,7 +249,7 @@ class Reflector(Generic[V]):
             try:
                 body = await response.read()
                 if response.status != 200:
-                    raise _api_error(response.status, response.reason, body)
+                    raise api_error(response.status, response.reason, body)
             finally:
                 response.close()
             page, token, version = self._parse_page(body)
@@ -344,7 +311,7 @@ class Reflector(Generic[V]):
         response = await self._get(api, query, accept, timeout)
         try:
             if response.status != 200:
-                raise _api_error(response.status, response.reason, await response.read())
+                raise api_error(response.status, response.reason, await response.read())
             async for line in response.content:
                 if line.strip():
                     self._apply(json.loads(line))
@@ -363,7 +330,7 @@ class Reflector(Generic[V]):
         kind = event.get("type")
         obj: Mapping[str, Any] = event["object"]
         if kind == "ERROR":
-            raise _status_error(obj)
+            raise status_error(obj)
         version = (obj.get("metadata") or {}).get("resourceVersion")
         if kind in ("ADDED", "MODIFIED", "DELETED"):
             key = _key(obj)
@@ -402,29 +369,6 @@ class Reflector(Generic[V]):
         self.stats.published()
 
 
-async def load_configuration(kubeconfig: str | None) -> Configuration:
-    """The client configuration: the kubeconfig given, else in-cluster, else like kubectl."""
-    configuration = Configuration()
-    if kubeconfig is not None:
-        # The client only logs "Config not found" and then fails on a missing key.
-        if not Path(kubeconfig).is_file():
-            raise ConfigException(f"the kubeconfig file {kubeconfig} does not exist")
-        await kube_config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=kubeconfig, client_configuration=configuration, persist_config=False
-        )
-        return configuration
-    try:
-        kube_config.load_incluster_config(  # type: ignore[no-untyped-call]
-            client_configuration=configuration
-        )
-    except ConfigException:
-        # Not in a pod: $KUBECONFIG or ~/.kube/config, like kubectl.
-        await kube_config.load_kube_config(  # type: ignore[no-untyped-call]
-            client_configuration=configuration, persist_config=False
-        )
-    return configuration
-
-
 def _copy(text: str) -> str:
     # A new string object with the same value (str() and slicing return the same object).
     return (text + " ")[:-1]
@@ -436,28 +380,3 @@ def _key(obj: Mapping[str, Any]) -> Key | None:
         return None
     namespace = meta.get("namespace")
     return (namespace if isinstance(namespace, str) else "", meta["name"])
-
-
-async def _close(api: ApiClient) -> None:
-    # kubernetes.aio leaves ApiClient.close and the config loaders unannotated (the API methods
-    # are typed); the ignores are limited to those calls.
-    await api.close()  # type: ignore[no-untyped-call]
-
-
-def _api_error(status: int, reason: str | None, body: bytes) -> ApiError:
-    try:
-        parsed = json.loads(body)
-    except ValueError:
-        parsed = None
-    if isinstance(parsed, Mapping) and parsed.get("kind") == "Status":
-        return _status_error({**parsed, "code": parsed.get("code") or status})
-    text = body.decode("utf-8", "replace").strip()[:200]
-    return ApiError(status, f"HTTP {status} {reason or ''}".strip() + (f": {text}" if text else ""))
-
-
-def _status_error(status: Mapping[str, Any]) -> ApiError:
-    code = status.get("code")
-    code = code if isinstance(code, int) else 0
-    reason = status.get("reason") or "Error"
-    message = status.get("message") or "no message"
-    return ApiError(code, f"{code} {reason}: {message}")
