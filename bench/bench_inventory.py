@@ -119,9 +119,7 @@ async def measure(port: int, count: int, page_size: int) -> dict[str, float]:
     async def client() -> ApiClient:
         return ApiClient(Configuration(host=f"http://127.0.0.1:{port}"))
 
-    source = NodeSource(
-        store, WebhookConfig().inventory_label_keys, api_factory=client, page_size=page_size
-    )
+    source = NodeSource(store, WebhookConfig(), api_factory=client, page_size=page_size)
     # Warm up the client's code paths (imports, SSL/HTTP machinery) outside the figure.
     warm = await client()
     await warm.close()  # type: ignore[no-untyped-call]

@@ -247,10 +247,11 @@ def _sources(store: PolicyStore) -> dict[str, Any]:
 
 async def _inventory(request: web.Request) -> web.Response:
     """What the webhook knows of the cluster: node inventory, claim templates, sync state."""
-    store = request.app[STATE].store
+    state = request.app[STATE]
+    store = state.store
     nodes = store.snapshot_status("Node")
     if store.inventory is not None:
-        nodes.update(store.inventory.to_json())
+        nodes.update(store.inventory.to_json(state.config))
     templates = store.snapshot_status("ResourceClaimTemplate")
     if store.claims is not None:
         templates["templates"] = len(store.claims.templates)
@@ -319,7 +320,7 @@ def create_app(
         store=store,
         evaluator=evaluator,
         codec=codec or json_codec(),
-        metrics=Metrics.create(store, cert_reloader),
+        metrics=Metrics.create(store, cert_reloader, config),
         cert_reloader=cert_reloader,
         cert_reload_interval=cert_reload_interval,
         policy_source=policy_source,

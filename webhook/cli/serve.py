@@ -120,9 +120,7 @@ def _policy_source(
 
     reflectors: list[Reflector[Any]] = [ConfigMapWatcher(store, kubeconfig=args.kubeconfig)]
     if config.node_inventory:
-        reflectors.append(
-            NodeSource(store, config.inventory_label_keys, kubeconfig=args.kubeconfig)
-        )
+        reflectors.append(NodeSource(store, config, kubeconfig=args.kubeconfig))
     if config.claim_template_cache:
         reflectors.append(ClaimTemplateSource(store, kubeconfig=args.kubeconfig))
 

@@ -10,7 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from webhook.core.config import WebhookConfig
 
 
 @dataclass(frozen=True)
@@ -20,9 +23,11 @@ class NodeInventory:
     nodes: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     @classmethod
-    def build(cls, nodes: Mapping[str, Mapping[str, str]]) -> NodeInventory:
+    def build(
+        cls, nodes: Mapping[str, Mapping[str, str]], *, config: WebhookConfig | None = None
+    ) -> NodeInventory:
         return cls(MappingProxyType({name: dict(labels) for name, labels in nodes.items()}))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, config: WebhookConfig | None = None) -> dict[str, Any]:
         """Summary for /inventory (the placement branch extends it with schemes and versions)."""
         return {"nodes": len(self.nodes)}

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from webhook.core.config import WebhookConfig
 from webhook.core.inventory import NodeInventory
 from webhook.sources.reflector import Key, Reflector, Watched
 from webhook.sources.store import PolicyStore
@@ -36,11 +37,13 @@ NODES = Watched(
 
 
 class NodeSource(Reflector[Labels]):
-    """Publishes `NodeInventory.build({node: {key: value}})` into `store.inventory`."""
+    """Publishes `NodeInventory.build({node: {key: value}})` into `store.inventory`, keeping the
+    label keys of `config.inventory_label_keys`."""
 
-    def __init__(self, store: PolicyStore, label_keys: frozenset[str], **options: Any) -> None:
+    def __init__(self, store: PolicyStore, config: WebhookConfig, **options: Any) -> None:
         self.store = store
-        self.keys = tuple(sorted(label_keys))
+        self.config = config
+        self.keys = tuple(sorted(config.inventory_label_keys))
         self._shared: dict[Labels, Labels] = {}
         super().__init__(NODES, self._project, self._build, store.watch("Node"), **options)
 
@@ -62,5 +65,7 @@ class NodeSource(Reflector[Labels]):
             {
                 name: {key: value for key, value in zip(keys, values, strict=True) if value}
                 for (_, name), values in items.items()
-            }
+            },
+            # The inventory precomputes its per-scheme counts for this config, off the request path.
+            config=self.config,
         )
