@@ -1,7 +1,7 @@
 """One list/watch implementation for every watched kind (SPEC §8): the reflector.
 
 Protocol, after client-go's tools/cache/reflector.go (ListAndWatch) and kopf's
-`_core/reactor/watching.py` (continuous_watch):
+`_cogs/clients/watching.py` (continuous_watch):
 - list in pages (`limit`/`continue`, as client-go's pager does), project every object and keep
   only the projection, then publish one snapshot built from all of them;
 - watch from the list's resourceVersion with `allowWatchBookmarks`; a watch that ends (server
@@ -235,9 +235,12 @@ class Reflector(Generic[V]):
 
     async def _list(self, api: ApiClient) -> None:
         # Raw JSON rather than the client's models: the projection reads the same dicts the watch
-        # events carry, and errors keep the server's own message. Pages bound the memory of one
-        # response (10,000 Nodes in one JSON document is tens of MiB); the last good state is
-        # replaced only once every page arrived.
+        # events carry, and errors keep the server's own message. Pages of 500 as client-go's
+        # tools/pager (defaultPageSize); resourceVersion unset, so the list is consistent and
+        # `limit` is honoured (a resourceVersion=0 list may be served whole from the watch
+        # cache). An expired continue token is a 410: run() lists again from the first page.
+        # Pages bound the memory of one response (10,000 Nodes in one JSON document is tens of
+        # MiB); the last good state is replaced only once every page arrived.
         accept = METADATA_LIST_ACCEPT if self.watched.metadata_only else "application/json"
         items: dict[Key, V] = {}
         token: str | None = None
