@@ -191,6 +191,7 @@ async def test_nodes_not_readable_leave_no_inventory_and_say_why_once(
         assert store.watched["Node"].last_error == message
         warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
         assert [r.getMessage().split("; retrying")[0] for r in warnings] == [message]
+        assert warnings[0].getMessage().endswith("(no node inventory yet)")
 
         kube.allow(NODES)
         await watching(kube)

@@ -22,6 +22,7 @@ CLAIM_TEMPLATES = Watched(
     path="/apis/resource.k8s.io/v1/resourceclaimtemplates",
     what="ResourceClaimTemplates (resource.k8s.io/v1)",
     optional=True,
+    snapshot="claim-template cache",
     rbac_hint=(
         "grant the webhook's service account get, list and watch on resourceclaimtemplates in "
         "resource.k8s.io (the Helm chart's ClusterRole does this unless "

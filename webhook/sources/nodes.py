@@ -28,6 +28,7 @@ NODES = Watched(
     what="Nodes",
     metadata_only=True,
     optional=True,
+    snapshot="node inventory",
     rbac_hint=(
         "grant the webhook's service account get, list and watch on nodes (the Helm chart's "
         "ClusterRole does this unless config.nodeInventory is false); until then CUDA placement "

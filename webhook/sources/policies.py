@@ -42,6 +42,7 @@ class ConfigMapWatcher(Reflector[Mapping[str, Any]]):
             path=f"/api/v1/namespaces/{namespace}/configmaps",
             what=f"ConfigMaps in {namespace} ({label_selector})",
             label_selector=label_selector,
+            snapshot="policies",
             rbac_hint=(
                 f"grant the webhook's service account get, list and watch on configmaps in "
                 f"{namespace} (the Helm chart's Role does this)"

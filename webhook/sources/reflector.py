@@ -63,6 +63,7 @@ class Watched:
     path: str  # the collection, e.g. /api/v1/nodes
     what: str  # for messages: "Nodes", "ConfigMaps in kube-public (selector)"
     rbac_hint: str  # appended to a 403: which permission is missing and who grants it
+    snapshot: str = "state"  # what the kept state is called in logs: "policies", "node inventory"
     label_selector: str | None = None
     field_selector: str | None = None
     metadata_only: bool = False
@@ -165,9 +166,9 @@ class Reflector(Generic[V]):
         )
         delay = self._backoff.next_delay(self._unavailable_max if unavailable else None)
         if self.stats.synced:
-            state = "keeping the last good state"
+            state = f"keeping the last good {self.watched.snapshot}"
         else:
-            state = "not synced yet" if not self.watched.optional else "not available"
+            state = f"no {self.watched.snapshot} yet" if self.watched.optional else "not ready yet"
         if unavailable and message == self._logged_unavailable:
             # Said once already; a missing permission or API group is not news every minute.
             log.debug("%s; retrying in %.1fs (%s)", message, delay, state)
