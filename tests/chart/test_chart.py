@@ -524,8 +524,13 @@ def test_cert_manager_issues_the_serving_certificate_and_injects_the_ca(render: 
 
 
 def test_rbac_reads_configmaps_in_kube_public_only(render: Render) -> None:
+    # With the node inventory and the claim cache off; their ClusterRole: test_chart_rbac.py.
     objects = render(
-        {"policies": {"install": True}, "metrics": {"serviceMonitor": {"enabled": True}}}
+        {
+            "policies": {"install": True},
+            "metrics": {"serviceMonitor": {"enabled": True}},
+            "config": {"nodeInventory": False, "claimTemplateCache": False},
+        }
     )
     kinds = {obj["kind"] for obj in objects}
     assert not kinds & {"ClusterRole", "ClusterRoleBinding"}

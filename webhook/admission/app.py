@@ -80,6 +80,8 @@ def _decide(state: WebhookState, endpoint: str, req: AdmissionRequest) -> Outcom
             operation=req.operation,
             sub_resource=req.sub_resource,
             old_object=req.old_object,
+            # The store holds webhook.core.inventory's snapshot; the evaluation takes it once
+            # placement is inventory-aware (issue 11, a parallel branch): drop the ignore then.
             inventory=state.store.inventory,
             claims=state.store.claims,
             # /validate returns no Pod or template warnings (the mutating call showed them).
@@ -235,6 +237,26 @@ async def _policies(request: web.Request) -> web.Response:
     state = request.app[STATE]
     document = state.store.current.to_json()
     document["ready"] = state.store.ready
+    document["sources"] = _sources(state.store)
+    document["nodeInventory"] = state.store.snapshot_status("Node")
+    return web.Response(body=std_dumps(document), content_type="application/json")
+
+
+def _sources(store: PolicyStore) -> dict[str, Any]:
+    return {kind: stats.to_json() for kind, stats in sorted(store.watched.items())}
+
+
+async def _inventory(request: web.Request) -> web.Response:
+    """What the webhook knows of the cluster: node inventory, claim templates, sync state."""
+    state = request.app[STATE]
+    store = state.store
+    nodes = store.snapshot_status("Node")
+    if store.inventory is not None:
+        nodes.update(store.inventory.to_json(state.config))
+    templates = store.snapshot_status("ResourceClaimTemplate")
+    if store.claims is not None:
+        templates["templates"] = len(store.claims.templates)
+    document = {"nodeInventory": nodes, "claimTemplates": templates, "sources": _sources(store)}
     return web.Response(body=std_dumps(document), content_type="application/json")
 
 
@@ -299,7 +321,7 @@ def create_app(
         store=store,
         evaluator=evaluator,
         codec=codec or json_codec(),
-        metrics=Metrics.create(store, cert_reloader),
+        metrics=Metrics.create(store, cert_reloader, config),
         cert_reloader=cert_reloader,
         cert_reload_interval=cert_reload_interval,
         policy_source=policy_source,
@@ -312,6 +334,7 @@ def create_app(
     app.router.add_post("/validate", _make_review_handler("validate"))
     _add_probe_routes(app)
     app.router.add_get("/policies", _policies)
+    app.router.add_get("/inventory", _inventory)
     app.cleanup_ctx.append(_background)
     return app
 

@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from webhook.core.config import WebhookConfig
 from webhook.sources.store import PolicyStore
 from webhook.tls.certs import CertReloader
 
@@ -22,9 +23,12 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 class _StateCollector(Collector):
     """Gauges read from the store and the certificate at scrape time, never stale."""
 
-    def __init__(self, store: PolicyStore, reloader: CertReloader | None) -> None:
+    def __init__(
+        self, store: PolicyStore, reloader: CertReloader | None, config: WebhookConfig | None
+    ) -> None:
         self._store = store
         self._reloader = reloader
+        self._config = config
 
     def collect(self) -> Iterable[Metric]:
         policies = self._store.current
@@ -69,12 +73,55 @@ class _StateCollector(Collector):
                 "Seconds since the policy snapshot was last replaced.",
                 value=since,
             )
+        yield from _reflector_metrics(self._store, self._config)
         if self._reloader is not None:
             yield GaugeMetricFamily(
                 "gpu_webhook_serving_certificate_expiry_timestamp_seconds",
                 "Unix time when the serving certificate in force expires.",
                 value=self._reloader.expiry_timestamp,
             )
+
+
+def _reflector_metrics(store: PolicyStore, config: WebhookConfig | None) -> Iterable[Metric]:
+    """Per watched kind (a bounded label: the kinds serve starts), and nodes per CUDA version
+    (only versions present: bounded by the label values the cluster carries)."""
+    labels = ["kind"]
+    synced = GaugeMetricFamily(
+        "gpu_webhook_reflector_synced", "1 once the kind was listed at least once.", labels=labels
+    )
+    objects = GaugeMetricFamily(
+        "gpu_webhook_reflector_objects", "Objects kept after the projection.", labels=labels
+    )
+    restarts = CounterMetricFamily(
+        "gpu_webhook_reflector_restarts",
+        "Watches restarted with a fresh list (410 Gone).",
+        labels=labels,
+    )
+    errors = CounterMetricFamily(
+        "gpu_webhook_reflector_errors", "Failed lists or watches.", labels=labels
+    )
+    since = GaugeMetricFamily(
+        "gpu_webhook_reflector_seconds_since_sync",
+        "Seconds since the kind's snapshot was last published.",
+        labels=labels,
+    )
+    for kind, stats in sorted(store.watched.items()):
+        synced.add_metric([kind], int(stats.synced))
+        objects.add_metric([kind], stats.objects or 0)
+        restarts.add_metric([kind], stats.watch_restarts)
+        errors.add_metric([kind], stats.errors)
+        seconds = stats.seconds_since_sync()
+        if seconds is not None:
+            since.add_metric([kind], seconds)
+    yield from (synced, objects, restarts, errors, since)
+    if store.inventory is not None:
+        nodes = GaugeMetricFamily(
+            "gpu_webhook_nodes", "Nodes advertising each CUDA version.", labels=["cuda"]
+        )
+        cuda = store.inventory.to_json(config).get("cuda") or {}
+        for version, count in sorted(cuda.items()):
+            nodes.add_metric([str(version)], count)
+        yield nodes
 
 
 @dataclass
@@ -102,9 +149,14 @@ class Metrics:
         children[1].observe(seconds)
 
     @classmethod
-    def create(cls, store: PolicyStore, reloader: CertReloader | None) -> Metrics:
+    def create(
+        cls,
+        store: PolicyStore,
+        reloader: CertReloader | None,
+        config: WebhookConfig | None = None,
+    ) -> Metrics:
         registry = CollectorRegistry(auto_describe=True)
-        registry.register(_StateCollector(store, reloader))
+        registry.register(_StateCollector(store, reloader, config))
         return cls(
             registry=registry,
             reviews=Counter(

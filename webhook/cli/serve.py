@@ -10,13 +10,14 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from webhook.admission.app import create_app, review_log
 from webhook.admission.jsoncodec import json_codec
 from webhook.admission.logs import configure_logging
 from webhook.admission.runner import loop_factory, serve_app
 from webhook.admission.state import PolicySource
-from webhook.core.config import load_config
+from webhook.core.config import WebhookConfig, load_config
 from webhook.core.errors import ConfigError, ManifestError
 from webhook.sources.files import FileSource
 from webhook.sources.store import PolicyStore
@@ -95,8 +96,14 @@ def _tls_files(args: argparse.Namespace) -> tuple[Path, Path]:
     )
 
 
-def _policy_source(args: argparse.Namespace, store: PolicyStore) -> PolicySource | None:
-    """Load file policies now (a bad directory fails the start), or prepare the cluster watch."""
+def _policy_source(
+    args: argparse.Namespace, store: PolicyStore, config: WebhookConfig
+) -> PolicySource | None:
+    """Load file policies now (a bad directory fails the start), or prepare the cluster watches.
+
+    In a cluster: the CRL ConfigMaps, and unless switched off in the config the node inventory
+    and the DRA claim-template cache, each a reflector; only the first gates readiness.
+    """
     if args.policies:
         # webhook.sources.files imports no kubernetes client (~13 MiB RSS) for a process that never
         # talks to a cluster.
@@ -106,10 +113,24 @@ def _policy_source(args: argparse.Namespace, store: PolicyStore) -> PolicySource
             return None
         return functools.partial(files.run, store)
     # Imported here for the same reason: only the in-cluster mode needs the kubernetes client.
-    from webhook.sources.reflector import ConfigMapWatcher  # noqa: PLC0415
+    from webhook.sources.claims import ClaimTemplateSource  # noqa: PLC0415
+    from webhook.sources.nodes import NodeSource  # noqa: PLC0415
+    from webhook.sources.policies import ConfigMapWatcher  # noqa: PLC0415
+    from webhook.sources.reflector import Reflector  # noqa: PLC0415
 
-    watcher = ConfigMapWatcher(store, kubeconfig=args.kubeconfig)
-    return watcher.run
+    reflectors: list[Reflector[Any]] = [ConfigMapWatcher(store, kubeconfig=args.kubeconfig)]
+    if config.node_inventory:
+        reflectors.append(NodeSource(store, config, kubeconfig=args.kubeconfig))
+    if config.claim_template_cache:
+        reflectors.append(ClaimTemplateSource(store, kubeconfig=args.kubeconfig))
+
+    async def watch_cluster() -> None:
+        # Each reflector retries on its own and never raises; cancelling cancels them all.
+        async with asyncio.TaskGroup() as group:
+            for reflector in reflectors:
+                group.create_task(reflector.run())
+
+    return watch_cluster
 
 
 def serve_command(args: argparse.Namespace) -> int:
@@ -120,7 +141,7 @@ def serve_command(args: argparse.Namespace) -> int:
         cert_file, key_file = _tls_files(args)
         reloader = CertReloader(cert_file, key_file)
         store = PolicyStore()
-        source = _policy_source(args, store)
+        source = _policy_source(args, store, config)
     except (ConfigError, ManifestError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

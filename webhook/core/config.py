@@ -355,6 +355,10 @@ class WebhookConfig(_Model):
     # DRA device classes that mean a GPU: a container referencing a claim on one of them is a
     # GPU container (SPEC §6).
     gpu_device_classes: tuple[str, ...] = ("gpu.nvidia.com", "mig.nvidia.com")
+    # In a cluster: keep a node inventory from a metadata-only watch of Nodes (needs RBAC on
+    # nodes), and a cache of DRA ResourceClaimTemplates (needs RBAC on resourceclaimtemplates).
+    node_inventory: bool = True
+    claim_template_cache: bool = True
 
     # cached_property: derived once per config, read by every GPU pod's review (a pydantic
     # private attribute would go through BaseModel.__getattr__ on every read).

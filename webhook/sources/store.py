@@ -1,10 +1,11 @@
-"""Holder of the current immutable PolicySet snapshot, swapped atomically by a policy source."""
+"""Holder of the current immutable snapshots (policies, node inventory, DRA claim templates)."""
 
 from __future__ import annotations
 
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from webhook.core.claims import ClaimIndex
 from webhook.core.inventory import NodeInventory
@@ -14,14 +15,50 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class StoreStats:
-    """Counters a policy source updates and /metrics reads."""
+class SourceStats:
+    """Counters one source (a watched kind, or the policy files) updates; /metrics reads them."""
 
+    kind: str = "ConfigMap"
     syncs: int = 0
     watch_restarts: int = 0
     errors: int = 0
     last_sync_monotonic: float | None = None
     last_error: str | None = None
+    # Objects kept after the projection (None: not listed yet).
+    objects: int | None = None
+
+    @property
+    def synced(self) -> bool:
+        return self.syncs > 0
+
+    def published(self) -> None:
+        self.syncs += 1
+        self.last_sync_monotonic = time.monotonic()
+
+    def seconds_since_sync(self) -> float | None:
+        last = self.last_sync_monotonic
+        return None if last is None else time.monotonic() - last
+
+    def to_json(self) -> dict[str, Any]:
+        since = self.seconds_since_sync()
+        return {
+            "synced": self.synced,
+            "objects": self.objects,
+            "secondsSinceSync": None if since is None else round(since, 1),
+            "restarts": self.watch_restarts,
+            "errors": self.errors,
+            "lastError": self.last_error,
+        }
+
+
+# What admission does while a snapshot is missing (SPEC §4, §6).
+_WITHOUT = {
+    "Node": "CUDA placement uses the first label scheme, as without a node inventory",
+    "ResourceClaimTemplate": "pods are evaluated as if their DRA claims requested no GPU",
+}
+
+# The policy source's stats kept their historical name.
+StoreStats = SourceStats
 
 
 @dataclass
@@ -33,11 +70,14 @@ class PolicyStore:
     """
 
     current: PolicySet = field(default_factory=PolicySet.empty)
-    stats: StoreStats = field(default_factory=StoreStats)
+    stats: SourceStats = field(default_factory=SourceStats)
     # Other cluster snapshots, each swapped whole by its source; None: not known (not watched,
     # not readable). They never affect readiness.
     inventory: NodeInventory | None = None
     claims: ClaimIndex | None = None
+    # Every kind a reflector watches, by kind ("ConfigMap", "Node", "ResourceClaimTemplate"):
+    # /inventory, /policies and /metrics show their sync state.
+    watched: dict[str, SourceStats] = field(default_factory=dict)
 
     @property
     def ready(self) -> bool:
@@ -46,12 +86,33 @@ class PolicyStore:
     def replace(self, policies: PolicySet) -> None:
         # A single attribute assignment is atomic for readers on the event loop and in threads.
         self.current = policies
-        self.stats.syncs += 1
-        self.stats.last_sync_monotonic = time.monotonic()
+        self.stats.published()
 
     def seconds_since_sync(self) -> float | None:
-        last = self.stats.last_sync_monotonic
-        return None if last is None else time.monotonic() - last
+        return self.stats.seconds_since_sync()
+
+    def snapshot_status(self, kind: str) -> dict[str, Any]:
+        """Whether the snapshot of a watched kind ("Node", "ResourceClaimTemplate") is in
+        force, and if not, why: for /inventory and /policies."""
+        snapshot = self.inventory if kind == "Node" else self.claims
+        if snapshot is not None:
+            return {"available": True}
+        stats = self.watched.get(kind)
+        if stats is None:
+            reason = (
+                f"{kind} objects are not watched (a local run with --policies, or switched off "
+                "in the webhook config)"
+            )
+        else:
+            reason = stats.last_error or f"waiting for the first list of {kind} objects"
+        return {"available": False, "reason": reason, "effect": _WITHOUT[kind]}
+
+    def watch(self, kind: str) -> SourceStats:
+        """The stats of a watched kind, registered so observability lists it (the CRL source
+        shares the policy source's `stats`)."""
+        stats = self.stats if kind == self.stats.kind else SourceStats(kind=kind)
+        self.watched[kind] = stats
+        return stats
 
 
 def log_policy_changes(old: PolicySet | None, new: PolicySet, source: str) -> None:

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes.aio.client import ApiClient, Configuration
 
-from tests.fakekube import FakeKube, crl_configmap
+from tests.fakekube import FakeKube, crl_configmap, fast_options, running
 from tests.helpers import eventually
-from webhook.sources.reflector import Backoff, ConfigMapWatcher
+from webhook.sources.policies import ConfigMapWatcher
+from webhook.sources.reflector import Backoff
 from webhook.sources.store import PolicyStore
 
 CORE = "tencent.com/vcuda-core"
@@ -36,42 +36,13 @@ def gpu_cm(name: str = "cf-crl-nvidia-gpu", **data: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-async def kube() -> AsyncIterator[FakeKube]:
-    async with FakeKube() as server:
-        yield server
-
-
-@pytest.fixture
-def store() -> PolicyStore:
-    return PolicyStore()
-
-
-@pytest.fixture
 def make_watcher(
     kube: FakeKube, store: PolicyStore, tmp_path: Path
 ) -> Callable[..., ConfigMapWatcher]:
     def make(**options: Any) -> ConfigMapWatcher:
-        settings: dict[str, Any] = {
-            "kubeconfig": str(kube.write_kubeconfig(tmp_path)),
-            "backoff_initial": 0.01,
-            "backoff_max": 0.05,
-            "debounce_seconds": 0.01,
-        }
-        settings.update(options)
-        return ConfigMapWatcher(store, **settings)
+        return ConfigMapWatcher(store, **fast_options(kube, tmp_path, **options))
 
     return make
-
-
-@contextlib.asynccontextmanager
-async def running(watcher: ConfigMapWatcher) -> AsyncIterator[asyncio.Task[None]]:
-    task = asyncio.create_task(watcher.run())
-    try:
-        yield task
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 async def watching(kube: FakeKube, count: int = 1) -> None:

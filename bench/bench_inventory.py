@@ -1,0 +1,176 @@
+"""Benchmark of the node inventory: RSS growth and sync time for N nodes (SPEC §4, issue 11).
+
+Run: .venv/bin/python bench/bench_inventory.py [--nodes 10000] [--json]
+
+The fake API server (tests/fakekube.py) runs in a separate process, so its memory is not
+counted. Nodes carry what real GPU nodes carry in their metadata: ~35 labels (kubelet, cloud,
+GPU Feature Discovery), annotations and managedFields. This process imports everything and
+builds its client first, measures RSS, then runs the node reflector until the inventory holds
+every node (the sync time), collects garbage and measures RSS again: the growth is what the
+inventory costs to hold (the bar: ≤ 15 MiB at 10,000 nodes, sync ≤ 3 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import json
+import multiprocessing
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from kubernetes.aio.client import ApiClient, Configuration  # noqa: E402
+
+from tests.fakekube import FakeKube, node  # noqa: E402
+from webhook.core.config import WebhookConfig  # noqa: E402
+from webhook.sources.nodes import NodeSource  # noqa: E402
+from webhook.sources.store import PolicyStore  # noqa: E402
+
+CUDA = [("12", "4"), ("12", "2"), ("11", "8"), ("12", "8")]
+PRODUCTS = ["NVIDIA-A100-SXM4-80GB", "Tesla-V100-SXM2-32GB", "NVIDIA-H100-80GB-HBM3"]
+
+
+def gpu_node(index: int) -> dict[str, Any]:
+    major, minor = CUDA[index % len(CUDA)]
+    product = PRODUCTS[index % len(PRODUCTS)]
+    labels = {
+        "beta.kubernetes.io/arch": "amd64",
+        "beta.kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "node.kubernetes.io/instance-type": f"p4d.{index % 7}xlarge",
+        "topology.kubernetes.io/region": "us-east-1",
+        "topology.kubernetes.io/zone": f"us-east-1{'abcdef'[index % 6]}",
+        "node-role.kubernetes.io/worker": "",
+        "cuda-major-version": major,
+        "cuda-minor-version": minor,
+        "nvidia.com/cuda.runtime-version.major": major,
+        "nvidia.com/cuda.runtime-version.minor": minor,
+        "nvidia.com/cuda.driver-version.major": "550",
+        "nvidia.com/cuda.driver-version.minor": "54",
+        "nvidia.com/cuda.driver-version.revision": "15",
+        "nvidia.com/gpu.product": product,
+        "nvidia.com/gpu.count": "8",
+        "nvidia.com/gpu.memory": "81920",
+        "nvidia.com/gpu.family": "ampere",
+        "nvidia.com/gpu.compute.major": "8",
+        "nvidia.com/gpu.compute.minor": "0",
+        "nvidia.com/gpu.machine": "p4d.24xlarge",
+        "nvidia.com/gpu.replicas": "1",
+        "nvidia.com/gpu.sharing-strategy": "none",
+        "nvidia.com/mig.capable": "true",
+        "nvidia.com/mig.strategy": "single",
+        "nvidia.com/gfd.timestamp": str(1_700_000_000 + index),
+        "nvidia.com/gpu.deploy.driver": "true",
+        "nvidia.com/gpu.deploy.device-plugin": "true",
+        "nvidia.com/gpu.deploy.gpu-feature-discovery": "true",
+        "nvidia.com/gpu.deploy.dcgm-exporter": "true",
+        "nvidia.com/gpu.present": "true",
+        "feature.node.kubernetes.io/pci-10de.present": "true",
+        "feature.node.kubernetes.io/kernel-version.full": "5.15.0-1051-aws",
+    }
+    obj = node(f"gpu-node-{index:05d}", labels)
+    # managedFields of a real node: a few KiB of field sets per manager.
+    obj["metadata"]["managedFields"] = [
+        {
+            "manager": manager,
+            "operation": "Update",
+            "apiVersion": "v1",
+            "time": "2024-01-01T00:00:00Z",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:metadata": {"f:labels": {f"f:{key}": {} for key in labels}}},
+        }
+        for manager in ("kubelet", "gpu-feature-discovery", "nfd-master")
+    ]
+    obj["metadata"]["uid"] = f"00000000-0000-0000-0000-{index:012d}"
+    return obj
+
+
+def serve(count: int, ready: Any) -> None:
+    """The fake API server's process: populate, report the port, serve until killed."""
+
+    async def main() -> None:
+        kube = FakeKube()
+        for index in range(count):
+            kube.put(gpu_node(index))
+        await kube.start()
+        ready.put(kube.port)
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+def rss_kib() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+async def measure(port: int, count: int, page_size: int) -> dict[str, float]:
+    store = PolicyStore()
+
+    async def client() -> ApiClient:
+        return ApiClient(Configuration(host=f"http://127.0.0.1:{port}"))
+
+    source = NodeSource(store, WebhookConfig(), api_factory=client, page_size=page_size)
+    # Warm up the client's code paths (imports, SSL/HTTP machinery) outside the figure.
+    warm = await client()
+    await warm.close()  # type: ignore[no-untyped-call]
+    gc.collect()
+    before = rss_kib()
+    started = time.perf_counter()
+    task = asyncio.create_task(source.run())
+    while store.inventory is None or len(store.inventory.nodes) < count:
+        await asyncio.sleep(0.005)
+    sync_seconds = time.perf_counter() - started
+    gc.collect()
+    await asyncio.sleep(0.2)
+    after = rss_kib()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return {
+        "nodes": count,
+        "sync_seconds": round(sync_seconds, 3),
+        "rss_before_mib": round(before / 1024, 1),
+        "rss_after_mib": round(after / 1024, 1),
+        "rss_growth_mib": round((after - before) / 1024, 1),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=10_000)
+    parser.add_argument("--page-size", type=int, default=500, help="list page size (limit)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args()
+    context = multiprocessing.get_context("spawn")
+    ready = context.Queue()
+    server = context.Process(target=serve, args=(args.nodes, ready), daemon=True)
+    server.start()
+    try:
+        port = ready.get(timeout=300)
+        result = asyncio.run(measure(port, args.nodes, args.page_size))
+    finally:
+        server.kill()
+        server.join()
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(
+            f"{result['nodes']} nodes: sync {result['sync_seconds']:.2f} s, RSS "
+            f"{result['rss_before_mib']} -> {result['rss_after_mib']} MiB "
+            f"(growth {result['rss_growth_mib']} MiB; bars: sync <= 3 s, growth <= 15 MiB)"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

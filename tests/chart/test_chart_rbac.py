@@ -1,0 +1,81 @@
+"""Chart RBAC for the watched kinds (SPEC §10): CRL ConfigMaps in kube-public (Role), Nodes and
+DRA ResourceClaimTemplates cluster-wide (ClusterRole), each switched with its config value."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.chart.conftest import NAMESPACE, Render
+from tests.chart.test_chart import find, one
+
+READ = ["get", "list", "watch"]
+NODES_RULE = {"apiGroups": [""], "resources": ["nodes"], "verbs": READ}
+TEMPLATES_RULE = {
+    "apiGroups": ["resource.k8s.io"],
+    "resources": ["resourceclaimtemplates"],
+    "verbs": READ,
+}
+
+
+def rendered_config(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    """The webhook config file the chart renders from .Values.config."""
+    configmaps = [o for o in find(objects, "ConfigMap") if "config.yaml" in o.get("data", {})]
+    (configmap,) = configmaps
+    config: dict[str, Any] = yaml.safe_load(configmap["data"]["config.yaml"])
+    return config
+
+
+def test_default_install_reads_nodes_and_claim_templates_cluster_wide_and_nothing_else(
+    render: Render,
+) -> None:
+    objects = render()
+    role = one(objects, "ClusterRole")
+    assert role["rules"] == [NODES_RULE, TEMPLATES_RULE]
+    binding = one(objects, "ClusterRoleBinding")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": role["metadata"]["name"],
+    }
+    account = one(objects, "ServiceAccount")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": NAMESPACE}
+    ]
+    # The namespaced Role stays what it was: ConfigMaps in kube-public.
+    assert one(objects, "Role")["rules"] == [
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": READ}
+    ]
+    config = rendered_config(objects)
+    assert (config["nodeInventory"], config["claimTemplateCache"]) == (True, True)
+
+
+@pytest.mark.parametrize(
+    ("values", "rules"),
+    [
+        ({"nodeInventory": False}, [TEMPLATES_RULE]),
+        ({"claimTemplateCache": False}, [NODES_RULE]),
+    ],
+    ids=["inventory-off", "claim-cache-off"],
+)
+def test_each_switch_removes_its_permission_and_reaches_the_webhook_config(
+    render: Render, values: dict[str, bool], rules: list[dict[str, Any]]
+) -> None:
+    objects = render({"config": values})
+    assert one(objects, "ClusterRole")["rules"] == rules
+    config = rendered_config(objects)
+    for key, value in values.items():
+        assert config[key] is value
+
+
+def test_both_switches_off_leave_no_cluster_wide_permission(render: Render) -> None:
+    objects = render({"config": {"nodeInventory": False, "claimTemplateCache": False}})
+    assert find(objects, "ClusterRole") == []
+    assert find(objects, "ClusterRoleBinding") == []
+
+
+def test_the_values_schema_rejects_a_non_boolean_switch(render: Render) -> None:
+    with pytest.raises(Exception, match="nodeInventory"):
+        render({"config": {"nodeInventory": "yes"}})
