@@ -11,10 +11,12 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import BadHttpMessage
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.exposition import generate_latest
 
 from webhook.admission.jsoncodec import JsonCodec, json_codec, std_dumps
+from webhook.admission.limits import BODY_TIMEOUT
 from webhook.admission.metrics import Metrics
 from webhook.admission.reviews import (
     AdmissionRequest,
@@ -52,6 +54,9 @@ WORKLOAD_KINDS = frozenset(
     {"Pod", "Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob", "ConfigMap"}
 )
 OPERATIONS = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})
+# What aiohttp decodes for a request body; anything else would reach the JSON decoder as bytes
+# it cannot read, so it is refused up front with a reason.
+CONTENT_ENCODINGS = frozenset({"", "identity", "gzip", "deflate"})
 
 
 def _plain(status: int, text: str) -> web.Response:
@@ -138,11 +143,33 @@ async def _read_body(request: web.Request, endpoint: str) -> bytes | web.Respons
     if length is not None and length > MAX_BODY_BYTES:
         state.metrics.rejected.labels(endpoint, "413").inc()
         return _plain(413, too_large)
+    encoding = request.headers.get("Content-Encoding", "").strip().lower()
+    if encoding not in CONTENT_ENCODINGS:
+        state.metrics.rejected.labels(endpoint, "400").inc()
+        return _plain(400, f"Content-Encoding {encoding!r} is not supported; send gzip or none")
     try:
-        body = await request.read()
+        async with asyncio.timeout(BODY_TIMEOUT):
+            body = await request.read()
+    except TimeoutError:
+        state.metrics.rejected.labels(endpoint, "408").inc()
+        answer = _plain(408, f"the request body did not arrive within {BODY_TIMEOUT:g} seconds")
+        answer.force_close()
+        return answer
     except web.HTTPRequestEntityTooLarge:
         state.metrics.rejected.labels(endpoint, "413").inc()
         return _plain(413, too_large)
+    except (web.RequestPayloadError, BadHttpMessage) as exc:
+        # A body that is not what its Content-Encoding says (e.g. gzip labelled deflate): aiohttp's
+        # payload parser raises ContentEncodingError, wrapped in RequestPayloadError.
+        state.metrics.rejected.labels(endpoint, "400").inc()
+        cause = exc if isinstance(exc, BadHttpMessage) else exc.__cause__
+        reason = cause.message if isinstance(cause, BadHttpMessage) else str(exc)
+        label = encoding or "identity"
+        return _plain(400, f"request body cannot be decoded ({label}): {' '.join(reason.split())}")
+    except ConnectionError:
+        # The client went away mid-body: nobody reads an answer, and it is not our error.
+        log.debug("client disconnected before sending the whole body of %s", request.path)
+        return _plain(400, "client disconnected")
     if not body.strip():
         state.metrics.rejected.labels(endpoint, "400").inc()
         return _plain(400, "request body is empty; expected an AdmissionReview JSON object")
@@ -216,7 +243,7 @@ async def _healthz(request: web.Request) -> web.Response:
 async def _readyz(request: web.Request) -> web.Response:
     state = request.app[STATE]
     if state.shutting_down:
-        return _plain(503, "shutting down")
+        return _plain(503, "shutting down: draining connections, send reviews to other replicas")
     if not state.store.ready:
         detail = state.store.stats.last_error or "waiting for the first list of CRL ConfigMaps"
         return _plain(503, f"policies not synced yet: {detail}")
@@ -312,7 +339,18 @@ def create_app(
     _add_probe_routes(app)
     app.router.add_get("/policies", _policies)
     app.cleanup_ctx.append(_background)
+    app.on_response_prepare.append(_close_when_draining)
     return app
+
+
+async def _close_when_draining(request: web.Request, response: web.StreamResponse) -> None:
+    # During the shutdown drain every answer says Connection: close, so the API server's
+    # keep-alive connections move to other replicas before this one stops accepting (SPEC §7).
+    # aiohttp (3.14) runs this hook after it computed the headers, so both are set here: the
+    # header for the client, force_close() for the connection (closed after this answer).
+    if request.app[STATE].shutting_down:
+        response.force_close()
+        response.headers["Connection"] = "close"
 
 
 def _add_probe_routes(app: web.Application) -> None:

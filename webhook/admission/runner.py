@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -12,6 +13,12 @@ from collections.abc import Callable
 from aiohttp import web
 
 from webhook.admission.app import create_metrics_app
+from webhook.admission.limits import (
+    HEADER_TIMEOUT,
+    LINGER_SECONDS,
+    SHUTDOWN_GRACE_SECONDS,
+    TLS_HANDSHAKE_TIMEOUT,
+)
 from webhook.admission.logs import BatchedStreamHandler
 from webhook.admission.state import STATE
 from webhook.tls.certs import CertReloader
@@ -36,30 +43,58 @@ async def _flush_logs(handler: BatchedStreamHandler) -> None:
         handler.flush()
 
 
+def _runner(app: web.Application) -> web.AppRunner:
+    # handler_args reach aiohttp's RequestHandler: keepalive_timeout is the header deadline too
+    # (see webhook.admission.limits).
+    return web.AppRunner(
+        app,
+        access_log=None,
+        shutdown_timeout=SHUTDOWN_GRACE_SECONDS,
+        keepalive_timeout=HEADER_TIMEOUT,
+        lingering_time=LINGER_SECONDS,
+    )
+
+
+async def _wait_for(event: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(event.wait(), seconds)
+
+
 async def serve_app(
     app: web.Application,
     args: argparse.Namespace,
     reloader: CertReloader,
     log_handler: BatchedStreamHandler,
 ) -> None:
+    """Serve until SIGTERM/SIGINT, then drain (SPEC §7): readyz 503, Connection: close, exit."""
     flusher = asyncio.create_task(_flush_logs(log_handler))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    # Short grace: the API server's timeoutSeconds is a few seconds, so a review still running
-    # after 10 s has already been given up on.
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=10.0)
+    runner = _runner(app)
     await runner.setup()
     runners = [runner]
+    servers: list[asyncio.AbstractServer] = []
+    state = app[STATE]
     try:
-        await web.TCPSite(runner, args.host, args.port, ssl_context=reloader.context).start()
+        # A listener of our own rather than web.TCPSite, which passes no ssl_handshake_timeout
+        # (asyncio's default is 60 s); runner.cleanup() still closes its connections.
+        assert runner.server is not None
+        servers.append(
+            await loop.create_server(
+                runner.server,
+                args.host,
+                args.port,
+                ssl=reloader.context,
+                ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT,
+            )
+        )
         if args.metrics_port:
-            metrics_runner = web.AppRunner(create_metrics_app(app), access_log=None)
+            metrics_runner = _runner(create_metrics_app(app))
             await metrics_runner.setup()
             runners.append(metrics_runner)
             await web.TCPSite(metrics_runner, args.host, args.metrics_port).start()
-        state = app[STATE]
         log.info(
             "serving admission reviews on https://%s:%d (json=%s, loop=%s, metrics port %s)",
             args.host,
@@ -69,9 +104,20 @@ async def serve_app(
             args.metrics_port or "off",
         )
         await stop.wait()
-        log.info("shutting down: finishing reviews in flight")
         state.shutting_down = True
+        log.info(
+            "shutting down: /readyz answers 503; still answering reviews (Connection: close) "
+            "for the %g s drain delay",
+            args.drain_seconds,
+        )
+        # A second signal ends the drain early (an impatient Ctrl-C).
+        stop.clear()
+        await _wait_for(stop, args.drain_seconds)
+        log.info("drain over: no longer accepting connections; finishing reviews in flight")
     finally:
+        state.shutting_down = True
+        for server in servers:
+            server.close()
         for each in reversed(runners):
             await each.cleanup()
         flusher.cancel()

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from webhook.admission.app import create_app, review_log
 from webhook.admission.jsoncodec import json_codec
+from webhook.admission.limits import DEFAULT_DRAIN_SECONDS
 from webhook.admission.logs import configure_logging
 from webhook.admission.runner import loop_factory, serve_app
 from webhook.admission.state import PolicySource
@@ -27,12 +28,22 @@ log = logging.getLogger(__name__)
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="0.0.0.0", help="listen address (default: %(default)s)")
-    parser.add_argument("--port", type=int, default=8443, help="HTTPS port (default: %(default)s)")
+    parser.add_argument(
+        "--port", type=_port, default=8443, help="HTTPS port, 1-65535 (default: %(default)s)"
+    )
     parser.add_argument(
         "--metrics-port",
-        type=int,
+        type=_port_or_off,
         default=0,
         help="plain-HTTP port for /metrics, /healthz, /readyz (default: 0 = off)",
+    )
+    parser.add_argument(
+        "--drain-seconds",
+        type=_drain,
+        default=DEFAULT_DRAIN_SECONDS,
+        metavar="SECONDS",
+        help="on SIGTERM: keep answering reviews (Connection: close) this long while /readyz "
+        "answers 503, then stop accepting (default: %(default)s)",
     )
     parser.add_argument("--tls-cert", metavar="FILE", help="serving certificate (PEM), reloaded")
     parser.add_argument("--tls-key", metavar="FILE", help="serving key (PEM), reloaded")
@@ -64,6 +75,30 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--log-level", choices=("debug", "info", "warning", "error"), default="info"
     )
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a TCP port: use 1-65535")
+    return value
+
+
+def _port_or_off(text: str) -> int:
+    return 0 if text.strip() == "0" else _port(text)
+
+
+def _drain(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 <= value <= 300:
+        raise argparse.ArgumentTypeError(f"{text} is not a drain delay: use 0-300 seconds")
+    return value
 
 
 def _tls_files(args: argparse.Namespace) -> tuple[Path, Path]:

@@ -1,0 +1,174 @@
+"""Hostile clients and shutdown, through the real `gpu-webhook serve` process over TLS (SPEC §7).
+
+Loopback only, bounded: every socket has a timeout and every wait a deadline.
+"""
+
+from __future__ import annotations
+
+import gzip
+import http.client
+import json
+import signal
+import socket
+import ssl
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.test_serve import EXAMPLE, get, serve_process
+from webhook.admission.limits import BODY_TIMEOUT, HEADER_TIMEOUT, TLS_HANDSHAKE_TIMEOUT
+
+Served = tuple[subprocess.Popen[str], int, int, Path]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory, policy_dir: Path) -> Iterator[Served]:
+    with serve_process(tmp_path_factory.mktemp("edges"), policy_dir) as running:
+        yield running
+
+
+def tls_socket(port: int, cert_dir: Path) -> ssl.SSLSocket:
+    context = ssl.create_default_context(cafile=str(cert_dir / "ca.crt"))
+    raw = socket.create_connection(("127.0.0.1", port), timeout=HEADER_TIMEOUT + 5)
+    return context.wrap_socket(raw, server_hostname="localhost")
+
+
+def read_until_closed(sock: ssl.SSLSocket) -> bytes:
+    """Everything the server sends until it closes the connection (the socket has a timeout)."""
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+def post(
+    port: int, cert_dir: Path, body: bytes, headers: dict[str, str]
+) -> tuple[int, dict[str, str], bytes]:
+    context = ssl.create_default_context(cafile=str(cert_dir / "ca.crt"))
+    conn = http.client.HTTPSConnection("localhost", port, context=context, timeout=10)
+    try:
+        conn.request("POST", "/mutate", body, {"Content-Type": "application/json", **headers})
+        response = conn.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
+    finally:
+        conn.close()
+
+
+def test_partial_headers_are_closed_within_the_header_timeout(served: Served) -> None:
+    _, port, _, cert_dir = served
+    with tls_socket(port, cert_dir) as sock:
+        started = time.monotonic()
+        sock.sendall(b"POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: app")
+        assert read_until_closed(sock) == b""
+        assert time.monotonic() - started < HEADER_TIMEOUT + 2
+
+
+def test_a_stalled_tls_handshake_is_closed_within_its_timeout(served: Served) -> None:
+    _, port, _, _ = served
+    with socket.create_connection(("127.0.0.1", port), timeout=TLS_HANDSHAKE_TIMEOUT + 5) as raw:
+        started = time.monotonic()
+        raw.sendall(b"\x16\x03\x01")  # the first bytes of a ClientHello, then nothing
+        while raw.recv(65536):
+            pass
+        assert time.monotonic() - started < TLS_HANDSHAKE_TIMEOUT + 2
+
+
+def test_a_trickled_body_is_answered_408_and_closed(served: Served) -> None:
+    _, port, _, cert_dir = served
+    with tls_socket(port, cert_dir) as sock:
+        started = time.monotonic()
+        sock.sendall(
+            b"POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 7000000\r\n\r\n" + b" " * 60_000
+        )
+        answer = read_until_closed(sock)
+        elapsed = time.monotonic() - started
+    assert answer.startswith(b"HTTP/1.1 408 ")
+    assert b"Connection: close" in answer
+    assert answer.endswith(f"did not arrive within {BODY_TIMEOUT:g} seconds\n".encode())
+    # BODY_TIMEOUT, plus at most the short lingering read aiohttp does after an early answer.
+    assert BODY_TIMEOUT - 0.5 < elapsed < BODY_TIMEOUT + 3
+
+
+@pytest.mark.parametrize(
+    ("encoding", "body", "reason"),
+    [
+        (
+            "deflate",
+            gzip.compress(EXAMPLE.read_bytes()),
+            b"request body cannot be decoded (deflate): ",
+        ),
+        ("gzip", b"not gzip at all", b"request body cannot be decoded (gzip): "),
+        # aiohttp's parser refuses br itself (no Brotli installed), before the handler runs.
+        ("br", b"{}", b"Can not decode content-encoding: brotli (br)"),
+        ("x-custom", b"{}", b"Content-Encoding 'x-custom' is not supported; send gzip or none"),
+    ],
+)
+def test_a_body_that_cannot_be_decoded_is_a_400_with_the_reason(
+    served: Served, encoding: str, body: bytes, reason: bytes
+) -> None:
+    _, port, _, cert_dir = served
+    status, _, text = post(port, cert_dir, body, {"Content-Encoding": encoding})
+    assert status == 400
+    assert text.startswith(reason)
+
+
+def test_a_gzip_body_labelled_gzip_is_reviewed(served: Served) -> None:
+    _, port, _, cert_dir = served
+    status, _, text = post(
+        port, cert_dir, gzip.compress(EXAMPLE.read_bytes()), {"Content-Encoding": "gzip"}
+    )
+    assert status == 200
+    assert json.loads(text)["response"]["patchType"] == "JSONPatch"
+
+
+def test_a_client_leaving_mid_body_is_no_error_in_the_logs(
+    tmp_path: Path, policy_dir: Path
+) -> None:
+    with serve_process(tmp_path, policy_dir, "--drain-seconds", "0") as (process, port, _, cert):
+        with tls_socket(port, cert) as sock:
+            sock.sendall(
+                b"POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json"
+                b'\r\nContent-Length: 5000\r\n\r\n{"kind": '
+            )
+            time.sleep(0.3)
+        time.sleep(0.3)
+        status, _, _ = post(port, cert, EXAMPLE.read_bytes(), {})
+        assert status == 200
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 0
+    assert "Traceback" not in stderr
+    assert '"level": "ERROR"' not in stderr.replace('"level":"ERROR"', '"level": "ERROR"')
+
+
+def test_sigterm_drains_then_exits_zero(tmp_path: Path, policy_dir: Path) -> None:
+    drain = 3.0
+    with serve_process(tmp_path, policy_dir, "--drain-seconds", str(drain)) as running:
+        process, port, metrics_port, cert_dir = running
+        assert get(metrics_port, "/readyz")[0] == 200
+        process.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        time.sleep(0.3)
+        # During the drain delay: not ready, but reviews are still answered, with
+        # Connection: close so the API server's keep-alive connections move elsewhere.
+        assert get(metrics_port, "/readyz") == (
+            503,
+            "shutting down: draining connections, send reviews to other replicas\n",
+        )
+        status, headers, body = post(port, cert_dir, EXAMPLE.read_bytes(), {})
+        assert status == 200
+        assert headers["Connection"] == "close"
+        assert json.loads(body)["response"]["allowed"] is True
+        assert time.monotonic() - signalled < drain
+        assert process.poll() is None
+        process.communicate(timeout=30)
+        exited = time.monotonic()
+    assert process.returncode == 0
+    assert drain - 0.5 < exited - signalled < drain + 10
+    # After the drain the listener is closed.
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
