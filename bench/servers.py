@@ -141,6 +141,8 @@ def server(
         else:
             argv += ["--kubeconfig", str(kubeconfig)]
         argv += ["--log-format", "json", "--log-level", log_level]
+        # No load balancer to drain from: stop at once when the run is over.
+        argv += ["--drain-seconds", "0"]
     else:
         argv = [sys.executable, str(ENTRY), "noop", "--port", str(port)]
         argv += ["--cert", str(tls.cert), "--key", str(tls.key)]
