@@ -11,12 +11,11 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 from aiohttp import web
-from aiohttp.http_exceptions import BadHttpMessage
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.exposition import generate_latest
 
+from webhook.admission.body import HANDLER_ARGS, MAX_BODY_BYTES, plain, read_body
 from webhook.admission.jsoncodec import JsonCodec, json_codec, std_dumps
-from webhook.admission.limits import BODY_TIMEOUT
 from webhook.admission.metrics import Metrics
 from webhook.admission.reviews import (
     AdmissionRequest,
@@ -44,23 +43,10 @@ from webhook.tls.certs import CertReloader
 log = logging.getLogger(__name__)
 review_log = logging.getLogger("webhook.review")
 
-# The API server caps one object at 3 MiB (etcd's default request limit, enforced by the
-# apiserver as its max request body). An UPDATE review carries `object` and `oldObject` plus the
-# envelope (userInfo, options, managedFields...), so a legitimate body can approach 6 MiB and JSON
-# re-encoding may grow it a little; 7 MiB never refuses a real review but bounds memory per request.
-MAX_BODY_BYTES = 7 * 1024 * 1024
-
 WORKLOAD_KINDS = frozenset(
     {"Pod", "Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob", "ConfigMap"}
 )
 OPERATIONS = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})
-# What aiohttp decodes for a request body; anything else would reach the JSON decoder as bytes
-# it cannot read, so it is refused up front with a reason.
-CONTENT_ENCODINGS = frozenset({"", "identity", "gzip", "deflate"})
-
-
-def _plain(status: int, text: str) -> web.Response:
-    return web.Response(status=status, text=text + "\n", content_type="text/plain")
 
 
 def _label(value: str, known: frozenset[str]) -> str:
@@ -126,62 +112,12 @@ def _decide(state: WebhookState, endpoint: str, req: AdmissionRequest) -> Outcom
     return Outcome(allowed_response(req, warnings=warnings), "allowed", 0, len(warnings))
 
 
-async def _read_body(request: web.Request, endpoint: str) -> bytes | web.Response:
-    """The body, or the 400/413 answer explaining why it cannot be a review."""
-    state = request.app[STATE]
-    # The exact header the API server sends is checked first: parsing it costs more.
-    exact = request.headers.get("Content-Type") == "application/json"
-    if not exact and request.content_type != "application/json":
-        state.metrics.rejected.labels(endpoint, "400").inc()
-        got = request.headers.get("Content-Type", "none")
-        return _plain(400, f"Content-Type must be application/json, got {got}")
-    too_large = (
-        f"request body is larger than {MAX_BODY_BYTES} bytes (limit sized for an UPDATE review "
-        "of two 3 MiB objects); this is not an AdmissionReview from the API server"
-    )
-    length = request.content_length
-    if length is not None and length > MAX_BODY_BYTES:
-        state.metrics.rejected.labels(endpoint, "413").inc()
-        return _plain(413, too_large)
-    encoding = request.headers.get("Content-Encoding", "").strip().lower()
-    if encoding not in CONTENT_ENCODINGS:
-        state.metrics.rejected.labels(endpoint, "400").inc()
-        return _plain(400, f"Content-Encoding {encoding!r} is not supported; send gzip or none")
-    try:
-        async with asyncio.timeout(BODY_TIMEOUT):
-            body = await request.read()
-    except TimeoutError:
-        state.metrics.rejected.labels(endpoint, "408").inc()
-        answer = _plain(408, f"the request body did not arrive within {BODY_TIMEOUT:g} seconds")
-        answer.force_close()
-        return answer
-    except web.HTTPRequestEntityTooLarge:
-        state.metrics.rejected.labels(endpoint, "413").inc()
-        return _plain(413, too_large)
-    except (web.RequestPayloadError, BadHttpMessage) as exc:
-        # A body that is not what its Content-Encoding says (e.g. gzip labelled deflate): aiohttp's
-        # payload parser raises ContentEncodingError, wrapped in RequestPayloadError.
-        state.metrics.rejected.labels(endpoint, "400").inc()
-        cause = exc if isinstance(exc, BadHttpMessage) else exc.__cause__
-        reason = cause.message if isinstance(cause, BadHttpMessage) else str(exc)
-        label = encoding or "identity"
-        return _plain(400, f"request body cannot be decoded ({label}): {' '.join(reason.split())}")
-    except ConnectionError:
-        # The client went away mid-body: nobody reads an answer, and it is not our error.
-        log.debug("client disconnected before sending the whole body of %s", request.path)
-        return _plain(400, "client disconnected")
-    if not body.strip():
-        state.metrics.rejected.labels(endpoint, "400").inc()
-        return _plain(400, "request body is empty; expected an AdmissionReview JSON object")
-    return body
-
-
 def _make_review_handler(
     endpoint: str,
 ) -> Callable[[web.Request], Coroutine[Any, Any, web.Response]]:
     async def handle(request: web.Request) -> web.Response:
         state = request.app[STATE]
-        body = await _read_body(request, endpoint)
+        body = await read_body(request, state.metrics, endpoint)
         if isinstance(body, web.Response):
             return body
         start = time.perf_counter()
@@ -190,12 +126,12 @@ def _make_review_handler(
         except (ValueError, RecursionError) as exc:
             # orjson.JSONDecodeError and json.JSONDecodeError are ValueErrors; so is bad UTF-8.
             state.metrics.rejected.labels(endpoint, "400").inc()
-            return _plain(400, f"request body is not valid JSON: {exc}")
+            return plain(400, f"request body is not valid JSON: {exc}")
         try:
             req = decode_review(data)
         except ReviewDecodeError as exc:
             state.metrics.rejected.labels(endpoint, "400").inc()
-            return _plain(400, f"request body is not an AdmissionReview: {exc}")
+            return plain(400, f"request body is not an AdmissionReview: {exc}")
         outcome = _decide(state, endpoint, req)
         try:
             payload = state.codec.dumps(outcome.response)
@@ -237,17 +173,17 @@ def _make_review_handler(
 
 
 async def _healthz(request: web.Request) -> web.Response:
-    return _plain(200, "ok")
+    return plain(200, "ok")
 
 
 async def _readyz(request: web.Request) -> web.Response:
     state = request.app[STATE]
     if state.shutting_down:
-        return _plain(503, "shutting down: draining connections, send reviews to other replicas")
+        return plain(503, "shutting down: draining connections, send reviews to other replicas")
     if not state.store.ready:
         detail = state.store.stats.last_error or "waiting for the first list of CRL ConfigMaps"
-        return _plain(503, f"policies not synced yet: {detail}")
-    return _plain(200, "ok")
+        return plain(503, f"policies not synced yet: {detail}")
+    return plain(200, "ok")
 
 
 async def _metrics(request: web.Request) -> web.Response:
@@ -332,7 +268,7 @@ def create_app(
         review_sink=review_sink,
     )
     # client_max_size also guards chunked bodies that carry no Content-Length.
-    app = web.Application(client_max_size=MAX_BODY_BYTES)
+    app = web.Application(client_max_size=MAX_BODY_BYTES, handler_args=HANDLER_ARGS)
     app[STATE] = state
     app.router.add_post("/mutate", _make_review_handler("mutate"))
     app.router.add_post("/validate", _make_review_handler("validate"))
@@ -361,7 +297,7 @@ def _add_probe_routes(app: web.Application) -> None:
 
 def create_metrics_app(admission_app: web.Application) -> web.Application:
     """Plain-HTTP app for Prometheus and probes, sharing the admission app's state."""
-    app = web.Application(client_max_size=1024)
+    app = web.Application(client_max_size=1024, handler_args=HANDLER_ARGS)
     app[STATE] = admission_app[STATE]
     _add_probe_routes(app)
     return app

@@ -13,12 +13,7 @@ from collections.abc import Callable
 from aiohttp import web
 
 from webhook.admission.app import create_metrics_app
-from webhook.admission.limits import (
-    HEADER_TIMEOUT,
-    LINGER_SECONDS,
-    SHUTDOWN_GRACE_SECONDS,
-    TLS_HANDSHAKE_TIMEOUT,
-)
+from webhook.admission.limits import SHUTDOWN_GRACE_SECONDS, TLS_HANDSHAKE_TIMEOUT
 from webhook.admission.logs import BatchedStreamHandler
 from webhook.admission.state import STATE
 from webhook.tls.certs import CertReloader
@@ -44,15 +39,8 @@ async def _flush_logs(handler: BatchedStreamHandler) -> None:
 
 
 def _runner(app: web.Application) -> web.AppRunner:
-    # handler_args reach aiohttp's RequestHandler: keepalive_timeout is the header deadline too
-    # (see webhook.admission.limits).
-    return web.AppRunner(
-        app,
-        access_log=None,
-        shutdown_timeout=SHUTDOWN_GRACE_SECONDS,
-        keepalive_timeout=HEADER_TIMEOUT,
-        lingering_time=LINGER_SECONDS,
-    )
+    # The per-connection deadlines are the app's handler_args (webhook.admission.body).
+    return web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_SECONDS)
 
 
 async def _wait_for(event: asyncio.Event, seconds: float) -> None:
