@@ -5,6 +5,7 @@ Loopback only, bounded: every socket has a timeout and every wait a deadline.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import http.client
 import json
@@ -19,7 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_serve import EXAMPLE, get, serve_process
+from tests.integration.helpers import free_port
+from tests.integration.test_serve import (
+    EXAMPLE,
+    environment,
+    get,
+    gpu_webhook,
+    run_to_exit,
+    serve_process,
+)
 from webhook.admission.body import MAX_BODY_BYTES
 from webhook.admission.limits import BODY_TIMEOUT, HEADER_TIMEOUT, TLS_HANDSHAKE_TIMEOUT
 
@@ -193,3 +202,89 @@ def test_sigterm_drains_then_exits_zero(tmp_path: Path, policy_dir: Path) -> Non
     # After the drain the listener is closed.
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+
+def test_self_signed_without_cert_dir_leaves_no_ca_key_when_start_up_fails(
+    tmp_path: Path,
+) -> None:
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    done = subprocess.run(
+        gpu_webhook("serve", "--self-signed", "--policies", str(tmp_path / "missing")),
+        cwd=tmp_path,
+        env={**environment(), "TMPDIR": str(scratch)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "missing is neither a file nor a directory" in done.stderr
+    assert list(scratch.iterdir()) == []
+
+
+def test_self_signed_without_cert_dir_removes_its_ca_at_exit(
+    tmp_path: Path, policy_dir: Path
+) -> None:
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    port, metrics_port = free_port(), free_port()
+    process = subprocess.Popen(
+        gpu_webhook(
+            "serve",
+            "--self-signed",
+            "--policies",
+            str(policy_dir),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--drain-seconds",
+            "0",
+            "--metrics-port",
+            str(metrics_port),
+        ),
+        cwd=tmp_path,
+        env={**environment(), "TMPDIR": str(scratch)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        ca = Path(process.stdout.readline().split()[2]) if process.stdout else None
+        assert ca is not None and ca.parent.parent == scratch
+        deadline = time.monotonic() + 30
+        assert (ca.parent / "ca.key").exists()
+        while True:  # ready (signal handlers installed) before SIGTERM
+            assert time.monotonic() < deadline
+            with contextlib.suppress(OSError):
+                if get(metrics_port, "/readyz")[0] == 200:
+                    break
+            time.sleep(0.05)
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0
+    assert list(scratch.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--port", "99999", "argument --port: 99999 is not a TCP port: use 1-65535"),
+        ("--port", "0", "argument --port: 0 is not a TCP port: use 1-65535"),
+        ("--port", "https", "argument --port: 'https' is not a port number"),
+        ("--metrics-port", "70000", "argument --metrics-port: 70000 is not a TCP port"),
+        ("--drain-seconds", "-1", "argument --drain-seconds: -1 is not a drain delay"),
+    ],
+)
+def test_out_of_range_ports_are_refused_with_exit_2(
+    tmp_path: Path, flag: str, value: str, message: str
+) -> None:
+    done = run_to_exit(tmp_path, "serve", "--self-signed", flag, value)
+    assert done.returncode == 2
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr

@@ -221,3 +221,13 @@ def test_serve_reloads_changed_policy_files_without_restart(
         (policies / f"{name}.yaml").write_text("data: [unclosed\n")
         time.sleep(0.5)
         assert default_vcuda_core() == "30"
+        # /policies says the files are broken now and what is in force; fixed, it says nothing.
+        broken = https_json(port, cert_dir, "GET", "/policies")
+        assert broken["sourceError"].startswith(f"cannot reload policies from {policies}: ")
+        assert name in broken["sourceError"]
+        assert broken["inForce"] == "the last policies loaded successfully"
+        (policies / f"{name}.yaml").write_text(yaml.safe_dump(crl_configmap(name, data)))
+        deadline = time.monotonic() + 20
+        while "sourceError" in https_json(port, cert_dir, "GET", "/policies"):
+            assert time.monotonic() < deadline, "the fixed policy file was not reloaded"
+            time.sleep(0.05)

@@ -197,6 +197,14 @@ async def _policies(request: web.Request) -> web.Response:
     state = request.app[STATE]
     document = state.store.current.to_json()
     document["ready"] = state.store.ready
+    error = state.store.stats.source_error
+    if error is not None:
+        # The policy files (or the cluster list) are broken right now: say so, and that the
+        # policies above are the last good set, still in force.
+        document["sourceError"] = error
+        document["inForce"] = (
+            "the last policies loaded successfully" if state.store.ready else "none (not ready)"
+        )
     return web.Response(body=std_dumps(document), content_type="application/json")
 
 

@@ -101,12 +101,15 @@ def _drain(text: str) -> float:
     return value
 
 
-def _tls_files(args: argparse.Namespace) -> tuple[Path, Path]:
-    """Where the serving pair is, generating it for --self-signed; raises ValueError."""
+def _tls_files(args: argparse.Namespace, scratch: Path | None) -> tuple[Path, Path]:
+    """Where the serving pair is, generating it for --self-signed; raises ValueError.
+
+    `scratch` is the throwaway directory for --self-signed without --cert-dir (the caller
+    removes it, CA key included, however the process ends).
+    """
     if args.self_signed:
-        cert_dir = (
-            Path(args.cert_dir) if args.cert_dir else Path(tempfile.mkdtemp(prefix="gpu-webhook-"))
-        )
+        cert_dir = Path(args.cert_dir) if args.cert_dir else scratch
+        assert cert_dir is not None
         ips = ["127.0.0.1", "::1"]
         if args.host not in ("0.0.0.0", "::", "", "localhost", *ips):
             ips.append(args.host)
@@ -149,10 +152,18 @@ def _policy_source(args: argparse.Namespace, store: PolicyStore) -> PolicySource
 
 def serve_command(args: argparse.Namespace) -> int:
     """`gpu-webhook serve`: 0 after a clean shutdown, 2 when the setup is unusable."""
+    if args.self_signed and not args.cert_dir:
+        # A throwaway CA's key must not outlive the run, whether start-up fails or not.
+        with tempfile.TemporaryDirectory(prefix="gpu-webhook-") as scratch:
+            return _serve(args, Path(scratch))
+    return _serve(args, None)
+
+
+def _serve(args: argparse.Namespace, scratch: Path | None) -> int:
     log_handler = configure_logging(args.log_format, args.log_level)
     try:
         config = load_config(Path(args.config) if args.config else None)
-        cert_file, key_file = _tls_files(args)
+        cert_file, key_file = _tls_files(args, scratch)
         reloader = CertReloader(cert_file, key_file)
         store = PolicyStore()
         source = _policy_source(args, store)
