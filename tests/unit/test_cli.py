@@ -38,9 +38,10 @@ def write(path: Path, *docs: Any) -> Path:
 def test_review_text_output_of_the_examples() -> None:
     code, text = cli("review", "-f", EXAMPLE, "--policies", POLICIES)
     assert code == 1  # the third example is denied
-    assert "--- Pod ml/paddle-train (document 1): ALLOWED\n" in text
-    assert "--- Pod ml/torch-infer (document 2): ALLOWED\n" in text
-    assert "--- Deployment ml/bad-share (document 3): DENIED\n" in text
+    # SPEC §9: every result names its file and document.
+    assert f"--- Pod ml/paddle-train ({EXAMPLE}, document 1): ALLOWED\n" in text
+    assert f"--- Pod ml/torch-infer ({EXAMPLE}, document 2): ALLOWED\n" in text
+    assert f"--- Deployment ml/bad-share ({EXAMPLE}, document 3): DENIED\n" in text
     assert '  - defaulted tencent.com/vcuda-memory=4 in container "train"\n' in text
     assert "  - will apply to pods: required vGPU nodes with CUDA ≥ 12.2" in text
     assert (
@@ -63,6 +64,8 @@ def test_review_json_output() -> None:
     ]
     first = results[0]
     assert set(first) == {
+        "file",
+        "reason",
         "document",
         "kind",
         "object",
@@ -96,7 +99,7 @@ def test_review_allowed_exits_0(tmp_path: Path) -> None:
     )
     code, text = cli("review", "-f", str(manifest), "--policies", POLICIES)
     assert code == 0
-    assert "--- Pod ml/train (document 1): ALLOWED\n" in text
+    assert f"--- Pod ml/train ({manifest}, document 1): ALLOWED\n" in text
     assert '  - set requests.nvidia.com/gpu=1 from limits in container "c"\n' in text
 
 
@@ -106,9 +109,9 @@ def test_review_skips_other_kinds_and_non_objects(tmp_path: Path) -> None:
     code, text = cli("review", "-f", str(manifest), "--policies", POLICIES, "-o", "json")
     assert code == 0
     results = json.loads(text)
-    assert [(r["verdict"], r["warnings"]) for r in results] == [
-        ("skipped", ["kind Service is not checked by the webhook"]),
-        ("skipped", ["not a Kubernetes object (no kind)"]),
+    assert [(r["verdict"], r["reason"], r["warnings"]) for r in results] == [
+        ("skipped", "Service (no apiVersion) is not a kind the webhook checks", []),
+        ("skipped", "not a Kubernetes object (no kind)", []),
     ]
 
 
@@ -136,7 +139,10 @@ def test_review_directory_of_manifests(tmp_path: Path) -> None:
     write(tmp_path / "b.yml", pod(container(limits={GPU: "1"}), name="b"))
     code, text = cli("review", "-f", str(tmp_path), "--policies", POLICIES, "-o", "json")
     assert code == 0
-    assert [r["object"] for r in json.loads(text)] == ["Pod ml/a", "Pod ml/b"]
+    assert [(r["file"], r["document"], r["object"]) for r in json.loads(text)] == [
+        (str(tmp_path / "a.yaml"), 1, "Pod ml/a"),
+        (str(tmp_path / "b.yml"), 1, "Pod ml/b"),
+    ]
 
 
 def test_review_with_config_file(tmp_path: Path) -> None:

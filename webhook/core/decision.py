@@ -51,6 +51,8 @@ class Decision:
     notes: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     mutation_kinds: tuple[str, ...] = ()
+    # Why the object was allowed without evaluation ("the pod template is unchanged", ...).
+    reason: str = ""
     original: Mapping[str, Any] | None = field(default=None, repr=False)
     mutated: Mapping[str, Any] | None = field(default=None, repr=False)
 

@@ -178,7 +178,9 @@ def evaluate(
     meta = obj.get("metadata")
     ns = namespace or (meta.get("namespace") if isinstance(meta, Mapping) else None)
     if ns in config.exempt_namespaces:
-        return Decision(object_ref=object_ref(kind, obj, namespace))
+        return Decision(
+            object_ref=object_ref(kind, obj, namespace), reason=f"namespace {ns} is exempt"
+        )
     return _evaluate_pod(kind, obj, policies, config, namespace, inventory, violations_only)
 
 
