@@ -11,7 +11,7 @@ RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /src
 # Dependencies change less often than the code: copy the metadata first for layer caching.
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY webhook ./webhook
 # The same install as the README (`pip install .`), plus the optional fast event loop/JSON.
 RUN pip install --no-cache-dir '.[fast]' \
