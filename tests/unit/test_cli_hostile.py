@@ -189,3 +189,32 @@ def test_the_console_script_prints_no_traceback_for_an_alias_bomb(tmp_path: Path
     assert done.stdout == ""
     assert done.stderr.count("\n") == 1
     assert "excessive aliasing" in done.stderr
+
+
+def test_ordinary_anchors_and_merge_keys_are_still_read() -> None:
+    from webhook.core.manifests import parse_documents
+
+    text = (
+        "defaults: &defaults\n"
+        "  {image: nvidia/cuda:12.4.1, resources: {limits: {nvidia.com/gpu: '1'}}}\n"
+        "containers:\n" + "".join(f"- <<: *defaults\n  name: c{i}\n" for i in range(200))
+    )
+    [doc] = parse_documents(text, "compose-style.yaml")
+    assert len(doc["containers"]) == 200
+    assert doc["containers"][199] == {
+        "image": "nvidia/cuda:12.4.1",
+        "resources": {"limits": {"nvidia.com/gpu": "1"}},
+        "name": "c199",
+    }
+
+
+def test_the_alias_ratio_follows_go_yaml() -> None:
+    from webhook.core.manifests import _allowed_alias_ratio
+
+    # go-yaml decode.go allowedAliasRatio: 0.99 up to 400,000 decodes, 0.10 from 4,000,000,
+    # linear in between.
+    assert _allowed_alias_ratio(1_000) == 0.99
+    assert _allowed_alias_ratio(400_000) == 0.99
+    assert _allowed_alias_ratio(2_200_000) == pytest.approx(0.545)
+    assert _allowed_alias_ratio(4_000_000) == 0.10
+    assert _allowed_alias_ratio(10_000_000) == 0.10
