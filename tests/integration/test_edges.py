@@ -274,11 +274,15 @@ def test_self_signed_without_cert_dir_removes_its_ca_at_exit(
 @pytest.mark.parametrize(
     ("flag", "value", "message"),
     [
-        ("--port", "99999", "argument --port: 99999 is not a TCP port: use 1-65535"),
-        ("--port", "0", "argument --port: 0 is not a TCP port: use 1-65535"),
-        ("--port", "https", "argument --port: 'https' is not a port number"),
-        ("--metrics-port", "70000", "argument --metrics-port: 70000 is not a TCP port"),
-        ("--drain-seconds", "-1", "argument --drain-seconds: -1 is not a drain delay"),
+        ("--port", "99999", "argument --port: not a TCP port: 99999 is out of range: use 1-65535"),
+        ("--port", "0", "argument --port: not a TCP port: 0 is out of range: use 1-65535"),
+        ("--port", "https", "argument --port: not a TCP port: 'https' is not a number"),
+        ("--metrics-port", "70000", "argument --metrics-port: not a TCP port: 70000 is out of"),
+        (
+            "--drain-seconds",
+            "-1",
+            "argument --drain-seconds: not a drain delay in seconds: -1 is out of range: use 0-300",
+        ),
     ],
 )
 def test_out_of_range_ports_are_refused_with_exit_2(

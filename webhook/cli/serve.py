@@ -77,14 +77,22 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _number_in(text: str, parse: type[int] | type[float], low: float, high: float) -> float:
+    """`text` parsed, within [low, high]; raises ValueError saying which rule it broke."""
+    try:
+        value = parse(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a number") from None
+    if not low <= value <= high:
+        raise ValueError(f"{text} is out of range: use {low:g}-{high:g}")
+    return value
+
+
 def _port(text: str) -> int:
     try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"{value} is not a TCP port: use 1-65535")
-    return value
+        return int(_number_in(text, int, 1, 65535))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a TCP port: {exc}") from None
 
 
 def _port_or_off(text: str) -> int:
@@ -93,12 +101,9 @@ def _port_or_off(text: str) -> int:
 
 def _drain(text: str) -> float:
     try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 <= value <= 300:
-        raise argparse.ArgumentTypeError(f"{text} is not a drain delay: use 0-300 seconds")
-    return value
+        return _number_in(text, float, 0, 300)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a drain delay in seconds: {exc}") from None
 
 
 def _tls_files(args: argparse.Namespace, scratch: Path | None) -> tuple[Path, Path]:
