@@ -5,7 +5,6 @@ Loopback only, bounded: every socket has a timeout and every wait a deadline.
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import http.client
 import json
@@ -20,7 +19,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import free_port
 from tests.integration.test_serve import (
     EXAMPLE,
     environment,
@@ -228,45 +226,21 @@ def test_self_signed_without_cert_dir_removes_its_ca_at_exit(
 ) -> None:
     scratch = tmp_path / "tmp"
     scratch.mkdir()
-    port, metrics_port = free_port(), free_port()
-    process = subprocess.Popen(
-        gpu_webhook(
-            "serve",
-            "--self-signed",
-            "--policies",
-            str(policy_dir),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--drain-seconds",
-            "0",
-            "--metrics-port",
-            str(metrics_port),
-        ),
-        cwd=tmp_path,
-        env={**environment(), "TMPDIR": str(scratch)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        ca = Path(process.stdout.readline().split()[2]) if process.stdout else None
-        assert ca is not None and ca.parent.parent == scratch
-        deadline = time.monotonic() + 30
+    with serve_process(
+        tmp_path,
+        policy_dir,
+        "--drain-seconds",
+        "0",
+        temp_cert_dir=True,
+        env={"TMPDIR": str(scratch)},
+    ) as (process, _, metrics_port, _):
+        assert get(metrics_port, "/readyz")[0] == 200
+        assert process.stdout is not None
+        ca = Path(process.stdout.readline().split()[2])
+        assert ca.parent.parent == scratch
         assert (ca.parent / "ca.key").exists()
-        while True:  # ready (signal handlers installed) before SIGTERM
-            assert time.monotonic() < deadline
-            with contextlib.suppress(OSError):
-                if get(metrics_port, "/readyz")[0] == 200:
-                    break
-            time.sleep(0.05)
         process.send_signal(signal.SIGTERM)
         process.communicate(timeout=30)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
     assert process.returncode == 0
     assert list(scratch.iterdir()) == []
 
