@@ -5,6 +5,7 @@ Loopback only, bounded: every socket has a timeout and every wait a deadline.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import http.client
 import json
@@ -266,3 +267,36 @@ def test_out_of_range_ports_are_refused_with_exit_2(
     assert done.returncode == 2
     assert message in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_connections_past_the_cap_are_closed_at_once(tmp_path: Path, policy_dir: Path) -> None:
+    with serve_process(tmp_path, policy_dir, "--max-connections", "2") as running:
+        process, port, _, cert_dir = running
+        held = [tls_socket(port, cert_dir) for _ in range(2)]
+        try:
+            for sock in held:
+                sock.sendall(b"POST /mutate HTTP/1.1\r\nHost: localhost\r\n")
+            time.sleep(0.3)  # both registered by the server
+            started = time.monotonic()
+            with (
+                contextlib.suppress(ssl.SSLError, ConnectionError),
+                tls_socket(port, cert_dir) as extra,
+            ):
+                extra.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+                assert read_until_closed(extra) == b""
+            assert time.monotonic() - started < 2
+        finally:
+            for sock in held:
+                sock.close()
+        # Once the held connections are gone, the server accepts again.
+        deadline = time.monotonic() + 10
+        while True:
+            with contextlib.suppress(OSError, ssl.SSLError):
+                status, _, _ = post(port, cert_dir, EXAMPLE.read_bytes(), {})
+                if status == 200:
+                    break
+            assert time.monotonic() < deadline, "the server did not accept again"
+            time.sleep(0.1)
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=30)
+    assert "refusing connections: 2 are open (--max-connections); 1 refused so far" in stderr

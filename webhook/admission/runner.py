@@ -6,8 +6,10 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import signal
+import time
 from collections.abc import Callable
 
 from aiohttp import web
@@ -36,6 +38,41 @@ async def _flush_logs(handler: BatchedStreamHandler) -> None:
     while True:
         await asyncio.sleep(handler.interval)
         handler.flush()
+
+
+class _Refused(asyncio.Protocol):
+    """A connection over the cap: closed as soon as it is made, nothing read or kept."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport.close()
+
+
+class _CappedFactory:
+    """The admission listener's protocol factory, refusing connections past `limit`.
+
+    aiohttp counts a connection once its TLS handshake is done (RequestHandler.connection_made);
+    the ones still in their handshake are bounded by TLS_HANDSHAKE_TIMEOUT instead.
+    """
+
+    def __init__(self, server: web.Server, limit: int) -> None:
+        self.server = server
+        self.limit = limit
+        self.refused = 0
+        self._last_warning = -math.inf
+
+    def __call__(self) -> asyncio.BaseProtocol:
+        if len(self.server.connections) < self.limit:
+            return self.server()
+        self.refused += 1
+        now = time.monotonic()
+        if now - self._last_warning >= 10:  # one line per 10 s, not one per refused client
+            self._last_warning = now
+            log.warning(
+                "refusing connections: %d are open (--max-connections); %d refused so far",
+                self.limit,
+                self.refused,
+            )
+        return _Refused()
 
 
 def _runner(app: web.Application) -> web.AppRunner:
@@ -71,7 +108,7 @@ async def serve_app(
         assert runner.server is not None
         servers.append(
             await loop.create_server(
-                runner.server,
+                _CappedFactory(runner.server, args.max_connections),
                 args.host,
                 args.port,
                 ssl=reloader.context,

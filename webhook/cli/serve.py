@@ -13,7 +13,7 @@ from pathlib import Path
 
 from webhook.admission.app import create_app, review_log
 from webhook.admission.jsoncodec import json_codec
-from webhook.admission.limits import DEFAULT_DRAIN_SECONDS
+from webhook.admission.limits import DEFAULT_DRAIN_SECONDS, DEFAULT_MAX_CONNECTIONS
 from webhook.admission.logs import configure_logging
 from webhook.admission.runner import loop_factory, serve_app
 from webhook.admission.state import PolicySource
@@ -36,6 +36,14 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         type=_port_or_off,
         default=0,
         help="plain-HTTP port for /metrics, /healthz, /readyz (default: 0 = off)",
+    )
+    parser.add_argument(
+        "--max-connections",
+        type=_max_connections,
+        default=DEFAULT_MAX_CONNECTIONS,
+        metavar="N",
+        help="open HTTPS connections at most; more are closed at once, so slow clients cannot "
+        "exhaust memory (default: %(default)s)",
     )
     parser.add_argument(
         "--drain-seconds",
@@ -93,6 +101,13 @@ def _port(text: str) -> int:
         return int(_number_in(text, int, 1, 65535))
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"not a TCP port: {exc}") from None
+
+
+def _max_connections(text: str) -> int:
+    try:
+        return int(_number_in(text, int, 1, 100_000))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a connection count: {exc}") from None
 
 
 def _port_or_off(text: str) -> int:
