@@ -152,6 +152,7 @@ def test_default_values_pass_the_values_schema(chart: helm_python.Chart) -> None
         ({"certManager": {"enabled": "yes"}}, "at '/certManager/enabled': got string, want"),
         ({"webhooks": {"excludeNamespaces": ["Bad_NS"]}}, "at '/webhooks/excludeNamespaces/0'"),
         ({"imagePullPolicy": "Always"}, "additional properties 'imagePullPolicy' not allowed"),
+        ({"drainSeconds": 900}, "at '/drainSeconds': maximum: got 900, want 300"),
     ],
 )
 def test_bad_values_fail_with_a_message_naming_the_key(
@@ -193,7 +194,8 @@ def test_deployment_is_hardened_and_highly_available(render: Render) -> None:
     mounts = {m["mountPath"]: m for m in container(objects)["volumeMounts"]}
     tmp_volume = next(v for v in pod["volumes"] if v["name"] == mounts["/tmp"]["name"])
     assert "emptyDir" in tmp_volume
-    assert container(objects)["resources"]["limits"]["memory"] == "256Mi"
+    # Holds 1,500 slow clients (bench/bench_slow_clients.py, SPEC §7) with margin.
+    assert container(objects)["resources"]["limits"]["memory"] == "640Mi"
     assert container(objects)["resources"]["requests"]["cpu"] == "100m"
     # Replicas spread over nodes (and zones), softly so a small cluster can still run them.
     spread = pod["topologySpreadConstraints"]
@@ -242,6 +244,8 @@ def test_container_args_are_the_serve_contract_pointing_at_mounted_files(render:
         "/etc/webhook/tls/tls.key",
         "--config",
         "/etc/webhook/config/config.yaml",
+        "--drain-seconds",
+        "5",
         "--log-format",
         "json",
     ]
@@ -256,6 +260,16 @@ def test_container_args_are_the_serve_contract_pointing_at_mounted_files(render:
     secret_name = mounts["/etc/webhook/tls"]["secret"]["secretName"]
     assert one(objects, "Secret", secret_name)["type"] == "kubernetes.io/tls"
     assert all("subPath" not in m for m in web["volumeMounts"])
+
+
+def test_termination_grace_covers_the_drain_and_the_in_flight_grace(render: Render) -> None:
+    # SPEC §7: drain delay (answering with Connection: close), then 10 s for reviews in flight.
+    for drain, grace in ((5, 20), (30, 45), (0, 15)):
+        objects = render({"drainSeconds": drain})
+        pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+        assert pod["terminationGracePeriodSeconds"] == grace
+        args = container(objects)["args"]
+        assert args[args.index("--drain-seconds") + 1] == str(drain)
 
 
 def test_extra_args_are_appended_after_the_contract(render: Render) -> None:

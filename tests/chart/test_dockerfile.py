@@ -170,5 +170,6 @@ def test_dockerignore_keeps_local_state_out_of_the_build_context() -> None:
         for token in i.argument.split()[:-1]
         if not token.startswith("--")
     }
-    assert copied == {"pyproject.toml", "README.md", "webhook"}
+    # LICENSE: pyproject.toml declares it as license-files, so the build needs it.
+    assert copied == {"pyproject.toml", "README.md", "LICENSE", "webhook"}
     assert not copied & patterns

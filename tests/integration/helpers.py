@@ -99,13 +99,14 @@ class RunningServer:
         body: bytes | None = None,
         *,
         content_type: str | None = "application/json",
+        headers: dict[str, str] | None = None,
     ) -> Reply:
         conn = http.client.HTTPSConnection(
             "localhost", self.port, context=self.client_context(), timeout=30
         )
         try:
-            headers = {"Content-Type": content_type} if content_type else {}
-            conn.request(method, path, body=body, headers=headers)
+            sent = {"Content-Type": content_type} if content_type else {}
+            conn.request(method, path, body=body, headers={**sent, **(headers or {})})
             response = conn.getresponse()
             return Reply(response.status, dict(response.getheaders()), response.read())
         finally:

@@ -147,16 +147,22 @@ def test_validate_denies_with_every_violation(server: RunningServer) -> None:
     assert response["allowed"] is False
     assert response["status"]["code"] == 403
     assert response["status"]["reason"] == "Forbidden"
-    header, *bullets = response["status"]["message"].split("\n")
+    header, *lines = response["status"]["message"].split("\n")
     assert header == "Pod ml/train: 2 GPU policy violations:"
+    # SPEC §7: the policy's description appears once, after the list.
+    bullets, about = lines[:2], lines[2:]
     assert sorted(bullets) == [
         "- Pod ml/train, container \"train\": limits.tencent.com/vcuda-core='150' is above 100 "
         "but not a multiple of 100 (values up to 100 are fractional shares; above it only whole "
         "units 100, 200, 300… are allowed) (wholeUnit: 100 in ConfigMap "
-        "kube-public/cf-crl-test-vcuda-core). vGPU compute, 100 per card.",
+        "kube-public/cf-crl-test-vcuda-core).",
         "- Pod ml/train, container \"train\": requests.nvidia.com/gpu='2' differs from limits "
         "(1): extended resources cannot be overcommitted, set requests equal to limits or omit "
         "them (requests = limits in ConfigMap kube-public/cf-crl-test-nvidia-gpu).",
+    ]
+    assert about == [
+        "About these policies:",
+        "- kube-public/cf-crl-test-vcuda-core: vGPU compute, 100 per card.",
     ]
     # Pod warnings were shown by the mutating call; /validate does not repeat them.
     assert "warnings" not in response

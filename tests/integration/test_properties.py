@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import gzip
 import json
+import zlib
+from collections.abc import Callable
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -79,8 +82,10 @@ SETTINGS = settings(
 )
 
 
-def answered_sanely(server: RunningServer, endpoint: str, body: bytes) -> None:
-    reply = server.request("POST", endpoint, body)
+def answered_sanely(
+    server: RunningServer, endpoint: str, body: bytes, headers: dict[str, str] | None = None
+) -> None:
+    reply = server.request("POST", endpoint, body, headers=headers)
     assert reply.status in (200, 400, 413), (reply.status, reply.text)
     if reply.status == 200:
         answer: Any = json.loads(reply.body)
@@ -111,6 +116,36 @@ def test_review_shaped_json_never_yields_500(
     server: RunningServer, endpoint: str, review: dict[str, Any]
 ) -> None:
     answered_sanely(server, endpoint, json.dumps(review).encode())
+
+
+def _raw_deflate(data: bytes) -> bytes:
+    compressor = zlib.compressobj(wbits=-15)
+    return compressor.compress(data) + compressor.flush()
+
+
+# How the body is compressed, independently of what Content-Encoding claims: right, wrong
+# (gzip labelled deflate), truncated, or not at all.
+COMPRESSIONS: dict[str, Callable[[bytes], bytes]] = {
+    "none": lambda data: data,
+    "gzip": gzip.compress,
+    "zlib": zlib.compress,
+    "raw-deflate": _raw_deflate,
+    "truncated-gzip": lambda data: gzip.compress(data)[: max(1, len(gzip.compress(data)) // 2)],
+}
+
+
+@SETTINGS
+@given(
+    endpoint=st.sampled_from(["/mutate", "/validate"]),
+    payload=st.one_of(st.binary(max_size=512), reviews.map(lambda r: json.dumps(r).encode())),
+    compression=st.sampled_from(sorted(COMPRESSIONS)),
+    encoding=st.sampled_from(["gzip", "deflate", "identity", "GZIP", "br", "x-gzip", "gzip, br"]),
+)
+def test_compressed_bodies_never_yield_500(
+    server: RunningServer, endpoint: str, payload: bytes, compression: str, encoding: str
+) -> None:
+    body = COMPRESSIONS[compression](payload)
+    answered_sanely(server, endpoint, body, {"Content-Encoding": encoding})
 
 
 def test_server_still_healthy_after_the_properties(server: RunningServer) -> None:

@@ -17,7 +17,8 @@ from tests.integration.helpers import (
     ready_store,
     serve_in_thread,
 )
-from webhook.admission.app import MAX_BODY_BYTES, create_app
+from webhook.admission.app import create_app
+from webhook.admission.body import MAX_BODY_BYTES
 from webhook.admission.logs import LogFormatter
 from webhook.core.config import WebhookConfig
 from webhook.core.evaluate import Decision

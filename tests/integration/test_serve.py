@@ -65,17 +65,24 @@ def get(port: int, path: str) -> tuple[int, str]:
 
 @contextlib.contextmanager
 def serve_process(
-    tmp_path: Path, policy_dir: Path, *extra: str
+    tmp_path: Path,
+    policy_dir: Path,
+    *extra: str,
+    temp_cert_dir: bool = False,
+    env: dict[str, str] | None = None,
 ) -> Iterator[tuple[subprocess.Popen[str], int, int, Path]]:
-    """`gpu-webhook serve --self-signed` on free ports; yields once /readyz answers 200."""
+    """`gpu-webhook serve --self-signed` on free ports; yields once /readyz answers 200.
+
+    The certificates go to tmp_path/certs, or with `temp_cert_dir` to the server's own temp dir.
+    """
     port, metrics_port = free_port(), free_port()
     cert_dir = tmp_path / "certs"
+    cert_args = [] if temp_cert_dir else ["--cert-dir", str(cert_dir)]
     process = subprocess.Popen(
         gpu_webhook(
             "serve",
             "--self-signed",
-            "--cert-dir",
-            str(cert_dir),
+            *cert_args,
             "--policies",
             str(policy_dir),
             "--host",
@@ -89,7 +96,7 @@ def serve_process(
             *extra,
         ),
         cwd=tmp_path,
-        env=environment(),
+        env={**environment(), **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -221,3 +228,13 @@ def test_serve_reloads_changed_policy_files_without_restart(
         (policies / f"{name}.yaml").write_text("data: [unclosed\n")
         time.sleep(0.5)
         assert default_vcuda_core() == "30"
+        # /policies says the files are broken now and what is in force; fixed, it says nothing.
+        broken = https_json(port, cert_dir, "GET", "/policies")
+        assert broken["sourceError"].startswith(f"cannot reload policies from {policies}: ")
+        assert name in broken["sourceError"]
+        assert broken["inForce"] == "the last policies loaded successfully"
+        (policies / f"{name}.yaml").write_text(yaml.safe_dump(crl_configmap(name, data)))
+        deadline = time.monotonic() + 20
+        while "sourceError" in https_json(port, cert_dir, "GET", "/policies"):
+            assert time.monotonic() < deadline, "the fixed policy file was not reloaded"
+            time.sleep(0.05)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from webhook.cli.certs import add_certs_arguments, certs_command
@@ -93,7 +94,9 @@ def test_default_names_and_extra_sans(tmp_path: Path) -> None:
         x509.SubjectAlternativeName
     )
     assert sans.value.get_values_for_type(x509.DNSName) == [
-        *service_dns_names("gpu-admission-webhook", "gpu-admission-webhook"),
+        # The chart's Service for the README's install (release gaw, namespace
+        # gpu-admission-webhook): <release>-gpu-admission-webhook.
+        *service_dns_names("gaw-gpu-admission-webhook", "gpu-admission-webhook"),
         "localhost",
     ]
     assert sans.value.get_values_for_type(x509.IPAddress) == [ipaddress.ip_address("127.0.0.1")]
@@ -102,7 +105,36 @@ def test_default_names_and_extra_sans(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--days", "0"], "error: --days must be at least 1, got 0\n"),
+        (
+            ["--days", "0"],
+            "error: --days must be between 1 and 3650 (ten years), got 0; renew rather than "
+            "issue a longer-lived certificate\n",
+        ),
+        (
+            ["--days", "99999999"],
+            "error: --days must be between 1 and 3650 (ten years), got 99999999; renew rather "
+            "than issue a longer-lived certificate\n",
+        ),
+        (
+            ["--service", "Web_Hook"],
+            "error: --service 'Web_Hook' is not a Service name: lower-case letters, digits and "
+            "'-', starting with a letter, at most 63 characters\n",
+        ),
+        (
+            ["--service", "1hook"],
+            "error: --service '1hook' is not a Service name: lower-case letters, digits and "
+            "'-', starting with a letter, at most 63 characters\n",
+        ),
+        (
+            ["--namespace", "a.b"],
+            "error: --namespace 'a.b' is not a namespace name: lower-case letters, digits and "
+            "'-', at most 63 characters\n",
+        ),
+        (
+            ["--namespace", "n" * 64],
+            f"error: --namespace '{'n' * 64}' is not a namespace name: lower-case letters, "
+            "digits and '-', at most 63 characters\n",
+        ),
         (["--ip", "not-an-ip"], "error: --ip 'not-an-ip' is not an IP address\n"),
     ],
 )
@@ -224,3 +256,75 @@ def test_reloader_keeps_the_old_pair_when_the_new_one_is_half_written(
 def test_reloader_refuses_to_start_without_a_valid_pair(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="cannot load the serving certificate"):
         CertReloader(tmp_path / "missing.crt", tmp_path / "missing.key")
+
+
+def test_a_new_ca_outlives_its_serving_certificate(tmp_path: Path) -> None:
+    assert run_certs("--out", str(tmp_path), "--days", "30") == 0
+    lifetime = load(tmp_path / "ca.crt").not_valid_after_utc - dt.datetime.now(dt.UTC)
+    assert lifetime > dt.timedelta(days=3649)
+
+
+def test_a_second_run_reuses_the_ca_so_installed_ca_bundles_stay_valid(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_certs("--out", str(tmp_path)) == 0
+    ca_before = (tmp_path / "ca.crt").read_bytes()
+    serving_before = (tmp_path / "tls.crt").read_bytes()
+    capsys.readouterr()
+    assert run_certs("--out", str(tmp_path), "--dns", "localhost") == 0
+    assert capsys.readouterr().out.startswith(
+        f"reused the CA {tmp_path / 'ca.crt'} (installed caBundles stay valid)\n"
+    )
+    assert (tmp_path / "ca.crt").read_bytes() == ca_before
+    serving = load(tmp_path / "tls.crt")
+    assert serving.public_bytes(serialization.Encoding.PEM) != serving_before
+    serving.verify_directly_issued_by(load(tmp_path / "ca.crt"))
+
+
+def test_new_ca_replaces_it_only_when_asked(tmp_path: Path) -> None:
+    assert run_certs("--out", str(tmp_path)) == 0
+    ca_before = (tmp_path / "ca.crt").read_bytes()
+    assert run_certs("--out", str(tmp_path), "--new-ca") == 0
+    assert (tmp_path / "ca.crt").read_bytes() != ca_before
+    load(tmp_path / "tls.crt").verify_directly_issued_by(load(tmp_path / "ca.crt"))
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        ("drop-key", "ca.crt exists without its pair; pass --new-ca to replace the CA"),
+        ("swap-key", "ca.key is not the key of {out}/ca.crt; pass --new-ca to replace the CA"),
+        ("serving-as-ca", "ca.crt is not a CA certificate; pass --new-ca to replace the CA"),
+        ("garbage", "are not a PEM CA pair"),
+    ],
+)
+def test_a_broken_existing_ca_is_refused_not_replaced(
+    tmp_path: Path, damage: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_certs("--out", str(tmp_path)) == 0
+    if damage == "drop-key":
+        (tmp_path / "ca.key").unlink()
+    elif damage == "swap-key":
+        (tmp_path / "ca.key").write_bytes((tmp_path / "tls.key").read_bytes())
+    elif damage == "serving-as-ca":
+        (tmp_path / "ca.crt").write_bytes((tmp_path / "tls.crt").read_bytes())
+        (tmp_path / "ca.key").write_bytes((tmp_path / "tls.key").read_bytes())
+    else:
+        (tmp_path / "ca.crt").write_text("not a certificate")
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    capsys.readouterr()
+    assert run_certs("--out", str(tmp_path)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1
+    assert message.format(out=tmp_path) in err
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+def test_a_ca_expiring_before_the_serving_cert_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A CA of 30 days (a new CA from `certs` lives ten years; this one came from elsewhere).
+    write_certificates(tmp_path, ["hook"], days=30)
+    assert run_certs("--out", str(tmp_path), "--days", "365") == 2
+    err = capsys.readouterr().err
+    assert "before the 365 days asked; use fewer --days, or --new-ca" in err

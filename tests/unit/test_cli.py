@@ -38,9 +38,10 @@ def write(path: Path, *docs: Any) -> Path:
 def test_review_text_output_of_the_examples() -> None:
     code, text = cli("review", "-f", EXAMPLE, "--policies", POLICIES)
     assert code == 1  # the third example is denied
-    assert "--- Pod ml/paddle-train (document 1): ALLOWED\n" in text
-    assert "--- Pod ml/torch-infer (document 2): ALLOWED\n" in text
-    assert "--- Deployment ml/bad-share (document 3): DENIED\n" in text
+    # SPEC §9: every result names its file and document.
+    assert f"--- Pod ml/paddle-train ({EXAMPLE}, document 1): ALLOWED\n" in text
+    assert f"--- Pod ml/torch-infer ({EXAMPLE}, document 2): ALLOWED\n" in text
+    assert f"--- Deployment ml/bad-share ({EXAMPLE}, document 3): DENIED\n" in text
     assert '  - defaulted tencent.com/vcuda-memory=4 in container "train"\n' in text
     assert "  - will apply to pods: required vGPU nodes with CUDA ≥ 12.2" in text
     assert (
@@ -63,6 +64,8 @@ def test_review_json_output() -> None:
     ]
     first = results[0]
     assert set(first) == {
+        "file",
+        "reason",
         "document",
         "kind",
         "object",
@@ -96,7 +99,7 @@ def test_review_allowed_exits_0(tmp_path: Path) -> None:
     )
     code, text = cli("review", "-f", str(manifest), "--policies", POLICIES)
     assert code == 0
-    assert "--- Pod ml/train (document 1): ALLOWED\n" in text
+    assert f"--- Pod ml/train ({manifest}, document 1): ALLOWED\n" in text
     assert '  - set requests.nvidia.com/gpu=1 from limits in container "c"\n' in text
 
 
@@ -106,9 +109,9 @@ def test_review_skips_other_kinds_and_non_objects(tmp_path: Path) -> None:
     code, text = cli("review", "-f", str(manifest), "--policies", POLICIES, "-o", "json")
     assert code == 0
     results = json.loads(text)
-    assert [(r["verdict"], r["warnings"]) for r in results] == [
-        ("skipped", ["kind Service is not checked by the webhook"]),
-        ("skipped", ["not a Kubernetes object (no kind)"]),
+    assert [(r["verdict"], r["reason"], r["warnings"]) for r in results] == [
+        ("skipped", "Service (no apiVersion) is not a kind the webhook checks", []),
+        ("skipped", "not a Kubernetes object (no kind)", []),
     ]
 
 
@@ -136,7 +139,10 @@ def test_review_directory_of_manifests(tmp_path: Path) -> None:
     write(tmp_path / "b.yml", pod(container(limits={GPU: "1"}), name="b"))
     code, text = cli("review", "-f", str(tmp_path), "--policies", POLICIES, "-o", "json")
     assert code == 0
-    assert [r["object"] for r in json.loads(text)] == ["Pod ml/a", "Pod ml/b"]
+    assert [(r["file"], r["document"], r["object"]) for r in json.loads(text)] == [
+        (str(tmp_path / "a.yaml"), 1, "Pod ml/a"),
+        (str(tmp_path / "b.yml"), 1, "Pod ml/b"),
+    ]
 
 
 def test_review_with_config_file(tmp_path: Path) -> None:
@@ -326,3 +332,81 @@ def test_console_script_bad_file_has_no_traceback(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
     assert proc.stderr.count("\n") == 1
     assert proc.stderr.startswith(f"gpu-webhook review: {bad} is not valid YAML: ")
+
+
+# --- skipped documents, quoting, summary, version -------------------------------------------------
+
+
+def test_exempt_namespaces_are_skipped_with_the_reason_never_allowed(tmp_path: Path) -> None:
+    exempt = pod(container(limits={GPU: "1"}))
+    exempt["metadata"]["namespace"] = "kube-system"
+    manifest = write(tmp_path / "sys.yaml", exempt)
+    code, text = cli("review", "-f", str(manifest), "--policies", POLICIES)
+    assert code == 0
+    assert text.startswith(
+        f"--- Pod kube-system/train ({manifest}, document 1): SKIPPED "
+        "(namespace kube-system is exempt)\n"
+    )
+    assert "ALLOWED" not in text
+    assert text.endswith("1 document(s): 0 denied, 0 with changes, 1 skipped\n")
+
+
+def test_other_kinds_are_skipped_naming_kind_and_api_version(tmp_path: Path) -> None:
+    manifest = tmp_path / "svc.yaml"
+    manifest.write_text("apiVersion: v1\nkind: Service\nmetadata: {name: s}\n", encoding="utf-8")
+    code, text = cli("review", "-f", str(manifest), "--policies", POLICIES, "-o", "summary")
+    assert code == 0
+    assert text == (
+        f"SKIPPED  {manifest}#1 Service s: Service (v1) is not a kind the webhook checks\n"
+    )
+
+
+def test_unquoted_annotation_and_label_values_say_quote_it(tmp_path: Path) -> None:
+    manifest = tmp_path / "unquoted.yaml"
+    manifest.write_text(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d, namespace: ml}\n"
+        "spec:\n  template:\n    metadata:\n      labels: {enabled: true}\n"
+        "      annotations: {features.alauda.io/cuda-version: 12.4}\n"
+        "    spec:\n      containers:\n      - name: c\n        image: nvidia/cuda:12.4.1\n"
+        "        resources: {limits: {nvidia.com/gpu: '1'}}\n",
+        encoding="utf-8",
+    )
+    code, text = cli("review", "-f", str(manifest), "--policies", POLICIES, "-o", "json")
+    assert code == 1
+    assert sorted(json.loads(text)[0]["violations"]) == [
+        "spec.template.metadata.annotations['features.alauda.io/cuda-version'] is a number "
+        "(12.4), but annotation values are strings and Kubernetes refuses it: quote it "
+        '(features.alauda.io/cuda-version: "12.4")',
+        "spec.template.metadata.labels['enabled'] is a boolean (true), but label values are "
+        'strings and Kubernetes refuses it: quote it (enabled: "true")',
+    ]
+
+
+def test_lint_says_quote_it_for_an_unquoted_enabled_label(tmp_path: Path) -> None:
+    cm = crl(GPU, "nvidia", name="cf-crl-nvidia-gpu", requests="fromLimits")
+    cm["metadata"]["labels"]["features.alauda.io/enabled"] = True
+    write(tmp_path / "cm.yaml", cm)
+    code, text = cli("lint", str(tmp_path))
+    assert code == 1
+    assert (
+        "  error: metadata.labels['features.alauda.io/enabled'] is a boolean (true), but label "
+        "values are strings and Kubernetes refuses it: quote it (features.alauda.io/enabled: "
+        '"true")\n'
+    ) in text
+
+
+def test_summary_is_one_line_per_document_without_objects() -> None:
+    code, text = cli("review", "-f", EXAMPLE, "--policies", POLICIES, "-o", "summary")
+    assert code == 1
+    assert text.splitlines() == [
+        f"ALLOWED  {EXAMPLE}#1 Pod ml/paddle-train: 0 violation(s), 3 change(s), 0 warning(s)",
+        f"ALLOWED  {EXAMPLE}#2 Pod ml/torch-infer: 0 violation(s), 2 change(s), 0 warning(s)",
+        f"DENIED   {EXAMPLE}#3 Deployment ml/bad-share: 1 violation(s), 1 change(s), 0 warning(s)",
+    ]
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli("--version")
+    assert info.value.code == 0
+    assert capsys.readouterr().out == "gpu-webhook 0.1.0\n"

@@ -385,7 +385,7 @@ def test_review_cli_gives_the_same_result_for_operator_manifests() -> None:
     assert main(["review", "-f", str(path), "--policies", str(CONFIGMAPS)], out=out) == 1
     decision = evaluate_doc(path.name)
     text = out.getvalue()
-    assert text.startswith("--- PyTorchJob llama3-1-8b-fsdp (document 1): DENIED\n")
+    assert text.startswith(f"--- PyTorchJob llama3-1-8b-fsdp ({path}, document 1): DENIED\n")
     for violation in decision.violations:
         assert f"  - {violation.message}\n" in text
     good = MANIFESTS / "kubeflow_pytorchjob_deepspeed-demo.yaml"

@@ -539,8 +539,16 @@ def test_denial_lists_all_violations_of_all_containers() -> None:
     ]
     assert messages(decision) == expected
     assert not decision.allowed
+    # SPEC §7: each policy's description appears once, after the list, not per violation.
+    details = [m.removesuffix(f" {VCORE_DESC}.").removesuffix(f" {VMEM_DESC}.") for m in expected]
     assert decision.denial_message() == "\n".join(
-        ["Pod ml/train: 3 GPU policy violations:", *(f"- {m}" for m in expected)]
+        [
+            "Pod ml/train: 3 GPU policy violations:",
+            *(f"- {d}" for d in details),
+            "About these policies:",
+            f"- {CM_VCORE}: {VCORE_DESC}.",
+            f"- {CM_VMEM}: {VMEM_DESC}.",
+        ]
     )
 
 

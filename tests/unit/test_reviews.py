@@ -174,3 +174,25 @@ def test_multibyte_warnings_respect_the_byte_budget() -> None:
 
 def test_few_warnings_are_kept_as_they_are() -> None:
     assert limit_warnings(["a", "b"]) == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    ("raw", "clean"),
+    [
+        ("bell\x01here", "bell here"),
+        ("\x1b[31mred\x1b[0m image", "red image"),
+        ("evil\u202egnp.exe", "evil gnp.exe"),
+        ("\u2066isolated\u2069 \u2067rtl\u2068", "isolated rtl"),
+        ("marks\u200e\u200fgone", "marks gone"),
+        ("zero\u200bwidth\ufeff", "zero width"),
+        ("line\u2028separator\u2029end", "line separator end"),
+        ("tab\tand\r\nnewline", "tab and newline"),
+        ("unicode stays: 中文 ≥ 8.0 …", "unicode stays: 中文 ≥ 8.0 …"),
+    ],
+)
+def test_warnings_are_cleaned_of_control_escape_and_bidi_characters(raw: str, clean: str) -> None:
+    assert limit_warnings([raw]) == [clean]
+
+
+def test_a_warning_of_only_control_characters_is_dropped() -> None:
+    assert limit_warnings(["\x01\x02", "\u202e", "kept"]) == ["kept"]

@@ -14,6 +14,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.exposition import generate_latest
 
+from webhook.admission.body import HANDLER_ARGS, MAX_BODY_BYTES, plain, read_body
 from webhook.admission.jsoncodec import JsonCodec, json_codec, std_dumps
 from webhook.admission.metrics import Metrics
 from webhook.admission.reviews import (
@@ -43,20 +44,10 @@ from webhook.tls.certs import CertReloader
 log = logging.getLogger(__name__)
 review_log = logging.getLogger("webhook.review")
 
-# The API server caps one object at 3 MiB (etcd's default request limit, enforced by the
-# apiserver as its max request body). An UPDATE review carries `object` and `oldObject` plus the
-# envelope (userInfo, options, managedFields...), so a legitimate body can approach 6 MiB and JSON
-# re-encoding may grow it a little; 7 MiB never refuses a real review but bounds memory per request.
-MAX_BODY_BYTES = 7 * 1024 * 1024
-
 # Metric label values: the registry's built-in kinds (operators included) and ConfigMap; a kind
 # added in the config counts as "other", so labels stay bounded by the code, not the input.
 WORKLOAD_KINDS = frozenset({"ConfigMap", *(k.kind for k in BUILTIN_KINDS)})
 OPERATIONS = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})
-
-
-def _plain(status: int, text: str) -> web.Response:
-    return web.Response(status=status, text=text + "\n", content_type="text/plain")
 
 
 def _label(value: str, known: frozenset[str]) -> str:
@@ -124,40 +115,12 @@ def _decide(state: WebhookState, endpoint: str, req: AdmissionRequest) -> Outcom
     return Outcome(allowed_response(req, warnings=warnings), "allowed", 0, len(warnings))
 
 
-async def _read_body(request: web.Request, endpoint: str) -> bytes | web.Response:
-    """The body, or the 400/413 answer explaining why it cannot be a review."""
-    state = request.app[STATE]
-    # The exact header the API server sends is checked first: parsing it costs more.
-    exact = request.headers.get("Content-Type") == "application/json"
-    if not exact and request.content_type != "application/json":
-        state.metrics.rejected.labels(endpoint, "400").inc()
-        got = request.headers.get("Content-Type", "none")
-        return _plain(400, f"Content-Type must be application/json, got {got}")
-    too_large = (
-        f"request body is larger than {MAX_BODY_BYTES} bytes (limit sized for an UPDATE review "
-        "of two 3 MiB objects); this is not an AdmissionReview from the API server"
-    )
-    length = request.content_length
-    if length is not None and length > MAX_BODY_BYTES:
-        state.metrics.rejected.labels(endpoint, "413").inc()
-        return _plain(413, too_large)
-    try:
-        body = await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        state.metrics.rejected.labels(endpoint, "413").inc()
-        return _plain(413, too_large)
-    if not body.strip():
-        state.metrics.rejected.labels(endpoint, "400").inc()
-        return _plain(400, "request body is empty; expected an AdmissionReview JSON object")
-    return body
-
-
 def _make_review_handler(
     endpoint: str,
 ) -> Callable[[web.Request], Coroutine[Any, Any, web.Response]]:
     async def handle(request: web.Request) -> web.Response:
         state = request.app[STATE]
-        body = await _read_body(request, endpoint)
+        body = await read_body(request, state.metrics, endpoint)
         if isinstance(body, web.Response):
             return body
         start = time.perf_counter()
@@ -166,12 +129,12 @@ def _make_review_handler(
         except (ValueError, RecursionError) as exc:
             # orjson.JSONDecodeError and json.JSONDecodeError are ValueErrors; so is bad UTF-8.
             state.metrics.rejected.labels(endpoint, "400").inc()
-            return _plain(400, f"request body is not valid JSON: {exc}")
+            return plain(400, f"request body is not valid JSON: {exc}")
         try:
             req = decode_review(data)
         except ReviewDecodeError as exc:
             state.metrics.rejected.labels(endpoint, "400").inc()
-            return _plain(400, f"request body is not an AdmissionReview: {exc}")
+            return plain(400, f"request body is not an AdmissionReview: {exc}")
         outcome = _decide(state, endpoint, req)
         try:
             payload = state.codec.dumps(outcome.response)
@@ -213,17 +176,17 @@ def _make_review_handler(
 
 
 async def _healthz(request: web.Request) -> web.Response:
-    return _plain(200, "ok")
+    return plain(200, "ok")
 
 
 async def _readyz(request: web.Request) -> web.Response:
     state = request.app[STATE]
     if state.shutting_down:
-        return _plain(503, "shutting down")
+        return plain(503, "shutting down: draining connections, send reviews to other replicas")
     if not state.store.ready:
         detail = state.store.stats.last_error or "waiting for the first list of CRL ConfigMaps"
-        return _plain(503, f"policies not synced yet: {detail}")
-    return _plain(200, "ok")
+        return plain(503, f"policies not synced yet: {detail}")
+    return plain(200, "ok")
 
 
 async def _metrics(request: web.Request) -> web.Response:
@@ -237,6 +200,14 @@ async def _policies(request: web.Request) -> web.Response:
     state = request.app[STATE]
     document = state.store.current.to_json()
     document["ready"] = state.store.ready
+    error = state.store.stats.source_error
+    if error is not None:
+        # The policy files (or the cluster list) are broken right now: say so, and that the
+        # policies above are the last good set, still in force.
+        document["sourceError"] = error
+        document["inForce"] = (
+            "the last policies loaded successfully" if state.store.ready else "none (not ready)"
+        )
     document["sources"] = _sources(state.store)
     document["nodeInventory"] = state.store.snapshot_status("Node")
     return web.Response(body=std_dumps(document), content_type="application/json")
@@ -328,7 +299,7 @@ def create_app(
         review_sink=review_sink,
     )
     # client_max_size also guards chunked bodies that carry no Content-Length.
-    app = web.Application(client_max_size=MAX_BODY_BYTES)
+    app = web.Application(client_max_size=MAX_BODY_BYTES, handler_args=HANDLER_ARGS)
     app[STATE] = state
     app.router.add_post("/mutate", _make_review_handler("mutate"))
     app.router.add_post("/validate", _make_review_handler("validate"))
@@ -336,7 +307,18 @@ def create_app(
     app.router.add_get("/policies", _policies)
     app.router.add_get("/inventory", _inventory)
     app.cleanup_ctx.append(_background)
+    app.on_response_prepare.append(_close_when_draining)
     return app
+
+
+async def _close_when_draining(request: web.Request, response: web.StreamResponse) -> None:
+    # During the shutdown drain every answer says Connection: close, so the API server's
+    # keep-alive connections move to other replicas before this one stops accepting (SPEC §7).
+    # aiohttp (3.14) runs this hook after it computed the headers, so both are set here: the
+    # header for the client, force_close() for the connection (closed after this answer).
+    if request.app[STATE].shutting_down:
+        response.force_close()
+        response.headers["Connection"] = "close"
 
 
 def _add_probe_routes(app: web.Application) -> None:
@@ -347,7 +329,7 @@ def _add_probe_routes(app: web.Application) -> None:
 
 def create_metrics_app(admission_app: web.Application) -> web.Application:
     """Plain-HTTP app for Prometheus and probes, sharing the admission app's state."""
-    app = web.Application(client_max_size=1024)
+    app = web.Application(client_max_size=1024, handler_args=HANDLER_ARGS)
     app[STATE] = admission_app[STATE]
     _add_probe_routes(app)
     return app

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.admission.jsoncodec import std_dumps
+from webhook.core.decision import clean_text
 from webhook.core.errors import WebhookError
 
 API_V1 = "admission.k8s.io/v1"
@@ -150,18 +151,16 @@ def decode_review(data: Any) -> AdmissionRequest:
     )
 
 
-def _clean(text: str) -> str:
-    # Warnings travel as HTTP Warning headers: the API server rejects control characters.
-    return " ".join(text.split())
-
-
 def _shorten(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + _ELLIPSIS
 
 
 def limit_warnings(warnings: Iterable[str]) -> list[str]:
     """Deduplicate, shorten each to MAX_WARNING_CHARS and summarise the tail past the budget."""
-    unique = list(dict.fromkeys(_shorten(_clean(w), MAX_WARNING_CHARS) for w in warnings if w))
+    # Warnings travel as HTTP Warning headers (the API server refuses control characters) to
+    # terminals (escape codes, bidi overrides): clean_text removes both.
+    cleaned = (clean_text(w) for w in warnings if w)
+    unique = list(dict.fromkeys(_shorten(w, MAX_WARNING_CHARS) for w in cleaned if w))
     sizes = [len(w.encode()) for w in unique]
     if len(unique) <= MAX_WARNINGS and sum(sizes) <= MAX_WARNINGS_BYTES:
         return unique

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
 from typing import TextIO
 
@@ -14,11 +15,19 @@ from webhook.cli.review import cmd_review
 from webhook.core.errors import ConfigError, ManifestError
 
 
+def _version() -> str:
+    try:
+        return metadata.version("gpu-admission-webhook")
+    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpu-webhook",
         description="GPU admission webhook: CRL resource policies, CUDA node affinity, env fixes.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     review = sub.add_parser(
@@ -34,7 +43,14 @@ def build_parser() -> argparse.ArgumentParser:
     review.add_argument(
         "--config", type=Path, help="webhook config YAML (default: built-in defaults)"
     )
-    review.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text")
+    review.add_argument(
+        "-o",
+        "--output",
+        choices=("text", "json", "yaml", "summary"),
+        default="text",
+        help="text (default), json or yaml (with mutated objects), or summary: one line per "
+        "document for pipelines",
+    )
 
     lint = sub.add_parser("lint", help="validate CRL ConfigMaps offline (exit 1 on errors)")
     lint.add_argument("path", help="a CRL ConfigMap YAML file or a directory of them")

@@ -7,7 +7,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from webhook.cli.exits import EXIT_DENIED, EXIT_OK
+from webhook.cli.exits import EXIT_DENIED, EXIT_OK, EXIT_USAGE
+from webhook.cli.quoting import unquoted_values
 from webhook.core.crl import parse_configmap
 from webhook.core.policyset import PolicySet
 from webhook.sources.files import policy_files, read_documents
@@ -26,17 +27,23 @@ def cmd_lint(args: argparse.Namespace, out: TextIO) -> int:
             if not parsed.is_crl and not parsed.name.startswith("cf-crl-"):
                 out.write(f"SKIP  {file}: {parsed.ref} is not a CRL ConfigMap\n")
                 continue
-            status = "ERROR" if parsed.errors else "OK   "
+            # A label YAML read as a bool or number (`enabled: true`): the API server refuses
+            # the ConfigMap, whatever the CRL fields say.
+            unquoted = unquoted_values(doc)
+            status = "ERROR" if parsed.errors or unquoted else "OK   "
             detail = ""
             if parsed.limitation is not None:
                 state = "enabled" if parsed.active else "disabled"
                 detail = f" ({parsed.limitation.key}, group {parsed.limitation.group}, {state})"
             out.write(f"{status} {file}: {parsed.ref}{detail}\n")
-            for error in parsed.errors:
+            for error in [*unquoted, *parsed.errors]:
                 out.write(f"  error: {error}\n")
             for warning in parsed.warnings:
                 out.write(f"  warning: {warning}\n")
-            errors += len(parsed.errors)
+            errors += len(parsed.errors) + len(unquoted)
+    if not configmaps:
+        out.write(f"no ConfigMaps in {path}: expected CRL ConfigMap YAML files (kind: ConfigMap)\n")
+        return EXIT_USAGE
     for conflict in PolicySet.from_configmaps(configmaps).conflicts:
         out.write(f"ERROR {conflict.message()}\n")
         errors += 1

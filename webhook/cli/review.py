@@ -13,12 +13,14 @@ from typing import Any, TextIO
 import yaml
 
 from webhook.cli.exits import EXIT_DENIED, EXIT_OK
+from webhook.cli.quoting import unquoted_values
 from webhook.core.config import WebhookConfig, load_config
+from webhook.core.crl import parse_configmap
 from webhook.core.errors import ManifestError, WebhookError
 from webhook.core.evaluate import Decision, evaluate
 from webhook.core.manifests import parse_documents
 from webhook.core.policyset import PolicySet
-from webhook.sources.files import load_policy_dir, policy_files, read_documents
+from webhook.sources.files import policy_files, read_documents
 
 DEFAULT_POLICIES = Path("configmaps")
 
@@ -38,10 +40,12 @@ def _dump_yaml(data: Any) -> str:
 class DocumentResult:
     """The review of one document of a manifest, ready to print."""
 
+    file: str
     index: int
     kind: str
     ref: str
     verdict: str  # allowed | denied | skipped
+    reason: str = ""  # why it was skipped
     violations: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     changes: list[str] = field(default_factory=list)
@@ -50,10 +54,12 @@ class DocumentResult:
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "file": self.file,
             "document": self.index,
             "kind": self.kind,
             "object": self.ref,
             "verdict": self.verdict,
+            "reason": self.reason,
             "violations": self.violations,
             "warnings": self.warnings,
             "changes": self.changes,
@@ -62,31 +68,40 @@ class DocumentResult:
         }
 
 
+def _group(doc: Mapping[str, Any]) -> str:
+    """The API group of `apiVersion` ("" for the core group's "v1")."""
+    api_version = doc.get("apiVersion")
+    if not isinstance(api_version, str) or "/" not in api_version:
+        return ""
+    return api_version.split("/", 1)[0]
+
+
 def review_document(
-    index: int, doc: Any, policies: PolicySet, config: WebhookConfig
+    file: str, index: int, doc: Any, policies: PolicySet, config: WebhookConfig
 ) -> DocumentResult:
     if not isinstance(doc, Mapping) or not isinstance(doc.get("kind"), str):
         return DocumentResult(
-            index,
-            "",
-            f"document {index}",
-            "skipped",
-            warnings=["not a Kubernetes object (no kind)"],
+            file, index, "", f"document {index}", "skipped", "not a Kubernetes object (no kind)"
         )
     kind = doc["kind"]
+    unquoted = unquoted_values(doc)
     try:
-        decision: Decision = evaluate(doc, policies, config, kind=kind)
+        decision: Decision = evaluate(doc, policies, config, kind=kind, group=_group(doc))
     except WebhookError as exc:
-        return DocumentResult(index, kind, kind, "denied", violations=[f"cannot evaluate: {exc}"])
+        violations = [*unquoted, f"cannot evaluate: {exc}"]
+        return DocumentResult(file, index, kind, kind, "denied", violations=violations)
+    if unquoted:
+        # The API server refuses the object before any webhook sees it.
+        return DocumentResult(file, index, kind, decision.object_ref, "denied", violations=unquoted)
     if not decision.handled:
-        return DocumentResult(
-            index,
-            kind,
-            decision.object_ref,
-            "skipped",
-            warnings=[f"kind {kind} is not checked by the webhook"],
-        )
+        api_version = doc.get("apiVersion") or "no apiVersion"
+        reason = decision.reason or f"{kind} ({api_version}) is not a kind the webhook checks"
+        return DocumentResult(file, index, kind, decision.object_ref, "skipped", reason)
+    if decision.reason and decision.allowed and not (decision.notes or decision.warnings):
+        # Allowed without evaluation (e.g. an exempt namespace): say why, never "ALLOWED".
+        return DocumentResult(file, index, kind, decision.object_ref, "skipped", decision.reason)
     return DocumentResult(
+        file,
         index,
         kind,
         decision.object_ref,
@@ -101,7 +116,9 @@ def review_document(
 
 def _print_text(results: Sequence[DocumentResult], out: TextIO) -> None:
     for result in results:
-        out.write(f"--- {result.ref} (document {result.index}): {result.verdict.upper()}\n")
+        where = f"{result.file}, document {result.index}"
+        reason = f" ({result.reason})" if result.reason else ""
+        out.write(f"--- {result.ref} ({where}): {result.verdict.upper()}{reason}\n")
         for title, lines in (
             ("violations", result.violations),
             ("changes", result.changes),
@@ -123,6 +140,19 @@ def _print_text(results: Sequence[DocumentResult], out: TextIO) -> None:
     )
 
 
+def _print_summary(results: Sequence[DocumentResult], out: TextIO) -> None:
+    """One line per document for pipelines: verdict, where, object, counts or the reason."""
+    for r in results:
+        if r.verdict == "skipped":
+            detail = r.reason
+        else:
+            detail = (
+                f"{len(r.violations)} violation(s), {len(r.changes)} change(s), "
+                f"{len(r.warnings)} warning(s)"
+            )
+        out.write(f"{r.verdict.upper():<8} {r.file}#{r.index} {r.ref}: {detail}\n")
+
+
 def _load_policies(path: Path | None) -> PolicySet:
     if path is None:
         if not DEFAULT_POLICIES.is_dir():
@@ -131,26 +161,47 @@ def _load_policies(path: Path | None) -> PolicySet:
                 "e.g. the project's configmaps/)"
             )
         path = DEFAULT_POLICIES
-    return load_policy_dir(path)
+    found = [
+        doc
+        for file in policy_files(path)
+        for doc in read_documents(file)
+        if isinstance(doc, Mapping) and doc.get("kind") == "ConfigMap"
+    ]
+    if not any(_is_crl(doc) for doc in found):
+        # A pipeline must not allow everything because --policies points at the wrong place.
+        raise ManifestError(
+            f"no CRL ConfigMap in {path} ({len(found)} ConfigMap(s), none a CRL): pass the "
+            "directory of CRL ConfigMap YAML files, e.g. the project's configmaps/"
+        )
+    return PolicySet.from_configmaps(found)
+
+
+def _is_crl(doc: Mapping[str, Any]) -> bool:
+    parsed = parse_configmap(doc)
+    return parsed.is_crl or parsed.name.startswith("cf-crl-")
 
 
 def cmd_review(args: argparse.Namespace, out: TextIO) -> int:
     config = load_config(args.config)
     policies = _load_policies(args.policies)
     if args.file == "-":
-        docs = parse_documents(sys.stdin.read(), "<stdin>")
+        sources = [("<stdin>", parse_documents(sys.stdin.read(), "<stdin>"))]
     else:
         path = Path(args.file)
-        if path.is_dir():
-            docs = [doc for file in policy_files(path) for doc in read_documents(file)]
-        else:
-            docs = read_documents(path)
-    results = [review_document(i, doc, policies, config) for i, doc in enumerate(docs, 1)]
+        files = policy_files(path) if path.is_dir() else [path]
+        sources = [(str(file), read_documents(file)) for file in files]
+    results = [
+        review_document(name, i, doc, policies, config)
+        for name, docs in sources
+        for i, doc in enumerate(docs, 1)
+    ]
     if args.output == "json":
         json.dump([r.to_json() for r in results], out, indent=2, ensure_ascii=False)
         out.write("\n")
     elif args.output == "yaml":
         out.write(_dump_yaml([r.to_json() for r in results]))
+    elif args.output == "summary":
+        _print_summary(results, out)
     else:
         _print_text(results, out)
     return EXIT_DENIED if any(r.verdict == "denied" for r in results) else EXIT_OK

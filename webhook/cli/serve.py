@@ -14,6 +14,7 @@ from typing import Any
 
 from webhook.admission.app import create_app, review_log
 from webhook.admission.jsoncodec import json_codec
+from webhook.admission.limits import DEFAULT_DRAIN_SECONDS, DEFAULT_MAX_CONNECTIONS
 from webhook.admission.logs import configure_logging
 from webhook.admission.runner import loop_factory, serve_app
 from webhook.admission.state import PolicySource
@@ -28,12 +29,30 @@ log = logging.getLogger(__name__)
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="0.0.0.0", help="listen address (default: %(default)s)")
-    parser.add_argument("--port", type=int, default=8443, help="HTTPS port (default: %(default)s)")
+    parser.add_argument(
+        "--port", type=_port, default=8443, help="HTTPS port, 1-65535 (default: %(default)s)"
+    )
     parser.add_argument(
         "--metrics-port",
-        type=int,
+        type=_port_or_off,
         default=0,
         help="plain-HTTP port for /metrics, /healthz, /readyz (default: 0 = off)",
+    )
+    parser.add_argument(
+        "--max-connections",
+        type=_max_connections,
+        default=DEFAULT_MAX_CONNECTIONS,
+        metavar="N",
+        help="open HTTPS connections at most; more are closed at once, so slow clients cannot "
+        "exhaust memory (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--drain-seconds",
+        type=_drain,
+        default=DEFAULT_DRAIN_SECONDS,
+        metavar="SECONDS",
+        help="on SIGTERM: keep answering reviews (Connection: close) this long while /readyz "
+        "answers 503, then stop accepting (default: %(default)s)",
     )
     parser.add_argument("--tls-cert", metavar="FILE", help="serving certificate (PEM), reloaded")
     parser.add_argument("--tls-key", metavar="FILE", help="serving key (PEM), reloaded")
@@ -67,12 +86,51 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _tls_files(args: argparse.Namespace) -> tuple[Path, Path]:
-    """Where the serving pair is, generating it for --self-signed; raises ValueError."""
+def _number_in(text: str, parse: type[int] | type[float], low: float, high: float) -> float:
+    """`text` parsed, within [low, high]; raises ValueError saying which rule it broke."""
+    try:
+        value = parse(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a number") from None
+    if not low <= value <= high:
+        raise ValueError(f"{text} is out of range: use {low:g}-{high:g}")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        return int(_number_in(text, int, 1, 65535))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a TCP port: {exc}") from None
+
+
+def _max_connections(text: str) -> int:
+    try:
+        return int(_number_in(text, int, 1, 100_000))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a connection count: {exc}") from None
+
+
+def _port_or_off(text: str) -> int:
+    return 0 if text.strip() == "0" else _port(text)
+
+
+def _drain(text: str) -> float:
+    try:
+        return _number_in(text, float, 0, 300)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a drain delay in seconds: {exc}") from None
+
+
+def _tls_files(args: argparse.Namespace, scratch: Path | None) -> tuple[Path, Path]:
+    """Where the serving pair is, generating it for --self-signed; raises ValueError.
+
+    `scratch` is the throwaway directory for --self-signed without --cert-dir (the caller
+    removes it, CA key included, however the process ends).
+    """
     if args.self_signed:
-        cert_dir = (
-            Path(args.cert_dir) if args.cert_dir else Path(tempfile.mkdtemp(prefix="gpu-webhook-"))
-        )
+        cert_dir = Path(args.cert_dir) if args.cert_dir else scratch
+        assert cert_dir is not None
         ips = ["127.0.0.1", "::1"]
         if args.host not in ("0.0.0.0", "::", "", "localhost", *ips):
             ips.append(args.host)
@@ -135,10 +193,18 @@ def _policy_source(
 
 def serve_command(args: argparse.Namespace) -> int:
     """`gpu-webhook serve`: 0 after a clean shutdown, 2 when the setup is unusable."""
+    if args.self_signed and not args.cert_dir:
+        # A throwaway CA's key must not outlive the run, whether start-up fails or not.
+        with tempfile.TemporaryDirectory(prefix="gpu-webhook-") as scratch:
+            return _serve(args, Path(scratch))
+    return _serve(args, None)
+
+
+def _serve(args: argparse.Namespace, scratch: Path | None) -> int:
     log_handler = configure_logging(args.log_format, args.log_level)
     try:
         config = load_config(Path(args.config) if args.config else None)
-        cert_file, key_file = _tls_files(args)
+        cert_file, key_file = _tls_files(args, scratch)
         reloader = CertReloader(cert_file, key_file)
         store = PolicyStore()
         source = _policy_source(args, store, config)

@@ -8,7 +8,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -19,8 +18,8 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from webhook.core.errors import ConfigError
-from webhook.core.manifests import yaml_error_text
+from webhook.core.errors import ConfigError, ManifestError
+from webhook.core.manifests import load_yaml_documents
 from webhook.core.registry import Form, TemplateRule, WorkloadKind, rule
 from webhook.core.rules.versions import CudaVersion
 
@@ -412,11 +411,17 @@ def load_config(source: Path | Mapping[str, Any] | None) -> WebhookConfig:
     if isinstance(source, Path):
         where = f"webhook config {source}"
         try:
-            data = yaml.safe_load(source.read_text(encoding="utf-8"))
+            # The same reader as manifests: alias bombs, absurd nesting and odd numbers refused.
+            documents = load_yaml_documents(source.read_text(encoding="utf-8"), where)
         except OSError as exc:
             raise ConfigError(f"cannot read {where}: {exc.strerror}") from exc
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{where} is not valid YAML: {yaml_error_text(exc)}") from exc
+        except UnicodeDecodeError:
+            raise ConfigError(f"{where} is not a text file (not UTF-8)") from None
+        except ManifestError as exc:
+            raise ConfigError(str(exc)) from None
+        if len(documents) > 1:
+            raise ConfigError(f"{where} holds {len(documents)} YAML documents; expected one")
+        data = documents[0] if documents else None
         if data is None:
             data = {}
     else:

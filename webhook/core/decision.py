@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -11,6 +13,16 @@ from webhook.core.patches import Draft, diff
 from webhook.core.workloads import ContainerRef, PodSpecRef
 
 NOTE_LIMIT = 120
+# A denial lists every violation up to this many, then says how many more (SPEC §7): 5,000
+# broken containers must not make a 1 MB message that no one reads and that logs truncate.
+MAX_LISTED_VIOLATIONS = 20
+# A single line (one violation, one policy description) is cut past this many characters.
+MAX_LINE_CHARS = 400
+MAX_DESCRIPTION_CHARS = 200
+
+# ANSI escape sequences (CSI such as "\x1b[31m", and two-character escapes): removed whole, so
+# no "[31m" debris is left behind.
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|[@-Z\\-_])")
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +35,10 @@ class Violation:
     field: str = ""
     rule: str = ""
     configmap: str = ""
+    # `message` without the policy's description, and the description: a denial listing many
+    # violations shows each description once (SPEC §7).
+    detail: str = ""
+    description: str = ""
 
 
 @dataclass(frozen=True)
@@ -51,11 +67,51 @@ class Decision:
         return diff(self.original, self.mutated)
 
     def denial_message(self) -> str:
+        """Every violation up to MAX_LISTED_VIOLATIONS, each policy description once, clean."""
         if len(self.violations) == 1:
-            return self.violations[0].message
-        lines = [f"{self.object_ref}: {len(self.violations)} GPU policy violations:"]
-        lines += [f"- {v.message}" for v in self.violations]
+            return _line(self.violations[0].message)
+        listed = self.violations[:MAX_LISTED_VIOLATIONS]
+        lines = [_line(f"{self.object_ref}: {len(self.violations)} GPU policy violations:")]
+        lines += [f"- {_line(v.detail or v.message)}" for v in listed]
+        more = len(self.violations) - len(listed)
+        if more:
+            lines.append(
+                f"- and {more} more violation{'s' if more > 1 else ''}; run "
+                "`gpu-webhook review -f <manifest>` to see them all"
+            )
+        descriptions = {v.configmap: v.description for v in listed if v.detail and v.description}
+        if descriptions:
+            lines.append("About these policies:")
+            lines += [
+                f"- {_line(f'{cm}: {_cut(text, MAX_DESCRIPTION_CHARS)}')}"
+                for cm, text in descriptions.items()
+            ]
         return "\n".join(lines)
+
+
+def clean_text(text: str) -> str:
+    """`text` on one line with no control, format (bidi overrides, zero-width) or escape codes.
+
+    Messages carry user data (names, images, ConfigMap descriptions) to terminals and HTTP
+    Warning headers: U+202E or U+2066-2069 reorder what a reader sees, "\x1b[31m" recolours a
+    terminal, and the API server refuses control characters in warnings.
+    """
+    text = _ANSI.sub("", text)
+    if text.isascii() and text.isprintable():
+        return text
+    kept = (
+        " " if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp", "Co", "Cs") else ch
+        for ch in text
+    )
+    return " ".join("".join(kept).split())
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def _line(text: str) -> str:
+    return _cut(clean_text(text), MAX_LINE_CHARS)
 
 
 def short(text: str) -> str:

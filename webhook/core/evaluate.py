@@ -61,13 +61,22 @@ def _violation(ref: str, where: str, problem: ResourceProblem) -> Violation:
     policy = problem.policy
     value = "" if problem.value is MISSING else f"={format_quantity(problem.value)!r}"
     field_name = f"{problem.field}.{policy.key}"
-    text = (
+    detail = (
         f"{ref}, {where}: {field_name}{value} {problem.problem} "
         f"({problem.rule} in ConfigMap {policy.configmap})"
     )
-    if policy.description_en:
-        text += f". {policy.description_en.rstrip('.')}"
-    return Violation(text + ".", ref, where, field_name, problem.rule, policy.configmap)
+    description = policy.description_en.rstrip(".")
+    text = f"{detail}. {description}." if description else f"{detail}."
+    return Violation(
+        text,
+        ref,
+        where,
+        field_name,
+        problem.rule,
+        policy.configmap,
+        detail=f"{detail}.",
+        description=f"{description}." if description else "",
+    )
 
 
 def _resources(

@@ -123,9 +123,11 @@ class FileSource:
             self._fingerprint = await asyncio.to_thread(self._take_fingerprint)
             store.stats.errors += 1
             store.stats.last_error = f"cannot reload policies from {self.path}: {exc}"
+            store.stats.source_error = store.stats.last_error
             state = "keeping the policies loaded before" if store.ready else "not ready yet"
             log.error("%s; %s", store.stats.last_error, state)
             return
         old = store.current if store.ready else None
+        store.stats.source_error = None
         store.replace(policies)
         log_policy_changes(old, policies, str(self.path))

@@ -24,6 +24,9 @@ class SourceStats:
     errors: int = 0
     last_sync_monotonic: float | None = None
     last_error: str | None = None
+    # The source's current problem (None once a load succeeds again): /policies reports it, as
+    # the policies in force are then the last good set, not what the source holds now.
+    source_error: str | None = None
     # Objects kept after the projection (None: not listed yet).
     objects: int | None = None
 

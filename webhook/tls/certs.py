@@ -19,7 +19,10 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 log = logging.getLogger(__name__)
 
-DEFAULT_SERVICE = "gpu-admission-webhook"
+# The chart's Service is `<release>-gpu-admission-webhook` (templates/_helpers.tpl
+# "gaw.fullname"); these match the README's install: release `gaw` in namespace
+# `gpu-admission-webhook`.
+DEFAULT_SERVICE = "gaw-gpu-admission-webhook"
 DEFAULT_NAMESPACE = "gpu-admission-webhook"
 # Certificates are valid from a little in the past so a node with a slightly slow clock
 # (the API server's) does not reject a certificate generated a second ago.
@@ -176,15 +179,42 @@ def write_file(path: Path, data: bytes, *, private: bool = False) -> None:
         raise
 
 
+def load_ca(cert_file: Path, key_file: Path) -> CertKeyPair:
+    """An existing CA pair; raises ValueError saying what is wrong with it."""
+    try:
+        pair = CertKeyPair(cert_file.read_bytes(), key_file.read_bytes())
+        certificate, key = pair.certificate, pair.private_key
+    except OSError as exc:
+        raise ValueError(f"cannot read the CA: {exc}") from exc
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{cert_file} and {key_file} are not a PEM CA pair: {exc}") from exc
+    try:
+        constraints = certificate.extensions.get_extension_for_class(x509.BasicConstraints)
+    except x509.ExtensionNotFound:
+        constraints = None
+    if constraints is None or not constraints.value.ca:
+        raise ValueError(f"{cert_file} is not a CA certificate")
+    public = serialization.PublicFormat.SubjectPublicKeyInfo
+    der = serialization.Encoding.DER
+    if certificate.public_key().public_bytes(der, public) != key.public_key().public_bytes(
+        der, public
+    ):
+        raise ValueError(f"{key_file} is not the key of {cert_file}")
+    return pair
+
+
 def write_certificates(
     out_dir: Path,
     dns_names: Sequence[str],
     ip_addresses: Sequence[str] = (),
     *,
     days: int = 365,
+    ca: CertKeyPair | None = None,
+    ca_days: int | None = None,
 ) -> CertPaths:
-    """Generate a CA and a serving cert into `out_dir` as ca.crt, ca.key, tls.crt, tls.key."""
-    ca = generate_ca(days=days)
+    """A serving cert into `out_dir` as tls.crt, tls.key, signed by `ca` (reused: ca.crt and
+    ca.key are rewritten unchanged) or by a new CA written as ca.crt, ca.key."""
+    ca = ca or generate_ca(days=max(days, ca_days or days))
     serving = generate_serving_cert(ca, dns_names, ip_addresses, days=days)
     paths = CertPaths(
         ca_cert=out_dir / "ca.crt",

@@ -1,0 +1,61 @@
+"""Targets and the printed report of the server benchmark."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.loadgen import Measurement
+
+TARGETS = {
+    "throughput_ratio": 0.5,
+    "p99_ms_at_half_load": 10.0,
+    "rss_mib": 100.0,
+    # "No growth": ≤ 1 MiB over the second half (50,000 reviews by default: ~21 bytes each).
+    "rss_growth_second_half_kib": 1024,
+}
+RSS_SOURCES = {"file": "file (--policies)", "cluster": "cluster watch (--kubeconfig)"}
+
+
+def print_report(report: dict[str, Any], measurements: list[Measurement]) -> None:
+    print()
+    if measurements:
+        print(f"{'server':<40} {'reviews/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7}")
+        for m in measurements:
+            p50 = f"{m.p50_ms:.2f}" if m.p50_ms is not None else "-"
+            print(f"{m.name:<40} {m.rps:>10.0f} {p50:>8} {m.p99_ms:>8.2f} {m.errors:>7}")
+        print()
+    if "throughput_ratio" in report:
+        ratio = report["throughput_ratio"]
+        verdict = "meets" if ratio >= TARGETS["throughput_ratio"] else "MISSES"
+        print(f"throughput ratio webhook/no-op: {ratio:.2f} ({verdict} target ≥ 0.50)")
+    if "open_loop" in report:
+        open_loop = report["open_loop"]
+        verdict = "meets" if open_loop["p99_ms"] <= TARGETS["p99_ms_at_half_load"] else "MISSES"
+        print(
+            f"open loop at {open_loop['rate']:.0f}/s: achieved {open_loop['rps']:.0f}/s, "
+            f"p50 {open_loop['p50_ms']:.2f} ms, p99 {open_loop['p99_ms']:.2f} ms "
+            f"({verdict} target ≤ 10 ms)"
+        )
+    rows = report["rss"]
+    if rows:
+        reviews = rows[0]["reviews"]
+        growth_target = TARGETS["rss_growth_second_half_kib"]
+        print()
+        print(
+            f"RSS after {reviews} reviews (half-way: {reviews // 2}); targets: end ≤ "
+            f"{TARGETS['rss_mib']:.0f} MiB, growth over the second half ≤ {growth_target} KiB"
+        )
+        print(
+            f"{'policy source':<30} {'loaded':>6} {'invalid':>7} {'start MiB':>9} "
+            f"{'half MiB':>8} {'end MiB':>8} {'growth KiB':>10} {'≤ 100 MiB':>9} "
+            f"{'no growth':>9} {'errors':>6}"
+        )
+        for row in rows:
+            print(
+                f"{RSS_SOURCES[row['source']]:<30} {row['policies_loaded']:>6} "
+                f"{row['invalid_configmaps']:>7} {row['start_kib'] / 1024:>9.1f} "
+                f"{row['half_kib'] / 1024:>8.1f} {row['end_kib'] / 1024:>8.1f} "
+                f"{row['growth_second_half_kib']:>10} "
+                f"{'meets' if row['meets_rss_target'] else 'MISSES':>9} "
+                f"{'meets' if row['no_growth'] else 'MISSES':>9} {row['errors']:>6}"
+            )
