@@ -6,20 +6,29 @@ Two ways the webhook can be wired into that cluster (E2E_MODE):
   `scripts/register-webhook-url.py` (works on a bare API server without nodes).
 Either way the webhook must read its policies from the cluster's kube-public, with the
 shipped configmaps/ installed there, so the tests can predict every message with the same
-evaluation core the webhook runs.
+evaluation core the webhook runs. The webhook's config is the chart's default (the built-in
+defaults) unless E2E_WEBHOOK_CONFIG names the config file the webhook runs with (`gpu-webhook
+serve --config FILE` in url mode, the chart's `config` values in chart mode).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import ssl
+import time
+import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from webhook.core.config import WebhookConfig, load_config
+from webhook.core.inventory import NodeInventory
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED_POLICIES = ROOT / "configmaps"
@@ -165,3 +174,184 @@ def api_error(exc: Exception) -> dict[str, Any]:
     body = getattr(exc, "body", None) or "{}"
     status: dict[str, Any] = json.loads(body)
     return status
+
+
+@pytest.fixture(scope="session")
+def webhook_config() -> WebhookConfig:
+    """The config the webhook under test runs with (see the module docstring)."""
+    path = os.environ.get("E2E_WEBHOOK_CONFIG")
+    # The chart's default values render exactly the built-in defaults (tests/chart checks it).
+    return load_config(Path(path) if path else None)
+
+
+InventoryReader = Callable[[], "dict[str, Any] | None"]
+
+
+def _hook_client_config(cluster: Cluster) -> dict[str, Any] | None:
+    """clientConfig of the first registered gpu-admission-webhook mutating webhook."""
+    from kubernetes import client
+
+    registration = client.AdmissionregistrationV1Api(cluster.api)
+    selector = "app.kubernetes.io/name=gpu-admission-webhook"
+    for configuration in registration.list_mutating_webhook_configuration(
+        label_selector=selector
+    ).items:
+        for hook in configuration.webhooks or []:
+            found: dict[str, Any] = cluster.api.sanitize_for_serialization(hook.client_config)
+            return found
+    return None
+
+
+@pytest.fixture(scope="session")
+def webhook_inventory(cluster: Cluster, webhook_installed: list[str]) -> InventoryReader:
+    """Reads the webhook's GET /inventory (served on the admission port): by its URL when it was
+    registered by URL, else through the API server's service proxy. Returns None when it cannot
+    be reached (then the tests wait with dry runs instead)."""
+    from kubernetes import client
+
+    config = _hook_client_config(cluster)
+
+    def by_url(url: str, ca_bundle: str | None) -> dict[str, Any] | None:
+        # clientConfig.url is BASE + the webhook's path (/mutate); /inventory is beside it.
+        base = url.rsplit("/", 1)[0]
+        context = ssl.create_default_context(
+            cadata=base64.b64decode(ca_bundle).decode() if ca_bundle else None
+        )
+        try:
+            with urllib.request.urlopen(f"{base}/inventory", context=context, timeout=5) as reply:
+                document: dict[str, Any] = json.loads(reply.read())
+                return document
+        except (OSError, ValueError):
+            return None
+
+    def by_proxy(service: dict[str, Any]) -> dict[str, Any] | None:
+        from kubernetes.client.exceptions import ApiException
+
+        core = client.CoreV1Api(cluster.api)
+        # The service proxy name `https:NAME:PORT` makes the API server speak TLS to the pod.
+        name = f"https:{service['name']}:{service.get('port', 443)}"
+        try:
+            reply: Any = core.connect_get_namespaced_service_proxy_with_path(
+                name, service["namespace"], "inventory", _preload_content=False
+            )
+            document: dict[str, Any] = json.loads(reply.data)
+            return document
+        except (ApiException, OSError, ValueError):
+            return None
+
+    def read() -> dict[str, Any] | None:
+        if config is None:
+            return None
+        if config.get("url"):
+            return by_url(config["url"], config.get("caBundle"))
+        if config.get("service"):
+            return by_proxy(config["service"])
+        return None
+
+    return read
+
+
+def cluster_inventory(core: Any, config: WebhookConfig) -> NodeInventory:
+    """The node inventory the webhook builds from this cluster's Nodes: the same core function,
+    fed only the label keys the webhook keeps (webhook.sources.nodes does the same filtering)."""
+    keys = config.inventory_label_keys
+    nodes = {
+        item.metadata.name: {k: v for k, v in (item.metadata.labels or {}).items() if k in keys}
+        for item in core.list_node().items
+    }
+    return NodeInventory.build(nodes, config=config)
+
+
+# Bounded wait for Node changes to reach the webhook through its watch.
+INVENTORY_PROPAGATION_SECONDS = 20.0
+
+
+def synced_inventory(
+    core: Any, read: InventoryReader, config: WebhookConfig
+) -> tuple[NodeInventory | None, bool]:
+    """The inventory the webhook evaluates with, once it agrees with the cluster's Nodes.
+
+    Returns (inventory, confirmed): inventory None when the webhook has none (switched off, or
+    it cannot read Nodes: it then places pods as without one); confirmed False when /inventory
+    cannot be reached, so the caller cannot know the webhook has caught up.
+    """
+    deadline = time.monotonic() + INVENTORY_PROPAGATION_SECONDS
+    shown: dict[str, Any] | None = None
+    while True:
+        local = cluster_inventory(core, config)
+        document = read()
+        if document is None:
+            return local, False
+        shown = document.get("nodeInventory", {})
+        expected = local.to_json(config)
+        if shown.get("available") is False:
+            # Switched off: final. Otherwise it may still be waiting for its first list; past
+            # the deadline it places pods as without an inventory, whatever the reason.
+            if "not watched" in str(shown.get("reason")) or time.monotonic() > deadline:
+                return None, True
+        elif {k: shown.get(k) for k in expected} == expected:
+            return local, True
+        elif time.monotonic() > deadline:
+            raise AssertionError(
+                f"the webhook's inventory {shown} did not match the cluster's Nodes {expected} "
+                f"within {INVENTORY_PROPAGATION_SECONDS:.0f}s"
+            )
+        time.sleep(0.5)
+
+
+NodeMaker = Callable[[dict[str, dict[str, str]]], list[str]]
+
+
+@pytest.fixture
+def make_nodes(core: Any) -> Iterator[NodeMaker]:
+    """Creates Node objects (no kubelet: a Node is just an API object) with the given labels,
+    `{suffix: labels}`; deletes them afterwards. They are cordoned and tainted so that no pod
+    of the cluster is ever scheduled onto a node that does not exist."""
+    from kubernetes.client.exceptions import ApiException
+
+    created: list[str] = []
+
+    def make(labels_by_suffix: dict[str, dict[str, str]]) -> list[str]:
+        names = []
+        for suffix, labels in labels_by_suffix.items():
+            name = f"gaw-e2e-{uuid.uuid4().hex[:6]}-{suffix}"
+            core.create_node(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {"name": name, "labels": {"gaw-e2e": "fake-node", **labels}},
+                    "spec": {
+                        "unschedulable": True,
+                        "taints": [{"key": "gaw-e2e/fake-node", "effect": "NoSchedule"}],
+                    },
+                }
+            )
+            created.append(name)
+            names.append(name)
+        return names
+
+    yield make
+    for name in created:
+        try:
+            core.delete_node(name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+MANUAL_12_4 = {"cuda-major-version": "12", "cuda-minor-version": "4"}
+
+
+@pytest.fixture
+def placement_inventory(
+    core: Any,
+    make_nodes: NodeMaker,
+    webhook_inventory: InventoryReader,
+    webhook_config: WebhookConfig,
+) -> NodeInventory | None:
+    """The inventory the webhook places pods with, after adding a node labelled CUDA 12.4 so
+    CUDA affinity is exercised even on a cluster without labelled nodes (kind, a bare API
+    server). Waits until the webhook has seen it when /inventory can be read."""
+    make_nodes({"cuda": MANUAL_12_4})
+    inventory, _ = synced_inventory(core, webhook_inventory, webhook_config)
+    return inventory

@@ -1,8 +1,9 @@
 """Admission through a real API server: what `kubectl apply` users and cluster admins see.
 
 Expected objects, warnings and messages are computed with the webhook's own evaluation core
-from the shipped configmaps/ (and the chart's default config), after simulating what the API
-server does before it calls a webhook, so a change of wording needs no edit here.
+from the shipped configmaps/, the webhook's config and the node inventory built from the
+cluster's Nodes (as the webhook builds it), after simulating what the API server does before it
+calls a webhook, so a change of wording needs no edit here.
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ from typing import Any
 
 import pytest
 
-from webhook.core.config import WebhookConfig, load_config
+from webhook.core.config import WebhookConfig
 from webhook.core.crl import crl_configmap as build_crl_configmap
 from webhook.core.evaluate import evaluate, evaluate_configmap
+from webhook.core.inventory import NodeInventory
 from webhook.core.policyset import PolicySet
 from webhook.sources.files import load_policy_dir
 
-from .conftest import SHIPPED_POLICIES, api_error
+from .conftest import INVENTORY_PROPAGATION_SECONDS, SHIPPED_POLICIES, api_error
 
 pytestmark = pytest.mark.e2e
 
@@ -37,12 +39,6 @@ POLICY_PROPAGATION_SECONDS = 20.0
 @pytest.fixture(scope="session")
 def policies() -> PolicySet:
     return load_policy_dir(SHIPPED_POLICIES)
-
-
-@pytest.fixture(scope="session")
-def webhook_config() -> WebhookConfig:
-    # The chart's default values render exactly the built-in defaults (tests/chart checks it).
-    return load_config(None)
 
 
 def warnings_of(response: Any) -> list[str]:
@@ -132,17 +128,47 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
 
+def dry_run_until(
+    core: Any,
+    namespace: str,
+    pod: dict[str, Any],
+    done: Callable[[dict[str, Any], list[str]], bool],
+) -> tuple[dict[str, Any], list[str]]:
+    """Dry-run create `pod` until `done(returned pod, warnings)` holds (bounded): the webhook
+    learns of Node changes through its watch. Returns the last answer, done or not."""
+    deadline = time.monotonic() + INVENTORY_PROPAGATION_SECONDS
+    while True:
+        returned, shown = call(core.create_namespaced_pod, namespace, pod, dry_run="All")
+        if done(returned, shown) or time.monotonic() > deadline:
+            return returned, shown
+        time.sleep(0.5)
+
+
 def test_pod_gets_resource_defaults_cuda_affinity_and_env_fixes(
-    core: Any, namespace: str, policies: PolicySet, webhook_config: WebhookConfig
+    core: Any,
+    namespace: str,
+    policies: PolicySet,
+    webhook_config: WebhookConfig,
+    placement_inventory: NodeInventory | None,
 ) -> None:
     pod = gpu_pod(unique("paddle"), {"tencent.com/vcuda-core": "50"})
+    # The webhook places pods against its node inventory: evaluate with the same one.
     expected = evaluate(
-        admitted_pod(pod, namespace), policies, webhook_config, kind="Pod", namespace=namespace
+        admitted_pod(pod, namespace),
+        policies,
+        webhook_config,
+        kind="Pod",
+        namespace=namespace,
+        inventory=placement_inventory,
     )
     assert expected.allowed
     assert expected.mutated is not None
-    # The scenario really exercises all three mutations.
+    # The scenario really exercises all three mutations (the fixture added a CUDA 12.4 node;
+    # without an inventory the first label scheme is used).
     assert {"resource-default", "cuda-affinity", "env-fix"} <= set(expected.mutation_kinds)
+    want_affinity = admitted_pod(dict(expected.mutated), namespace)["spec"]["affinity"]
+    # When /inventory cannot be read, wait (bounded) by dry runs for the webhook to see the node.
+    dry_run_until(core, namespace, pod, lambda p, _: p["spec"].get("affinity") == want_affinity)
 
     created, shown = call(core.create_namespaced_pod, namespace, pod)
 
@@ -153,19 +179,28 @@ def test_pod_gets_resource_defaults_cuda_affinity_and_env_fixes(
         "env"
     ]
     assert got["containers"][0]["env"] == want["containers"][0]["env"]
-    assert got["affinity"] == want["affinity"]
+    assert got["affinity"] == want["affinity"] == want_affinity
     # Every mutation is reported to the user as a warning line.
     for line in (*expected.notes, *expected.warnings):
         assert line in shown
 
 
 def test_pod_breaking_a_policy_is_denied_with_the_exact_message(
-    core: Any, namespace: str, policies: PolicySet, webhook_config: WebhookConfig
+    core: Any,
+    namespace: str,
+    policies: PolicySet,
+    webhook_config: WebhookConfig,
+    placement_inventory: NodeInventory | None,
 ) -> None:
     # 150 vcuda-core: above one card (100) only whole cards are allowed (wholeUnit).
     pod = gpu_pod(unique("too-much"), {"tencent.com/vcuda-core": "150"})
     mutated = evaluate(
-        admitted_pod(pod, namespace), policies, webhook_config, kind="Pod", namespace=namespace
+        admitted_pod(pod, namespace),
+        policies,
+        webhook_config,
+        kind="Pod",
+        namespace=namespace,
+        inventory=placement_inventory,
     ).mutated
     assert mutated is not None
     # The validating webhook sees the mutated (and re-defaulted) pod.
@@ -175,6 +210,7 @@ def test_pod_breaking_a_policy_is_denied_with_the_exact_message(
         webhook_config,
         kind="Pod",
         namespace=namespace,
+        inventory=placement_inventory,
     )
     assert not expected.allowed
 
@@ -185,7 +221,11 @@ def test_pod_breaking_a_policy_is_denied_with_the_exact_message(
 
 
 def test_dry_run_of_a_deployment_breaking_a_policy_is_denied(
-    apps: Any, namespace: str, policies: PolicySet, webhook_config: WebhookConfig
+    apps: Any,
+    namespace: str,
+    policies: PolicySet,
+    webhook_config: WebhookConfig,
+    placement_inventory: NodeInventory | None,
 ) -> None:
     deployment = gpu_deployment(unique("bad-deploy"), {"tencent.com/vcuda-core": "150"})
     expected = evaluate(
@@ -194,6 +234,7 @@ def test_dry_run_of_a_deployment_breaking_a_policy_is_denied(
         webhook_config,
         kind="Deployment",
         namespace=namespace,
+        inventory=placement_inventory,
     )
     assert not expected.allowed
 
@@ -203,7 +244,11 @@ def test_dry_run_of_a_deployment_breaking_a_policy_is_denied(
 
 
 def test_dry_run_of_a_good_deployment_is_allowed_and_shows_what_pods_will_get(
-    apps: Any, namespace: str, policies: PolicySet, webhook_config: WebhookConfig
+    apps: Any,
+    namespace: str,
+    policies: PolicySet,
+    webhook_config: WebhookConfig,
+    placement_inventory: NodeInventory | None,
 ) -> None:
     from kubernetes.client.exceptions import ApiException
 
@@ -214,6 +259,7 @@ def test_dry_run_of_a_good_deployment_is_allowed_and_shows_what_pods_will_get(
         webhook_config,
         kind="Deployment",
         namespace=namespace,
+        inventory=placement_inventory,
     )
     assert expected.allowed
     expected_lines = [*expected.notes, *expected.warnings]

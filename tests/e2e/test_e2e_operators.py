@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 
 from webhook.core.claims import ClaimIndex
-from webhook.core.config import WebhookConfig, load_config
+from webhook.core.config import WebhookConfig
 from webhook.core.evaluate import evaluate
+from webhook.core.inventory import NodeInventory
 from webhook.core.policyset import PolicySet
 from webhook.sources.files import load_policy_dir
 
@@ -40,8 +41,8 @@ def shipped() -> PolicySet:
 
 
 @pytest.fixture(scope="module")
-def config() -> WebhookConfig:
-    return load_config(None)  # the chart's defaults render exactly the built-in defaults
+def config(webhook_config: WebhookConfig) -> WebhookConfig:
+    return webhook_config  # the chart's defaults unless E2E_WEBHOOK_CONFIG says otherwise
 
 
 @pytest.fixture(scope="module")
@@ -130,11 +131,12 @@ def test_dry_run_of_a_bad_pytorchjob_is_denied_naming_the_replica(
     pytorchjob_crd: None,
     shipped: PolicySet,
     config: WebhookConfig,
+    placement_inventory: NodeInventory | None,
 ) -> None:
     from kubernetes import client
 
     job = pytorchjob(f"bert-{uuid.uuid4().hex[:6]}", {"tencent.com/vcuda-core": "150"})
-    expected = evaluate(job, shipped, config, namespace=namespace)
+    expected = evaluate(job, shipped, config, namespace=namespace, inventory=placement_inventory)
     assert not expected.allowed
 
     custom = client.CustomObjectsApi(cluster.api)
@@ -153,11 +155,12 @@ def test_dry_run_of_a_good_pytorchjob_says_what_its_pods_will_get(
     pytorchjob_crd: None,
     shipped: PolicySet,
     config: WebhookConfig,
+    placement_inventory: NodeInventory | None,
 ) -> None:
     from kubernetes import client
 
     job = pytorchjob(f"ok-{uuid.uuid4().hex[:6]}", {"nvidia.com/gpu": "2"})
-    expected = evaluate(job, shipped, config, namespace=namespace)
+    expected = evaluate(job, shipped, config, namespace=namespace, inventory=placement_inventory)
     assert expected.allowed and expected.notes
 
     custom = client.CustomObjectsApi(cluster.api)
@@ -182,7 +185,12 @@ def _serves_resource_v1(cluster: Cluster) -> bool:
 
 
 def test_dra_pod_gets_cuda_placement(
-    cluster: Cluster, core: Any, namespace: str, shipped: PolicySet, config: WebhookConfig
+    cluster: Cluster,
+    core: Any,
+    namespace: str,
+    shipped: PolicySet,
+    config: WebhookConfig,
+    placement_inventory: NodeInventory | None,
 ) -> None:
     from kubernetes import client
 
@@ -226,7 +234,13 @@ def test_dra_pod_gets_cuda_placement(
         },
     }
     index = ClaimIndex.from_objects([template])
-    expected = evaluate(admitted_pod(pod, namespace), shipped, config, claims=index)
+    expected = evaluate(
+        admitted_pod(pod, namespace),
+        shipped,
+        config,
+        claims=index,
+        inventory=placement_inventory,
+    )
     assert expected.mutated is not None and "cuda-affinity" in expected.mutation_kinds
     # The webhook sees the new template through its watch: retry the dry run until it does.
     deadline = time.monotonic() + CACHE_SECONDS
