@@ -71,8 +71,7 @@ def _decide(state: WebhookState, endpoint: str, req: AdmissionRequest) -> Outcom
             operation=req.operation,
             sub_resource=req.sub_resource,
             old_object=req.old_object,
-            # The store holds webhook.core.inventory's snapshot; the evaluation takes it once
-            # placement is inventory-aware (issue 11, a parallel branch): drop the ignore then.
+            # Cluster snapshots as they are now (None: not known); never fetched here.
             inventory=state.store.inventory,
             claims=state.store.claims,
             # /validate returns no Pod or template warnings (the mutating call showed them).
