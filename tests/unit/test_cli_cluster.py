@@ -190,6 +190,26 @@ async def test_missing_kubeconfig_exits_2(
     )
 
 
+async def test_broken_kubeconfig_exits_2_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\n", encoding="utf-8")
+    manifest = write_yaml(tmp_path / "pod.yaml", dra_pod())
+    code, _ = await cli("review", "-f", str(manifest), "--kubeconfig", str(kubeconfig))
+    assert code == 2
+    assert capsys.readouterr().err == (
+        f"gpu-webhook review: cannot use the kubeconfig {kubeconfig}: Invalid kube-config file. "
+        f"Expected key current-context in {kubeconfig}\n"
+    )
+    kubeconfig.write_text("kind: [\n", encoding="utf-8")
+    code, _ = await cli("review", "-f", str(manifest), "--kubeconfig", str(kubeconfig))
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"gpu-webhook review: cannot use the kubeconfig {kubeconfig}: while ")
+    assert err.count("\n") == 1
+
+
 async def test_policies_and_nodes_flags_win_over_the_cluster(
     cluster: FakeKube, tmp_path: Path
 ) -> None:

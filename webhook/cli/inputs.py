@@ -59,7 +59,12 @@ def _kind(obj: Any) -> str:
 
 def load_nodes(path: Path, config: WebhookConfig) -> NodeInventory:
     """The inventory of a `kubectl get nodes -o yaml|json` file (a List of Nodes, or Node
-    documents); ManifestError (exit 2) for a file holding anything else, or no Node."""
+    documents); ManifestError (exit 2) for a file holding anything else, or no Node.
+
+    kubectl (k8s.io/kubectl pkg/cmd/get/get.go) wraps zero or several objects into a
+    `v1 List` whose items keep their kind; one named object (`kubectl get node gpu-1 -o yaml`)
+    is printed bare, so a Node document, or several joined with `---`, is read as well.
+    """
     nodes: list[Mapping[str, Any]] = []
     for position, obj in _typed_items(read_documents(path)):
         if not isinstance(obj, Mapping) or obj.get("kind") != "Node":

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes.aio.client import ApiClient
-from kubernetes.aio.config.config_exception import ConfigException
 
 from webhook.core.claims import ClaimIndex
 from webhook.core.config import WebhookConfig
@@ -77,8 +76,9 @@ async def read_cluster(
     say which optional kinds to read, as the server's config does."""
     try:
         configuration = await load_configuration(kubeconfig)
-    except (ConfigException, OSError, ValueError) as exc:
-        raise ClusterReadError(f"cannot use the kubeconfig {kubeconfig}: {exc}") from None
+    except Exception as exc:  # ConfigException, the client's yaml/OS errors: all one line
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        raise ClusterReadError(f"cannot use the kubeconfig {kubeconfig}: {reason}") from None
     store = PolicyStore()
     options: dict[str, Any] = {"request_timeout": REQUEST_TIMEOUT}
     api = ApiClient(configuration)
