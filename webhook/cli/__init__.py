@@ -9,7 +9,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TextIO
 
-from webhook.cli.exits import EXIT_OK, EXIT_USAGE
+from webhook.cli.exits import EXIT_OK, EXIT_USAGE, CommandError
 from webhook.cli.lint import cmd_lint
 from webhook.cli.review import cmd_review
 from webhook.core.errors import ConfigError, ManifestError
@@ -38,7 +38,28 @@ def build_parser() -> argparse.ArgumentParser:
         "-f", "--file", required=True, help="manifest file, directory, or - for stdin"
     )
     review.add_argument(
-        "--policies", type=Path, help="CRL ConfigMaps directory (default: ./configmaps)"
+        "--policies",
+        type=Path,
+        help="CRL ConfigMaps directory (default: ./configmaps, or the cluster's with "
+        "--kubeconfig; given together with --kubeconfig, --policies wins for policies)",
+    )
+    review.add_argument(
+        "--nodes",
+        type=Path,
+        help="node inventory: the output of `kubectl get nodes -o yaml` (or -o json); CUDA "
+        "placement then uses the label schemes these nodes carry (overrides the cluster's "
+        "nodes with --kubeconfig)",
+    )
+    review.add_argument(
+        "--claims",
+        type=Path,
+        help="DRA ResourceClaimTemplates/ResourceClaims (YAML or JSON) that pods of the manifest "
+        "use; templates in the manifest itself are always used",
+    )
+    review.add_argument(
+        "--kubeconfig",
+        help="read CRL ConfigMaps (kube-public), Nodes (metadata only) and "
+        "ResourceClaimTemplates from this cluster, read-only, once",
     )
     review.add_argument(
         "--config", type=Path, help="webhook config YAML (default: built-in defaults)"
@@ -83,7 +104,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         from webhook.cli.certs import certs_command
 
         return certs_command(args)
-    except (ConfigError, ManifestError) as exc:
+    except (ConfigError, ManifestError, CommandError) as exc:
         sys.stderr.write(f"gpu-webhook {args.command}: {exc}\n")
         return EXIT_USAGE
     except BrokenPipeError:  # `gpu-webhook review ... | head`

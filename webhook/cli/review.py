@@ -3,24 +3,38 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import yaml
 
-from webhook.cli.exits import EXIT_DENIED, EXIT_OK
+from webhook.cli.exits import EXIT_DENIED, EXIT_OK, CommandError
+from webhook.cli.inputs import (
+    Context,
+    claim_index,
+    inventory_line,
+    is_claim_object,
+    load_claim_objects,
+    load_nodes,
+)
 from webhook.cli.quoting import unquoted_values
+from webhook.core.claims import ClaimIndex
 from webhook.core.config import WebhookConfig, load_config
 from webhook.core.crl import parse_configmap
 from webhook.core.errors import ManifestError, WebhookError
 from webhook.core.evaluate import Decision, evaluate
+from webhook.core.inventory import NodeInventory
 from webhook.core.manifests import parse_documents
 from webhook.core.policyset import PolicySet
 from webhook.sources.files import policy_files, read_documents
+
+if TYPE_CHECKING:
+    from webhook.sources.snapshot import ClusterSnapshot
 
 DEFAULT_POLICIES = Path("configmaps")
 
@@ -77,7 +91,14 @@ def _group(doc: Mapping[str, Any]) -> str:
 
 
 def review_document(
-    file: str, index: int, doc: Any, policies: PolicySet, config: WebhookConfig
+    file: str,
+    index: int,
+    doc: Any,
+    policies: PolicySet,
+    config: WebhookConfig,
+    *,
+    inventory: NodeInventory | None = None,
+    claims: ClaimIndex | None = None,
 ) -> DocumentResult:
     if not isinstance(doc, Mapping) or not isinstance(doc.get("kind"), str):
         return DocumentResult(
@@ -86,7 +107,15 @@ def review_document(
     kind = doc["kind"]
     unquoted = unquoted_values(doc)
     try:
-        decision: Decision = evaluate(doc, policies, config, kind=kind, group=_group(doc))
+        decision: Decision = evaluate(
+            doc,
+            policies,
+            config,
+            kind=kind,
+            group=_group(doc),
+            inventory=inventory,
+            claims=claims,
+        )
     except WebhookError as exc:
         violations = [*unquoted, f"cannot evaluate: {exc}"]
         return DocumentResult(file, index, kind, kind, "denied", violations=violations)
@@ -181,27 +210,91 @@ def _is_crl(doc: Mapping[str, Any]) -> bool:
     return parsed.is_crl or parsed.name.startswith("cf-crl-")
 
 
+def _read_cluster(args: argparse.Namespace, config: WebhookConfig) -> ClusterSnapshot:
+    """The cluster's policies/nodes/claim templates, listed once (read-only)."""
+    # Imported here: only --kubeconfig needs the kubernetes client (~13 MiB, slow to import).
+    from webhook.sources.snapshot import ClusterReadError, read_cluster  # noqa: PLC0415
+
+    try:
+        return asyncio.run(
+            read_cluster(
+                args.kubeconfig,
+                config,
+                policies=args.policies is None,
+                nodes=args.nodes is None,
+            )
+        )
+    except ClusterReadError as exc:
+        raise CommandError(str(exc)) from None
+
+
+def _context(
+    args: argparse.Namespace,
+    config: WebhookConfig,
+    cluster: ClusterSnapshot | None,
+    manifest: list[tuple[str, list[Any]]],
+) -> Context:
+    context = Context()
+    if args.nodes is not None:
+        context.inventory = load_nodes(args.nodes, config)
+        context.lines.append(inventory_line(context.inventory, str(args.nodes), config))
+    elif cluster is not None and cluster.inventory is not None:
+        context.inventory = cluster.inventory
+        where = f"the cluster at {cluster.server}"
+        context.lines.append(inventory_line(context.inventory, where, config))
+    claim_sources: list[tuple[str, list[Any]]] = []
+    if args.claims is not None:
+        claim_sources.append((str(args.claims), load_claim_objects(args.claims)))
+    claim_sources.extend(
+        (name, [doc for doc in docs if is_claim_object(doc)]) for name, docs in manifest
+    )
+    context.claims, line = claim_index(cluster.claims if cluster else None, claim_sources)
+    if line:
+        context.lines.append(line)
+    return context
+
+
 def cmd_review(args: argparse.Namespace, out: TextIO) -> int:
     config = load_config(args.config)
-    policies = _load_policies(args.policies)
+    cluster = _read_cluster(args, config) if args.kubeconfig is not None else None
+    if cluster is not None and cluster.policies is not None:
+        policies = cluster.policies
+        policy_line = (
+            f"policies: {cluster.configmaps} CRL ConfigMap(s) from the cluster at {cluster.server}"
+        )
+    else:
+        policies = _load_policies(args.policies)
+        policy_line = None
+    for note in cluster.notes if cluster is not None else ():
+        sys.stderr.write(f"gpu-webhook review: note: {note}\n")
     if args.file == "-":
         sources = [("<stdin>", parse_documents(sys.stdin.read(), "<stdin>"))]
     else:
         path = Path(args.file)
         files = policy_files(path) if path.is_dir() else [path]
         sources = [(str(file), read_documents(file)) for file in files]
+    context = _context(args, config, cluster, sources)
     results = [
-        review_document(name, i, doc, policies, config)
+        review_document(
+            name, i, doc, policies, config, inventory=context.inventory, claims=context.claims
+        )
         for name, docs in sources
         for i, doc in enumerate(docs, 1)
     ]
-    if args.output == "json":
-        json.dump([r.to_json() for r in results], out, indent=2, ensure_ascii=False)
-        out.write("\n")
-    elif args.output == "yaml":
-        out.write(_dump_yaml([r.to_json() for r in results]))
-    elif args.output == "summary":
-        _print_summary(results, out)
-    else:
+    header = [policy_line, *context.lines] if policy_line else context.lines
+    if args.output == "text":
+        # What the answers depend on besides the manifest, before them.
+        out.writelines(f"{line}\n" for line in header)
         _print_text(results, out)
+    else:
+        # Machine formats keep their shape (a list of results; one line per document): the
+        # same lines go to stderr.
+        sys.stderr.writelines(f"gpu-webhook review: {line}\n" for line in header)
+        if args.output == "json":
+            json.dump([r.to_json() for r in results], out, indent=2, ensure_ascii=False)
+            out.write("\n")
+        elif args.output == "yaml":
+            out.write(_dump_yaml([r.to_json() for r in results]))
+        else:
+            _print_summary(results, out)
     return EXIT_DENIED if any(r.verdict == "denied" for r in results) else EXIT_OK

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -100,6 +100,21 @@ def _facts(
     )
 
 
+def _node_name(obj: Mapping[str, Any]) -> str | None:
+    meta = obj.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    return name if isinstance(name, str) else None
+
+
+def kept_labels(obj: Mapping[str, Any], keys: frozenset[str]) -> dict[str, str]:
+    """The labels of a Node object that placement reads ({key: value} for `keys` only)."""
+    meta = obj.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, Mapping) else None
+    if not isinstance(labels, Mapping):
+        return {}
+    return {key: value for key in keys if isinstance(value := labels.get(key), str)}
+
+
 class NodeInventory:
     """Per node name, the kept labels ({key: value}); built once per change, read per review."""
 
@@ -119,6 +134,26 @@ class NodeInventory:
         )
         self._facts: dict[tuple[Any, ...], InventoryFacts] = {}
         self.facts(config or _DEFAULT_CONFIG)  # precompute now, off the request path
+
+    @classmethod
+    def from_objects(
+        cls, objs: Iterable[Mapping[str, Any]], config: WebhookConfig | None = None
+    ) -> NodeInventory:
+        """The snapshot of Node objects (`kubectl get nodes -o yaml` items, or the metadata-only
+        PartialObjectMetadata a list returns): only `config.inventory_label_keys` are kept.
+
+        An object without a string `metadata.name` is not a node anyone can be scheduled on
+        and is left out; label values that are not strings (a hand-written file) are too.
+        """
+        config = config or _DEFAULT_CONFIG
+        return cls.build(
+            {
+                name: kept_labels(obj, config.inventory_label_keys)
+                for obj in objs
+                if isinstance(name := _node_name(obj), str)
+            },
+            config=config,
+        )
 
     @classmethod
     def build(

@@ -156,6 +156,31 @@ class Reflector(Generic[V]):
             if api is not None:
                 await close(api)
 
+    @property
+    def host(self) -> str:
+        """The API server's address once connected (for messages)."""
+        return self._host
+
+    async def list_once(self, api: ApiClient | None = None) -> None:
+        """One full list (every page), published once; no watch, no retry (`gpu-webhook
+        review --kubeconfig`). Raises ApiError for an error status, ConfigException for an
+        unusable client configuration, and the client's own errors for network failures.
+
+        `api`: a connected client to use (and leave open), so one command reading several
+        kinds loads the kubeconfig and opens connections once; without it one is made and
+        closed here.
+        """
+        own = api is None
+        if api is None:
+            api = await self._connect()
+        else:
+            self._host = str(api.configuration.host)
+        try:
+            await self._list(api)
+        finally:
+            if own:
+                await close(api)
+
     async def _failed(self, api: ApiClient | None, exc: Exception) -> None:
         """Record the failure, drop the client (credentials may have rotated) and back off."""
         message = self._describe(exc)

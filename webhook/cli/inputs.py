@@ -1,0 +1,145 @@
+"""What `gpu-webhook review` evaluates with besides policies (SPEC §9): a node inventory
+(`--nodes FILE`, or the cluster's with `--kubeconfig`) and DRA claims (`--claims FILE`,
+ResourceClaimTemplates/ResourceClaims in the reviewed manifest, or the cluster's templates)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from webhook.core.claims import ClaimIndex
+from webhook.core.config import WebhookConfig
+from webhook.core.errors import ManifestError
+from webhook.core.inventory import NodeInventory
+from webhook.sources.files import read_documents
+
+NODES_HINT = "pass the output of `kubectl get nodes -o yaml` (or -o json)"
+CLAIM_KINDS = ("ResourceClaimTemplate", "ResourceClaim")
+CLAIMS_HINT = (
+    "pass ResourceClaimTemplates or ResourceClaims, "
+    "e.g. `kubectl get resourceclaimtemplates -A -o yaml`"
+)
+
+
+@dataclass
+class Context:
+    """The cluster facts a review uses, and the lines that say where they came from."""
+
+    inventory: NodeInventory | None = None
+    claims: ClaimIndex | None = None
+    lines: list[str] = field(default_factory=list)  # "node inventory: 3 nodes from nodes.yaml"
+
+
+def _typed_items(docs: Iterable[Any]) -> list[tuple[int, Any]]:
+    """(position, object): a typed list (`NodeList` from the API, whose items carry no kind)
+    is expanded with its item kind; `kind: List` is already expanded by the manifest reader."""
+    found: list[tuple[int, Any]] = []
+    for doc in docs:
+        kind = doc.get("kind") if isinstance(doc, Mapping) else None
+        items = doc.get("items") if isinstance(doc, Mapping) else None
+        if isinstance(kind, str) and kind.endswith("List") and isinstance(items, list):
+            item_kind = kind[: -len("List")]
+            found.extend(
+                (len(found) + 1, {"kind": item_kind, **i} if isinstance(i, Mapping) else i)
+                for i in items
+            )
+        else:
+            found.append((len(found) + 1, doc))
+    return found
+
+
+def _kind(obj: Any) -> str:
+    kind = obj.get("kind") if isinstance(obj, Mapping) else None
+    if isinstance(kind, str):
+        return f"a {kind}"
+    return "an object without a kind" if isinstance(obj, Mapping) else f"a {type(obj).__name__}"
+
+
+def load_nodes(path: Path, config: WebhookConfig) -> NodeInventory:
+    """The inventory of a `kubectl get nodes -o yaml|json` file (a List of Nodes, or Node
+    documents); ManifestError (exit 2) for a file holding anything else, or no Node.
+
+    kubectl (k8s.io/kubectl pkg/cmd/get/get.go) wraps zero or several objects into a
+    `v1 List` whose items keep their kind; one named object (`kubectl get node gpu-1 -o yaml`)
+    is printed bare, so a Node document, or several joined with `---`, is read as well.
+    """
+    nodes: list[Mapping[str, Any]] = []
+    for position, obj in _typed_items(read_documents(path)):
+        if not isinstance(obj, Mapping) or obj.get("kind") != "Node":
+            raise ManifestError(
+                f"{path}: item {position} is {_kind(obj)}, not a Node; {NODES_HINT}"
+            )
+        meta = obj.get("metadata")
+        if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str):
+            raise ManifestError(f"{path}: item {position} is a Node without metadata.name")
+        nodes.append(obj)
+    if not nodes:
+        raise ManifestError(f"{path} holds no Node; {NODES_HINT}")
+    return NodeInventory.from_objects(nodes, config)
+
+
+def load_claim_objects(path: Path) -> list[Mapping[str, Any]]:
+    """The ResourceClaimTemplates/ResourceClaims of a `--claims` file; anything else is an
+    error (exit 2), as a mistyped path must not silently mean "no claims"."""
+    objs: list[Mapping[str, Any]] = []
+    for position, obj in _typed_items(read_documents(path)):
+        if not isinstance(obj, Mapping) or obj.get("kind") not in CLAIM_KINDS:
+            what = _kind(obj)
+            raise ManifestError(
+                f"{path}: item {position} is {what}, not a ResourceClaimTemplate or "
+                f"ResourceClaim; {CLAIMS_HINT}"
+            )
+        api_version = obj.get("apiVersion")
+        if not isinstance(api_version, str) or not api_version.startswith("resource.k8s.io/"):
+            raise ManifestError(
+                f"{path}: item {position} is a {obj['kind']} with apiVersion "
+                f"{api_version!r}; DRA objects are resource.k8s.io/v1"
+            )
+        objs.append(obj)
+    if not objs:
+        raise ManifestError(
+            f"{path} holds no ResourceClaimTemplate or ResourceClaim; {CLAIMS_HINT}"
+        )
+    return objs
+
+
+def is_claim_object(doc: Any) -> bool:
+    api_version = doc.get("apiVersion") if isinstance(doc, Mapping) else None
+    return (
+        isinstance(api_version, str)
+        and api_version.startswith("resource.k8s.io/")
+        and doc.get("kind") in CLAIM_KINDS
+    )
+
+
+def claim_index(
+    cluster: ClaimIndex | None, sources: Sequence[tuple[str, Sequence[Mapping[str, Any]]]]
+) -> tuple[ClaimIndex | None, str | None]:
+    """The cluster's templates overlaid with the claim objects of each (name, objects) source
+    (a manifest's own template is what its pods will use once applied); None when there is
+    nothing at all, as the evaluation then says "no DRA claim data here". Also the header line.
+    """
+    named = [(name, objs) for name, objs in sources if objs]
+    if cluster is None and not named:
+        return None, None
+    local = ClaimIndex.from_objects(obj for _, objs in named for obj in objs)
+    templates = {**(cluster.templates if cluster else {}), **local.templates}
+    claims = {**(cluster.claims if cluster else {}), **local.claims}
+    where = [name for name, _ in named] + (["the cluster"] if cluster is not None else [])
+    line = (
+        f"DRA claims: {len(templates)} ResourceClaimTemplate(s), {len(claims)} "
+        f"ResourceClaim(s) from {', '.join(where)}"
+    )
+    return ClaimIndex(templates=templates, claims=claims), line
+
+
+def inventory_line(inventory: NodeInventory, source: str, config: WebhookConfig) -> str:
+    """E.g. "node inventory: 12 nodes from nodes.yaml (8 with CUDA labels: GFD)"."""
+    facts = inventory.facts(config)
+    schemes = ", ".join(s.label for s in facts.carried) or "no known scheme"
+    return (
+        f"node inventory: {facts.total} node(s) from {source} "
+        f"({facts.labelled} with CUDA labels; scheme(s): {schemes})"
+    )

@@ -1,0 +1,124 @@
+"""One read-only snapshot of a live cluster for `gpu-webhook review --kubeconfig` (SPEC §9).
+
+The same reflectors the server runs (same requests, paging, metadata-only Nodes, projections),
+each asked for one list (`Reflector.list_once`) instead of list-and-watch: CRL ConfigMaps,
+Nodes and ResourceClaimTemplates, one list per kind, over one client. Nothing is written.
+
+CRL ConfigMaps are required: without them the answers would not be the cluster's, so any
+failure there is a `ClusterReadError`. Nodes and claim templates are optional, as in the server
+(SPEC §4, §6): a 403 (no RBAC) or 404 (API not served) leaves that snapshot None and adds a
+note saying why; other failures are errors too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes.aio.client import ApiClient
+
+from webhook.core.claims import ClaimIndex
+from webhook.core.config import WebhookConfig
+from webhook.core.crl import CRL_NAMESPACE
+from webhook.core.inventory import NodeInventory
+from webhook.core.policyset import PolicySet
+from webhook.sources.claims import ClaimTemplateSource
+from webhook.sources.kubeapi import ApiError, close, load_configuration
+from webhook.sources.nodes import NodeSource
+from webhook.sources.policies import DEFAULT_LABEL_SELECTOR, ConfigMapWatcher
+from webhook.sources.reflector import Reflector
+from webhook.sources.store import PolicyStore
+
+# Never wait longer than this for one page: a CLI run in CI must end.
+REQUEST_TIMEOUT = 30.0
+
+
+class ClusterReadError(Exception):
+    """The cluster could not be read well enough to answer as it would (one-line message)."""
+
+
+@dataclass
+class ClusterSnapshot:
+    """What the cluster's webhook would evaluate with; None: not available (see `notes`)."""
+
+    server: str
+    policies: PolicySet | None = None  # None only when the caller did not ask for them
+    configmaps: int = 0  # CRL ConfigMaps listed
+    inventory: NodeInventory | None = None
+    claims: ClaimIndex | None = None
+    notes: list[str] = field(default_factory=list)  # why a snapshot is missing, one line each
+
+
+def _failure(reflector: Reflector[Any], exc: BaseException) -> str:
+    what, host = reflector.watched.what, reflector.host
+    if isinstance(exc, ApiError):
+        if exc.status == 403:
+            return f"{host} refused to list {what}: {exc}"
+        if exc.status == 401:
+            return f"{host} rejected the kubeconfig's credentials: {exc}"
+        if exc.status == 404:
+            return f"{host} does not serve {what}: {exc}"
+        return f"{host} failed to list {what}: {exc}"
+    return f"cannot list {what} at {host}: {type(exc).__name__}: {exc}"
+
+
+async def read_cluster(
+    kubeconfig: str,
+    config: WebhookConfig,
+    *,
+    policies: bool = True,
+    nodes: bool = True,
+    namespace: str = CRL_NAMESPACE,
+    label_selector: str = DEFAULT_LABEL_SELECTOR,
+) -> ClusterSnapshot:
+    """List each kind once through `kubeconfig`; raises ClusterReadError (one line) when the
+    cluster cannot be read. `nodes`/`config.node_inventory` and `config.claim_template_cache`
+    say which optional kinds to read, as the server's config does."""
+    try:
+        configuration = await load_configuration(kubeconfig)
+    except Exception as exc:  # ConfigException, the client's yaml/OS errors: all one line
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        raise ClusterReadError(f"cannot use the kubeconfig {kubeconfig}: {reason}") from None
+    store = PolicyStore()
+    options: dict[str, Any] = {"request_timeout": REQUEST_TIMEOUT}
+    api = ApiClient(configuration)
+    snapshot = ClusterSnapshot(server=str(configuration.host))
+    try:
+        if policies:
+            crls = ConfigMapWatcher(
+                store, namespace=namespace, label_selector=label_selector, **options
+            )
+            await _list(crls, api, without=None, notes=snapshot.notes)
+            snapshot.policies = store.current
+            snapshot.configmaps = crls.stats.objects or 0
+        optional: list[tuple[Reflector[Any], str]] = []
+        if nodes and config.node_inventory:
+            optional.append((NodeSource(store, config, **options), "a node inventory"))
+        if config.claim_template_cache:
+            optional.append(
+                (ClaimTemplateSource(store, **options), "the cluster's claim templates")
+            )
+        for reflector, without in optional:
+            await _list(reflector, api, without=without, notes=snapshot.notes)
+    finally:
+        await close(api)
+    snapshot.inventory = store.inventory
+    snapshot.claims = store.claims
+    return snapshot
+
+
+async def _list(
+    reflector: Reflector[Any], api: ApiClient, *, without: str | None, notes: list[str]
+) -> None:
+    """List once; `without`: what evaluation goes without when an optional kind is refused."""
+    try:
+        await reflector.list_once(api)
+    except ApiError as exc:
+        message = _failure(reflector, exc)
+        if without is not None and exc.status in (403, 404):
+            # What the server does too: evaluate without that snapshot (SPEC §4, §6).
+            notes.append(f"{message}; evaluating without {without}")
+            return
+        raise ClusterReadError(message) from None
+    except Exception as exc:  # network errors of the client (aiohttp), timeouts, bad JSON
+        raise ClusterReadError(_failure(reflector, exc)) from None
