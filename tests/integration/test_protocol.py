@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -57,6 +59,11 @@ def gpu_pod_review(**request: Any) -> dict[str, Any]:
     }
     fields.update(request)
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": fields}
+
+
+def decode_patch(response: dict[str, Any]) -> list[dict[str, Any]]:
+    patch: list[dict[str, Any]] = json.loads(base64.b64decode(response["patch"]))
+    return patch
 
 
 def post(server: RunningServer, endpoint: str, body: bytes, **kwargs: Any) -> Reply:
@@ -359,3 +366,39 @@ def test_empty_policy_set_allows_gpu_pods_untouched_by_policies(tls: CertPaths) 
     with serve_in_thread(app, ctx, tls.ca_cert, store) as running:
         response = running.review("/validate", gpu_pod_review())["response"]
         assert response == {"uid": UID, "allowed": True}
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        ":-" * 24_000,  # made two former image patterns backtrack quadratically (9.5 s)
+        "registry.example/" + "a" * (1024 * 1024) + ":2.3.0-cuda12.1-cudnn8-runtime",  # 1 MB
+    ],
+)
+def test_a_hostile_image_reference_neither_stalls_the_server_nor_is_matched(
+    server: RunningServer, image: str
+) -> None:
+    review = gpu_pod_review()
+    review["request"]["object"]["spec"]["containers"][0]["image"] = image
+    body = json.dumps(review).encode()
+    probes: list[int] = []
+
+    def probe() -> None:
+        # /healthz while the review is in flight: the event loop must keep answering.
+        for _ in range(5):
+            probes.append(server.request("GET", "/healthz", content_type=None).status)
+
+    thread = threading.Thread(target=probe)
+    thread.start()
+    reply = post(server, "/mutate", body)
+    thread.join(timeout=30)
+    assert probes == [200] * 5
+    assert reply.status == 200
+    response = reply.json()["response"]
+    assert response["allowed"] is True
+    # Longer than any valid image reference: not matched at all, so no CUDA version from it
+    # (even the 1 MB one whose tag names cuda12.1) and no affinity in the patch.
+    assert "patch" not in response or all(
+        "affinity" not in op["path"] for op in decode_patch(response)
+    )
+    assert any("unknown, no affinity" in w for w in response["warnings"])
