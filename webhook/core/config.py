@@ -264,6 +264,15 @@ class EnvFixRule(_Model):
                 raise ValueError(f"{name!r} is not a valid environment variable name")
         return dict(value)
 
+    @cached_property
+    def compiled(self) -> tuple[re.Pattern[str] | None, re.Pattern[str] | None]:
+        """(image regex, case-insensitive; container-name regex), compiled once per rule: every
+        GPU container's review tests them. (A cached_property, like ComputeCapabilityRule's.)"""
+        return (
+            re.compile(self.image, re.IGNORECASE) if self.image is not None else None,
+            re.compile(self.container) if self.container is not None else None,
+        )
+
 
 DEFAULT_ENV_FIXES: tuple[EnvFixRule, ...] = (
     EnvFixRule(

@@ -122,25 +122,32 @@ def _needs(
     unknown: list[ContainerRef] = []
     skew = config.max_major_skew
     for c, keys in gpu:
-        where = container_label(c)
         req = pod_req
         if req is None:
             detection = cuda.detect(c.container, config, _env(envs, c))
-            state.warnings += [short(f"{where}: {w}") for w in detection.warnings]
+            if detection.warnings:
+                where = container_label(c)
+                state.warnings += [short(f"{where}: {w}") for w in detection.warnings]
             req = detection.requirement
-        whole = _whole_card(state, c, keys, policies, config)
         if req is None:
             unknown.append(c)
             continue
+        whole = _whole_card(state, c, keys, policies, config)
         vgpu = not whole and not keys.isdisjoint(config.vgpu_resource_names)
         gpu_manager = not whole and not keys.isdisjoint(config.gpu_manager_resource_names)
         if gpu_manager and req.version >= _V12_4:
             state.warnings.append(
-                short(f"{where} needs CUDA {req.version}: GPU-Manager vGPU supports CUDA < 12.4")
+                short(
+                    f"{container_label(c)} needs CUDA {req.version}: "
+                    "GPU-Manager vGPU supports CUDA < 12.4"
+                )
             )
         if not keys.isdisjoint(config.mps_memory_resource_names) and req.version < _V11_4:
             state.warnings.append(
-                short(f"{where} needs CUDA {req.version}: MPS memory limits need CUDA ≥ 11.4")
+                short(
+                    f"{container_label(c)} needs CUDA {req.version}: "
+                    "MPS memory limits need CUDA ≥ 11.4"
+                )
             )
         needs.append(_Need(c, req, vgpu, cuda.cuda_range(req.version, vgpu=vgpu, skew=skew)))
     return needs, unknown
