@@ -29,6 +29,7 @@ from webhook.core.rules.terms import (
     union_terms,
 )
 from webhook.core.rules.versions import CudaVersion
+from webhook.core.shapes import is_mapping
 from webhook.core.workloads import ContainerRef
 
 _V12_4 = CudaVersion(12, 4)
@@ -45,8 +46,8 @@ class _Need(NamedTuple):
 
 def _value_in(resources: Any, key: str) -> Any:
     for field in ("limits", "requests"):
-        values = resources.get(field) if isinstance(resources, Mapping) else None
-        if isinstance(values, Mapping) and key in values:
+        values = resources.get(field) if is_mapping(resources) else None
+        if is_mapping(values) and key in values:
             return values[key]
     return None
 
