@@ -1,8 +1,11 @@
 """Benchmark of the pure evaluation core: cost per object, and independence from the number of
 policies (10 vs 1,000 CRLs) and of nodes in the inventory (10 vs 10,000 nodes).
 
-Run: .venv/bin/python bench/bench_eval.py [--rounds N] [--json]
+Run: .venv/bin/python bench/bench_eval.py [--rounds N] [--inner N] [--json]
 Not a test: prints figures (median/p90 µs per object) to compare runs on the same machine.
+Every variant runs interleaved in the same rounds, and each ratio (1000/10 policies,
+10000/10 nodes, PyTorchJob/Deployment) is the median of its round-by-round ratios, then
+checked against the targets of issues 9, 11 and 12.
 """
 
 from __future__ import annotations
@@ -211,6 +214,24 @@ def measure(
     return samples
 
 
+def _paired_ratio(top: list[float], bottom: list[float]) -> float:
+    """Median of the round-by-round ratios: both sides of a round ran back to back, so a noisy
+    neighbour on the machine shifts them alike and cancels out."""
+    return statistics.median(a / b for a, b in zip(top, bottom, strict=True))
+
+
+def _row(samples: list[float]) -> tuple[float, float]:
+    return statistics.median(samples), statistics.quantiles(samples, n=10)[-1]
+
+
+# Targets (issues 9, 11, 12): typical GPU pod ≤ 100 µs; 10 vs 10,000 nodes within 10 %; a
+# PyTorchJob with 2 roles ≤ 2x a Deployment; no growth with the number of policies (≤ 10 %).
+TYPICAL_MAX_US = 100.0
+NODES_MAX_RATIO = 1.10
+POLICIES_MAX_RATIO = 1.10
+PYTORCHJOB_MAX_RATIO = 2.0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=30)
@@ -229,42 +250,84 @@ def main() -> int:
         "PyTorchJob (2 roles)": pytorchjob(),
         "non-GPU pod": non_gpu_pod(),
     }
-    results: dict[str, dict[str, float]] = {}
-    for label, obj in objects.items():
-        row: dict[str, float] = {}
-
-        def run(obj: dict[str, Any], policies: PolicySet) -> Callable[[], object]:
-            # Decision.patch is part of the cost: the server always needs it.
-            return lambda: evaluate(obj, policies, config).patch
-
-        timings = measure({"10": run(obj, small), "1000": run(obj, large)}, args.rounds, args.inner)
-        for n, samples in timings.items():
-            row[f"median_us_{n}"] = statistics.median(samples)
-            row[f"p90_us_{n}"] = statistics.quantiles(samples, n=10)[-1]
-        row["ratio_1000_vs_10"] = row["median_us_1000"] / row["median_us_10"]
-        results[label] = row
-
-    # Node inventory: the same review against 10 and 10,000 nodes (one run, interleaved).
     inventories = {"10": synthetic_inventory(10), "10000": synthetic_inventory(10_000)}
+    by_nodes_objects = ("typical GPU pod", "multi-container pod")
+
+    def run(
+        obj: dict[str, Any], policies: PolicySet, inventory: NodeInventory | None = None
+    ) -> Callable[[], object]:
+        # Decision.patch is part of the cost: the server always needs it.
+        return lambda: evaluate(obj, policies, config, inventory=inventory).patch
+
+    # Every variant in one interleaved run: each ratio below compares samples taken in the
+    # same rounds (policies 1000/10, nodes 10000/10, PyTorchJob/Deployment).
+    variants: dict[str, Callable[[], object]] = {}
+    for label, obj in objects.items():
+        variants[f"{label}|10"] = run(obj, small)
+        variants[f"{label}|1000"] = run(obj, large)
+    for label in by_nodes_objects:
+        for n, inventory in inventories.items():
+            variants[f"{label}|nodes {n}"] = run(objects[label], small, inventory)
+    samples = measure(variants, args.rounds, args.inner)
+
+    results: dict[str, dict[str, float]] = {}
+    for label in objects:
+        row: dict[str, float] = {}
+        for n in ("10", "1000"):
+            row[f"median_us_{n}"], row[f"p90_us_{n}"] = _row(samples[f"{label}|{n}"])
+        row["ratio_1000_vs_10"] = _paired_ratio(samples[f"{label}|1000"], samples[f"{label}|10"])
+        results[label] = row
     by_nodes: dict[str, dict[str, float]] = {}
-    for label in ("typical GPU pod", "multi-container pod"):
-        obj = objects[label]
-
-        def run_nodes(obj: dict[str, Any], inventory: NodeInventory) -> Callable[[], object]:
-            return lambda: evaluate(obj, small, config, inventory=inventory).patch
-
-        timings = measure(
-            {n: run_nodes(obj, inv) for n, inv in inventories.items()}, args.rounds, args.inner
-        )
+    for label in by_nodes_objects:
         row = {}
-        for n, samples in timings.items():
-            row[f"median_us_{n}"] = statistics.median(samples)
-            row[f"p90_us_{n}"] = statistics.quantiles(samples, n=10)[-1]
-        row["ratio_10000_vs_10"] = row["median_us_10000"] / row["median_us_10"]
+        for n in inventories:
+            row[f"median_us_{n}"], row[f"p90_us_{n}"] = _row(samples[f"{label}|nodes {n}"])
+        row["ratio_10000_vs_10"] = _paired_ratio(
+            samples[f"{label}|nodes 10000"], samples[f"{label}|nodes 10"]
+        )
         by_nodes[label] = row
+    ratios = {
+        "pytorchjob_vs_deployment": _paired_ratio(
+            samples["PyTorchJob (2 roles)|10"], samples["Deployment|10"]
+        )
+    }
+    checks = [
+        (
+            f"typical GPU pod ≤ {TYPICAL_MAX_US:.0f} µs",
+            f"{results['typical GPU pod']['median_us_10']:.1f} µs",
+            results["typical GPU pod"]["median_us_10"] <= TYPICAL_MAX_US,
+        ),
+        *(
+            (
+                f"{label}: 10,000 vs 10 nodes ≤ {NODES_MAX_RATIO:.2f}",
+                f"{row['ratio_10000_vs_10']:.3f}",
+                row["ratio_10000_vs_10"] <= NODES_MAX_RATIO,
+            )
+            for label, row in by_nodes.items()
+        ),
+        (
+            f"PyTorchJob (2 roles) vs Deployment ≤ {PYTORCHJOB_MAX_RATIO:.1f}",
+            f"{ratios['pytorchjob_vs_deployment']:.3f}",
+            ratios["pytorchjob_vs_deployment"] <= PYTORCHJOB_MAX_RATIO,
+        ),
+        (
+            f"1,000 vs 10 policies ≤ {POLICIES_MAX_RATIO:.2f} (worst object)",
+            f"{max(row['ratio_1000_vs_10'] for row in results.values()):.3f}",
+            all(row["ratio_1000_vs_10"] <= POLICIES_MAX_RATIO for row in results.values()),
+        ),
+    ]
 
     if args.json:
-        json.dump({"policies": results, "nodes": by_nodes}, sys.stdout, indent=2)
+        json.dump(
+            {
+                "policies": results,
+                "nodes": by_nodes,
+                "ratios": ratios,
+                "targets": {name: {"value": value, "met": met} for name, value, met in checks},
+            },
+            sys.stdout,
+            indent=2,
+        )
         print()
         return 0
     print(f"{'object':<22}{'median µs (10)':>16}{'median µs (1000)':>18}{'1000/10':>10}")
@@ -280,6 +343,10 @@ def main() -> int:
             f"{label:<22}{row['median_us_10']:>16.1f}{row['median_us_10000']:>19.1f}"
             f"{row['ratio_10000_vs_10']:>10.3f}"
         )
+    print()
+    print("ratios are medians of round-by-round ratios (same rounds, interleaved)")
+    for name, value, met in checks:
+        print(f"{'met   ' if met else 'MISSED'} {name}: {value}")
     return 0
 
 

@@ -201,6 +201,27 @@ def test_admin_table_beats_image_patterns_and_matches_without_digest() -> None:
     assert req is not None and req.version == V(12, 6)
 
 
+def test_each_config_detects_with_its_own_table_in_turn() -> None:
+    # Detection is cached per image and config: a reloaded config with another table (or
+    # none) must get its own answer for an image another config already looked at, and a
+    # config rebuilt from the same settings the same answer.
+    image = {"image": "nvcr.io/nvidia/tritonserver:24.06-py3"}
+    other = load_config(
+        {"imageCudaTable": [{"image": "nvcr.io/nvidia/tritonserver:*", "cudaVersion": "12.2"}]}
+    )
+    same = load_config(TABLE.model_dump(by_alias=True))
+    for config, version in [
+        (TABLE, V(12, 5)),
+        (other, V(12, 2)),
+        (WebhookConfig(), None),
+        (TABLE, V(12, 5)),
+        (same, V(12, 5)),
+        (other, V(12, 2)),
+    ]:
+        req = container_requirement(image, config)
+        assert (req.version if req else None) == version
+
+
 def test_env_beats_admin_table() -> None:
     c = {
         "image": "nvcr.io/nvidia/tritonserver:24.06-py3",

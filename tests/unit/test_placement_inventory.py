@@ -104,6 +104,26 @@ def test_inventory_facts_follow_the_config_schemes() -> None:
     assert inventory.to_json()["labelledNodes"] == 0  # not a default scheme
 
 
+def test_one_inventory_reviewed_under_configs_with_other_schemes_in_turn() -> None:
+    # The inventory answers the config it saw last by identity (no hashing per review): a
+    # config reload with other schemes must get its own facts, and then the first ones again.
+    corp = load_config({"cudaLabelSchemes": [{"name": "corp", "major": "c/maj", "minor": "c/min"}]})
+    inventory = nodes(gfd("12", "4"), {"c/maj": "12", "c/min": "6"})
+    default_terms = as_terms(cuda_terms(GMAJ, GMIN, (12, 4), 13))
+    corp_terms = as_terms(cuda_terms("c/maj", "c/min", (12, 4), 13))
+    for config, terms in [
+        (None, default_terms),
+        (corp, corp_terms),
+        (None, default_terms),
+        (WebhookConfig(), default_terms),  # an equal config, another object
+        (corp, corp_terms),
+    ]:
+        decision = run(gpu_pod(), config=config, inventory=inventory)
+        assert node_terms(apply(decision)) == terms
+    assert inventory.to_json(corp)["cuda"] == {"12.6": 1}
+    assert inventory.to_json()["cuda"] == {"12.4": 1}
+
+
 # --- CUDA with an inventory ----------------------------------------------------------------------
 
 

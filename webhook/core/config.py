@@ -263,6 +263,15 @@ class EnvFixRule(_Model):
                 raise ValueError(f"{name!r} is not a valid environment variable name")
         return dict(value)
 
+    @cached_property
+    def compiled(self) -> tuple[re.Pattern[str] | None, re.Pattern[str] | None]:
+        """(image regex, case-insensitive; container-name regex), compiled once per rule: every
+        GPU container's review tests them. (A cached_property, like ComputeCapabilityRule's.)"""
+        return (
+            re.compile(self.image, re.IGNORECASE) if self.image is not None else None,
+            re.compile(self.container) if self.container is not None else None,
+        )
+
 
 DEFAULT_ENV_FIXES: tuple[EnvFixRule, ...] = (
     EnvFixRule(
@@ -308,6 +317,18 @@ class WorkloadEntry(_Model):
         return WorkloadKind(
             self.group, self.kind, tuple(t.to_rule() for t in self.templates), "webhook config"
         )
+
+
+class ImageRules:
+    """One config's image patterns and table, hashed by identity. The per-image detection cache
+    is keyed on it: a tuple does not keep its hash, and hashing every table entry (a pydantic
+    model) on every GPU container's review costs ~0.15 µs per entry."""
+
+    __slots__ = ("patterns", "table")
+
+    def __init__(self, patterns: tuple[str, ...], table: tuple[ImageCudaEntry, ...]) -> None:
+        self.patterns = patterns
+        self.table = table
 
 
 class WebhookConfig(_Model):
@@ -367,6 +388,11 @@ class WebhookConfig(_Model):
         if "cuda_labels" in self.model_fields_set:
             return (self.cuda_labels,)
         return self.cuda_label_schemes
+
+    @cached_property
+    def image_rules(self) -> ImageRules:
+        """image_patterns and image_cuda_table as one identity-hashed key (see ImageRules)."""
+        return ImageRules(self.image_patterns, self.image_cuda_table)
 
     @cached_property
     def inventory_label_keys(self) -> frozenset[str]:

@@ -201,16 +201,15 @@ def _evaluate_pod(
     obj: Mapping[str, Any],
     policies: PolicySet,
     config: WebhookConfig,
-    namespace: str | None,
+    ref: str,
+    ns: str | None,
     inventory: NodeInventory | None,
     claims: ClaimIndex | None,
     *,
     mutate_template: bool,
     violations_only: bool = False,
 ) -> Decision:
-    ref = object_ref(entry.kind, obj, namespace)
-    meta = obj.get("metadata")
-    ns = namespace or (meta.get("namespace") if isinstance(meta, Mapping) else None)
+    """`ref` and `ns` are the object reference and namespace evaluate() already worked out."""
     draft = Draft(obj)
     violations: list[Violation] = []
     notes: list[tuple[str, str]] = []  # (role, note)
@@ -313,7 +312,8 @@ def evaluate(
         obj,
         policies,
         config,
-        namespace,
+        ref,
+        ns,
         inventory,
         claims,
         mutate_template=mutate_template,

@@ -45,11 +45,9 @@ class InventoryFacts:
     nodes: Mapping[str, NodeFacts]
     # Distinct (CUDA versions per scheme, compute capability) pairs, for "both on one node".
     combos: frozenset[tuple[tuple[tuple[int, CudaVersion], ...], CudaVersion | None]]
-
-    @property
-    def carried(self) -> tuple[CudaLabels, ...]:
-        """Schemes at least one node carries, in config order."""
-        return tuple(s for s, counts in zip(self.schemes, self.by_scheme, strict=True) if counts)
+    # Schemes at least one node carries, in config order: what every GPU review's terms use,
+    # so worked out with the snapshot rather than per review.
+    carried: tuple[CudaLabels, ...]
 
 
 def _version(labels: Mapping[str, str], scheme: CudaLabels) -> CudaVersion | None:
@@ -89,6 +87,7 @@ def _facts(
                 node = shared[key] = NodeFacts(*key)
             facts[name] = node
     return InventoryFacts(
+        carried=tuple(s for s, counts in zip(schemes, by_scheme, strict=True) if counts),
         schemes=schemes,
         total=len(nodes),
         labelled=sum(per_node_cuda.values()),
@@ -118,7 +117,7 @@ def kept_labels(obj: Mapping[str, Any], keys: frozenset[str]) -> dict[str, str]:
 class NodeInventory:
     """Per node name, the kept labels ({key: value}); built once per change, read per review."""
 
-    __slots__ = ("_facts", "nodes")
+    __slots__ = ("_facts", "_last", "nodes")
 
     def __init__(
         self,
@@ -133,6 +132,7 @@ class NodeInventory:
             }
         )
         self._facts: dict[tuple[Any, ...], InventoryFacts] = {}
+        self._last: tuple[WebhookConfig, InventoryFacts] | None = None
         self.facts(config or _DEFAULT_CONFIG)  # precompute now, off the request path
 
     @classmethod
@@ -165,11 +165,18 @@ class NodeInventory:
 
     def facts(self, config: WebhookConfig) -> InventoryFacts:
         """The precomputed view for `config`'s schemes (computed once per distinct schemes)."""
+        # Every review passes the same config object: answer it by identity, since the key
+        # below hashes pydantic models field by field (~1 µs per review). The config is kept
+        # referenced, so its identity cannot be reused by another object meanwhile.
+        last = self._last
+        if last is not None and last[0] is config:
+            return last[1]
         key = (config.schemes, config.compute_capability_labels)
         facts = self._facts.get(key)
         if facts is None:
             facts = _facts(self.nodes, config.schemes, config.compute_capability_labels)
             self._facts[key] = facts
+        self._last = (config, facts)
         return facts
 
     def to_json(self, config: WebhookConfig | None = None) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from webhook.core.errors import ObjectShapeError
+from webhook.core.shapes import is_mapping
 
 
 def escape(token: str) -> str:
@@ -34,7 +35,7 @@ class Draft:
     def _own(self, value: Any) -> Any:
         if id(value) in self._owned:
             return value
-        if isinstance(value, Mapping):
+        if is_mapping(value):
             copy: Any = dict(value)
         elif isinstance(value, list):
             copy = list(value)
@@ -60,30 +61,40 @@ class Draft:
                     f"{type(node).__name__} at {part!r}"
                 )
             if child is None:
-                child = {}
+                child = node[part] = {}
                 self._owned.add(id(child))
-            else:
-                child = self._own(child)
-            node[part] = child
+            elif id(child) not in self._owned:
+                # First write below here: copy. An owned child already sits at this place
+                # (copies are only ever put where they were made), so it needs no store.
+                child = node[part] = self._own(child)
             node = child
         return node
+
+
+_ABSENT: Any = object()
 
 
 def diff(before: Any, after: Any, path: str = "") -> list[dict[str, Any]]:
     """JSONPatch turning `before` into `after`; subtrees that are the same object are skipped."""
     if before is after:
         return []
-    if isinstance(before, Mapping) and isinstance(after, Mapping):
-        ops: list[dict[str, Any]] = [
-            {"op": "remove", "path": f"{path}/{escape(str(key))}"}
-            for key in before
-            if key not in after
-        ]
+    if is_mapping(before) and is_mapping(after):
+        # A Draft never removes keys: the scan for removed ones is skipped when none is.
+        ops: list[dict[str, Any]] = (
+            []
+            if before.keys() <= after.keys()
+            else [
+                {"op": "remove", "path": f"{path}/{escape(str(key))}"}
+                for key in before
+                if key not in after
+            ]
+        )
         for key, value in after.items():
-            if key not in before:
+            old = before.get(key, _ABSENT)
+            if old is _ABSENT:
                 ops.append({"op": "add", "path": f"{path}/{escape(str(key))}", "value": value})
-            elif before[key] is not value:  # shared (unchanged) subtrees cost nothing
-                ops += diff(before[key], value, f"{path}/{escape(str(key))}")
+            elif old is not value:  # shared (unchanged) subtrees cost nothing
+                ops += diff(old, value, f"{path}/{escape(str(key))}")
         return ops
     if isinstance(before, list) and isinstance(after, list):
         ops = []
@@ -91,14 +102,16 @@ def diff(before: Any, after: Any, path: str = "") -> list[dict[str, Any]]:
         for index in range(common):
             if before[index] is not after[index]:
                 ops += diff(before[index], after[index], f"{path}/{index}")
-        ops += [
-            {"op": "add", "path": f"{path}/{index}", "value": after[index]}
-            for index in range(common, len(after))
-        ]
-        ops += [
-            {"op": "remove", "path": f"{path}/{index}"}
-            for index in reversed(range(common, len(before)))
-        ]
+        if len(after) > common:
+            ops += [
+                {"op": "add", "path": f"{path}/{index}", "value": after[index]}
+                for index in range(common, len(after))
+            ]
+        elif len(before) > common:
+            ops += [
+                {"op": "remove", "path": f"{path}/{index}"}
+                for index in reversed(range(common, len(before)))
+            ]
         return ops
     if type(before) is type(after) and before == after:
         return []

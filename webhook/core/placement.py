@@ -29,6 +29,7 @@ from webhook.core.rules.terms import (
     union_terms,
 )
 from webhook.core.rules.versions import CudaVersion
+from webhook.core.shapes import is_mapping
 from webhook.core.workloads import ContainerRef
 
 _V12_4 = CudaVersion(12, 4)
@@ -45,8 +46,8 @@ class _Need(NamedTuple):
 
 def _value_in(resources: Any, key: str) -> Any:
     for field in ("limits", "requests"):
-        values = resources.get(field) if isinstance(resources, Mapping) else None
-        if isinstance(values, Mapping) and key in values:
+        values = resources.get(field) if is_mapping(resources) else None
+        if is_mapping(values) and key in values:
             return values[key]
     return None
 
@@ -122,25 +123,32 @@ def _needs(
     unknown: list[ContainerRef] = []
     skew = config.max_major_skew
     for c, keys in gpu:
-        where = container_label(c)
         req = pod_req
         if req is None:
             detection = cuda.detect(c.container, config, _env(envs, c))
-            state.warnings += [short(f"{where}: {w}") for w in detection.warnings]
+            if detection.warnings:
+                where = container_label(c)
+                state.warnings += [short(f"{where}: {w}") for w in detection.warnings]
             req = detection.requirement
-        whole = _whole_card(state, c, keys, policies, config)
         if req is None:
             unknown.append(c)
             continue
+        whole = _whole_card(state, c, keys, policies, config)
         vgpu = not whole and not keys.isdisjoint(config.vgpu_resource_names)
         gpu_manager = not whole and not keys.isdisjoint(config.gpu_manager_resource_names)
         if gpu_manager and req.version >= _V12_4:
             state.warnings.append(
-                short(f"{where} needs CUDA {req.version}: GPU-Manager vGPU supports CUDA < 12.4")
+                short(
+                    f"{container_label(c)} needs CUDA {req.version}: "
+                    "GPU-Manager vGPU supports CUDA < 12.4"
+                )
             )
         if not keys.isdisjoint(config.mps_memory_resource_names) and req.version < _V11_4:
             state.warnings.append(
-                short(f"{where} needs CUDA {req.version}: MPS memory limits need CUDA ≥ 11.4")
+                short(
+                    f"{container_label(c)} needs CUDA {req.version}: "
+                    "MPS memory limits need CUDA ≥ 11.4"
+                )
             )
         needs.append(_Need(c, req, vgpu, cuda.cuda_range(req.version, vgpu=vgpu, skew=skew)))
     return needs, unknown
@@ -163,9 +171,9 @@ def _intersection(needs: list[_Need]) -> cuda.Range:
     return reduce(lambda a, b: a & b, (n.range for n in needs))
 
 
-def _intersection_violation(state: PodState, needs: list[_Need]) -> bool:
+def _intersection_violation(state: PodState, needs: list[_Need], rng: cuda.Range | None) -> bool:
     """The pod needs one node for all its containers: an empty intersection is a violation."""
-    if not needs or not _intersection(needs).empty:
+    if rng is None or not rng.empty:
         return False
     listed = "; ".join(
         f"{container_label(n.container)} needs CUDA {n.requirement.version}"
@@ -195,17 +203,17 @@ class _Plan:
 def _cuda_terms(
     state: PodState,
     needs: list[_Need],
+    rng: cuda.Range | None,
     unknown: list[ContainerRef],
     config: WebhookConfig,
     facts: InventoryFacts | None,
     plan: _Plan,
 ) -> bool:
-    """Add the CUDA part to `plan`; False when the pod is denied."""
+    """Add the CUDA part to `plan` (`rng`: the needs' intersection); False when denied."""
     for c in unknown:
         state.warnings.append(_unknown_warning(c, others=bool(needs)))
-    if not needs:
+    if rng is None:
         return True
-    rng = _intersection(needs)
     top = max(needs, key=lambda n: n.requirement.version)
     vgpu = any(n.vgpu for n in needs)
     if facts is not None:
@@ -303,7 +311,9 @@ def place(
         state.warnings.append(short(warning))
     envs: Envs = {}
     needs, unknown = _needs(state, gpu, config, policies or PolicySet.empty(), envs)
-    if not config.cuda_affinity or opted_out or _intersection_violation(state, needs):
+    # None: no container with a known CUDA version. Computed once for every step below.
+    rng = _intersection(needs) if needs else None
+    if not config.cuda_affinity or opted_out or _intersection_violation(state, needs, rng):
         return
     if violations_only and (inventory is None or config.no_compatible_node != "deny"):
         return
@@ -314,14 +324,13 @@ def place(
         # Pinned to one node by the controller, and created for every node the DaemonSet
         # selects: an affinity would only leave the pods on unfit nodes Pending.
         if facts is not None and pinned:
-            rng = _intersection(needs) if needs else None
             low = compute.version if compute is not None else None
             for text, rule in fit.pinned_problems(facts, pinned, rng, low):
                 if _problem(state, config, text, rule):
                     break
         return
     plan = _Plan([], [], [])
-    if not _cuda_terms(state, needs, unknown, config, facts, plan):
+    if not _cuda_terms(state, needs, rng, unknown, config, facts, plan):
         return
     if not _compute_terms(state, compute, config, facts, plan) or not plan.terms:
         return
@@ -329,9 +338,12 @@ def place(
     keys = config.placement_keys
     # Most pods carry no node constraints at all: skip the inspection of their terms.
     constrained = bool(spec.get("affinity") or spec.get("nodeSelector"))
-    if constrained and already_injected(spec, keys, plan.terms):
-        return
     mentioned = mentioned_key(spec, keys) if constrained else ""
+    # Our own earlier injection always names a placement key, so only then can the terms be
+    # it. (Terms naming none can only "equal" it when all are empty; the merge below then
+    # leaves them as they are and returns just the same, without a change or a note.)
+    if mentioned and already_injected(spec, keys, plan.terms):
+        return
     if mentioned:
         state.warnings.append(
             short(

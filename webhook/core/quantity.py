@@ -130,6 +130,8 @@ def parse_quantity(raw: object) -> Fraction:
     before ParseQuantity ("TODO: Remove support for leading/trailing whitespace"); a JSON
     number is its text; `true`/`false` are not quantities.
     """
+    if type(raw) is str:  # what every manifest holds: straight to the cached parse
+        return _parse_manifest_text(raw)
     if raw is None:
         return Fraction(0)
     if isinstance(raw, bool):

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from webhook.core.errors import ObjectShapeError
+from webhook.core.shapes import is_mapping
 
 # template: a PodTemplateSpec (metadata + spec); podspec: an object with PodSpec fields inlined
 # (KServe components). `containers` of a rule name extra keys of the pod spec that hold one
@@ -47,9 +48,11 @@ class WorkloadKind:
     source: str = ""  # the Go type the paths come from, for /policies and the README
 
 
-@dataclass(frozen=True, slots=True)
-class Found:
-    """One template reached by a rule: its concrete path, role label and the object there."""
+class Found(NamedTuple):
+    """One template reached by a rule: its concrete path, role label and the object there.
+
+    A NamedTuple: built for every template of every review, and a frozen dataclass's __init__
+    costs several times more."""
 
     path: tuple[str | int, ...]
     role: str
@@ -97,57 +100,60 @@ def _where(kind: str, path: tuple[str | int, ...]) -> str:
     return text
 
 
-def walk(kind: str, obj: Mapping[str, Any], tpl: TemplateRule) -> Iterator[Found]:
-    """Every object at the rule's path; a missing key or null is no template, not an error."""
-    if not tpl.wildcards:  # the common case (built-in kinds): no stack, no role formatting
-        node: Any = obj
-        for depth, part in enumerate(tpl.path):
-            if not isinstance(node, Mapping):
-                got = type(node).__name__
-                raise ObjectShapeError(
-                    f"{_where(kind, tpl.path[:depth])} must be an object, got {got}"
-                )
-            node = node.get(part)
-            if node is None:
-                return
-        yield Found(tpl.path, tpl.role, tpl.form, node)
-        return
-    stack: list[tuple[Any, tuple[str | int, ...], tuple[str, ...], int]] = [(obj, (), (), 0)]
-    while stack:
-        node, at, captures, depth = stack.pop()
-        if depth == len(tpl.path):
-            yield Found(at, tpl.role.format(*captures), tpl.form, node)
-            continue
-        part = tpl.path[depth]
-        if not isinstance(node, Mapping) and not (part == LIST_WILDCARD and isinstance(node, list)):
-            want = "a list" if part == LIST_WILDCARD else "an object"
-            raise ObjectShapeError(f"{_where(kind, at)} must be {want}, got {type(node).__name__}")
-        if part == MAP_WILDCARD:
-            assert isinstance(node, Mapping)
-            children = [
-                (value, (*at, str(key)), (*captures, str(key)), depth + 1)
-                for key, value in node.items()
-                if value is not None
-            ]
-            stack.extend(reversed(children))
-        elif part == LIST_WILDCARD:
+def walk(kind: str, obj: Mapping[str, Any], tpl: TemplateRule) -> list[Found]:
+    """Every object at the rule's path, in document order; a missing key or null is no
+    template, not an error.
+
+    A list, not a generator: a review walks every rule of its kind to the end, and resuming a
+    generator costs more than the list it would save."""
+    found: list[Found] = []
+    _descend(kind, tpl, obj, 0, (), (), found)
+    return found
+
+
+def _descend(
+    kind: str,
+    tpl: TemplateRule,
+    node: Any,
+    depth: int,
+    at: tuple[str | int, ...],
+    captures: tuple[str, ...],
+    found: list[Found],
+) -> None:
+    """Follow plain keys in a loop and recurse only at a wildcard, once per child: the plain
+    steps (most of every path) cost no stack entry and no tuple of their own."""
+    path = tpl.path
+    while depth < len(path):
+        part = path[depth]
+        if part == LIST_WILDCARD:
             if not isinstance(node, list):
                 raise ObjectShapeError(
                     f"{_where(kind, at)} must be a list, got {type(node).__name__}"
                 )
-            items = []
             for index, item in enumerate(node):
                 if item is None:
                     continue
-                label = item.get(tpl.name_field) if isinstance(item, Mapping) else None
+                label = item.get(tpl.name_field) if is_mapping(item) else None
                 label = label if isinstance(label, str) and label else f"#{index}"
-                items.append((item, (*at, index), (*captures, label), depth + 1))
-            stack.extend(reversed(items))
-        else:
-            assert isinstance(node, Mapping)
-            child = node.get(part)
-            if child is not None:
-                stack.append((child, (*at, part), captures, depth + 1))
+                _descend(kind, tpl, item, depth + 1, (*at, index), (*captures, label), found)
+            return
+        if not is_mapping(node):
+            raise ObjectShapeError(
+                f"{_where(kind, at)} must be an object, got {type(node).__name__}"
+            )
+        if part == MAP_WILDCARD:
+            for key, value in node.items():
+                if value is not None:
+                    name = str(key)
+                    _descend(kind, tpl, value, depth + 1, (*at, name), (*captures, name), found)
+            return
+        node = node.get(part)
+        if node is None:
+            return
+        at = (*at, part)
+        depth += 1
+    # Built-in kinds have no wildcard, hence no captures: no role formatting for them.
+    found.append(Found(at, tpl.role.format(*captures) if captures else tpl.role, tpl.form, node))
 
 
 def _kubeflow(kind: str, field: str, source: str) -> WorkloadKind:

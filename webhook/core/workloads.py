@@ -10,6 +10,7 @@ from typing import Any
 from webhook.core.config import WebhookConfig, WorkloadEntry
 from webhook.core.errors import ObjectShapeError
 from webhook.core.registry import BUILTIN_KINDS, Found, TemplateRule, WorkloadKind, walk
+from webhook.core.shapes import is_mapping
 
 CONTAINER_LISTS = ("initContainers", "containers")
 # Objects without apiVersion (hand-written test input, `review` of partial manifests) are
@@ -118,7 +119,7 @@ def _containers(
         if not isinstance(items, list):
             raise ObjectShapeError(f"{_where(kind, (*at, list_name))} must be a list")
         for index, item in enumerate(items):
-            if not isinstance(item, Mapping):
+            if not is_mapping(item):
                 raise ObjectShapeError(
                     f"{_where(kind, (*at, list_name))}[{index}] must be an object"
                 )

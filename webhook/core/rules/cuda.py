@@ -5,15 +5,22 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any, NamedTuple
 
 from webhook.core.config import (
     ANNOTATION_CUDA_VERSION,
     ANNOTATION_MIN_COMPUTE,
     ComputeCapabilityRule,
+    ImageRules,
     WebhookConfig,
 )
-from webhook.core.rules.images import image_repository, image_version, strip_digest
+from webhook.core.rules.images import (
+    MAX_REFERENCE_LENGTH,
+    image_repository,
+    image_version,
+    strip_digest,
+)
 from webhook.core.rules.versions import CudaVersion
 
 __all__ = [
@@ -121,14 +128,27 @@ def detect(
             return Detection(Requirement(version, "env NVIDIA_REQUIRE_CUDA"), tuple(warnings))
         warnings.append(_implausible("env NVIDIA_REQUIRE_CUDA", version))
     image = container.get("image")
-    if isinstance(image, str) and image:
-        guess = image_version(image, config.image_patterns, config.image_cuda_table)
-        if guess is not None:
-            if guess.problem:
-                warnings.append(guess.problem)
-            if guess.version is not None:
-                return Detection(Requirement(guess.version, guess.source), tuple(warnings))
+    # Over-long references are no image (image_version); checked before the cache.
+    if isinstance(image, str) and image and len(image) <= MAX_REFERENCE_LENGTH:
+        found = _image_detection(image, config.image_rules)
+        if not warnings:  # most containers: the cached answer as it is
+            return found
+        return Detection(found.requirement, (*warnings, *found.warnings))
     return Detection(None, tuple(warnings))
+
+
+@lru_cache(maxsize=4096)
+def _image_detection(image: str, rules: ImageRules) -> Detection:
+    """What the image alone says, built once per distinct (image, config): replicas and
+    repeated submissions of the same image are most of the reviews. (Immutable: safe to
+    share.) Keyed on the config's ImageRules, hashed by identity, not on its table."""
+    guess = image_version(image, rules.patterns, rules.table)
+    if guess is None:
+        return Detection(None)
+    warnings = (guess.problem,) if guess.problem else ()
+    if guess.version is None:
+        return Detection(None, warnings)
+    return Detection(Requirement(guess.version, guess.source), warnings)
 
 
 def container_requirement(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -16,11 +15,6 @@ class EnvAddition:
     rule: str
     name: str
     value: str
-
-
-@lru_cache(maxsize=256)
-def _regex(pattern: str, flags: int) -> re.Pattern[str]:
-    return re.compile(pattern, flags)
 
 
 @lru_cache(maxsize=4096)
@@ -42,16 +36,19 @@ def repository_path(image: str) -> str:
 
 
 def rule_matches(rule: EnvFixRule, container: Mapping[str, Any], used: Iterable[str]) -> bool:
-    if rule.resources and set(used).isdisjoint(rule.resources):
-        return False
-    if rule.image is not None:
+    if rule.resources:
+        keys = used if isinstance(used, (set, frozenset)) else set(used)
+        if keys.isdisjoint(rule.resources):
+            return False
+    image_re, container_re = rule.compiled
+    if image_re is not None:
         image = container.get("image")
         repository = repository_path(image) if isinstance(image, str) else ""
-        if not _regex(rule.image, re.IGNORECASE).search(repository):
+        if not image_re.search(repository):
             return False
-    if rule.container is not None:
+    if container_re is not None:
         name = container.get("name")
-        if not isinstance(name, str) or not _regex(rule.container, 0).fullmatch(name):
+        if not isinstance(name, str) or not container_re.fullmatch(name):
             return False
     return True
 

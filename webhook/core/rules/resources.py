@@ -37,13 +37,14 @@ class ResourceLists:
         resources = container.get("resources")
         if resources is None:
             return cls(_EMPTY, _EMPTY)
-        if not isinstance(resources, Mapping):
+        # `dict` first: decoded JSON, and the Mapping ABC check costs several times more.
+        if not isinstance(resources, dict) and not isinstance(resources, Mapping):
             raise ObjectShapeError(f"{where}.resources must be an object")
         limits = resources.get("limits") or _EMPTY
         requests = resources.get("requests") or _EMPTY
-        if not isinstance(limits, Mapping):
+        if not isinstance(limits, dict) and not isinstance(limits, Mapping):
             raise ObjectShapeError(f"{where}.resources.limits must be an object")
-        if not isinstance(requests, Mapping):
+        if not isinstance(requests, dict) and not isinstance(requests, Mapping):
             raise ObjectShapeError(f"{where}.resources.requests must be an object")
         return cls(limits, requests)
 
@@ -62,7 +63,7 @@ def _is_zero(values: Mapping[str, Any], key: str) -> bool:
     if key not in values:
         return True
     try:
-        return parse_quantity(values[key]) == 0
+        return not parse_quantity(values[key])  # Fraction truth: non-zero numerator
     except QuantityError:
         return False
 
@@ -130,7 +131,9 @@ def _value_problems(
         return None, [
             ResourceProblem(policy, field, raw, "is not a valid quantity", "dataType: integer")
         ]
-    if value.denominator != 1 or value < 0:
+    # A Fraction keeps its sign on the numerator: the same test as `value < 0`, without
+    # Fraction's generic comparison (this runs for every value of every used key).
+    if value.denominator != 1 or value.numerator < 0:
         return value, [
             ResourceProblem(
                 policy, field, raw, "is not a whole number ≥ 0", f"dataType: {policy.data_type}"
@@ -224,7 +227,10 @@ def _policy_problems(
     # GetObjectDefaulter().Default on the patched object). So on a Pod a request equal to
     # the limit is indistinguishable from "not set", including for a limit this webhook
     # defaulted. Workload templates are not defaulted that way: there a request is explicit.
-    defaulted_by_apiserver = is_pod and lim_value is not None and lim_value == req_value
+    # (req_value tested first: Fraction == None takes Fraction's slow generic path.)
+    defaulted_by_apiserver = (
+        is_pod and lim_value is not None and req_value is not None and lim_value == req_value
+    )
     if (
         presence
         and policy.requests is RequestsPolicy.DISABLED

@@ -18,6 +18,7 @@ from typing import Any
 
 from webhook.core.config import CudaLabels
 from webhook.core.rules.versions import CudaVersion
+from webhook.core.shapes import is_mapping
 
 Term = list[dict[str, Any]]  # the matchExpressions of one term
 
@@ -61,18 +62,16 @@ def cross(left: list[Term], right: list[Term]) -> list[Term]:
 
 def required_terms(spec: Mapping[str, Any]) -> list[Any] | None:
     affinity = spec.get("affinity")
-    node = affinity.get("nodeAffinity") if isinstance(affinity, Mapping) else None
+    node = affinity.get("nodeAffinity") if is_mapping(affinity) else None
     required = (
-        node.get("requiredDuringSchedulingIgnoredDuringExecution")
-        if isinstance(node, Mapping)
-        else None
+        node.get("requiredDuringSchedulingIgnoredDuringExecution") if is_mapping(node) else None
     )
-    terms = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
+    terms = required.get("nodeSelectorTerms") if is_mapping(required) else None
     return terms if isinstance(terms, list) else None
 
 
 def _is_empty_term(term: Any) -> bool:
-    if not isinstance(term, Mapping):
+    if not is_mapping(term):
         return True
     return not term.get("matchExpressions") and not term.get("matchFields")
 
@@ -99,13 +98,11 @@ def merge_terms(existing: Sequence[Any] | None, injected: list[Term]) -> list[di
 
 
 def _mentions(term: Any, keys: frozenset[str]) -> bool:
-    exprs = term.get("matchExpressions") if isinstance(term, Mapping) else None
+    exprs = term.get("matchExpressions") if is_mapping(term) else None
     if not isinstance(exprs, list):
         return False
     # A malformed key (e.g. a list) is not hashable: test the type before the set lookup.
-    return any(
-        isinstance(e, Mapping) and isinstance(e.get("key"), str) and e["key"] in keys for e in exprs
-    )
+    return any(is_mapping(e) and isinstance(e.get("key"), str) and e["key"] in keys for e in exprs)
 
 
 def _without(term: Any, keys: frozenset[str]) -> dict[str, Any] | None:
@@ -125,7 +122,7 @@ def _without(term: Any, keys: frozenset[str]) -> dict[str, Any] | None:
 def mentioned_key(spec: Mapping[str, Any], keys: frozenset[str]) -> str:
     """The first placement label key the pod's nodeSelector or required affinity uses, or ''."""
     selector = spec.get("nodeSelector")
-    if isinstance(selector, Mapping):
+    if is_mapping(selector):
         for key in selector:
             if key in keys:
                 return str(key)
