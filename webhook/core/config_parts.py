@@ -1,0 +1,322 @@
+"""The parts of the webhook config: label schemes, image and compute-capability rules, env-fix
+rules, workload kinds; with the shared validation of label keys, regexes and versions."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from functools import cached_property
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+from webhook.core.registry import Form, TemplateRule, WorkloadKind, rule
+from webhook.core.rules.versions import CudaVersion
+
+ANNOTATION_CUDA_VERSION = "features.alauda.io/cuda-version"
+ANNOTATION_CUDA_AFFINITY = "features.alauda.io/cuda-affinity"
+ANNOTATION_ENV_FIXES = "features.alauda.io/env-fixes"
+ANNOTATION_MIN_COMPUTE = "features.alauda.io/min-compute-capability"
+
+# Regexes searched in the normalised image reference (registry `docker.io/`, `library/` and the
+# digest removed). Each must define the named groups `major` and `minor`; the first match wins.
+# They are written so a search is linear in the reference length: every candidate start is a
+# literal (`/cuda:` or `:`), and what follows it stays inside one `:`/`/`-free segment, so the
+# segments scanned from different starts never overlap (no `.*` to backtrack over).
+DEFAULT_IMAGE_PATTERNS: tuple[str, ...] = (
+    # nvidia/cuda:12.4.1-runtime-ubuntu22.04, nvcr.io/nvidia/cuda:11.8.0-base
+    # (only repositories named "cuda": other tags like 3.3.9-3.6.1 are not CUDA versions)
+    r"(?:^|/)cuda:(?P<major>\d{1,2})\.(?P<minor>\d{1,2})(?:\.\d+)?(?:[-_.]|$)",
+    # pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime, paddle:2.6.1-gpu-cuda12.0-cudnn8.9,
+    # ...-cuda-11.8-..., ..._cuda11.8
+    r":(?:[^:/]*[-_.])?cuda[-_]?(?P<major>\d{1,2})\.(?P<minor>\d{1,2})(?:[-_.]|$)",
+    # ...:cu121, ...:2.1.0-cu118-py310 (PyTorch wheel-style tags)
+    r":(?:[^:/]*[-_.])?cu(?P<major>1\d)(?P<minor>\d)(?:[-_.]|$)",
+)
+
+# Label keys (apimachinery pkg/util/validation/validation.go IsQualifiedName): an optional
+# DNS-1123 subdomain prefix (≤ 253 characters) and "/", then a name of ≤ 63 characters that
+# starts and ends with an alphanumeric and holds only alphanumerics, "-", "_" and ".".
+_LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def label_key_problem(key: str) -> str:
+    """'' for a valid Kubernetes label key, else why it is not one."""
+    prefix, slash, name = key.rpartition("/")
+    if slash and not prefix:
+        return f"{key!r} is not a valid label key: the prefix before '/' is empty"
+    if "/" in prefix:
+        return f"{key!r} is not a valid label key: it may contain one '/' at most"
+    if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix)):
+        return (
+            f"{key!r} is not a valid label key: the prefix must be a lowercase DNS subdomain "
+            "of at most 253 characters"
+        )
+    if len(name) > 63 or not _LABEL_NAME.fullmatch(name):
+        return (
+            f"{key!r} is not a valid label key: the name must be at most 63 alphanumerics, "
+            "'-', '_' or '.', starting and ending with an alphanumeric"
+        )
+    return ""
+
+
+def _regex_problem(value: str) -> str:
+    try:
+        re.compile(value)
+    except re.error as exc:
+        return f"not a valid regular expression ({exc}): {value!r}"
+    return ""
+
+
+def _version_problem(value: str, what: str) -> str:
+    version = CudaVersion.parse(value)
+    if version is None or not re.fullmatch(r"[0-9]{1,6}(\.[0-9]{1,6}){0,2}", value):
+        return f"{what} must look like 12.4 or 12.4.1, got {value!r}"
+    if not version.plausible:
+        return f"{what} {value!r} is not plausible (1.0 to 99.x)"
+    return ""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True
+    )
+
+
+class CudaLabels(_Model):
+    """A label scheme: node label keys carrying a version's major and minor number."""
+
+    name: str = ""
+    major: str = "cuda-major-version"
+    minor: str = "cuda-minor-version"
+
+    @field_validator("major", "minor")
+    @classmethod
+    def _key(cls, value: str) -> str:
+        problem = label_key_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @property
+    def label(self) -> str:
+        """How messages and /inventory name the scheme."""
+        return self.name or self.major
+
+
+LabelScheme = CudaLabels
+
+# Nodes advertise the highest CUDA version their driver supports under one of these (SPEC §4):
+# the reference's manual labels, NVIDIA GPU Feature Discovery's, and GFD's older ones.
+DEFAULT_CUDA_SCHEMES: tuple[CudaLabels, ...] = (
+    CudaLabels(name="manual", major="cuda-major-version", minor="cuda-minor-version"),
+    CudaLabels(
+        name="gfd",
+        major="nvidia.com/cuda.runtime-version.major",
+        minor="nvidia.com/cuda.runtime-version.minor",
+    ),
+    CudaLabels(
+        name="gfd-legacy",
+        major="nvidia.com/cuda.runtime.major",
+        minor="nvidia.com/cuda.runtime.minor",
+    ),
+)
+# GPU Feature Discovery's compute capability labels (e.g. 8 and 0 on an A100).
+DEFAULT_COMPUTE_LABELS = CudaLabels(
+    name="gfd-compute", major="nvidia.com/gpu.compute.major", minor="nvidia.com/gpu.compute.minor"
+)
+
+
+class ImageCudaEntry(_Model):
+    """Admin table entry: images matching `image` (shell-style glob) need CUDA `cuda_version`."""
+
+    image: str
+    cuda_version: str
+
+    @field_validator("cuda_version")
+    @classmethod
+    def _version(cls, value: str) -> str:
+        problem = _version_problem(value, "cudaVersion")
+        if problem:
+            raise ValueError(problem)
+        return value
+
+
+class ComputeCapabilityRule(_Model):
+    """Containers matching every given condition need `min_compute_capability` (e.g. "8.0")."""
+
+    name: str
+    description: str = ""
+    # Regex searched (case-insensitive) in the image repository (the part before tag/digest).
+    image: str | None = None
+    # Regex searched in the container's command and args joined by single spaces.
+    args: str | None = None
+    # Env var name -> regex the variable's value must match in full (case-insensitive).
+    env: Mapping[str, str] = Field(default_factory=dict)
+    min_compute_capability: str
+
+    @field_validator("image", "args")
+    @classmethod
+    def _regex(cls, value: str | None) -> str | None:
+        problem = _regex_problem(value) if value is not None else ""
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: Mapping[str, str]) -> Mapping[str, str]:
+        for name, pattern in value.items():
+            problem = _regex_problem(pattern)
+            if problem:
+                raise ValueError(f"env {name}: {problem}")
+        return dict(value)
+
+    @field_validator("min_compute_capability")
+    @classmethod
+    def _version(cls, value: str) -> str:
+        problem = _version_problem(value, "minComputeCapability")
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @model_validator(mode="after")
+    def _some_condition(self) -> ComputeCapabilityRule:
+        if self.args is None and not self.env:
+            raise ValueError(f"rule {self.name!r} must match on args or env")
+        return self
+
+    @cached_property
+    def compiled(self) -> tuple[Any, ...]:
+        """(image regex, args regex, ((env name, regex), ...), version), compiled once.
+
+        A cached_property, not an lru_cache keyed by the rule (the dict field makes the model
+        unhashable); pydantic (≥ 2.6) leaves it out of equality."""
+        flags = re.IGNORECASE
+        return (
+            re.compile(self.image, flags) if self.image else None,
+            re.compile(self.args) if self.args else None,
+            tuple((name, re.compile(p, flags)) for name, p in self.env.items()),
+            CudaVersion.parse(self.min_compute_capability),
+        )
+
+
+# bfloat16 needs compute capability 8.0 (Ampere); a V100 (7.0) or T4 (7.5) fails at start-up.
+# vLLM (`vllm serve --dtype bfloat16`), SGLang (`--dtype bfloat16`) and Hugging Face TGI
+# (`--dtype bfloat16`) spell the flag the same; TGI also reads it from env DTYPE.
+DEFAULT_COMPUTE_RULES: tuple[ComputeCapabilityRule, ...] = (
+    ComputeCapabilityRule(
+        name="bfloat16-servers",
+        description="bfloat16 inference needs compute capability 8.0 or newer",
+        args=r"""--dtype(?:=|\s+)['"]?(?:bfloat16|bf16)\b""",
+        min_compute_capability="8.0",
+    ),
+    ComputeCapabilityRule(
+        name="bfloat16-tgi-env",
+        description="bfloat16 inference needs compute capability 8.0 or newer",
+        image=r"text-generation-inference|/tgi",
+        env={"DTYPE": "bfloat16|bf16"},
+        min_compute_capability="8.0",
+    ),
+)
+
+
+class EnvFixRule(_Model):
+    """Set `env` on containers that match every given condition (unset conditions match all)."""
+
+    name: str
+    description: str = ""
+    # The container uses at least one of these resource keys (limits or requests).
+    resources: tuple[str, ...] = ()
+    # Regex searched (case-insensitive) in the image repository (the part before tag/digest).
+    image: str | None = None
+    # Regex matched (full match) against the container name.
+    container: str | None = None
+    env: Mapping[str, str]
+
+    @field_validator("image", "container")
+    @classmethod
+    def _regex(cls, value: str | None) -> str | None:
+        problem = _regex_problem(value) if value is not None else ""
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: Mapping[str, str]) -> Mapping[str, str]:
+        if not value:
+            raise ValueError("env must set at least one variable")
+        for name in value:
+            if not re.fullmatch(r"[-._a-zA-Z][-._a-zA-Z0-9]*", name):
+                raise ValueError(f"{name!r} is not a valid environment variable name")
+        return dict(value)
+
+    @cached_property
+    def compiled(self) -> tuple[re.Pattern[str] | None, re.Pattern[str] | None]:
+        """(image regex, case-insensitive; container-name regex), compiled once per rule: every
+        GPU container's review tests them. (A cached_property, like ComputeCapabilityRule's.)"""
+        return (
+            re.compile(self.image, re.IGNORECASE) if self.image is not None else None,
+            re.compile(self.container) if self.container is not None else None,
+        )
+
+
+DEFAULT_ENV_FIXES: tuple[EnvFixRule, ...] = (
+    EnvFixRule(
+        name="paddle-on-gpu-manager",
+        description=(
+            "PaddlePaddle's auto_growth allocator conflicts with GPU-Manager vGPU memory "
+            "virtualization (OOM, random crashes)"
+        ),
+        resources=("tencent.com/vcuda-core", "tencent.com/vcuda-memory"),
+        image=r"paddle",
+        env={"FLAGS_allocator_strategy": "naive_best_fit"},
+    ),
+)
+
+
+class WorkloadTemplate(_Model):
+    """Where one pod template of an admin-added kind lives (paths: see webhook/core/registry)."""
+
+    path: str
+    role: str = ""
+    form: Literal["template", "podSpec"] = "template"
+    name_field: str = "name"
+    containers: tuple[str, ...] = ()
+
+    def to_rule(self) -> TemplateRule:
+        form: Form = "podspec" if self.form == "podSpec" else "template"
+        return rule(self.path, self.role, form, self.name_field, self.containers)
+
+    @model_validator(mode="after")
+    def _valid(self) -> WorkloadTemplate:
+        self.to_rule()  # raises ValueError with the reason
+        return self
+
+
+class WorkloadEntry(_Model):
+    """An admin-added workload kind: `group` is the API group ("" for the core group)."""
+
+    group: str
+    kind: str = Field(pattern=r"^[A-Z][A-Za-z0-9]*$")
+    templates: tuple[WorkloadTemplate, ...] = Field(min_length=1)
+
+    def to_kind(self) -> WorkloadKind:
+        return WorkloadKind(
+            self.group, self.kind, tuple(t.to_rule() for t in self.templates), "webhook config"
+        )
+
+
+class ImageRules:
+    """One config's image patterns and table, hashed by identity. The per-image detection cache
+    is keyed on it: a tuple does not keep its hash, and hashing every table entry (a pydantic
+    model) on every GPU container's review costs ~0.15 µs per entry."""
+
+    __slots__ = ("patterns", "table")
+
+    def __init__(self, patterns: tuple[str, ...], table: tuple[ImageCudaEntry, ...]) -> None:
+        self.patterns = patterns
+        self.table = table
