@@ -6,17 +6,14 @@ import asyncio
 import logging
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 from aiohttp import web
 
 from webhook.admission.jsoncodec import JsonCodec
 from webhook.admission.metrics import Metrics
-from webhook.core.claims import ClaimIndex
 from webhook.core.config import WebhookConfig
 from webhook.core.evaluate import Decision
-from webhook.core.inventory import NodeInventory
-from webhook.core.policyset import PolicySet
 from webhook.sources.store import PolicyStore
 from webhook.tls.certs import CertReloader
 
@@ -25,25 +22,8 @@ log = logging.getLogger(__name__)
 CERT_RELOAD_INTERVAL = 5.0
 
 
-class Evaluator(Protocol):
-    """The signature of `webhook.core.evaluate.evaluate` as the server calls it."""
-
-    def __call__(
-        self,
-        obj: Mapping[str, Any],
-        policies: PolicySet,
-        config: WebhookConfig,
-        *,
-        kind: str | None = None,
-        group: str | None = None,
-        namespace: str | None = None,
-        operation: str = "CREATE",
-        sub_resource: str = "",
-        old_object: Mapping[str, Any] | None = None,
-        inventory: NodeInventory | None = None,
-        claims: ClaimIndex | None = None,
-        violations_only: bool = False,
-    ) -> Decision: ...
+# `webhook.core.evaluate.evaluate`, or a test's stand-in taking the same keyword arguments.
+Evaluator = Callable[..., Decision]
 
 
 PolicySource = Callable[[], Coroutine[Any, Any, None]]
