@@ -76,32 +76,37 @@ _ABSENT: Any = object()
 
 def diff(before: Any, after: Any, path: str = "") -> list[dict[str, Any]]:
     """JSONPatch turning `before` into `after`; subtrees that are the same object are skipped."""
-    if before is after:
-        return []
+    ops: list[dict[str, Any]] = []
+    if before is not after:
+        _diff(before, after, path, ops)
+    return ops
+
+
+def _diff(before: Any, after: Any, path: str, ops: list[dict[str, Any]]) -> None:
+    # Every patched review runs this down each changed branch: one shared `ops` list instead
+    # of a list per level concatenated on the way up, and `is` tests before any recursion.
     if is_mapping(before) and is_mapping(after):
         # A Draft never removes keys: the scan for removed ones is skipped when none is.
-        ops: list[dict[str, Any]] = (
-            []
-            if before.keys() <= after.keys()
-            else [
+        if not before.keys() <= after.keys():
+            ops += [
                 {"op": "remove", "path": f"{path}/{escape(str(key))}"}
                 for key in before
                 if key not in after
             ]
-        )
         for key, value in after.items():
             old = before.get(key, _ABSENT)
+            if old is value:  # shared (unchanged) subtrees cost nothing
+                continue
             if old is _ABSENT:
                 ops.append({"op": "add", "path": f"{path}/{escape(str(key))}", "value": value})
-            elif old is not value:  # shared (unchanged) subtrees cost nothing
-                ops += diff(old, value, f"{path}/{escape(str(key))}")
-        return ops
+            else:
+                _diff(old, value, f"{path}/{escape(str(key))}", ops)
+        return
     if isinstance(before, list) and isinstance(after, list):
-        ops = []
         common = min(len(before), len(after))
         for index in range(common):
             if before[index] is not after[index]:
-                ops += diff(before[index], after[index], f"{path}/{index}")
+                _diff(before[index], after[index], f"{path}/{index}", ops)
         if len(after) > common:
             ops += [
                 {"op": "add", "path": f"{path}/{index}", "value": after[index]}
@@ -112,7 +117,7 @@ def diff(before: Any, after: Any, path: str = "") -> list[dict[str, Any]]:
                 {"op": "remove", "path": f"{path}/{index}"}
                 for index in reversed(range(common, len(before)))
             ]
-        return ops
+        return
     if type(before) is type(after) and before == after:
-        return []
-    return [{"op": "replace", "path": path, "value": after}]
+        return
+    ops.append({"op": "replace", "path": path, "value": after})
