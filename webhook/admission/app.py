@@ -98,7 +98,7 @@ def _decide(state: WebhookState, endpoint: str, req: AdmissionRequest) -> Outcom
         patch = decision.patch
         if patch:
             for kind in decision.mutation_kinds:
-                state.metrics.mutations.labels(kind).inc()
+                state.metrics.mutated(kind)
             response = patched_response(req, patch, warnings=warnings, dumps=state.codec.dumps)
             return Outcome(response, "patched", len(decision.mutation_kinds), len(warnings))
         return Outcome(allowed_response(req, warnings=warnings), "allowed", 0, len(warnings))

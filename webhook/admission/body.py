@@ -92,8 +92,13 @@ async def read_body(request: web.Request, metrics: Metrics, endpoint: str) -> by
         metrics.rejected.labels(endpoint, "413").inc()
         return plain(413, TOO_LARGE)
     try:
-        async with asyncio.timeout(BODY_TIMEOUT):
+        if request.content.is_eof():
+            # The whole body came with the headers (what the API server sends): reading it
+            # cannot wait, so no deadline timer is armed (~5 µs a review, most of them).
             raw = await request.read()
+        else:
+            async with asyncio.timeout(BODY_TIMEOUT):
+                raw = await request.read()
         body = decode_content(raw, request.headers.get("Content-Encoding", "").strip().lower())
     except TimeoutError:
         metrics.rejected.labels(endpoint, "408").inc()

@@ -137,6 +137,13 @@ class Metrics:
     # per-review metrics are bounded (see _label), so their children are cached here.
     _children: dict[tuple[str, ...], Any] = field(default_factory=dict)
 
+    def mutated(self, kind: str) -> None:
+        """Count one mutation of `kind` (a fixed set of rule names, so the cache is bounded)."""
+        child = self._children.get(("mutation", kind))
+        if child is None:
+            child = self._children[("mutation", kind)] = self.mutations.labels(kind)
+        child.inc()
+
     def review_done(
         self, endpoint: str, kind: str, operation: str, result: str, seconds: float
     ) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 from webhook.admission.jsoncodec import std_dumps
 from webhook.core.decision import clean_text
 from webhook.core.errors import WebhookError
+from webhook.core.shapes import is_mapping
 
 API_V1 = "admission.k8s.io/v1"
 API_V1BETA1 = "admission.k8s.io/v1beta1"
@@ -66,7 +67,7 @@ def _object_name(obj: Mapping[str, Any] | None) -> str:
     if obj is None:
         return ""
     metadata = obj.get("metadata")
-    if not isinstance(metadata, Mapping):
+    if not is_mapping(metadata):
         return ""
     name = metadata.get("name")
     if isinstance(name, str) and name:
@@ -78,7 +79,7 @@ def _object_name(obj: Mapping[str, Any] | None) -> str:
 
 def decode_review(data: Any) -> AdmissionRequest:
     """Validate a decoded JSON body as an AdmissionReview request; raise ReviewDecodeError."""
-    if not isinstance(data, Mapping):
+    if not is_mapping(data):
         raise ReviewDecodeError(
             f"the body is a JSON {type(data).__name__}, expected an AdmissionReview object"
         )
@@ -94,14 +95,14 @@ def decode_review(data: Any) -> AdmissionRequest:
             f"use {' or '.join(SUPPORTED_API_VERSIONS)}"
         )
     request = data.get("request")
-    if not isinstance(request, Mapping):
+    if not is_mapping(request):
         raise ReviewDecodeError("the AdmissionReview has no request object")
     uid = request.get("uid")
     if not isinstance(uid, str) or not uid:
         raise ReviewDecodeError("request.uid is missing; the API server always sends one")
 
     obj = request.get("object")
-    if obj is not None and not isinstance(obj, Mapping):
+    if obj is not None and not is_mapping(obj):
         # e.g. a hand-written fixture with "object": "None"; nothing we could evaluate.
         raise ReviewDecodeError(f"request.object must be a JSON object, got {type(obj).__name__}")
     operation = _str_field(request, "operation", "request")
@@ -113,7 +114,7 @@ def decode_review(data: Any) -> AdmissionRequest:
     kind_gvk = request.get("kind")
     if kind_gvk is None:
         kind_gvk = {}
-    if not isinstance(kind_gvk, Mapping):
+    if not is_mapping(kind_gvk):
         raise ReviewDecodeError(
             f"request.kind must be an object like {{group, version, kind}}, "
             f"got {type(kind_gvk).__name__}"
@@ -127,12 +128,12 @@ def decode_review(data: Any) -> AdmissionRequest:
     namespace = _str_field(request, "namespace", "request")
     if not namespace and obj is not None:
         metadata = obj.get("metadata")
-        if isinstance(metadata, Mapping) and isinstance(metadata.get("namespace"), str):
+        if is_mapping(metadata) and isinstance(metadata.get("namespace"), str):
             namespace = metadata["namespace"]
 
     user = request.get("userInfo")
     username = ""
-    if isinstance(user, Mapping) and isinstance(user.get("username"), str):
+    if is_mapping(user) and isinstance(user.get("username"), str):
         username = user["username"]
 
     return AdmissionRequest(
@@ -146,7 +147,7 @@ def decode_review(data: Any) -> AdmissionRequest:
         object=obj,
         dry_run=request.get("dryRun") is True,
         sub_resource=_str_field(request, "subResource", "request"),
-        old_object=old if isinstance(old, Mapping) else None,
+        old_object=old if is_mapping(old) else None,
         username=username,
     )
 

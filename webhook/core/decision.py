@@ -96,8 +96,11 @@ def clean_text(text: str) -> str:
     Warning headers: U+202E or U+2066-2069 reorder what a reader sees, "\x1b[31m" recolours a
     terminal, and the API server refuses control characters in warnings.
     """
-    text = _ANSI.sub("", text)
-    if text.isascii() and text.isprintable():
+    if "\x1b" in text:
+        text = _ANSI.sub("", text)
+    # isprintable() is False for every category removed below (Other, Separator except the
+    # ASCII space), so a printable text (with "≥", accents, CJK) is returned as it is.
+    if text.isprintable():
         return text
     kept = (
         " " if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp", "Co", "Cs") else ch
