@@ -48,6 +48,7 @@ from webhook.core.crl import crl_configmap as build_crl_configmap
 
 NAMESPACE = CRL_NAMESPACE
 CONFIGMAPS, NODES, CLAIM_TEMPLATES = "configmaps", "nodes", "resourceclaimtemplates"
+CLAIMS = "resourceclaims"
 _PARTIAL = "as=PartialObjectMetadata;"
 _PARTIAL_LIST = "as=PartialObjectMetadataList;"
 
@@ -67,6 +68,7 @@ RESOURCES = {
     CONFIGMAPS: _Resource("ConfigMap", "v1", True),
     NODES: _Resource("Node", "v1", False),
     CLAIM_TEMPLATES: _Resource("ResourceClaimTemplate", "resource.k8s.io/v1", True),
+    CLAIMS: _Resource("ResourceClaim", "resource.k8s.io/v1", True),
 }
 _BY_KIND = {resource.kind: name for name, resource in RESOURCES.items()}
 
@@ -169,13 +171,11 @@ def node(
     }
 
 
-def claim_template(
-    namespace: str, name: str, *classes: str, first_available: bool = False
-) -> dict[str, Any]:
-    """A resource.k8s.io/v1 ResourceClaimTemplate requesting one device of each class."""
-    requests: list[dict[str, Any]]
+def _device_requests(classes: tuple[str, ...], first_available: bool) -> list[dict[str, Any]]:
+    """resource.k8s.io/v1 DeviceClaim.requests: one `exactly` request per class, or one
+    `firstAvailable` request listing the classes as alternatives."""
     if first_available:
-        requests = [
+        return [
             {
                 "name": "gpu",
                 "firstAvailable": [
@@ -183,15 +183,30 @@ def claim_template(
                 ],
             }
         ]
-    else:
-        requests = [
-            {"name": f"r{i}", "exactly": {"deviceClassName": c}} for i, c in enumerate(classes)
-        ]
+    return [{"name": f"r{i}", "exactly": {"deviceClassName": c}} for i, c in enumerate(classes)]
+
+
+def claim_template(
+    namespace: str, name: str, *classes: str, first_available: bool = False
+) -> dict[str, Any]:
+    """A resource.k8s.io/v1 ResourceClaimTemplate requesting one device of each class."""
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
         "metadata": {"name": name, "namespace": namespace},
-        "spec": {"spec": {"devices": {"requests": requests}}},
+        "spec": {"spec": {"devices": {"requests": _device_requests(classes, first_available)}}},
+    }
+
+
+def resource_claim(
+    namespace: str, name: str, *classes: str, first_available: bool = False
+) -> dict[str, Any]:
+    """A resource.k8s.io/v1 ResourceClaim (its spec is a ResourceClaimSpec directly)."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"devices": {"requests": _device_requests(classes, first_available)}},
     }
 
 
@@ -270,10 +285,13 @@ class FakeKube:
         app = web.Application()
         app.router.add_get("/api/v1/namespaces/{namespace}/configmaps", self._handle)
         app.router.add_get("/api/v1/nodes", self._handle)
-        app.router.add_get("/apis/resource.k8s.io/v1/resourceclaimtemplates", self._handle)
-        app.router.add_get(
-            "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaimtemplates", self._handle
-        )
+        # Every group-API resource (resource.k8s.io/v1 claim templates and claims): the
+        # cluster-wide collection and the per-namespace one.
+        for name, resource in RESOURCES.items():
+            if "/" in resource.api_version:
+                prefix = f"/apis/{resource.api_version}"
+                app.router.add_get(f"{prefix}/{name}", self._handle)
+                app.router.add_get(f"{prefix}/namespaces/{{namespace}}/{name}", self._handle)
         # handler_cancellation: a client that hangs up ends its watch here, so `open_watches`
         # tells the tests whether the watcher really closed its connection.
         self._runner = web.AppRunner(

@@ -1,5 +1,6 @@
 """Chart RBAC for the watched kinds (SPEC §10): CRL ConfigMaps in kube-public (Role), Nodes and
-DRA ResourceClaimTemplates cluster-wide (ClusterRole), each switched with its config value."""
+DRA ResourceClaimTemplates and ResourceClaims cluster-wide (ClusterRole), each switched with its
+config value."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ from tests.chart.test_chart import find, one
 
 READ = ["get", "list", "watch"]
 NODES_RULE = {"apiGroups": [""], "resources": ["nodes"], "verbs": READ}
-TEMPLATES_RULE = {
+# One switch (config.claimTemplateCache) for the whole DRA claim cache: both kinds.
+CLAIMS_RULE = {
     "apiGroups": ["resource.k8s.io"],
-    "resources": ["resourceclaimtemplates"],
+    "resources": ["resourceclaimtemplates", "resourceclaims"],
     "verbs": READ,
 }
 
@@ -28,12 +30,12 @@ def rendered_config(objects: list[dict[str, Any]]) -> dict[str, Any]:
     return config
 
 
-def test_default_install_reads_nodes_and_claim_templates_cluster_wide_and_nothing_else(
+def test_default_install_reads_nodes_and_dra_claims_cluster_wide_and_nothing_else(
     render: Render,
 ) -> None:
     objects = render()
     role = one(objects, "ClusterRole")
-    assert role["rules"] == [NODES_RULE, TEMPLATES_RULE]
+    assert role["rules"] == [NODES_RULE, CLAIMS_RULE]
     binding = one(objects, "ClusterRoleBinding")
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
@@ -55,7 +57,7 @@ def test_default_install_reads_nodes_and_claim_templates_cluster_wide_and_nothin
 @pytest.mark.parametrize(
     ("values", "rules"),
     [
-        ({"nodeInventory": False}, [TEMPLATES_RULE]),
+        ({"nodeInventory": False}, [CLAIMS_RULE]),
         ({"claimTemplateCache": False}, [NODES_RULE]),
     ],
     ids=["inventory-off", "claim-cache-off"],

@@ -12,7 +12,16 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from tests.fakekube import CLAIM_TEMPLATES, NODES, FakeKube, claim_template, crl_configmap, node
+from tests.fakekube import (
+    CLAIM_TEMPLATES,
+    CLAIMS,
+    NODES,
+    FakeKube,
+    claim_template,
+    crl_configmap,
+    node,
+    resource_claim,
+)
 from tests.helpers import eventually
 from tests.integration.helpers import metric_samples
 from webhook.admission.app import create_app
@@ -32,6 +41,8 @@ async def kube() -> AsyncIterator[FakeKube]:
         server.put(node("gpu-2", {MAJOR: "12", MINOR: "4"}))
         server.put(node("cpu-1"))
         server.put(claim_template("ml", "one-gpu", "gpu.nvidia.com"))
+        server.put(resource_claim("ml", "shared-gpu", "gpu.nvidia.com"))
+        server.put(resource_claim("ml", "nic", "rdma.example.com"))
         yield server
 
 
@@ -78,15 +89,17 @@ async def inventory_when(get: Get, condition: Callable[[dict[str, Any]], bool]) 
 async def test_inventory_shows_nodes_templates_and_the_sync_state_of_each_kind(
     kube: FakeKube, get: Get
 ) -> None:
-    kinds = ("ConfigMap", "Node", "ResourceClaimTemplate")
+    kinds = ("ConfigMap", "Node", "ResourceClaim", "ResourceClaimTemplate")
     document = await inventory_when(
         get, lambda d: all(d["sources"].get(k, {}).get("synced") for k in kinds)
     )
     assert document["nodeInventory"]["available"] is True
     assert document["nodeInventory"]["nodes"] == 3
-    assert document["claimTemplates"] == {"available": True, "templates": 1}
+    assert document["claimTemplates"] == {"available": True, "templates": 1, "claims": 2}
+    assert document["resourceClaims"] == {"available": True}
     sources = document["sources"]
-    assert sorted(sources) == ["ConfigMap", "Node", "ResourceClaimTemplate"]
+    assert sorted(sources) == list(kinds)
+    assert sources["ResourceClaim"]["objects"] == 2
     assert sources["Node"]["objects"] == 3
     assert sources["Node"]["lastError"] is None
     assert sources["ConfigMap"]["objects"] == 1
@@ -103,7 +116,7 @@ async def test_inventory_shows_nodes_templates_and_the_sync_state_of_each_kind(
     policies = await get("/policies")
     assert policies["ready"] is True
     assert policies["nodeInventory"] == {"available": True}
-    assert sorted(policies["sources"]) == ["ConfigMap", "Node", "ResourceClaimTemplate"]
+    assert sorted(policies["sources"]) == list(kinds)
 
     samples = await get("/metrics")
     assert samples['gpu_webhook_reflector_synced{kind="Node"}'] == 1
@@ -119,6 +132,7 @@ async def test_unreadable_nodes_and_missing_dra_api_are_explained_and_do_not_blo
 ) -> None:
     kube.forbid(NODES, "nodes is forbidden")
     kube.not_served(CLAIM_TEMPLATES)
+    kube.not_served(CLAIMS)  # a cluster without resource.k8s.io/v1 serves neither
     client, store = await started(kube, tmp_path)
     try:
         await eventually(
@@ -126,8 +140,9 @@ async def test_unreadable_nodes_and_missing_dra_api_are_explained_and_do_not_blo
                 store.ready
                 and store.watched["Node"].errors > 0
                 and store.watched["ResourceClaimTemplate"].errors > 0
+                and store.watched["ResourceClaim"].errors > 0
             ),
-            "policies synced and both optional kinds failed",
+            "policies synced and every optional kind failed",
         )
         assert (await client.get("/readyz")).status == 200
         document = await (await client.get("/inventory")).json()
@@ -146,6 +161,10 @@ async def test_unreadable_nodes_and_missing_dra_api_are_explained_and_do_not_blo
         assert document["claimTemplates"]["reason"].startswith(
             f"{host} does not serve ResourceClaimTemplates (resource.k8s.io/v1): 404 NotFound"
         )
+        assert document["resourceClaims"]["available"] is False
+        assert document["resourceClaims"]["effect"] == (
+            "pods naming a ResourceClaim are evaluated as if it requested no GPU"
+        )
         policies = await (await client.get("/policies")).json()
         assert policies["nodeInventory"] == document["nodeInventory"]
         assert store.inventory is None and store.claims is None
@@ -162,6 +181,7 @@ async def test_switched_off_kinds_are_not_watched(kube: FakeKube, tmp_path: Path
     finally:
         await client.close()
     assert kube.lists(NODES) == [] and kube.lists(CLAIM_TEMPLATES) == []
+    assert kube.lists(CLAIMS) == []
     assert list(document["sources"]) == ["ConfigMap"]
     assert document["nodeInventory"]["reason"] == (
         "Node objects are not watched (a local run with --policies, or switched off in the "

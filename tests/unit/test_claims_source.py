@@ -1,4 +1,5 @@
-"""The DRA claim-template cache: the reflector on resource.k8s.io/v1 ResourceClaimTemplates."""
+"""The DRA claim cache: reflectors on resource.k8s.io/v1 ResourceClaimTemplates and
+ResourceClaims, and what a pod naming a cached claim gets from evaluation."""
 
 from __future__ import annotations
 
@@ -10,9 +11,19 @@ from typing import Any
 
 import pytest
 
-from tests.fakekube import CLAIM_TEMPLATES, FakeKube, claim_template, fast_options, running
-from tests.helpers import eventually
-from webhook.sources.claims import ClaimTemplateSource
+from tests.fakekube import (
+    CLAIM_TEMPLATES,
+    CLAIMS,
+    FakeKube,
+    claim_template,
+    fast_options,
+    resource_claim,
+    running,
+)
+from tests.helpers import apply, container, eventually, expr, node_terms, pod, standard_policies
+from webhook.core.config import WebhookConfig
+from webhook.core.evaluate import evaluate
+from webhook.sources.claims import ClaimTemplateSource, ResourceClaimSource, claim_sources
 from webhook.sources.store import PolicyStore
 
 GPU, MIG, NIC = "gpu.nvidia.com", "mig.nvidia.com", "nic.example.com"
@@ -100,3 +111,167 @@ async def test_dra_api_not_readable_leaves_no_cache_logs_once_and_backs_off(
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
     assert warnings[0].getMessage().startswith(last_error)
+
+
+CUDA_12_4 = "nvidia/cuda:12.4.1-runtime-ubuntu22.04"
+# 12.4 ≤ D < 14 with integer operators for the major (SPEC §4).
+REQUIRED_12_4 = [
+    {
+        "matchExpressions": [
+            expr("cuda-major-version", "Gt", 11),
+            expr("cuda-major-version", "Lt", 13),
+            expr("cuda-minor-version", "Gt", 3),
+        ]
+    },
+    {
+        "matchExpressions": [
+            expr("cuda-major-version", "Gt", 12),
+            expr("cuda-major-version", "Lt", 14),
+        ]
+    },
+]
+
+
+def claims(store: PolicyStore) -> dict[tuple[str, str], frozenset[str]]:
+    assert store.claims is not None
+    return dict(store.claims.claims)
+
+
+def claim_pod(**source: str) -> dict[str, Any]:
+    """A pod whose container "train" uses pod claim "gpu" from `source`."""
+    train = container("train", CUDA_12_4, resources={"claims": [{"name": "gpu"}]})
+    return pod(train, resourceClaims=[{"name": "gpu", **source}])
+
+
+async def test_a_pod_naming_a_cached_resource_claim_gets_cuda_placement(
+    kube: FakeKube, store: PolicyStore, tmp_path: Path
+) -> None:
+    kube.put(resource_claim("ml", "shared-gpu", GPU))
+    kube.put(resource_claim("ml", "mig-or-gpu", MIG, GPU, first_available=True))
+    kube.put(resource_claim("ml", "nic", NIC))
+    obj = claim_pod(resourceClaimName="shared-gpu")
+    # Before the cache has the claim: evaluated as without it, and the warning says so.
+    early = evaluate(obj, standard_policies(), WebhookConfig(), claims=store.claims)
+    assert early.patch == []
+    assert early.warnings == (
+        "ResourceClaim shared-gpu: no DRA claim data here; evaluated without it "
+        "(no GPU placement from it)",
+    )
+    source = ResourceClaimSource(store, **fast_options(kube, tmp_path))
+    async with running(source):
+        await eventually(lambda: kube.open_watches_of(CLAIMS) == 1, "the watch is open")
+        assert claims(store) == {
+            ("ml", "shared-gpu"): frozenset({GPU}),
+            ("ml", "mig-or-gpu"): frozenset({GPU, MIG}),
+            ("ml", "nic"): frozenset({NIC}),
+        }
+        kube.put(resource_claim("team-b", "late", MIG))
+        await eventually(lambda: ("team-b", "late") in claims(store), "the new claim")
+        kube.delete("nic", kind="ResourceClaim", namespace="ml")
+        await eventually(lambda: ("ml", "nic") not in claims(store), "deletion is seen")
+    (listing,) = kube.lists(CLAIMS)
+    assert listing.path == "/apis/resource.k8s.io/v1/resourceclaims"
+    assert listing.accept == "application/json"
+    assert store.claims is not None and dict(store.claims.templates) == {}
+
+    decision = evaluate(obj, standard_policies(), WebhookConfig(), claims=store.claims)
+    assert decision.allowed
+    assert decision.warnings == ()
+    assert decision.notes == (f"required GPU nodes with CUDA ≥ 12.4 (image {CUDA_12_4})",)
+    mutated = apply(decision)
+    assert node_terms(mutated) == REQUIRED_12_4
+    # Only the affinity is added: the container's claim reference stays as written.
+    assert mutated["spec"]["containers"] == obj["spec"]["containers"]
+
+    # A claim the cache does not hold, and one on a NIC class: no placement.
+    unknown = claim_pod(resourceClaimName="brand-new")
+    decision = evaluate(unknown, standard_policies(), WebhookConfig(), claims=store.claims)
+    assert decision.patch == []
+    assert decision.warnings == (
+        "ResourceClaim brand-new: not in the DRA cache yet; evaluated without it "
+        "(no GPU placement from it)",
+    )
+    kube.put(resource_claim("ml", "nic", NIC))
+    nic = claim_pod(resourceClaimName="nic")
+    assert evaluate(nic, standard_policies(), WebhookConfig(), claims=store.claims).patch == []
+
+
+async def test_templates_and_claims_are_both_kept_when_both_sources_sync(
+    kube: FakeKube, store: PolicyStore, tmp_path: Path
+) -> None:
+    kube.put(claim_template("ml", "one-gpu", GPU))
+    kube.put(resource_claim("ml", "shared-gpu", MIG))
+    sources = claim_sources(store, **fast_options(kube, tmp_path))
+    assert [s.watched.kind for s in sources] == ["ResourceClaimTemplate", "ResourceClaim"]
+    async with running(sources[0]), running(sources[1]):
+        await eventually(
+            lambda: (
+                kube.open_watches_of(CLAIM_TEMPLATES) == 1 and kube.open_watches_of(CLAIMS) == 1
+            ),
+            "both watches are open",
+        )
+        assert templates(store) == {("ml", "one-gpu"): frozenset({GPU})}
+        assert claims(store) == {("ml", "shared-gpu"): frozenset({MIG})}
+        # A change of one kind republishes its field only; the other one is kept.
+        kube.put(claim_template("ml", "two", MIG))
+        await eventually(lambda: ("ml", "two") in templates(store), "the new template")
+        assert claims(store) == {("ml", "shared-gpu"): frozenset({MIG})}
+        kube.put(resource_claim("ml", "other", GPU))
+        await eventually(lambda: ("ml", "other") in claims(store), "the new claim")
+        assert set(templates(store)) == {("ml", "one-gpu"), ("ml", "two")}
+    assert store.snapshot_status("ResourceClaimTemplate") == {"available": True}
+    assert store.snapshot_status("ResourceClaim") == {"available": True}
+    for obj in (
+        claim_pod(resourceClaimTemplateName="one-gpu"),
+        claim_pod(resourceClaimName="other"),
+    ):
+        decision = evaluate(obj, standard_policies(), WebhookConfig(), claims=store.claims)
+        assert node_terms(apply(decision)) == REQUIRED_12_4
+
+
+async def test_forbidden_resource_claims_leave_templates_working(
+    kube: FakeKube, store: PolicyStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="webhook")
+    kube.put(claim_template("ml", "one-gpu", GPU))
+    kube.put(resource_claim("ml", "shared-gpu", GPU))
+    kube.forbid(CLAIMS, "resourceclaims.resource.k8s.io is forbidden")
+    template_source, claim_source = claim_sources(store, **fast_options(kube, tmp_path))
+    async with running(template_source), running(claim_source):
+        await eventually(
+            lambda: (
+                store.watched["ResourceClaim"].errors >= 3
+                and kube.open_watches_of(CLAIM_TEMPLATES) == 1
+            ),
+            "templates watched, claims refused",
+        )
+    assert templates(store) == {("ml", "one-gpu"): frozenset({GPU})}
+    assert claims(store) == {}
+    host = f"http://127.0.0.1:{kube.port}"
+    reason = (
+        f"{host} refused to list/watch ResourceClaims (resource.k8s.io/v1): 403 Forbidden: "
+        "resourceclaims.resource.k8s.io is forbidden; grant the webhook's service account get, "
+        "list and watch on resourceclaims in resource.k8s.io (the Helm chart's ClusterRole does "
+        "this unless config.claimTemplateCache is false); until then pods naming a "
+        "ResourceClaim are evaluated as without it"
+    )
+    assert store.watched["ResourceClaim"].last_error == reason
+    assert store.snapshot_status("ResourceClaimTemplate") == {"available": True}
+    assert store.snapshot_status("ResourceClaim") == {
+        "available": False,
+        "reason": reason,
+        "effect": "pods naming a ResourceClaim are evaluated as if it requested no GPU",
+    }
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and warnings[0].startswith(reason)
+
+    by_template = claim_pod(resourceClaimTemplateName="one-gpu")
+    decision = evaluate(by_template, standard_policies(), WebhookConfig(), claims=store.claims)
+    assert node_terms(apply(decision)) == REQUIRED_12_4
+    by_claim = claim_pod(resourceClaimName="shared-gpu")
+    decision = evaluate(by_claim, standard_policies(), WebhookConfig(), claims=store.claims)
+    assert decision.patch == []
+    assert decision.warnings == (
+        "ResourceClaim shared-gpu: not in the DRA cache yet; evaluated without it "
+        "(no GPU placement from it)",
+    )

@@ -17,7 +17,15 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.fakekube import CLAIM_TEMPLATES, CONFIGMAPS, NODES, FakeKube, claim_template, node
+from tests.fakekube import (
+    CLAIM_TEMPLATES,
+    CLAIMS,
+    CONFIGMAPS,
+    NODES,
+    FakeKube,
+    claim_template,
+    node,
+)
 from tests.helpers import CONFIGMAPS as CONFIGMAPS_DIR
 from tests.helpers import GPU, container, pod
 from webhook.cli import main
@@ -88,6 +96,7 @@ async def test_review_against_the_cluster_lists_each_kind_once_and_never_watches
         (CONFIGMAPS, "application/json"),
         (NODES, METADATA_LIST_ACCEPT),
         (CLAIM_TEMPLATES, "application/json"),
+        (CLAIMS, "application/json"),
     ]
     (crls,) = cluster.lists(CONFIGMAPS)
     assert crls.path == "/api/v1/namespaces/kube-public/configmaps"
@@ -119,7 +128,9 @@ async def test_unreadable_nodes_and_templates_are_notes_and_evaluation_goes_on(
     cluster: FakeKube, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cluster.forbid(NODES, 'nodes is forbidden: User "ci" cannot list resource "nodes"')
+    # A cluster without resource.k8s.io/v1 serves neither DRA kind.
     cluster.not_served(CLAIM_TEMPLATES)
+    cluster.not_served(CLAIMS)
     kubeconfig = cluster.write_kubeconfig(tmp_path)
     manifest = write_yaml(
         tmp_path / "pod.yaml", pod(container(image="nvidia/cuda:12.6.1", limits={GPU: "1"}))
@@ -139,6 +150,9 @@ async def test_unreadable_nodes_and_templates_are_notes_and_evaluation_goes_on(
         f"gpu-webhook review: note: {server} does not serve ResourceClaimTemplates "
         "(resource.k8s.io/v1): 404 NotFound: the server could not find the requested resource; "
         "evaluating without the cluster's claim templates\n"
+        f"gpu-webhook review: note: {server} does not serve ResourceClaims "
+        "(resource.k8s.io/v1): 404 NotFound: the server could not find the requested resource; "
+        "evaluating without the cluster's claims\n"
         f"gpu-webhook review: policies: 7 CRL ConfigMap(s) from the cluster at {server}\n"
     )
 
@@ -241,8 +255,8 @@ async def test_policies_and_nodes_flags_win_over_the_cluster(
     )
     assert "warnings:" not in text  # 12.8 on the file's node satisfies 12.6
     assert "  - required GPU nodes with CUDA ≥ 12.6 (image nvidia/cuda:12.6.1)\n" in text
-    # Only the claim templates were read from the cluster.
-    assert [r.resource for r in cluster.lists()] == [CLAIM_TEMPLATES]
+    # Only the DRA claim cache (templates, claims) was read from the cluster.
+    assert [r.resource for r in cluster.lists()] == [CLAIM_TEMPLATES, CLAIMS]
 
 
 async def test_a_template_in_the_manifest_overrides_the_clusters(

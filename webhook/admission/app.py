@@ -217,16 +217,26 @@ def _sources(store: PolicyStore) -> dict[str, Any]:
 
 
 async def _inventory(request: web.Request) -> web.Response:
-    """What the webhook knows of the cluster: node inventory, claim templates, sync state."""
+    """What the webhook knows of the cluster: node inventory, DRA claims, sync state."""
     state = request.app[STATE]
     store = state.store
     nodes = store.snapshot_status("Node")
     if store.inventory is not None:
         nodes.update(store.inventory.to_json(state.config))
     templates = store.snapshot_status("ResourceClaimTemplate")
+    claims = store.snapshot_status("ResourceClaim")
     if store.claims is not None:
-        templates["templates"] = len(store.claims.templates)
-    document = {"nodeInventory": nodes, "claimTemplates": templates, "sources": _sources(store)}
+        if templates["available"]:
+            templates["templates"] = len(store.claims.templates)
+        # The claim count beside the template count; why it is missing under resourceClaims.
+        if claims["available"]:
+            templates["claims"] = len(store.claims.claims)
+    document = {
+        "nodeInventory": nodes,
+        "claimTemplates": templates,
+        "resourceClaims": claims,
+        "sources": _sources(store),
+    }
     return web.Response(body=std_dumps(document), content_type="application/json")
 
 

@@ -160,7 +160,8 @@ def _policy_source(
     """Load file policies now (a bad directory fails the start), or prepare the cluster watches.
 
     In a cluster: the CRL ConfigMaps, and unless switched off in the config the node inventory
-    and the DRA claim-template cache, each a reflector; only the first gates readiness.
+    and the DRA claim cache (templates and claims), each a reflector; only the first gates
+    readiness.
     """
     if args.policies:
         # webhook.sources.files imports no kubernetes client (~13 MiB RSS) for a process that never
@@ -171,7 +172,7 @@ def _policy_source(
             return None
         return functools.partial(files.run, store)
     # Imported here for the same reason: only the in-cluster mode needs the kubernetes client.
-    from webhook.sources.claims import ClaimTemplateSource  # noqa: PLC0415
+    from webhook.sources.claims import claim_sources  # noqa: PLC0415
     from webhook.sources.nodes import NodeSource  # noqa: PLC0415
     from webhook.sources.policies import ConfigMapWatcher  # noqa: PLC0415
     from webhook.sources.reflector import Reflector  # noqa: PLC0415
@@ -180,7 +181,7 @@ def _policy_source(
     if config.node_inventory:
         reflectors.append(NodeSource(store, config, kubeconfig=args.kubeconfig))
     if config.claim_template_cache:
-        reflectors.append(ClaimTemplateSource(store, kubeconfig=args.kubeconfig))
+        reflectors.extend(claim_sources(store, kubeconfig=args.kubeconfig))
 
     async def watch_cluster() -> None:
         # Each reflector retries on its own and never raises; cancelling cancels them all.

@@ -106,7 +106,8 @@ class WebhookConfig(_Model):
     # GPU container (SPEC §6).
     gpu_device_classes: tuple[str, ...] = ("gpu.nvidia.com", "mig.nvidia.com")
     # In a cluster: keep a node inventory from a metadata-only watch of Nodes (needs RBAC on
-    # nodes), and a cache of DRA ResourceClaimTemplates (needs RBAC on resourceclaimtemplates).
+    # nodes), and the DRA claim cache: ResourceClaimTemplates and ResourceClaims (needs RBAC on
+    # resourceclaimtemplates and resourceclaims; one switch, the name kept for compatibility).
     node_inventory: bool = True
     claim_template_cache: bool = True
 

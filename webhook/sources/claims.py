@@ -1,21 +1,38 @@
-"""The DRA claim-template cache (SPEC §6): ResourceClaimTemplates cluster-wide → ClaimIndex.
+"""The DRA claim cache (SPEC §6): ResourceClaimTemplates and ResourceClaims cluster-wide →
+ClaimIndex.
 
-Kept per template: the device classes it requests (`webhook.core.claims.device_classes`), never
+Kept per object: the device classes it requests (`webhook.core.claims.device_classes`), never
 the object. Full objects are listed (the classes are in `spec`), from resource.k8s.io/v1 (GA
-in Kubernetes 1.34). A cluster that does not serve that API answers 404 and one without the
-RBAC 403: `store.claims` then stays None (pods are evaluated as without the cache), the reason
-is logged once and shown on /inventory, and the reflector retries slowly.
+in Kubernetes 1.34). One reflector per kind, each filling its own field of the one ClaimIndex
+(`templates` for pods' `resourceClaimTemplateName`, `claims` for `resourceClaimName`). A
+cluster that does not serve that API answers 404 and one without the RBAC 403: that kind's
+field then stays empty (`store.claims` stays None while neither kind has been listed), the
+reason is logged once and shown on /inventory, and the reflector retries slowly.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Literal
 
 from webhook.core.claims import ClaimIndex, device_classes
 from webhook.sources.reflector import Key, Reflector, Watched
 from webhook.sources.store import PolicyStore
+
+_NOT_SERVED = (
+    "the cluster has no resource.k8s.io/v1 API (DRA needs Kubernetes 1.34 or later); "
+    "DRA claims are not recognised"
+)
+
+
+def _rbac_hint(resource: str, effect: str) -> str:
+    return (
+        f"grant the webhook's service account get, list and watch on {resource} in "
+        "resource.k8s.io (the Helm chart's ClusterRole does this unless "
+        f"config.claimTemplateCache is false); until then {effect}"
+    )
+
 
 CLAIM_TEMPLATES = Watched(
     kind="ResourceClaimTemplate",
@@ -23,37 +40,69 @@ CLAIM_TEMPLATES = Watched(
     what="ResourceClaimTemplates (resource.k8s.io/v1)",
     optional=True,
     snapshot="claim-template cache",
-    rbac_hint=(
-        "grant the webhook's service account get, list and watch on resourceclaimtemplates in "
-        "resource.k8s.io (the Helm chart's ClusterRole does this unless "
-        "config.claimTemplateCache is false); until then DRA claims are not recognised"
-    ),
-    not_served_hint=(
-        "the cluster has no resource.k8s.io/v1 API (DRA needs Kubernetes 1.34 or later); "
-        "DRA claims are not recognised"
-    ),
+    rbac_hint=_rbac_hint("resourceclaimtemplates", "DRA claims are not recognised"),
+    not_served_hint=_NOT_SERVED,
 )
 
+# k8s.io/api resource/v1 types.go: ResourceClaim{Spec ResourceClaimSpec, Status}, plural
+# "resourceclaims". The control plane also creates one ResourceClaim per pod from a template
+# (core/v1 PodResourceClaimStatus.ResourceClaimName): those are cached too, a few classes each.
+CLAIMS = Watched(
+    kind="ResourceClaim",
+    path="/apis/resource.k8s.io/v1/resourceclaims",
+    what="ResourceClaims (resource.k8s.io/v1)",
+    optional=True,
+    snapshot="claim cache",
+    rbac_hint=_rbac_hint(
+        "resourceclaims", "pods naming a ResourceClaim are evaluated as without it"
+    ),
+    not_served_hint=_NOT_SERVED,
+)
 
-def _project(obj: Mapping[str, Any]) -> frozenset[str]:
-    # The list's items carry no `kind` (a list names it once); device_classes reads it.
-    return device_classes({**obj, "kind": "ResourceClaimTemplate"})
+Field = Literal["templates", "claims"]
 
 
-class ClaimTemplateSource(Reflector[frozenset[str]]):
-    """Publishes the device classes of every ResourceClaimTemplate into `store.claims`."""
+class ClaimSource(Reflector[frozenset[str]]):
+    """Publishes the device classes of every object of one kind into one field of
+    `store.claims`, keeping the other field as the other kind's source last published it."""
 
-    def __init__(self, store: PolicyStore, **options: Any) -> None:
+    def __init__(self, store: PolicyStore, watched: Watched, field: Field, **options: Any) -> None:
         self.store = store
+        self._field = field
         self._shared: dict[frozenset[str], frozenset[str]] = {}
-        super().__init__(
-            CLAIM_TEMPLATES, self._intern, self._build, store.watch(CLAIM_TEMPLATES.kind), **options
-        )
+        super().__init__(watched, self._intern, self._build, store.watch(watched.kind), **options)
 
     def _intern(self, obj: Mapping[str, Any]) -> frozenset[str]:
-        classes = _project(obj)
+        # The list's items carry no `kind` (a list names it once) and device_classes reads it
+        # (a template's ResourceClaimSpec is at spec.spec, a claim's at spec).
+        classes = device_classes({**obj, "kind": self.watched.kind})
         return self._shared.setdefault(classes, classes)
 
     def _build(self, items: Mapping[Key, frozenset[str]]) -> None:
-        claims = self.store.claims.claims if self.store.claims is not None else {}
-        self.store.claims = ClaimIndex(templates=MappingProxyType(dict(items)), claims=claims)
+        # Both sources run on the one event loop: read-modify-write of `store.claims` here is
+        # not interleaved with the other source's.
+        current = self.store.claims if self.store.claims is not None else ClaimIndex()
+        table = MappingProxyType(dict(items))
+        if self._field == "templates":
+            self.store.claims = ClaimIndex(templates=table, claims=current.claims)
+        else:
+            self.store.claims = ClaimIndex(templates=current.templates, claims=table)
+
+
+class ClaimTemplateSource(ClaimSource):
+    """ResourceClaimTemplates → `store.claims.templates`."""
+
+    def __init__(self, store: PolicyStore, **options: Any) -> None:
+        super().__init__(store, CLAIM_TEMPLATES, "templates", **options)
+
+
+class ResourceClaimSource(ClaimSource):
+    """ResourceClaims → `store.claims.claims`."""
+
+    def __init__(self, store: PolicyStore, **options: Any) -> None:
+        super().__init__(store, CLAIMS, "claims", **options)
+
+
+def claim_sources(store: PolicyStore, **options: Any) -> list[ClaimSource]:
+    """The DRA claim cache's reflectors (config `claimTemplateCache`): templates, then claims."""
+    return [ClaimTemplateSource(store, **options), ResourceClaimSource(store, **options)]

@@ -2,10 +2,11 @@
 
 The same reflectors the server runs (same requests, paging, metadata-only Nodes, projections),
 each asked for one list (`Reflector.list_once`) instead of list-and-watch: CRL ConfigMaps,
-Nodes and ResourceClaimTemplates, one list per kind, over one client. Nothing is written.
+Nodes, ResourceClaimTemplates and ResourceClaims, one list per kind, over one client. Nothing is
+written.
 
 CRL ConfigMaps are required: without them the answers would not be the cluster's, so any
-failure there is a `ClusterReadError`. Nodes and claim templates are optional, as in the server
+failure there is a `ClusterReadError`. Nodes and DRA claims are optional, as in the server
 (SPEC §4, §6): a 403 (no RBAC) or 404 (API not served) leaves that snapshot None and adds a
 note saying why; other failures are errors too.
 """
@@ -22,7 +23,7 @@ from webhook.core.config import WebhookConfig
 from webhook.core.crl import CRL_NAMESPACE
 from webhook.core.inventory import NodeInventory
 from webhook.core.policyset import PolicySet
-from webhook.sources.claims import ClaimTemplateSource
+from webhook.sources.claims import ClaimTemplateSource, ResourceClaimSource
 from webhook.sources.kubeapi import ApiError, close, load_configuration
 from webhook.sources.nodes import NodeSource
 from webhook.sources.policies import DEFAULT_LABEL_SELECTOR, ConfigMapWatcher
@@ -98,6 +99,7 @@ async def read_cluster(
             optional.append(
                 (ClaimTemplateSource(store, **options), "the cluster's claim templates")
             )
+            optional.append((ResourceClaimSource(store, **options), "the cluster's claims"))
         for reflector, without in optional:
             await _list(reflector, api, without=without, notes=snapshot.notes)
     finally:

@@ -58,6 +58,7 @@ class SourceStats:
 _WITHOUT = {
     "Node": "CUDA placement uses the first label scheme, as without a node inventory",
     "ResourceClaimTemplate": "pods are evaluated as if their DRA claims requested no GPU",
+    "ResourceClaim": "pods naming a ResourceClaim are evaluated as if it requested no GPU",
 }
 
 # The policy source's stats kept their historical name.
@@ -95,12 +96,13 @@ class PolicyStore:
         return self.stats.seconds_since_sync()
 
     def snapshot_status(self, kind: str) -> dict[str, Any]:
-        """Whether the snapshot of a watched kind ("Node", "ResourceClaimTemplate") is in
+        """Whether the snapshot of a watched kind ("Node", "ResourceClaimTemplate", ...) is in
         force, and if not, why: for /inventory and /policies."""
         snapshot = self.inventory if kind == "Node" else self.claims
-        if snapshot is not None:
-            return {"available": True}
         stats = self.watched.get(kind)
+        # Both DRA kinds fill the one ClaimIndex: a watched kind is in force once it listed.
+        if snapshot is not None and (stats is None or kind == "Node" or stats.synced):
+            return {"available": True}
         if stats is None:
             reason = (
                 f"{kind} objects are not watched (a local run with --policies, or switched off "
