@@ -304,6 +304,12 @@ def place(
 
     `violations_only` (/validate): stop once nothing else can deny, i.e. after the
     intersection check unless an inventory with `noCompatibleNode: deny` is in force."""
+    deny_mode = inventory is not None and config.no_compatible_node == "deny"
+    if violations_only and len(gpu) < 2 and not deny_mode:
+        # One container's compatible set is never empty (some driver ≥ R within the skew, or
+        # of the same major for vGPU): only two or more can leave an empty intersection, so
+        # /validate has nothing to find here for most pods.
+        return
     opted_out, warning = parse_opt_out(
         ANNOTATION_CUDA_AFFINITY, state.pod.annotations.get(ANNOTATION_CUDA_AFFINITY)
     )
@@ -315,7 +321,7 @@ def place(
     rng = _intersection(needs) if needs else None
     if not config.cuda_affinity or opted_out or _intersection_violation(state, needs, rng):
         return
-    if violations_only and (inventory is None or config.no_compatible_node != "deny"):
+    if violations_only and not deny_mode:
         return
     facts = inventory.facts(config) if inventory is not None else None
     compute = _compute_requirement(state, gpu, config, envs)
