@@ -218,6 +218,25 @@ def expr(key: str, operator: str, *values: int | str) -> dict[str, Any]:
     return {"key": key, "operator": operator, "values": [str(v) for v in values]}
 
 
+# The manual-label terms for CUDA ≥ 12.4 on a physical GPU with the default skew of 1:
+# 12.4 ≤ D < 14, with integer operators for the major too (SPEC §4).
+REQUIRED_12_4_TERMS = [
+    {
+        "matchExpressions": [
+            expr("cuda-major-version", "Gt", 11),
+            expr("cuda-major-version", "Lt", 13),
+            expr("cuda-minor-version", "Gt", 3),
+        ]
+    },
+    {
+        "matchExpressions": [
+            expr("cuda-major-version", "Gt", 12),
+            expr("cuda-major-version", "Lt", 14),
+        ]
+    },
+]
+
+
 def node_terms(obj: Mapping[str, Any], *spec_path: str) -> Any:
     """requiredDuringScheduling nodeSelectorTerms of the pod spec at `spec_path` (default spec)."""
     return get(

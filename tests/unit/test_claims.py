@@ -6,7 +6,16 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import apply, container, expr, get, node_terms, pod, standard_policies, workload
+from tests.helpers import (
+    REQUIRED_12_4_TERMS,
+    apply,
+    container,
+    get,
+    node_terms,
+    pod,
+    standard_policies,
+    workload,
+)
 from webhook.core.claims import ClaimIndex, device_classes
 from webhook.core.config import WebhookConfig, load_config
 from webhook.core.evaluate import Decision, evaluate
@@ -68,24 +77,6 @@ def evaluate_with(obj: dict[str, Any], claims: ClaimIndex | None = INDEX, **kw: 
     )
 
 
-# 12.4 ≤ D < 14 with integer operators for the major (SPEC §4).
-REQUIRED_12_4 = [
-    {
-        "matchExpressions": [
-            expr("cuda-major-version", "Gt", 11),
-            expr("cuda-major-version", "Lt", 13),
-            expr("cuda-minor-version", "Gt", 3),
-        ]
-    },
-    {
-        "matchExpressions": [
-            expr("cuda-major-version", "Gt", 12),
-            expr("cuda-major-version", "Lt", 14),
-        ]
-    },
-]
-
-
 @pytest.mark.parametrize(
     ("obj", "classes"),
     [
@@ -143,7 +134,7 @@ def test_pod_with_a_gpu_claim_and_a_nic_claim() -> None:
     assert decision.warnings == ()
     assert decision.notes == (f"required GPU nodes with CUDA ≥ 12.4 (image {CUDA_12_4})",)
     mutated = apply(decision)
-    assert node_terms(mutated) == REQUIRED_12_4
+    assert node_terms(mutated) == REQUIRED_12_4_TERMS
     # CRL rules govern extended resources only: no defaults written next to the claims
     assert get(mutated, "spec", "containers", 0, "resources") == uses("gpu", "nic")
 
@@ -160,7 +151,7 @@ def test_other_gpu_claim_sources(source: dict[str, str]) -> None:
         {"name": "g", **source}, containers=[container("c", CUDA_12_4, resources=uses("g"))]
     )
     decision = evaluate_with(obj)
-    assert node_terms(apply(decision)) == REQUIRED_12_4
+    assert node_terms(apply(decision)) == REQUIRED_12_4_TERMS
 
 
 def test_nic_only_pod_is_untouched() -> None:
@@ -178,7 +169,7 @@ def test_gpu_device_classes_are_configurable() -> None:
         containers=[container("c", CUDA_12_4, resources=uses("nic"))],
     )
     config = load_config({"gpuDeviceClasses": ["rdma.example.com"]})
-    assert node_terms(apply(evaluate_with(obj, config=config))) == REQUIRED_12_4
+    assert node_terms(apply(evaluate_with(obj, config=config))) == REQUIRED_12_4_TERMS
 
 
 def test_container_that_does_not_reference_the_claim_is_not_a_gpu_container() -> None:

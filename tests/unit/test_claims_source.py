@@ -20,7 +20,15 @@ from tests.fakekube import (
     resource_claim,
     running,
 )
-from tests.helpers import apply, container, eventually, expr, node_terms, pod, standard_policies
+from tests.helpers import (
+    REQUIRED_12_4_TERMS,
+    apply,
+    container,
+    eventually,
+    node_terms,
+    pod,
+    standard_policies,
+)
 from webhook.core.config import WebhookConfig
 from webhook.core.evaluate import evaluate
 from webhook.sources.claims import ClaimTemplateSource, ResourceClaimSource, claim_sources
@@ -114,22 +122,6 @@ async def test_dra_api_not_readable_leaves_no_cache_logs_once_and_backs_off(
 
 
 CUDA_12_4 = "nvidia/cuda:12.4.1-runtime-ubuntu22.04"
-# 12.4 ≤ D < 14 with integer operators for the major (SPEC §4).
-REQUIRED_12_4 = [
-    {
-        "matchExpressions": [
-            expr("cuda-major-version", "Gt", 11),
-            expr("cuda-major-version", "Lt", 13),
-            expr("cuda-minor-version", "Gt", 3),
-        ]
-    },
-    {
-        "matchExpressions": [
-            expr("cuda-major-version", "Gt", 12),
-            expr("cuda-major-version", "Lt", 14),
-        ]
-    },
-]
 
 
 def claims(store: PolicyStore) -> dict[tuple[str, str], frozenset[str]]:
@@ -179,7 +171,7 @@ async def test_a_pod_naming_a_cached_resource_claim_gets_cuda_placement(
     assert decision.warnings == ()
     assert decision.notes == (f"required GPU nodes with CUDA ≥ 12.4 (image {CUDA_12_4})",)
     mutated = apply(decision)
-    assert node_terms(mutated) == REQUIRED_12_4
+    assert node_terms(mutated) == REQUIRED_12_4_TERMS
     # Only the affinity is added: the container's claim reference stays as written.
     assert mutated["spec"]["containers"] == obj["spec"]["containers"]
 
@@ -226,7 +218,7 @@ async def test_templates_and_claims_are_both_kept_when_both_sources_sync(
         claim_pod(resourceClaimName="other"),
     ):
         decision = evaluate(obj, standard_policies(), WebhookConfig(), claims=store.claims)
-        assert node_terms(apply(decision)) == REQUIRED_12_4
+        assert node_terms(apply(decision)) == REQUIRED_12_4_TERMS
 
 
 async def test_forbidden_resource_claims_leave_templates_working(
@@ -267,7 +259,7 @@ async def test_forbidden_resource_claims_leave_templates_working(
 
     by_template = claim_pod(resourceClaimTemplateName="one-gpu")
     decision = evaluate(by_template, standard_policies(), WebhookConfig(), claims=store.claims)
-    assert node_terms(apply(decision)) == REQUIRED_12_4
+    assert node_terms(apply(decision)) == REQUIRED_12_4_TERMS
     by_claim = claim_pod(resourceClaimName="shared-gpu")
     decision = evaluate(by_claim, standard_policies(), WebhookConfig(), claims=store.claims)
     assert decision.patch == []
