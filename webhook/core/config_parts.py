@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from functools import cached_property
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from webhook.core.registry import Form, TemplateRule, WorkloadKind, rule
@@ -68,6 +68,17 @@ def _regex_problem(value: str) -> str:
     except re.error as exc:
         return f"not a valid regular expression ({exc}): {value!r}"
     return ""
+
+
+def _valid_regex(value: str) -> str:
+    problem = _regex_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+# A config field holding a regular expression: compiled (and refused) when the config loads.
+Regex = Annotated[str, AfterValidator(_valid_regex)]
 
 
 def _version_problem(value: str, what: str) -> str:
@@ -150,20 +161,12 @@ class ComputeCapabilityRule(_Model):
     name: str
     description: str = ""
     # Regex searched (case-insensitive) in the image repository (the part before tag/digest).
-    image: str | None = None
+    image: Regex | None = None
     # Regex searched in the container's command and args joined by single spaces.
-    args: str | None = None
+    args: Regex | None = None
     # Env var name -> regex the variable's value must match in full (case-insensitive).
     env: Mapping[str, str] = Field(default_factory=dict)
     min_compute_capability: str
-
-    @field_validator("image", "args")
-    @classmethod
-    def _regex(cls, value: str | None) -> str | None:
-        problem = _regex_problem(value) if value is not None else ""
-        if problem:
-            raise ValueError(problem)
-        return value
 
     @field_validator("env")
     @classmethod
@@ -231,18 +234,10 @@ class EnvFixRule(_Model):
     # The container uses at least one of these resource keys (limits or requests).
     resources: tuple[str, ...] = ()
     # Regex searched (case-insensitive) in the image repository (the part before tag/digest).
-    image: str | None = None
+    image: Regex | None = None
     # Regex matched (full match) against the container name.
-    container: str | None = None
+    container: Regex | None = None
     env: Mapping[str, str]
-
-    @field_validator("image", "container")
-    @classmethod
-    def _regex(cls, value: str | None) -> str | None:
-        problem = _regex_problem(value) if value is not None else ""
-        if problem:
-            raise ValueError(problem)
-        return value
 
     @field_validator("env")
     @classmethod
