@@ -1,4 +1,4 @@
-"""`gpu-webhook` command line: serve, review (offline, for CI), lint, certs."""
+"""`gpu-webhook` command line: serve, review (offline, for CI), audit, lint, certs."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TextIO
 
+from webhook.cli.audit import add_audit_arguments, cmd_audit
 from webhook.cli.exits import EXIT_OK, EXIT_USAGE, CommandError
 from webhook.cli.lint import cmd_lint
 from webhook.cli.review import cmd_review
@@ -73,6 +74,13 @@ def build_parser() -> argparse.ArgumentParser:
         "document for pipelines",
     )
 
+    audit = sub.add_parser(
+        "audit",
+        help="read-only: what the policies (or a proposed folder) deny among the cluster's "
+        "running workloads (exit 1 if anything would be denied)",
+    )
+    add_audit_arguments(audit)
+
     lint = sub.add_parser("lint", help="validate CRL ConfigMaps offline (exit 1 on errors)")
     lint.add_argument("path", help="a CRL ConfigMap YAML file or a directory of them")
 
@@ -95,6 +103,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     try:
         if args.command == "review":
             return cmd_review(args, out)
+        if args.command == "audit":
+            return cmd_audit(args, out)
         if args.command == "lint":
             return cmd_lint(args, out)
         if args.command == "serve":

@@ -182,7 +182,7 @@ def _print_summary(results: Sequence[DocumentResult], out: TextIO) -> None:
         out.write(f"{r.verdict.upper():<8} {r.file}#{r.index} {r.ref}: {detail}\n")
 
 
-def _load_policies(path: Path | None) -> PolicySet:
+def load_policies(path: Path | None) -> PolicySet:
     if path is None:
         if not DEFAULT_POLICIES.is_dir():
             raise ManifestError(
@@ -263,7 +263,7 @@ def cmd_review(args: argparse.Namespace, out: TextIO) -> int:
             f"policies: {cluster.configmaps} CRL ConfigMap(s) from the cluster at {cluster.server}"
         )
     else:
-        policies = _load_policies(args.policies)
+        policies = load_policies(args.policies)
         policy_line = None
     for note in cluster.notes if cluster is not None else ():
         sys.stderr.write(f"gpu-webhook review: note: {note}\n")

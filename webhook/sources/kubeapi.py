@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import AsyncIterable, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterable, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -100,3 +100,41 @@ def status_error(status: Mapping[str, Any]) -> ApiError:
     reason = status.get("reason") or "Error"
     message = status.get("message") or "no message"
     return ApiError(code, f"{code} {reason}: {message}")
+
+
+async def call(
+    api: ApiClient,
+    method: str,
+    path: str,
+    *,
+    query: Sequence[tuple[str, Any]] = (),
+    body: Mapping[str, Any] | None = None,
+    timeout: float = 30.0,
+) -> tuple[int, bytes]:
+    """One request through the client (auth, TLS, proxy, token refresh) with a raw JSON answer:
+    (HTTP status, body). ApiClient's generic request path, as the typed APIs use it, without
+    their ~250 model modules (see Reflector._get)."""
+    headers = {"Accept": "application/json"}
+    if body is not None:
+        headers["Content-Type"] = "application/json"
+    params = await api.param_serialize(
+        method=method,
+        resource_path=path,
+        query_params=list(query),
+        header_params=headers,
+        body=body,
+        auth_settings=["BearerToken"],
+    )
+    result = await api.call_api(*params, _request_timeout=timeout, _preload_content=False)
+    response: RawResponse = result.response
+    try:
+        return response.status, await response.read()
+    finally:
+        response.close()
+
+
+def checked(status: int, body: bytes, reason: str = "") -> Any:
+    """The parsed JSON of a 2xx answer; ApiError (with the server's Status message) else."""
+    if not 200 <= status < 300:
+        raise api_error(status, reason, body)
+    return json.loads(body)
