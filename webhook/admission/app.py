@@ -7,7 +7,7 @@ import contextlib
 import logging
 import time
 import traceback
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -240,11 +240,22 @@ async def _inventory(request: web.Request) -> web.Response:
     return web.Response(body=std_dumps(document), content_type="application/json")
 
 
+async def _audit(request: web.Request) -> web.Response:
+    """The periodic audit's last outcome (SPEC §6); the findings are in the policy reports."""
+    audit = request.app[STATE].store.audit
+    document: dict[str, Any] = {"enabled": audit is not None}
+    if audit is not None:
+        document.update(audit.to_json())
+    return web.Response(body=std_dumps(document), content_type="application/json")
+
+
 async def _background(app: web.Application) -> AsyncIterator[None]:
     """Run the policy source and the certificate reload loop for the app's lifetime."""
     state = app[STATE]
     if state.policy_source is not None:
         state.background.append(asyncio.create_task(_guarded(state.policy_source)))
+    for extra in state.tasks:
+        state.background.append(asyncio.create_task(_guarded(extra, "a background task")))
     reloader = state.cert_reloader
     if reloader is not None and state.cert_reload_interval > 0:
         state.background.append(
@@ -260,15 +271,16 @@ async def _background(app: web.Application) -> AsyncIterator[None]:
     state.background.clear()
 
 
-async def _guarded(source: PolicySource) -> None:
-    # A policy source is designed never to raise; if it does anyway, admission keeps the last
-    # snapshot and the error is visible in logs and /readyz rather than killing the process.
+async def _guarded(source: PolicySource, what: str = "the policy source") -> None:
+    # A policy source (and the audit) is designed never to raise; if it does anyway, admission
+    # keeps the last snapshot and the error is visible in logs and /readyz rather than killing
+    # the process.
     try:
         await source()
     except asyncio.CancelledError:
         raise
     except Exception:
-        log.exception("the policy source stopped; serving the last policies loaded")
+        log.exception("%s stopped; admission goes on with the last policies loaded", what)
 
 
 async def _reload_certificates(reloader: CertReloader, interval: float) -> None:
@@ -290,6 +302,7 @@ def create_app(
     cert_reload_interval: float = CERT_RELOAD_INTERVAL,
     policy_source: PolicySource | None = None,
     review_sink: ReviewSink | None = None,
+    tasks: Sequence[PolicySource] = (),
 ) -> web.Application:
     """The admission app; `evaluator` and `policy_source` are seams for tests and serve.
 
@@ -306,6 +319,7 @@ def create_app(
         cert_reload_interval=cert_reload_interval,
         policy_source=policy_source,
         review_sink=review_sink,
+        tasks=tuple(tasks),
     )
     # client_max_size also guards chunked bodies that carry no Content-Length.
     app = web.Application(client_max_size=MAX_BODY_BYTES, handler_args=HANDLER_ARGS)
@@ -315,6 +329,7 @@ def create_app(
     _add_probe_routes(app)
     app.router.add_get("/policies", _policies)
     app.router.add_get("/inventory", _inventory)
+    app.router.add_get("/audit", _audit)
     app.cleanup_ctx.append(_background)
     app.on_response_prepare.append(_close_when_draining)
     return app

@@ -12,7 +12,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from webhook.core.config import WebhookConfig
-from webhook.sources.store import PolicyStore
+from webhook.sources.store import AuditStatus, PolicyStore
 from webhook.tls.certs import CertReloader
 
 log = logging.getLogger(__name__)
@@ -74,6 +74,8 @@ class _StateCollector(Collector):
                 value=since,
             )
         yield from _reflector_metrics(self._store, self._config)
+        if self._store.audit is not None:
+            yield from _audit_metrics(self._store.audit)
         if self._reloader is not None:
             yield GaugeMetricFamily(
                 "gpu_webhook_serving_certificate_expiry_timestamp_seconds",
@@ -122,6 +124,49 @@ def _reflector_metrics(store: PolicyStore, config: WebhookConfig | None) -> Iter
         for version, count in sorted(cuda.items()):
             nodes.add_metric([str(version)], count)
         yield nodes
+
+
+def _audit_metrics(audit: AuditStatus) -> Iterable[Metric]:
+    """The periodic audit (SPEC §6): findings by policy, namespace and result (labels capped
+    with an "other" bucket when the audit counted them), runs, last success and duration."""
+    findings = GaugeMetricFamily(
+        "gpu_webhook_audit_findings",
+        "Owners (Deployments, jobs, standalone pods) with a finding in the last audit, by CRL "
+        "policy, namespace and result (fail: would be denied; warn: pods would change).",
+        labels=["policy", "namespace", "result"],
+    )
+    for (policy, namespace, result), count in sorted(audit.findings.items()):
+        findings.add_metric([policy, namespace, result], count)
+    yield findings
+    yield CounterMetricFamily("gpu_webhook_audit_runs", "Audits started.", value=audit.runs)
+    yield CounterMetricFamily(
+        "gpu_webhook_audit_failures",
+        "Audits that could not list the cluster (see the logs and /audit).",
+        value=audit.failures,
+    )
+    if audit.last_success_unix is not None:
+        yield GaugeMetricFamily(
+            "gpu_webhook_audit_last_success_timestamp_seconds",
+            "Unix time when the last audit finished.",
+            value=audit.last_success_unix,
+        )
+    if audit.last_duration is not None:
+        yield GaugeMetricFamily(
+            "gpu_webhook_audit_duration_seconds",
+            "How long the last audit took (listing and evaluation).",
+            value=audit.last_duration,
+        )
+    objects = GaugeMetricFamily(
+        "gpu_webhook_audit_objects", "Objects evaluated by the last audit.", labels=["type"]
+    )
+    objects.add_metric(["workload"], audit.workloads)
+    objects.add_metric(["pod"], audit.pods)
+    yield objects
+    yield GaugeMetricFamily(
+        "gpu_webhook_audit_report_errors",
+        "Policy reports the last audit could not write or delete.",
+        value=len(audit.report_errors),
+    )
 
 
 @dataclass

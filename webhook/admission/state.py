@@ -43,6 +43,8 @@ class WebhookState:
     cert_reloader: CertReloader | None = None
     cert_reload_interval: float = CERT_RELOAD_INTERVAL
     policy_source: PolicySource | None = None
+    # Other background tasks of the app's lifetime (the periodic audit), each guarded.
+    tasks: tuple[PolicySource, ...] = ()
     review_sink: ReviewSink | None = None
     shutting_down: bool = False
     background: list[asyncio.Task[None]] = field(default_factory=list)

@@ -79,6 +79,22 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: %(default)s)",
     )
     parser.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster)")
+    parser.add_argument(
+        "--audit-interval",
+        type=_audit_interval,
+        default=0.0,
+        metavar="SECONDS",
+        help="audit the cluster's Pods and workloads against the policies in force this often, "
+        "in the background, and publish policy reports (default: 0 = off)",
+    )
+    parser.add_argument(
+        "--audit-reports",
+        choices=("wgpolicyk8s", "openreports", "none"),
+        default="wgpolicyk8s",
+        help="the audit's report format: wgpolicyk8s.io/v1alpha2 PolicyReport, "
+        "openreports.io/v1alpha1 Report, or none (metrics and /audit only; default: "
+        "%(default)s)",
+    )
     parser.add_argument("--config", metavar="FILE", help="webhook config YAML")
     parser.add_argument("--log-format", choices=("json", "text"), default="json")
     parser.add_argument(
@@ -120,6 +136,38 @@ def _drain(text: str) -> float:
         return _number_in(text, float, 0, 300)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"not a drain delay in seconds: {exc}") from None
+
+
+def _audit_interval(text: str) -> float:
+    try:
+        value = _number_in(text, float, 0, 7 * 24 * 3600)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not an audit interval in seconds: {exc}") from None
+    if 0 < value < 60:
+        # Each audit lists every Pod: a shorter period is API load, not freshness.
+        raise argparse.ArgumentTypeError(
+            f"not an audit interval in seconds: {text} is below 60 (use 0 to switch it off)"
+        )
+    return value
+
+
+def _audit_tasks(
+    args: argparse.Namespace, store: PolicyStore, config: WebhookConfig
+) -> list[PolicySource]:
+    """The periodic audit (SPEC §6), when switched on: its own client (in-cluster, or
+    --kubeconfig), also with --policies (the cluster is then audited against the files)."""
+    if not args.audit_interval:
+        return []
+    from webhook.sources.auditor import Auditor  # noqa: PLC0415 - kubernetes client: ~13 MiB
+
+    auditor = Auditor(
+        store,
+        config,
+        interval=args.audit_interval,
+        report_format=None if args.audit_reports == "none" else args.audit_reports,
+        kubeconfig=args.kubeconfig,
+    )
+    return [auditor.run]
 
 
 def _tls_files(args: argparse.Namespace, scratch: Path | None) -> tuple[Path, Path]:
@@ -209,6 +257,7 @@ def _serve(args: argparse.Namespace, scratch: Path | None) -> int:
         reloader = CertReloader(cert_file, key_file)
         store = PolicyStore()
         source = _policy_source(args, store, config)
+        tasks = _audit_tasks(args, store, config)
     except (ConfigError, ManifestError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -219,6 +268,7 @@ def _serve(args: argparse.Namespace, scratch: Path | None) -> int:
         codec=codec,
         cert_reloader=reloader,
         policy_source=source,
+        tasks=tasks,
         review_sink=functools.partial(log_handler.write, review_log, "review"),
     )
     try:

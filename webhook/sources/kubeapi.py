@@ -138,3 +138,19 @@ def checked(status: int, body: bytes, reason: str = "") -> Any:
     if not 200 <= status < 300:
         raise api_error(status, reason, body)
     return json.loads(body)
+
+
+# (method, path, query, JSON body or None) -> (HTTP status, body): what the audit's report
+# writer needs of a client, and what its tests stand in for.
+Send = Callable[
+    [str, str, Sequence[tuple[str, Any]], Mapping[str, Any] | None], Awaitable[tuple[int, bytes]]
+]
+
+
+def sender(api: ApiClient, timeout: float = 30.0) -> Send:
+    async def send(
+        method: str, path: str, query: Sequence[tuple[str, Any]], body: Mapping[str, Any] | None
+    ) -> tuple[int, bytes]:
+        return await call(api, method, path, query=query, body=body, timeout=timeout)
+
+    return send

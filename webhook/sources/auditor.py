@@ -1,0 +1,151 @@
+"""The server's periodic audit (SPEC §6): `gpu-webhook serve --audit-interval SECONDS`.
+
+A background task, off the request path: every interval it lists and evaluates what runs
+with the policy snapshot admission uses (and the node inventory and DRA claims as they are),
+publishes the findings as policy reports and records the outcome in `store.audit` for
+/metrics and /audit. Its cost is bounded: pages of PAGE_SIZE objects with a pause between
+pages (API load), one page in memory at a time, evaluation in slices that yield to the event
+loop. A failure (an unreachable API server, a 403, a missing report CRD) is logged and
+counted, and the next interval tries again: admission and readiness never depend on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+
+from kubernetes.aio.client import ApiClient
+
+from webhook.core.audit import AuditResult
+from webhook.core.config import WebhookConfig
+from webhook.core.reports import FORMATS, build_reports, finding_counts
+from webhook.sources.audit import AuditError, AuditOptions, client_fetch, run_audit
+from webhook.sources.kubeapi import close, load_configuration, sender
+from webhook.sources.reports import ReportsUnavailable, publish
+from webhook.sources.store import AuditStatus, PolicyStore
+
+log = logging.getLogger(__name__)
+
+PAGE_PAUSE = 0.2  # seconds between two list pages: ≤ 5 lists/s from one replica
+FIRST_RUN_DELAY = 60.0  # after start-up, once the policies synced; capped by the interval
+
+
+class Auditor:
+    """Runs the audit every `interval` seconds until cancelled; never raises."""
+
+    def __init__(
+        self,
+        store: PolicyStore,
+        config: WebhookConfig,
+        *,
+        interval: float,
+        report_format: str | None = "wgpolicyk8s",
+        kubeconfig: str | None = None,
+        api_factory: Callable[[], Awaitable[ApiClient]] | None = None,
+        page_size: int = 500,
+        page_pause: float = PAGE_PAUSE,
+        first_run_delay: float = FIRST_RUN_DELAY,
+    ) -> None:
+        if report_format is not None and report_format not in FORMATS:
+            raise ValueError(f"unknown report format {report_format!r}: use {', '.join(FORMATS)}")
+        self.store = store
+        self.config = config
+        self.interval = interval
+        self.format = FORMATS[report_format] if report_format else None
+        self._kubeconfig = kubeconfig
+        self._api_factory = api_factory
+        self.options = AuditOptions(page_size=page_size, page_pause=page_pause)
+        self._first_delay = min(first_run_delay, interval)
+        self.status = store.audit = AuditStatus(interval=interval, report_format=report_format)
+
+    async def run(self) -> None:
+        # Jitter keeps the replicas of a Deployment from auditing in step.
+        await asyncio.sleep(self._first_delay * random.uniform(0.5, 1.0))
+        while True:
+            await self.run_once()
+            await asyncio.sleep(self.interval * random.uniform(0.9, 1.0))
+
+    async def _connect(self) -> ApiClient:
+        if self._api_factory is not None:
+            return await self._api_factory()
+        return ApiClient(await load_configuration(self._kubeconfig))
+
+    async def run_once(self) -> bool:
+        """One audit and report update; True when both succeeded. Never raises."""
+        status = self.status
+        if not self.store.ready:
+            status.last_error = "skipped: the policies have not synced yet"
+            log.info("Audit skipped: the policies have not synced yet")
+            return False
+        status.runs += 1
+        api: ApiClient | None = None
+        try:
+            api = await self._connect()
+            run = await run_audit(
+                client_fetch(api, self.options.request_timeout),
+                self.store.current,
+                self.config,
+                inventory=self.store.inventory,
+                claims=self.store.claims,
+                options=self.options,
+            )
+            result = run.result
+            status.last_duration = run.seconds
+            status.workloads, status.pods, status.requests = (
+                result.workloads,
+                result.pods,
+                run.requests,
+            )
+            status.denied, status.changed = len(result.denied), len(result.changed)
+            status.findings = finding_counts(result)
+            for note in result.notes:
+                log.info("Audit: %s", note)
+            log.info(
+                "Audit: %d workload(s) and %d pod(s) in %.1f s with %d list request(s): %d "
+                "owner(s) would be denied, %d would change",
+                result.workloads,
+                result.pods,
+                run.seconds,
+                run.requests,
+                status.denied,
+                status.changed,
+            )
+            status.last_success_unix = time.time()
+            status.last_error = None
+            if self.format is not None:
+                await self._publish(api, result)
+        except asyncio.CancelledError:
+            raise
+        except AuditError as exc:
+            return self._failed(str(exc))
+        except Exception as exc:  # the client's network errors, timeouts, a bug: never fatal
+            return self._failed(f"{type(exc).__name__}: {exc}")
+        finally:
+            if api is not None:
+                await close(api)
+        return not status.report_errors
+
+    async def _publish(self, api: ApiClient, result: AuditResult) -> None:
+        """Replace the reports; a report failure leaves the audit's own figures standing."""
+        assert self.format is not None
+        status = self.status
+        reports = build_reports(result, self.format, int(time.time()))
+        try:
+            published = await publish(sender(api), self.format, reports)
+        except ReportsUnavailable as exc:
+            status.report_errors = [str(exc)]
+        else:
+            status.reports_written = published.written
+            status.reports_deleted = published.deleted
+            status.report_errors = published.errors
+        for error in status.report_errors:
+            log.warning("Audit reports: %s", error)
+
+    def _failed(self, message: str) -> bool:
+        self.status.failures += 1
+        self.status.last_error = message
+        log.warning("Audit failed: %s; trying again in %g s", message, self.interval)
+        return False
