@@ -81,13 +81,15 @@ def deployment_with_pods(
         member = gpu_pod(f"{name}-5d8f-{index}", gpus, namespace)
         owned(member, "ReplicaSet", f"{name}-5d8f", replicaset["metadata"]["uid"])
         members.append(member)
-    steps = [
-        lambda: add(audit, deployment, "Deployment", "apps/v1", policy_set, owner=True),
-        lambda: add(audit, replicaset, "ReplicaSet", "apps/v1", policy_set, owner=True),
-    ]
-    pod_steps = [lambda m=m: add(audit, m, "Pod", "v1", policy_set, owner=False) for m in members]
-    for step in [*pod_steps, *steps] if pods_first else [*steps, *pod_steps]:
-        step()
+    owners = [("Deployment", deployment), ("ReplicaSet", replicaset)]
+    if not pods_first:
+        for kind, obj in owners:
+            add(audit, obj, kind, "apps/v1", policy_set, owner=True)
+    for member in members:
+        add(audit, member, "Pod", "v1", policy_set, owner=False)
+    if pods_first:
+        for kind, obj in owners:
+            add(audit, obj, kind, "apps/v1", policy_set, owner=True)
 
 
 @pytest.mark.parametrize("pods_first", [False, True], ids=["owners-first", "pods-first"])
