@@ -452,6 +452,10 @@ class FakeKube:
 
     # -- the audit's kinds: Pods, discovery, object reads and writes (the policy reports) ------
 
+    def fail_resource(self, resource: str, status: int, message: str) -> None:
+        """One resource answers `status` (e.g. 500 while etcd elects a leader); `allow` undoes."""
+        self._refused[resource] = (status, message)
+
     def not_installed(self, group: str) -> None:
         """The group's CRDs are not installed: absent from discovery, its lists 404."""
         self._uninstalled.add(group)
@@ -629,7 +633,7 @@ class FakeKube:
         resource = recorded.resource
         if resource in self._refused:
             code, message = self._refused[resource]
-            reason = "Forbidden" if code == 403 else "NotFound"
+            reason = {403: "Forbidden", 404: "NotFound"}.get(code, "InternalError")
             return web.json_response(_status(code, reason, message), status=code)
         # The API server's negotiation: the list form for lists, the object form for watches.
         wants_list, wants_object = _PARTIAL_LIST in accept, _PARTIAL in accept
