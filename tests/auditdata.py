@@ -110,7 +110,7 @@ def deployment_family(
                 "labels": hashed,
                 "ownerReferences": controlled_by(replicaset),
             },
-            "spec": copy.deepcopy(replicaset["spec"]["template"]["spec"]),
+            "spec": {"containers": [gpu_container("train", gpus)]},
             "status": {"phase": "Running"},
         }
         pods.append(admitted_pod(pod, policies, config, inventory))

@@ -222,6 +222,10 @@ async def test_summary_and_json_outputs(
     assert document["notes"] == [NOT_INSTALLED[len("note: ") : -1]]
 
 
+def without_costs(document: dict[str, Any]) -> dict[str, Any]:
+    return {**document, "summary": {**document["summary"], "requests": 0, "seconds": 0}}
+
+
 async def test_lists_are_paginated_and_give_the_same_answer(
     cluster: FakeKube, tmp_path: Path
 ) -> None:
@@ -235,8 +239,7 @@ async def test_lists_are_paginated_and_give_the_same_answer(
     # 9 pods (the finished one is listed, then skipped): 5 pages of at most 2.
     assert [r.query["limit"] for r in pod_lists] == ["2"] * 5
     assert [r.query.get("continue") is None for r in pod_lists] == [True] + [False] * 4
-    strip = lambda d: {**d, "summary": {**d["summary"], "requests": 0, "seconds": 0}}  # noqa: E731
-    assert strip(json.loads(paged)) == strip(json.loads(whole))
+    assert without_costs(json.loads(paged)) == without_costs(json.loads(whole))
     assert json.loads(paged)["summary"]["requests"] > json.loads(whole)["summary"]["requests"]
 
 
