@@ -6,12 +6,18 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+import yaml
+
+from tests.fakekube import FakeKube, node
+from tests.helpers import CONFIGMAPS as CONFIGMAPS_DIR
 from webhook.core.config import WebhookConfig
 from webhook.core.evaluate import evaluate
 from webhook.core.inventory import NodeInventory
 from webhook.core.policyset import PolicySet
+from webhook.sources.files import policy_files, read_documents
 
 IMAGE = "nvidia/cuda:12.4.1-runtime-ubuntu22.04"
 GPU = "nvidia.com/gpu"
@@ -159,3 +165,62 @@ def pytorchjob_family(
         }
         pods.append(admitted_pod(pod, policies, config, inventory))
     return [job, *pods]
+
+
+MANUAL_12_4 = {"cuda-major-version": "12", "cuda-minor-version": "4"}
+
+
+def shipped_policies() -> list[dict[str, Any]]:
+    """The repository's configmaps/, as documents."""
+    return [doc for file in policy_files(CONFIGMAPS_DIR) for doc in read_documents(file) if doc]
+
+
+def proposed_policies(directory: Path, max_gpus: str = "4") -> Path:
+    """The shipped CRLs with nvidia.com/gpu capped at `max_gpus`: the change under review."""
+    directory.mkdir()
+    for doc in shipped_policies():
+        if doc["data"]["key"] == GPU:
+            doc["data"]["max"] = max_gpus
+        (directory / f"{doc['metadata']['name']}.yaml").write_text(yaml.safe_dump(doc))
+    return directory
+
+
+def single_pod(
+    namespace: str, name: str, gpus: str, phase: str = "Running", container: str = "main"
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "uid": f"{namespace}.{name}"},
+        "spec": {"containers": [gpu_container(container, gpus)]},
+        "status": {"phase": phase},
+    }
+
+
+def populate(kube: FakeKube, config: WebhookConfig | None = None) -> None:
+    """Workloads admitted under the shipped policies (no max), on two CUDA 12.4 nodes:
+    ml/train (Deployment, 3 pods, 8 GPUs), ml/bert (PyTorchJob, 2 workers, 8 GPUs), ml/small
+    (Deployment, 2 pods, 1 GPU), research/old (a pod from before the webhook: no CUDA
+    affinity) and ml/done (a finished pod)."""
+    config = config or WebhookConfig()
+    for doc in shipped_policies():
+        kube.put(doc)
+    nodes = [node("gpu-1", MANUAL_12_4), node("gpu-2", MANUAL_12_4)]
+    for item in nodes:
+        kube.put(item)
+    policies = PolicySet.from_configmaps(shipped_policies())
+    inventory = NodeInventory.from_objects(nodes, config)
+    context: dict[str, Any] = {"policies": policies, "config": config, "inventory": inventory}
+    made = [
+        *deployment_family("ml", "train", gpus="8", replicas=3, **context),
+        *pytorchjob_family("ml", "bert", gpus="8", workers=2, **context),
+        *deployment_family("ml", "small", gpus="1", replicas=2, **context),
+    ]
+    old = single_pod("research", "old", "2")
+    old["spec"]["containers"][0]["resources"]["requests"] = {
+        GPU: "2"
+    }  # as the API server stores it
+    done = admitted_pod(single_pod("ml", "done", "8", container="c"), policies, config, inventory)
+    done["status"] = {"phase": "Succeeded"}
+    for obj in [*made, old, done]:
+        kube.put(obj)

@@ -10,104 +10,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from tests.auditdata import IMAGE, admitted_pod, deployment_family, pytorchjob_family
-from tests.fakekube import PODS, PYTORCHJOBS, REPLICASETS, FakeKube, node
-from tests.helpers import CONFIGMAPS as CONFIGMAPS_DIR
+from tests.auditdata import populate
+from tests.auditdata import proposed_policies as proposed
+from tests.fakekube import PODS, PYTORCHJOBS, REPLICASETS, FakeKube
 from webhook.cli import main
-from webhook.core.config import WebhookConfig
-from webhook.core.inventory import NodeInventory
-from webhook.core.policyset import PolicySet
-from webhook.sources.files import policy_files, read_documents
-
-MANUAL_12_4 = {"cuda-major-version": "12", "cuda-minor-version": "4"}
-CONFIG = WebhookConfig()
 
 
 async def cli(*argv: str) -> tuple[int, str]:
+    """The CLI runs its own event loop: in a thread, while the fake serves from this one."""
     out = io.StringIO()
     code = await asyncio.to_thread(main, list(argv), out)
     return code, out.getvalue()
 
 
-def shipped() -> list[dict[str, Any]]:
-    return [doc for file in policy_files(CONFIGMAPS_DIR) for doc in read_documents(file) if doc]
-
-
-def proposed(directory: Path, max_gpus: str = "4") -> Path:
-    """The shipped CRLs with nvidia.com/gpu capped at `max_gpus`: the change under review."""
-    directory.mkdir()
-    for doc in shipped():
-        if doc["data"]["key"] == "nvidia.com/gpu":
-            doc["data"]["max"] = max_gpus
-        (directory / f"{doc['metadata']['name']}.yaml").write_text(yaml.safe_dump(doc))
-    return directory
-
-
 @pytest.fixture
 def cluster(kube: FakeKube) -> FakeKube:
-    """Workloads admitted under the shipped policies (no max), on two CUDA 12.4 nodes:
-    ml/train (Deployment, 3 pods, 8 GPUs), ml/bert (PyTorchJob, 2 workers, 8 GPUs), ml/small
-    (Deployment, 2 pods, 1 GPU), research/old (a pod from before the webhook) and a finished
-    pod."""
-    for doc in shipped():
-        kube.put(doc)
-    nodes = [node("gpu-1", MANUAL_12_4), node("gpu-2", MANUAL_12_4)]
-    for item in nodes:
-        kube.put(item)
-    policies = PolicySet.from_configmaps(shipped())
-    inventory = NodeInventory.from_objects(nodes, CONFIG)
-    made = [
-        *deployment_family(
-            "ml", "train", gpus="8", replicas=3, policies=policies, config=CONFIG,
-            inventory=inventory,
-        ),
-        *pytorchjob_family(
-            "ml", "bert", gpus="8", workers=2, policies=policies, config=CONFIG,
-            inventory=inventory,
-        ),
-        *deployment_family(
-            "ml", "small", gpus="1", replicas=2, policies=policies, config=CONFIG,
-            inventory=inventory,
-        ),
-    ]  # fmt: skip
-    old = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "old", "namespace": "research", "uid": "old-1"},
-        "spec": {
-            "containers": [
-                {
-                    "name": "main",
-                    "image": IMAGE,
-                    "resources": {
-                        "limits": {"nvidia.com/gpu": "2"},
-                        "requests": {"nvidia.com/gpu": "2"},
-                    },
-                }
-            ]
-        },
-        "status": {"phase": "Running"},
-    }
-    done = admitted_pod(
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "done", "namespace": "ml", "uid": "done-1"},
-            "spec": {
-                "containers": [
-                    {"name": "c", "image": IMAGE, "resources": {"limits": {"nvidia.com/gpu": "8"}}}
-                ]
-            },
-        },
-        policies,
-        CONFIG,
-        inventory,
-    )
-    done["status"] = {"phase": "Succeeded"}
-    for obj in [*made, old, done]:
-        kube.put(obj)
+    populate(kube)
     return kube
 
 

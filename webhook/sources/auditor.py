@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 PAGE_PAUSE = 0.2  # seconds between two list pages: ≤ 5 lists/s from one replica
 FIRST_RUN_DELAY = 60.0  # after start-up, once the policies synced; capped by the interval
+READY_POLL = 0.5
 
 
 class Auditor:
@@ -64,6 +65,8 @@ class Auditor:
     async def run(self) -> None:
         # Jitter keeps the replicas of a Deployment from auditing in step.
         await asyncio.sleep(self._first_delay * random.uniform(0.5, 1.0))
+        while not self.store.ready:  # an audit without the policies in force would say nothing
+            await asyncio.sleep(READY_POLL)
         while True:
             await self.run_once()
             await asyncio.sleep(self.interval * random.uniform(0.9, 1.0))
