@@ -4,6 +4,7 @@ policy reports it writes, replaces and removes, and failures that only ever beco
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +34,28 @@ def cluster(kube: FakeKube) -> FakeKube:
     return kube
 
 
-def auditor(
-    kube: FakeKube, tmp_path: Path, policies: PolicySet, **options: Any
-) -> tuple[Auditor, PolicyStore]:
-    store = PolicyStore()
-    store.replace(policies)
-    kubeconfig = str(kube.write_kubeconfig(tmp_path))
-    options.setdefault("page_pause", 0)
-    return Auditor(store, WebhookConfig(), interval=3600, kubeconfig=kubeconfig, **options), store
+Make = Callable[..., tuple[Auditor, PolicyStore]]
+
+
+@pytest.fixture
+async def auditor(cluster: FakeKube, tmp_path: Path) -> AsyncIterator[Make]:
+    """make(policies, **options) -> an Auditor on the fake cluster and its store; each is
+    closed (its client) after the test."""
+    made: list[Auditor] = []
+
+    def make(policies: PolicySet | None, **options: Any) -> tuple[Auditor, PolicyStore]:
+        store = PolicyStore()
+        if policies is not None:
+            store.replace(policies)
+        kubeconfig = str(cluster.write_kubeconfig(tmp_path))
+        options.setdefault("page_pause", 0)
+        audit = Auditor(store, WebhookConfig(), interval=3600, kubeconfig=kubeconfig, **options)
+        made.append(audit)
+        return audit, store
+
+    yield make
+    for audit in made:
+        await audit.close()
 
 
 def reports(kube: FakeKube, resource: str = POLICYREPORTS) -> dict[str, dict[str, Any]]:
@@ -55,9 +70,9 @@ def findings(report: dict[str, Any]) -> list[tuple[str, str, str, str]]:
 
 
 async def test_a_run_writes_one_policy_report_per_namespace_and_its_status(
-    cluster: FakeKube, tmp_path: Path
+    cluster: FakeKube, tmp_path: Path, auditor: Make
 ) -> None:
-    audit, store = auditor(cluster, tmp_path, tightened(tmp_path))
+    audit, store = auditor(tightened(tmp_path))
     assert await audit.run_once() is True
     written = reports(cluster)
     assert sorted(written) == ["ml", "research"]
@@ -84,9 +99,9 @@ async def test_a_run_writes_one_policy_report_per_namespace_and_its_status(
 
 
 async def test_the_next_run_replaces_reports_and_removes_stale_ones(
-    cluster: FakeKube, tmp_path: Path
+    cluster: FakeKube, tmp_path: Path, auditor: Make
 ) -> None:
-    audit, store = auditor(cluster, tmp_path, tightened(tmp_path))
+    audit, store = auditor(tightened(tmp_path))
     await audit.run_once()
     before = reports(cluster)["research"]["metadata"]["resourceVersion"]
     # The policy is relaxed again: nothing in ml is denied any more; research/old still lacks
@@ -103,7 +118,9 @@ async def test_the_next_run_replaces_reports_and_removes_stale_ones(
     assert reports(cluster) == {}
 
 
-async def test_reports_of_others_are_never_touched(cluster: FakeKube, tmp_path: Path) -> None:
+async def test_reports_of_others_are_never_touched(
+    cluster: FakeKube, tmp_path: Path, auditor: Make
+) -> None:
     foreign = {
         "apiVersion": "wgpolicyk8s.io/v1alpha2",
         "kind": "PolicyReport",
@@ -122,7 +139,7 @@ async def test_reports_of_others_are_never_touched(cluster: FakeKube, tmp_path: 
     }
     cluster.put(foreign)
     cluster.put(kyverno)
-    audit, store = auditor(cluster, tmp_path, PolicySet.from_configmaps(shipped_policies()))
+    audit, store = auditor(PolicySet.from_configmaps(shipped_policies()))
     await audit.run_once()
     by_name = {
         (r["metadata"]["namespace"], r["metadata"]["name"]): r
@@ -147,9 +164,9 @@ async def test_reports_of_others_are_never_touched(cluster: FakeKube, tmp_path: 
 
 
 async def test_openreports_format_writes_reports_with_a_source(
-    cluster: FakeKube, tmp_path: Path
+    cluster: FakeKube, tmp_path: Path, auditor: Make
 ) -> None:
-    audit, _ = auditor(cluster, tmp_path, tightened(tmp_path), report_format="openreports")
+    audit, _ = auditor(tightened(tmp_path), report_format="openreports")
     assert await audit.run_once() is True
     written = reports(cluster, OPENREPORTS)
     assert sorted(written) == ["ml", "research"]
@@ -161,10 +178,10 @@ async def test_openreports_format_writes_reports_with_a_source(
 
 
 async def test_a_missing_report_crd_keeps_the_audit_and_says_why(
-    cluster: FakeKube, tmp_path: Path
+    cluster: FakeKube, tmp_path: Path, auditor: Make
 ) -> None:
     cluster.not_installed("wgpolicyk8s.io")
-    audit, store = auditor(cluster, tmp_path, tightened(tmp_path))
+    audit, store = auditor(tightened(tmp_path))
     assert await audit.run_once() is False
     status = store.audit
     assert status is not None
@@ -177,9 +194,9 @@ async def test_a_missing_report_crd_keeps_the_audit_and_says_why(
 
 
 async def test_an_unreadable_cluster_is_a_counted_failure_never_an_exception(
-    cluster: FakeKube, tmp_path: Path
+    cluster: FakeKube, tmp_path: Path, auditor: Make
 ) -> None:
-    audit, store = auditor(cluster, tmp_path, tightened(tmp_path))
+    audit, store = auditor(tightened(tmp_path))
     cluster.fail_resource(PODS, 500, "etcdserver: leader changed")
     assert await audit.run_once() is False
     status = store.audit
@@ -196,21 +213,48 @@ async def test_an_unreadable_cluster_is_a_counted_failure_never_an_exception(
     assert status.to_json()["lastError"] is None
 
 
-async def test_no_audit_before_the_policies_synced(cluster: FakeKube, tmp_path: Path) -> None:
-    store = PolicyStore()
-    kubeconfig = str(cluster.write_kubeconfig(tmp_path))
-    audit = Auditor(store, WebhookConfig(), interval=3600, kubeconfig=kubeconfig)
+async def test_no_audit_before_the_policies_synced(cluster: FakeKube, auditor: Make) -> None:
+    audit, store = auditor(None)
     assert await audit.run_once() is False
     assert store.audit is not None
     assert store.audit.last_error == "skipped: the policies have not synced yet"
     assert cluster.requests == []
 
 
-async def test_pages_are_spaced_by_the_pause(cluster: FakeKube, tmp_path: Path) -> None:
-    audit, _ = auditor(cluster, tmp_path, tightened(tmp_path), page_size=2, page_pause=0.05)
+async def test_pages_are_spaced_by_the_pause(
+    cluster: FakeKube, tmp_path: Path, auditor: Make
+) -> None:
+    audit, _ = auditor(tightened(tmp_path), page_size=2, page_pause=0.05)
     loop_time = asyncio.get_running_loop().time
     started = loop_time()
     await audit.run_once()
     # 9 pods in pages of 2: 4 pauses between 5 pod pages, and some between workload pages.
     assert loop_time() - started >= 4 * 0.05
     assert len(cluster.lists(PODS)) == 5
+
+
+async def test_an_audit_of_one_namespace_reports_on_that_namespace_only(
+    cluster: FakeKube, tmp_path: Path, auditor: Make
+) -> None:
+    whole, _ = auditor(tightened(tmp_path))
+    await whole.run_once()
+    assert sorted(reports(cluster)) == ["ml", "research"]
+    # Relaxed, and audited in research only: ml's report is not this audit's to judge.
+    one, store = auditor(PolicySet.from_configmaps(shipped_policies()), namespace="research")
+    await one.run_once()
+    assert sorted(reports(cluster)) == ["ml", "research"]
+    assert {r.path for r in cluster.lists(PODS)} >= {"/api/v1/namespaces/research/pods"}
+    assert store.audit is not None and store.audit.pods == 1
+
+
+async def test_one_client_serves_every_run_until_a_failure(
+    cluster: FakeKube, tmp_path: Path, auditor: Make
+) -> None:
+    audit, _ = auditor(tightened(tmp_path))
+    await audit.run_once()
+    first = audit._api
+    await audit.run_once()
+    assert audit._api is first is not None
+    cluster.fail_resource(PODS, 500, "etcdserver: leader changed")
+    await audit.run_once()
+    assert audit._api is None

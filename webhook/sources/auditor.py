@@ -49,6 +49,7 @@ class Auditor:
         page_size: int = 500,
         page_pause: float = PAGE_PAUSE,
         first_run_delay: float = FIRST_RUN_DELAY,
+        namespace: str | None = None,
     ) -> None:
         if report_format is not None and report_format not in FORMATS:
             raise ValueError(f"unknown report format {report_format!r}: use {', '.join(FORMATS)}")
@@ -58,18 +59,30 @@ class Auditor:
         self.format = FORMATS[report_format] if report_format else None
         self._kubeconfig = kubeconfig
         self._api_factory = api_factory
-        self.options = AuditOptions(page_size=page_size, page_pause=page_pause)
+        # namespace: audit (and report on) one namespace only; None: the whole cluster.
+        self.options = AuditOptions(namespace=namespace, page_size=page_size, page_pause=page_pause)
         self._first_delay = min(first_run_delay, interval)
         self.status = store.audit = AuditStatus(interval=interval, report_format=report_format)
+        # One client for every run (connections and TLS set up once), dropped after a failure
+        # so the next run starts afresh (rotated credentials, a moved API server).
+        self._api: ApiClient | None = None
 
     async def run(self) -> None:
         # Jitter keeps the replicas of a Deployment from auditing in step.
         await asyncio.sleep(self._first_delay * random.uniform(0.5, 1.0))
         while not self.store.ready:  # an audit without the policies in force would say nothing
             await asyncio.sleep(READY_POLL)
-        while True:
-            await self.run_once()
-            await asyncio.sleep(self.interval * random.uniform(0.9, 1.0))
+        try:
+            while True:
+                await self.run_once()
+                await asyncio.sleep(self.interval * random.uniform(0.9, 1.0))
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        api, self._api = self._api, None
+        if api is not None:
+            await close(api)
 
     async def _connect(self) -> ApiClient:
         if self._api_factory is not None:
@@ -84,9 +97,10 @@ class Auditor:
             log.info("Audit skipped: the policies have not synced yet")
             return False
         status.runs += 1
-        api: ApiClient | None = None
         try:
-            api = await self._connect()
+            if self._api is None:
+                self._api = await self._connect()
+            api = self._api
             run = await run_audit(
                 client_fetch(api, self.options.request_timeout),
                 self.store.current,
@@ -123,12 +137,11 @@ class Auditor:
         except asyncio.CancelledError:
             raise
         except AuditError as exc:
+            await self.close()
             return self._failed(str(exc))
         except Exception as exc:  # the client's network errors, timeouts, a bug: never fatal
+            await self.close()
             return self._failed(f"{type(exc).__name__}: {exc}")
-        finally:
-            if api is not None:
-                await close(api)
         return not status.report_errors
 
     async def _publish(self, api: ApiClient, result: AuditResult) -> None:
@@ -137,7 +150,9 @@ class Auditor:
         status = self.status
         reports = build_reports(result, self.format, int(time.time()))
         try:
-            published = await publish(sender(api), self.format, reports)
+            published = await publish(
+                sender(api), self.format, reports, namespace=self.options.namespace
+            )
         except ReportsUnavailable as exc:
             status.report_errors = [str(exc)]
         else:

@@ -32,15 +32,18 @@ class Published:
     errors: list[str] = field(default_factory=list)  # one line per namespace that failed
 
 
-async def _owned(send: Send, fmt: ReportFormat, page_size: int) -> dict[str, str]:
-    """{namespace: resourceVersion} of the reports this webhook owns."""
+async def _owned(
+    send: Send, fmt: ReportFormat, page_size: int, namespace: str | None
+) -> dict[str, str]:
+    """{namespace: resourceVersion} of the reports this webhook owns (in `namespace` only, when
+    the audit covers one namespace)."""
     owned: dict[str, str] = {}
     token: str | None = None
     while True:
         query: list[tuple[str, Any]] = [("labelSelector", SELECTOR), ("limit", page_size)]
         if token:
             query.append(("continue", token))
-        status, body = await send("GET", fmt.collection(), query, None)
+        status, body = await send("GET", fmt.collection(namespace), query, None)
         if status in (403, 404):
             exc = api_error(status, None, body)
             if status == 404:
@@ -68,40 +71,41 @@ async def publish(
     reports: Mapping[str, Mapping[str, Any]],
     *,
     page_size: int = 500,
+    namespace: str | None = None,
 ) -> Published:
     """Make the cluster's owned reports exactly `reports` ({namespace: body}).
 
     `send(method, path, query, body)` -> (status, body). Raises ReportsUnavailable when
-    reports cannot be listed at all; per-namespace failures are in `Published.errors`."""
-    owned = await _owned(send, fmt, page_size)
+    reports cannot be listed at all; per-namespace failures are in `Published.errors`. With
+    `namespace`, only that namespace's report is kept up to date (an audit of one namespace
+    says nothing about the others)."""
+    owned = await _owned(send, fmt, page_size, namespace)
     done = Published()
-    for namespace, report in reports.items():
+    for ns, report in reports.items():
         try:
-            if namespace in owned:
+            if ns in owned:
                 body = {**report, "metadata": {**report["metadata"]}}
-                body["metadata"]["resourceVersion"] = owned[namespace]
-                path = f"{fmt.collection(namespace)}/{REPORT_NAME}"
+                body["metadata"]["resourceVersion"] = owned[ns]
+                path = f"{fmt.collection(ns)}/{REPORT_NAME}"
                 checked(*await send("PUT", path, (), body))
             else:
-                checked(*await send("POST", fmt.collection(namespace), (), report))
+                checked(*await send("POST", fmt.collection(ns), (), report))
             done.written += 1
         except ApiError as exc:
-            if exc.status == 409 and namespace not in owned:
+            if exc.status == 409 and ns not in owned:
                 message = (
                     f"a {fmt.kind} named {REPORT_NAME} that this webhook does not own "
                     f"(no {SELECTOR} label) is in the way: {exc}"
                 )
             else:
                 message = f"{exc}"
-            done.errors.append(f"cannot write the {fmt.kind} of namespace {namespace}: {message}")
-    for namespace in sorted(set(owned) - set(reports)):
-        path = f"{fmt.collection(namespace)}/{REPORT_NAME}"
+            done.errors.append(f"cannot write the {fmt.kind} of namespace {ns}: {message}")
+    for ns in sorted(set(owned) - set(reports)):
+        path = f"{fmt.collection(ns)}/{REPORT_NAME}"
         status, answer = await send("DELETE", path, (), None)
         if 200 <= status < 300:
             done.deleted += 1
         elif status != 404:  # already gone: what we wanted
             error = api_error(status, None, answer)
-            done.errors.append(
-                f"cannot delete the stale {fmt.kind} of namespace {namespace}: {error}"
-            )
+            done.errors.append(f"cannot delete the stale {fmt.kind} of namespace {ns}: {error}")
     return done
