@@ -54,6 +54,7 @@ PODS, DEPLOYMENTS, REPLICASETS, JOBS = "pods", "deployments", "replicasets", "jo
 STATEFULSETS, DAEMONSETS, CRONJOBS = "statefulsets", "daemonsets", "cronjobs"
 PYTORCHJOBS = "pytorchjobs"
 POLICYREPORTS, OPENREPORTS = "policyreports", "reports"
+LEASES = "leases"  # the lease the server's audit takes, so one replica audits at a time
 _PARTIAL = "as=PartialObjectMetadata;"
 _PARTIAL_LIST = "as=PartialObjectMetadataList;"
 
@@ -85,6 +86,7 @@ RESOURCES = {
     PYTORCHJOBS: _Resource("PyTorchJob", "kubeflow.org/v1", True),
     POLICYREPORTS: _Resource("PolicyReport", "wgpolicyk8s.io/v1alpha2", True),
     OPENREPORTS: _Resource("Report", "openreports.io/v1alpha1", True),
+    LEASES: _Resource("Lease", "coordination.k8s.io/v1", True),
 }
 _BY_KIND = {resource.kind: name for name, resource in RESOURCES.items()}
 

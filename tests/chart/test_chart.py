@@ -252,6 +252,8 @@ def test_container_args_are_the_serve_contract_pointing_at_mounted_files(render:
         "3600",
         "--audit-reports",
         "wgpolicyk8s",
+        "--audit-lease",
+        f"{NAMESPACE}/{FULLNAME}-audit",
     ]
     pod = one(objects, "Deployment")["spec"]["template"]["spec"]
     volumes = {v["name"]: v for v in pod["volumes"]}

@@ -38,7 +38,8 @@ CRDS = {
 
 def args_of(objects: list[dict[str, Any]]) -> dict[str, str]:
     args: list[str] = container(objects)["args"]
-    return {flag: args[args.index(flag) + 1] for flag in ("--audit-interval", "--audit-reports")}
+    flags = ("--audit-interval", "--audit-reports", "--audit-lease")
+    return {flag: args[args.index(flag) + 1] for flag in flags}
 
 
 def operator_rules(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -55,7 +56,11 @@ def test_default_install_audits_hourly_lists_what_it_checks_and_writes_policy_re
     render: Render,
 ) -> None:
     objects = render()
-    assert args_of(objects) == {"--audit-interval": "3600", "--audit-reports": "wgpolicyk8s"}
+    assert args_of(objects) == {
+        "--audit-interval": "3600",
+        "--audit-reports": "wgpolicyk8s",
+        "--audit-lease": f"{NAMESPACE}/{AUDIT_ROLE}",
+    }
     role = one(objects, "ClusterRole", AUDIT_ROLE)
     reports = {"apiGroups": ["wgpolicyk8s.io"], "resources": ["policyreports"], "verbs": WRITE}
     assert role["rules"] == [*BUILTIN_RULES, *operator_rules(objects), reports]
@@ -67,6 +72,26 @@ def test_default_install_audits_hourly_lists_what_it_checks_and_writes_policy_re
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}
     ]
+
+
+def test_replicas_share_one_lease_they_may_create_read_and_renew_only(render: Render) -> None:
+    objects = render()
+    role = one(objects, "Role", AUDIT_ROLE)
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": [AUDIT_ROLE],
+            "verbs": ["get", "update"],
+        },
+    ]
+    binding = one(objects, "RoleBinding", AUDIT_ROLE)
+    assert (binding["metadata"]["namespace"], binding["roleRef"]["name"]) == (
+        NAMESPACE,
+        AUDIT_ROLE,
+    )
 
 
 def test_the_audit_lists_every_kind_of_the_webhooks_registry(render: Render) -> None:
@@ -105,8 +130,8 @@ def test_the_report_format_switches_its_write_permission(
 def test_audit_off_removes_its_role_and_passes_interval_zero(render: Render) -> None:
     objects = render({"audit": {"enabled": False, "intervalSeconds": 600}})
     assert args_of(objects)["--audit-interval"] == "0"
-    assert find(objects, "ClusterRole", AUDIT_ROLE) == []
-    assert find(objects, "ClusterRoleBinding", AUDIT_ROLE) == []
+    for kind in ("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"):
+        assert find(objects, kind, AUDIT_ROLE) == []
 
 
 @pytest.mark.parametrize(

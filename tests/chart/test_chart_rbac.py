@@ -47,7 +47,7 @@ def test_default_install_reads_nodes_and_dra_claims_cluster_wide_and_nothing_els
         {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": NAMESPACE}
     ]
     # The namespaced Role stays what it was: ConfigMaps in kube-public.
-    assert one(objects, "Role")["rules"] == [
+    assert one(objects, "Role", FULLNAME)["rules"] == [
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": READ}
     ]
     config = rendered_config(objects)

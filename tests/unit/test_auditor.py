@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes.aio.client import ApiClient
 
 from tests.auditdata import populate, proposed_policies, shipped_policies
-from tests.fakekube import OPENREPORTS, PODS, POLICYREPORTS, FakeKube
+from tests.fakekube import LEASES, OPENREPORTS, PODS, POLICYREPORTS, FakeKube
 from webhook.core.config import WebhookConfig
 from webhook.core.policyset import PolicySet
 from webhook.sources.auditor import Auditor
 from webhook.sources.files import policy_files, read_documents
+from webhook.sources.kubeapi import close, load_configuration, sender
+from webhook.sources.lease import AuditLease
 from webhook.sources.store import PolicyStore
 
 LABEL = {"app.kubernetes.io/managed-by": "gpu-admission-webhook"}
@@ -258,3 +262,65 @@ async def test_one_client_serves_every_run_until_a_failure(
     cluster.fail_resource(PODS, 500, "etcdserver: leader changed")
     await audit.run_once()
     assert audit._api is None
+
+
+async def test_with_a_lease_one_replica_audits_and_the_other_waits(
+    cluster: FakeKube, tmp_path: Path, auditor: Make
+) -> None:
+    policies = tightened(tmp_path)
+    first, first_store = auditor(policies, lease=AuditLease("gpu", "gaw-audit", "replica-a", 3600))
+    second, second_store = auditor(
+        policies, lease=AuditLease("gpu", "gaw-audit", "replica-b", 3600)
+    )
+    assert await first.run_once() is True
+    cluster.requests.clear()
+    assert await second.run_once() is True
+    # The second replica read the lease and stopped there: no list, no report.
+    assert [(r.method, r.path) for r in cluster.requests] == [
+        ("GET", "/apis/coordination.k8s.io/v1/namespaces/gpu/leases/gaw-audit")
+    ]
+    assert second_store.audit is not None and first_store.audit is not None
+    assert (second_store.audit.runs, second_store.audit.skipped_runs) == (0, 1)
+    assert second_store.audit.lease_holder == "replica-a"
+    # The holder keeps it by auditing again.
+    assert await first.run_once() is True
+    assert (first_store.audit.runs, first_store.audit.lease_holder) == (2, "replica-a")
+    (lease,) = cluster.objects(LEASES)
+    assert lease["spec"]["holderIdentity"] == "replica-a"
+    assert lease["spec"]["leaseDurationSeconds"] == 5400
+    assert lease["spec"]["leaseTransitions"] == 0
+
+
+async def test_an_expired_lease_is_taken_over(cluster: FakeKube, tmp_path: Path) -> None:
+    api = ApiClient(await load_configuration(str(cluster.write_kubeconfig(tmp_path))))
+    try:
+        send = sender(api)
+        a = AuditLease("gpu", "gaw-audit", "replica-a", 60)
+        b = AuditLease("gpu", "gaw-audit", "replica-b", 60)
+        start = datetime(2026, 1, 1, tzinfo=UTC)
+        assert (await a.acquire(send, start)).audit
+        # Within 1.5 intervals (90 s) of the holder's last audit, the other replica waits...
+        verdict = await b.acquire(send, start + timedelta(seconds=89))
+        assert (verdict.audit, verdict.holder) == (False, "replica-a")
+        assert verdict.reason == "replica replica-a holds the audit lease"
+        # ...after that the holder is gone (a rollout, a lost node) and it takes over.
+        assert (await b.acquire(send, start + timedelta(seconds=91))).audit
+        (lease,) = cluster.objects(LEASES)
+        assert lease["spec"]["holderIdentity"] == "replica-b"
+        assert lease["spec"]["leaseTransitions"] == 1
+        assert lease["spec"]["renewTime"] == "2026-01-01T00:01:31.000000Z"
+        assert not (await a.acquire(send, start + timedelta(seconds=100))).audit
+    finally:
+        await close(api)
+
+
+async def test_a_lease_the_credentials_may_not_use_does_not_stop_the_audit(
+    cluster: FakeKube, tmp_path: Path, auditor: Make
+) -> None:
+    cluster.forbid(LEASES, 'leases.coordination.k8s.io "gaw-audit" is forbidden')
+    audit, store = auditor(
+        tightened(tmp_path), lease=AuditLease("gpu", "gaw-audit", "replica-a", 3600)
+    )
+    assert await audit.run_once() is True
+    assert store.audit is not None and store.audit.runs == 1
+    assert sorted(reports(cluster)) == ["ml", "research"]

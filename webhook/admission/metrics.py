@@ -140,6 +140,11 @@ def _audit_metrics(audit: AuditStatus) -> Iterable[Metric]:
     yield findings
     yield CounterMetricFamily("gpu_webhook_audit_runs", "Audits started.", value=audit.runs)
     yield CounterMetricFamily(
+        "gpu_webhook_audit_skipped_runs",
+        "Audits left to the replica holding the audit lease.",
+        value=audit.skipped_runs,
+    )
+    yield CounterMetricFamily(
         "gpu_webhook_audit_failures",
         "Audits that could not list the cluster (see the logs and /audit).",
         value=audit.failures,

@@ -7,6 +7,7 @@ import asyncio
 import functools
 import logging
 import os
+import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -95,6 +96,18 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "openreports.io/v1alpha1 Report, or none (metrics and /audit only; default: "
         "%(default)s)",
     )
+    parser.add_argument(
+        "--audit-lease",
+        metavar="NAMESPACE/NAME",
+        help="with several replicas: the coordination.k8s.io Lease the one that audits holds "
+        "(default: none, every replica audits)",
+    )
+    parser.add_argument(
+        "--audit-identity",
+        default=socket.gethostname(),
+        metavar="NAME",
+        help="this replica's name in the audit lease (default: the host name, a pod's name)",
+    )
     parser.add_argument("--config", metavar="FILE", help="webhook config YAML")
     parser.add_argument("--log-format", choices=("json", "text"), default="json")
     parser.add_argument(
@@ -159,13 +172,21 @@ def _audit_tasks(
     if not args.audit_interval:
         return []
     from webhook.sources.auditor import Auditor  # noqa: PLC0415 - kubernetes client: ~13 MiB
+    from webhook.sources.lease import AuditLease  # noqa: PLC0415
 
+    lease = None
+    if args.audit_lease:
+        namespace, _, name = args.audit_lease.partition("/")
+        if not namespace or not name:
+            raise ValueError(f"--audit-lease {args.audit_lease!r}: use NAMESPACE/NAME")
+        lease = AuditLease(namespace, name, args.audit_identity, args.audit_interval)
     auditor = Auditor(
         store,
         config,
         interval=args.audit_interval,
         report_format=None if args.audit_reports == "none" else args.audit_reports,
         kubeconfig=args.kubeconfig,
+        lease=lease,
     )
     return [auditor.run]
 

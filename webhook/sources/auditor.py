@@ -24,6 +24,7 @@ from webhook.core.config import WebhookConfig
 from webhook.core.reports import FORMATS, build_reports, finding_counts
 from webhook.sources.audit import AuditError, AuditOptions, client_fetch, run_audit
 from webhook.sources.kubeapi import close, load_configuration, sender
+from webhook.sources.lease import AuditLease
 from webhook.sources.reports import ReportsUnavailable, publish
 from webhook.sources.store import AuditStatus, PolicyStore
 
@@ -50,6 +51,7 @@ class Auditor:
         page_pause: float = PAGE_PAUSE,
         first_run_delay: float = FIRST_RUN_DELAY,
         namespace: str | None = None,
+        lease: AuditLease | None = None,
     ) -> None:
         if report_format is not None and report_format not in FORMATS:
             raise ValueError(f"unknown report format {report_format!r}: use {', '.join(FORMATS)}")
@@ -66,6 +68,9 @@ class Auditor:
         # One client for every run (connections and TLS set up once), dropped after a failure
         # so the next run starts afresh (rotated credentials, a moved API server).
         self._api: ApiClient | None = None
+        # With several replicas, the one holding the lease audits (None: always audit).
+        self.lease = lease
+        self._lease_problem: str | None = None
 
     async def run(self) -> None:
         # Jitter keeps the replicas of a Deployment from auditing in step.
@@ -96,11 +101,13 @@ class Auditor:
             status.last_error = "skipped: the policies have not synced yet"
             log.info("Audit skipped: the policies have not synced yet")
             return False
-        status.runs += 1
         try:
             if self._api is None:
                 self._api = await self._connect()
             api = self._api
+            if self.lease is not None and not await self._take_lease(api):
+                return True
+            status.runs += 1
             run = await run_audit(
                 client_fetch(api, self.options.request_timeout),
                 self.store.current,
@@ -143,6 +150,20 @@ class Auditor:
             await self.close()
             return self._failed(f"{type(exc).__name__}: {exc}")
         return not status.report_errors
+
+    async def _take_lease(self, api: ApiClient) -> bool:
+        """Whether this replica audits now (it holds the lease, or the lease is unusable)."""
+        assert self.lease is not None
+        verdict = await self.lease.acquire(sender(api))
+        self.status.lease_holder = verdict.holder
+        if not verdict.audit:
+            self.status.skipped_runs += 1
+            log.info("Audit skipped: %s", verdict.reason)
+            return False
+        if verdict.reason != self._lease_problem and verdict.reason:
+            log.warning("Audit: %s", verdict.reason)  # once per distinct problem
+        self._lease_problem = verdict.reason or None
+        return True
 
     async def _publish(self, api: ApiClient, result: AuditResult) -> None:
         """Replace the reports; a report failure leaves the audit's own figures standing."""

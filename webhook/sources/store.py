@@ -62,6 +62,8 @@ class AuditStatus:
     report_format: str | None = None  # None: reports are not written
     runs: int = 0
     failures: int = 0
+    skipped_runs: int = 0  # another replica held the audit lease
+    lease_holder: str | None = None
     last_success_unix: float | None = None
     last_duration: float | None = None
     last_error: str | None = None  # the last run's failure (None once a run succeeds)
@@ -82,6 +84,8 @@ class AuditStatus:
             "reports": self.report_format or "off",
             "runs": self.runs,
             "failures": self.failures,
+            "skippedRuns": self.skipped_runs,
+            "leaseHolder": self.lease_holder,
             "lastSuccessUnix": self.last_success_unix,
             "lastDurationSeconds": self.last_duration,
             "lastError": self.last_error,
