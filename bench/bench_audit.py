@@ -41,6 +41,7 @@ from webhook.core.config import WebhookConfig  # noqa: E402
 from webhook.core.evaluate import evaluate  # noqa: E402
 from webhook.core.inventory import NodeInventory  # noqa: E402
 from webhook.core.policyset import PolicySet  # noqa: E402
+from webhook.sources.auditor import PAGE_PAUSE, PAGE_SIZE  # noqa: E402
 
 IMAGE = "nvcr.io/nvidia/pytorch:24.05-py3"
 MANUAL_12_4 = {"cuda-major-version": "12", "cuda-minor-version": "4"}
@@ -311,7 +312,9 @@ def run_cli(kubeconfig: Path, folder: Path) -> dict[str, Any]:
     }
 
 
-async def run_server_audit(kubeconfig: Path, folder: Path, page_pause: float) -> dict[str, Any]:
+async def run_server_audit(
+    kubeconfig: Path, folder: Path, page_size: int, page_pause: float
+) -> dict[str, Any]:
     from webhook.sources.auditor import Auditor
     from webhook.sources.files import policy_files, read_documents
     from webhook.sources.store import PolicyStore
@@ -323,7 +326,12 @@ async def run_server_audit(kubeconfig: Path, folder: Path, page_pause: float) ->
         )
     )
     auditor = Auditor(
-        store, WebhookConfig(), interval=3600, kubeconfig=str(kubeconfig), page_pause=page_pause
+        store,
+        WebhookConfig(),
+        interval=3600,
+        kubeconfig=str(kubeconfig),
+        page_size=page_size,
+        page_pause=page_pause,
     )
     gc.collect()
     before = rss_kib()
@@ -344,6 +352,7 @@ async def run_server_audit(kubeconfig: Path, folder: Path, page_pause: float) ->
     started = time.perf_counter()
     ok = await auditor.run_once()
     seconds = time.perf_counter() - started
+    await auditor.close()
     done.set()
     await watcher
     gc.collect()
@@ -352,6 +361,7 @@ async def run_server_audit(kubeconfig: Path, folder: Path, page_pause: float) ->
     assert status is not None
     return {
         "ok": ok,
+        "page_size": page_size,
         "page_pause_s": page_pause,
         "seconds": round(seconds, 2),
         "rss_before_mib": round(before / 1024, 1),
@@ -401,8 +411,9 @@ def main() -> int:
             commands.put("count")
             ready.get(timeout=60)
             server_runs = []
-            for pause in (0.0, 0.2):
-                result = asyncio.run(run_server_audit(path, folder, pause))
+            # The server's defaults (pages of 100, 0.1 s apart), then pages of 500 back to back.
+            for size, pause in ((PAGE_SIZE, PAGE_PAUSE), (500, 0.0)):
+                result = asyncio.run(run_server_audit(path, folder, size, pause))
                 commands.put("count")
                 result["api_requests"] = ready.get(timeout=60)
                 server_runs.append(result)
@@ -423,7 +434,8 @@ def main() -> int:
     )
     for run in server_runs:
         print(
-            f"server (page pause {run['page_pause_s']} s): {run['seconds']} s, RSS growth peak "
+            f"server (pages of {run['page_size']}, {run['page_pause_s']} s apart): "
+            f"{run['seconds']} s, RSS growth peak "
             f"{run['rss_peak_growth_mib']} MiB / after {run['rss_after_growth_mib']} MiB "
             f"(from {run['rss_before_mib']} MiB), event loop held at most "
             f"{run['max_event_loop_lag_ms']} ms, {run['denied_owners']} owners denied, "
