@@ -102,7 +102,8 @@ def print_text(result: AuditResult, run_line: str, out: TextIO) -> None:
 
 
 def print_summary(result: AuditResult, out: TextIO) -> None:
-    for finding in result.findings:
+    """One line per owner: those that would be denied first, then those that would change."""
+    for finding in [*result.denied, *(f for f in result.changed if not f.denied)]:
         verdict = "DENIED" if finding.denied else "CHANGES"
         count = len(finding.denied) if finding.denied else len(finding.changes)
         what = "violation(s)" if finding.denied else "change(s)"

@@ -73,7 +73,7 @@ def _where(problem: Problem) -> str:
 
 
 def _message(problems: Iterable[Problem]) -> str:
-    return _cut(" ".join(f"{p.message}{_where(p)}" for p in problems))
+    return _cut("; ".join(f"{p.message}{_where(p)}" for p in problems))
 
 
 def _resource(finding: Finding) -> dict[str, str]:
