@@ -14,7 +14,8 @@ Figures:
   warmed up first): duration of one audit with the server's page pause and with none, RSS
   growth at its peak (sampled every 10 ms) and after it, the longest the event loop was kept
   from running a 5 ms ticker (what an admission review waiting on the same loop would wait),
-  and the API requests, reports written included.
+  and the API requests, reports written included. As in `gpu-webhook serve`, the objects of
+  start-up are frozen out of the garbage collector first (--no-gc-freeze: not).
 """
 
 from __future__ import annotations
@@ -400,6 +401,12 @@ def main() -> int:
     parser.add_argument("--owners", type=int, default=500)
     parser.add_argument("--pods-per-owner", type=int, default=20)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--no-gc-freeze",
+        action="store_true",
+        help="skip the gc.freeze() that `gpu-webhook serve` does after start-up, to see what "
+        "the collector's full passes add to the event-loop figure",
+    )
     args = parser.parse_args()
     context = multiprocessing.get_context("spawn")
     ready, commands = context.Queue(), context.Queue()
@@ -417,6 +424,9 @@ def main() -> int:
             commands.put("count")
             cli["api_requests"] = ready.get(timeout=60)
             asyncio.run(warm_up(path, folder))
+            if not args.no_gc_freeze:  # as `gpu-webhook serve` does once started
+                gc.collect()
+                gc.freeze()
             commands.put("count")
             ready.get(timeout=60)
             server_runs = []
