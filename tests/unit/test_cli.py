@@ -334,6 +334,56 @@ def test_console_script_bad_file_has_no_traceback(tmp_path: Path) -> None:
     assert proc.stderr.startswith(f"gpu-webhook review: {bad} is not valid YAML: ")
 
 
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        # Kubernetes rejects these (issue 18): the webhook would write them into every pod.
+        ("Pi", "no digit before 'Pi'"),
+        ("e-10", "no digit before 'e-10'"),
+        ("+Pi", "no digit before 'Pi'"),
+    ],
+)
+def test_console_script_lint_rejects_a_default_kubernetes_cannot_parse(
+    tmp_path: Path, value: str, why: str
+) -> None:
+    path = tmp_path / "cf-crl-gpu-manager-vcuda-core.yaml"
+    path.write_text(
+        "apiVersion: v1\n"
+        "kind: ConfigMap\n"
+        "metadata:\n"
+        "  name: cf-crl-gpu-manager-vcuda-core\n"
+        "  namespace: kube-public\n"
+        "  labels:\n"
+        "    features.alauda.io/type: CustomResourceLimitation\n"
+        "    features.alauda.io/group: gpu-manager\n"
+        '    features.alauda.io/enabled: "true"\n'
+        "data:\n"
+        "  key: tencent.com/vcuda-core\n"
+        "  group: gpu-manager\n"
+        "  dataType: integer\n"
+        "  limits: optional\n"
+        "  requests: disabled\n"
+        f'  defaultValue: "{value}"\n',
+        encoding="utf-8",
+    )
+    proc = subprocess.run(
+        [_script(), "lint", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "PYTHONIOENCODING": "utf-8"},
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr == ""
+    assert proc.stdout == (
+        f"ERROR {path}: kube-public/cf-crl-gpu-manager-vcuda-core\n"
+        f"  error: data.defaultValue: {value!r} is not a Kubernetes quantity: {why} (expected a "
+        "number with an optional suffix such as 1, 100, 1k, 500m, 1e3 or 2Gi)\n"
+        "\n1 ConfigMap(s), 1 error(s)\n"
+    )
+
+
 # --- skipped documents, quoting, summary, version -------------------------------------------------
 
 
