@@ -31,6 +31,7 @@ from webhook.core.rules.cuda import (
     image_repository,
 )
 from webhook.core.rules.terms import range_terms
+from webhook.core.wording import after, fit
 
 V = CudaVersion
 MAJOR, MINOR = "cuda-major-version", "cuda-minor-version"
@@ -580,15 +581,51 @@ def test_unknown_version_warns_and_injects_nothing() -> None:
     assert decision.warnings == (UNKNOWN,)
 
 
-def test_unknown_version_warning_names_a_long_image_within_120_characters() -> None:
-    image = "registry.example.com/team/very-long-repository-name-for-serving:2024.06.01-build7"
+# Issue 17 item 6: a warning that must be shortened keeps the image reference whole and
+# shortens its fixed words; the shortest wording still says what fixes it (SPEC §4).
+TGI = (
+    "us-docker.pkg.dev/deeplearning-platform-release/gcr.io/"
+    "huggingface-text-generation-inference-cu124.2-3.ubuntu2204.py311"
+)
+
+
+@pytest.mark.parametrize(
+    ("image", "warning"),
+    [
+        # Fits in the longest wording.
+        (
+            "busybox:1.36",
+            "CUDA version of busybox:1.36 unknown, no affinity: set "
+            "features.alauda.io/cuda-version or imageCudaTable",
+        ),
+        # Too long for it: "no affinity" goes first.
+        (
+            "nvcr.io/nvidia/tritonserver:24.05-py3",
+            "CUDA version of nvcr.io/nvidia/tritonserver:24.05-py3 unknown: set "
+            "features.alauda.io/cuda-version or imageCudaTable",
+        ),
+        # Then "version" and "or imageCudaTable"; the annotation to set stays.
+        (
+            "ghcr.io/huggingface/text-generation-inference:2.4.0",
+            "CUDA of ghcr.io/huggingface/text-generation-inference:2.4.0 unknown: set "
+            "features.alauda.io/cuda-version",
+        ),
+        # The image alone takes 119 characters: the shortest wording, whole, 172 characters.
+        (TGI, f"CUDA of {TGI} unknown: set features.alauda.io/cuda-version"),
+    ],
+)
+def test_unknown_version_warning_keeps_the_image_whole(image: str, warning: str) -> None:
     decision = run(gpu_pod(image))
-    (warning,) = decision.warnings
-    assert len(warning) <= 120
-    assert warning == (
-        "CUDA version of very-long-repository-name-f… unknown, no affinity: "
-        "set features.alauda.io/cuda-version or imageCudaTable"
-    )
+    assert decision.warnings == (warning,)
+    assert decision.patch == []
+
+
+def test_a_warning_passes_120_characters_only_because_of_the_image() -> None:
+    image = "registry.example.com/team/very-long-repository-name-for-serving:2024.06.01-build7"
+    (warning,) = run(gpu_pod(image)).warnings
+    assert warning == f"CUDA of {image} unknown: set features.alauda.io/cuda-version"
+    assert len(warning) == 134
+    assert len(warning) - len(image) == 53  # the fixed words, at their shortest
 
 
 def test_bad_annotation_is_reported_and_image_used() -> None:
@@ -629,8 +666,14 @@ def test_implausible_env_version_is_ignored_with_a_warning() -> None:
 def test_image_guess_below_7_is_ignored_with_a_warning() -> None:
     detection = detect({"image": "example.com/app:1.0-cuda-6.5-devel"}, WebhookConfig())
     assert detection.requirement is None
-    assert detection.warnings == (
-        "CUDA 6.5 read from image app:1.0-cuda-6.5-devel is implausible; ignored",
+    (warning,) = detection.warnings
+    assert fit(warning) == (
+        "CUDA 6.5 read from image example.com/app:1.0-cuda-6.5-devel is implausible; ignored"
+    )
+    # Behind a long container name the image stays whole and the fixed words get shorter.
+    assert fit(after(f'container "{"c" * 40}": ', warning)) == (
+        f'container "{"c" * 40}": image example.com/app:1.0-cuda-6.5-devel: implausible '
+        "CUDA 6.5 ignored"
     )
 
 

@@ -270,8 +270,8 @@ def test_tgi_dtype_env_rule() -> None:
     assert node_terms(apply(decision)) == as_terms([[expr(CMAJ, "Gt", 7)]])
     # the CUDA version is unknown (warned), the compute capability still placed
     assert decision.warnings == (
-        "CUDA version of text-generation-inference:2… unknown, no affinity: set "
-        "features.alauda.io/cuda-version or imageCudaTable",
+        "CUDA of ghcr.io/huggingface/text-generation-inference:2.4.0 unknown: set "
+        "features.alauda.io/cuda-version",
     )
 
 

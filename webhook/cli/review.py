@@ -13,14 +13,16 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import yaml
 
-from webhook.cli.exits import EXIT_DENIED, EXIT_OK, CommandError
+from webhook.cli.exits import EXIT_DENIED, EXIT_OK, EXIT_USAGE, CommandError
 from webhook.cli.inputs import (
     Context,
+    Manifests,
     claim_index,
     inventory_line,
     is_claim_object,
     load_claim_objects,
     load_nodes,
+    read_manifests,
 )
 from webhook.cli.quoting import unquoted_values
 from webhook.core.claims import ClaimIndex
@@ -143,7 +145,7 @@ def review_document(
     )
 
 
-def _print_text(results: Sequence[DocumentResult], out: TextIO) -> None:
+def _print_text(results: Sequence[DocumentResult], out: TextIO, unreadable: int = 0) -> None:
     for result in results:
         where = f"{result.file}, document {result.index}"
         reason = f" ({result.reason})" if result.reason else ""
@@ -163,9 +165,10 @@ def _print_text(results: Sequence[DocumentResult], out: TextIO) -> None:
             out.write("".join(f"  {line}\n" for line in text.splitlines()))
     denied = sum(r.verdict == "denied" for r in results)
     changed = sum(bool(r.changes) for r in results)
+    files = f"; {unreadable} file(s) not readable, listed on stderr" if unreadable else ""
     out.write(
         f"\n{len(results)} document(s): {denied} denied, {changed} with changes, "
-        f"{sum(r.verdict == 'skipped' for r in results)} skipped\n"
+        f"{sum(r.verdict == 'skipped' for r in results)} skipped{files}\n"
     )
 
 
@@ -268,11 +271,10 @@ def cmd_review(args: argparse.Namespace, out: TextIO) -> int:
     for note in cluster.notes if cluster is not None else ():
         sys.stderr.write(f"gpu-webhook review: note: {note}\n")
     if args.file == "-":
-        sources = [("<stdin>", parse_documents(sys.stdin.read(), "<stdin>"))]
+        manifests = Manifests([("<stdin>", parse_documents(sys.stdin.read(), "<stdin>"))])
     else:
-        path = Path(args.file)
-        files = policy_files(path) if path.is_dir() else [path]
-        sources = [(str(file), read_documents(file)) for file in files]
+        manifests = read_manifests(Path(args.file))
+    sources = manifests.sources
     context = _context(args, config, cluster, sources)
     results = [
         review_document(
@@ -285,7 +287,7 @@ def cmd_review(args: argparse.Namespace, out: TextIO) -> int:
     if args.output == "text":
         # What the answers depend on besides the manifest, before them.
         out.writelines(f"{line}\n" for line in header)
-        _print_text(results, out)
+        _print_text(results, out, len(manifests.unreadable))
     else:
         # Machine formats keep their shape (a list of results; one line per document): the
         # same lines go to stderr.
@@ -297,4 +299,8 @@ def cmd_review(args: argparse.Namespace, out: TextIO) -> int:
             out.write(_dump_yaml([r.to_json() for r in results]))
         else:
             _print_summary(results, out)
+    # Each unreadable file of a directory on one line, after the others' results; exit 2.
+    sys.stderr.writelines(f"gpu-webhook review: {line}\n" for line in manifests.unreadable)
+    if manifests.unreadable:
+        return EXIT_USAGE
     return EXIT_DENIED if any(r.verdict == "denied" for r in results) else EXIT_OK

@@ -10,9 +10,9 @@ from functools import cached_property
 from typing import Any
 
 from webhook.core.patches import Draft, diff
+from webhook.core.wording import NOTE_LIMIT, Message
 from webhook.core.workloads import ContainerRef, PodSpecRef
 
-NOTE_LIMIT = 120
 # A denial lists every violation up to this many, then says how many more (SPEC §7): 5,000
 # broken containers must not make a 1 MB message that no one reads and that logs truncate.
 MAX_LISTED_VIOLATIONS = 20
@@ -134,8 +134,9 @@ class PodState:
     pod: PodSpecRef
     draft: Draft
     violations: list[Violation] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
+    # Fitted to 120 characters when the pod's role is put in front (evaluate.py).
+    notes: list[Message] = field(default_factory=list)
+    warnings: list[Message] = field(default_factory=list)
     kinds: list[str] = field(default_factory=list)
 
     def container_path(self, c: ContainerRef) -> tuple[str | int, ...]:
@@ -143,6 +144,6 @@ class PodState:
             return (*self.pod.spec_path, c.list_name)
         return (*self.pod.spec_path, c.list_name, c.index)
 
-    def note(self, kind: str, text: str) -> None:
+    def note(self, kind: str, text: Message) -> None:
         self.kinds.append(kind)
-        self.notes.append(short(text))
+        self.notes.append(text)

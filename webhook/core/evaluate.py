@@ -17,7 +17,6 @@ from webhook.core.crl import (
     parse_configmap,
 )
 from webhook.core.decision import (
-    NOTE_LIMIT,
     Decision,
     PodState,
     Violation,
@@ -42,6 +41,7 @@ from webhook.core.rules.resources import (
     value_checks,
 )
 from webhook.core.updates import allowed_untouched, may_mutate_template
+from webhook.core.wording import Message, after, fit
 from webhook.core.workloads import (
     ContainerRef,
     find_pod_specs,
@@ -137,7 +137,7 @@ def _resources(
 def _env(state: PodState, c: ContainerRef, keys: set[str], config: WebhookConfig) -> None:
     additions, warnings = env_fixes(c.container, keys, config.env_fixes)
     where = container_label(c)
-    state.warnings += [short(f"{where}: {w}") for w in warnings]
+    state.warnings += [after(f"{where}: ", w) for w in warnings]
     if not additions:
         return
     container = state.draft.writable(state.container_path(c))
@@ -151,13 +151,11 @@ def _env(state: PodState, c: ContainerRef, keys: set[str], config: WebhookConfig
     container["env"] = new_env
 
 
-def _with_role(role: str, warning: str) -> str:
-    """`replica Worker: <warning>` when it fits in a warning; else the warning alone, since its
-    advice (the annotation to set, ...) matters more than the role and must not be cut."""
+def _note_prefixes(role: str) -> tuple[str, ...]:
+    """What a template's notes start with, longest first (the role is never left out)."""
     if not role:
-        return warning
-    text = f"{role}: {warning}"
-    return text if len(text) <= NOTE_LIMIT else warning
+        return ("will apply to pods: ", "for pods: ")
+    return (f"will apply to {role} pods: ", f"for {role} pods: ")
 
 
 def _evaluate_spec(
@@ -212,7 +210,7 @@ def _evaluate_pod(
     """`ref` and `ns` are the object reference and namespace evaluate() already worked out."""
     draft = Draft(obj)
     violations: list[Violation] = []
-    notes: list[tuple[str, str]] = []  # (role, note)
+    notes: list[tuple[str, Message]] = []  # (role, note)
     warnings: list[str] = []
     kinds: list[str] = []
     templates = False
@@ -225,15 +223,18 @@ def _evaluate_pod(
         violations += state.violations
         kinds += state.kinds
         notes += [(pod.role, n) for n in state.notes]
-        warnings += [_with_role(pod.role, w) for w in state.warnings]
+        # `replica Worker: <warning>`: the role stays whole, the wording gets shorter (fit).
+        prefixes = (f"{pod.role}: ",) if pod.role else ("",)
+        warnings += [fit(w, prefixes) for w in state.warnings]
     if violations_only:
         return Decision(object_ref=ref, violations=tuple(violations))
     mutated: Mapping[str, Any] | None = draft.root if draft.changed else None
-    texts = [n for _, n in notes]
     # Operator workloads are never mutated (their operator builds the pods; GitOps drift).
     if templates and not mutate_template:
-        texts = [short(f"will apply to {role + ' ' if role else ''}pods: {n}") for role, n in notes]
+        texts = [fit(n, _note_prefixes(role)) for role, n in notes]
         mutated = None
+    else:
+        texts = [fit(n) for _, n in notes]
     return Decision(
         object_ref=ref,
         violations=tuple(violations),

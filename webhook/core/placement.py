@@ -17,7 +17,7 @@ from webhook.core.inventory import InventoryFacts, NodeInventory
 from webhook.core.policyset import PolicySet
 from webhook.core.quantity import parse_quantity
 from webhook.core.rules import cuda, fit
-from webhook.core.rules.images import display_name
+from webhook.core.rules.images import shown_image
 from webhook.core.rules.terms import (
     Term,
     already_injected,
@@ -30,6 +30,7 @@ from webhook.core.rules.terms import (
 )
 from webhook.core.rules.versions import CudaVersion
 from webhook.core.shapes import is_mapping
+from webhook.core.wording import Message, Wording, after
 from webhook.core.workloads import ContainerRef
 
 _V12_4 = CudaVersion(12, 4)
@@ -128,7 +129,7 @@ def _needs(
             detection = cuda.detect(c.container, config, _env(envs, c))
             if detection.warnings:
                 where = container_label(c)
-                state.warnings += [short(f"{where}: {w}") for w in detection.warnings]
+                state.warnings += [after(f"{where}: ", w) for w in detection.warnings]
             req = detection.requirement
         if req is None:
             unknown.append(c)
@@ -154,14 +155,25 @@ def _needs(
     return needs, unknown
 
 
-def _unknown_warning(c: ContainerRef, others: bool) -> str:
+def _unknown_warning(c: ContainerRef, others: bool) -> Wording:
+    """Names the image whole in every wording (SPEC §4); the fixed words get shorter."""
     image = c.container.get("image")
-    name = display_name(image, 28) if isinstance(image, str) and image else f"{c.name} (no image)"
+    name = shown_image(image) if isinstance(image, str) and image else f"{c.name} (no image)"
     if others:
-        return short(f"CUDA version of {name} unknown; node affinity uses the other containers")
-    return short(
-        f"CUDA version of {name} unknown, no affinity: set {ANNOTATION_CUDA_VERSION} "
-        "or imageCudaTable"
+        return Wording(
+            (
+                f"CUDA version of {name} unknown; node affinity uses the other containers",
+                f"CUDA of {name} unknown; affinity from the other containers",
+                f"CUDA of {name} unknown; affinity from others",
+            )
+        )
+    return Wording(
+        (
+            f"CUDA version of {name} unknown, no affinity: set {ANNOTATION_CUDA_VERSION} "
+            "or imageCudaTable",
+            f"CUDA version of {name} unknown: set {ANNOTATION_CUDA_VERSION} or imageCudaTable",
+            f"CUDA of {name} unknown: set {ANNOTATION_CUDA_VERSION}",
+        )
     )
 
 
@@ -194,7 +206,7 @@ def _intersection_violation(state: PodState, needs: list[_Need], rng: cuda.Range
 @dataclass
 class _Plan:
     terms: list[Term]
-    notes: list[tuple[str, str]]
+    notes: list[tuple[str, Message]]
     wants: list[str]  # "CUDA ≥ 12.4", for the kept-affinity warning
     cuda: cuda.Range | None = None  # set when some inventory node meets it (or no inventory)
     compute: CudaVersion | None = None
@@ -231,11 +243,17 @@ def _cuda_terms(
     bound = ""
     if rng.max_major is not None and rng.max_major != top.range.max_major:
         bound = f" and < {rng.max_major + 1}.0"
-    mode = "vGPU" if vgpu else "GPU"
+    mode, source = "vGPU" if vgpu else "GPU", top.requirement.source  # source: the image whole
     plan.notes.append(
         (
             "cuda-affinity",
-            f"required {mode} nodes with CUDA ≥ {rng.low}{bound} ({top.requirement.source})",
+            Wording(
+                (
+                    f"required {mode} nodes with CUDA ≥ {rng.low}{bound} ({source})",
+                    f"required CUDA ≥ {rng.low}{bound} ({source})",
+                    f"CUDA ≥ {rng.low}{bound} ({source})",
+                )
+            ),
         )
     )
     plan.wants.append(f"CUDA {rng.text()}")
@@ -364,5 +382,5 @@ def place(
         return  # only empty user terms: they stay empty, and the pod can run nowhere anyway
     required = state.draft.writable((*state.pod.spec_path, "affinity", "nodeAffinity", _REQUIRED))
     required["nodeSelectorTerms"] = merged
-    for kind, text in plan.notes:
-        state.note(kind, text)
+    for kind, message in plan.notes:
+        state.note(kind, message)

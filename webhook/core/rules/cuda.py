@@ -22,6 +22,7 @@ from webhook.core.rules.images import (
     strip_digest,
 )
 from webhook.core.rules.versions import CudaVersion
+from webhook.core.wording import Message
 
 __all__ = [
     "CudaVersion",
@@ -54,7 +55,7 @@ class Detection(NamedTuple):
     """A container's CUDA requirement (None: unknown) and warnings met on the way."""
 
     requirement: Requirement | None
-    warnings: tuple[str, ...] = ()
+    warnings: tuple[Message, ...] = ()
 
 
 class Range(NamedTuple):
@@ -112,7 +113,7 @@ def detect(
 ) -> Detection:
     """CUDA runtime a container needs: env CUDA_VERSION / NVIDIA_REQUIRE_CUDA, then image.
     `env` is the container's env_values() when the caller has it already."""
-    warnings: list[str] = []
+    warnings: list[Message] = []
     env = env_values(container) if env is None else env
     cuda_env = env.get("CUDA_VERSION")
     version = CudaVersion.parse(cuda_env)
