@@ -57,8 +57,9 @@ def test_good_pytorchjob_is_not_patched_but_warned(server: RunningServer) -> Non
     assert response["warnings"] == [
         "will apply to replica Worker pods: defaulted tencent.com/vcuda-memory=8 in container "
         '"pytorch"',
-        "will apply to replica Worker pods: required vGPU nodes with CUDA ≥ 12.1 "
-        "(image pytorch/pytorch:2.3.0-cuda12.1-cudnn8-ru…",
+        # The shorter prefix keeps the image whole (issue 17 item 6).
+        "for replica Worker pods: required vGPU nodes with CUDA ≥ 12.1 "
+        "(image pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime)",
     ]
     validate = server.review("/validate", job_review(obj))["response"]
     assert validate == {"uid": UID, "allowed": True}
