@@ -49,7 +49,7 @@ _BINARY_SI: dict[str, int] = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, 
 _EXPONENT = re.compile(r"(?P<sign>[+-]?)(?P<digits>[0-9]+)", re.ASCII)
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _NANO = 10**9
-# ParseQuantity caps a binary-suffixed value at 2^63-1 (quantity.go:378, maxAllowed in math.go).
+# ParseQuantity caps a binary-suffixed value at 2^63-1 (quantity.go:379-380, maxAllowed in math.go).
 _BINARY_CAP = _INT64_MAX
 # maxInt64Factors (math.go): a decimal number of up to 18 digits takes the int64 fast path.
 _MAX_INT64_FACTORS = 18
@@ -57,11 +57,12 @@ _MAX_INT64_FACTORS = 18
 # or an inf.Dec). This webhook refuses a value of 10^4000 or more instead of building a number
 # of that many digits on the request path: no resource comes near it, and for a mantissa of
 # more than 18 digits the API server itself spends time and memory in proportion to the
-# exponent (inf.Dec.Round, quantity.go:373, computes 10^(exponent+9)). Values below 10^4000
+# exponent (inf.Dec.Round, quantity.go:374, computes 10^(exponent+9)). Values below 10^4000
 # need at most 4009 digits, under Python's 4300-digit int conversion limit.
 _MAX_DIGITS = 4000
 _TOO_LARGE = 10**_MAX_DIGITS
-# Texts this long are parsed without the cache: the cache keeps its keys.
+# Texts longer than this are parsed without the cache: 4096 cached keys of a megabyte each
+# would hold gigabytes.
 _CACHED_LENGTH = 64
 
 _SYNTAX_HINT = "expected a number with an optional suffix such as 1, 100, 1k, 500m, 1e3 or 2Gi"
@@ -169,7 +170,7 @@ def _scaled(value: int, scale: int, text: str) -> Fraction:
 
 
 def _exact(match: re.Match[str], denom: str, exponent: int, binary: bool, text: str) -> Fraction:
-    """The inf.Dec path (quantity.go:348-389): exact, then rounded up to nano, binary capped."""
+    """The inf.Dec path (quantity.go:348-391): exact, then rounded up to nano, binary capped."""
     # amount.SetString(value): inf.Dec's scanner needs at least one digit ("no digits read"),
     # so here "Pi", "Ei", "+Pi", "e-10" and ".e-10" are ErrNumeric (quantity.go:349).
     digits = match["zeros"] + match["num"] + denom
@@ -177,9 +178,9 @@ def _exact(match: re.Match[str], denom: str, exponent: int, binary: bool, text: 
         raise _not_a_quantity(text, f": no digit before {match['suffix']!r}")
     significant = digits.lstrip("0")
     if not significant:
-        return Fraction(0)  # amount is 0: Round is skipped, nothing to cap (quantity.go:372)
+        return Fraction(0)  # amount is 0: Round is skipped, nothing to cap (quantity.go:373)
     # The scale of the inf.Dec is the number of digits after the point; a decimal suffix adds
-    # -exponent to it (quantity.go:354, Scale.infScale negates, in int32: both wrap).
+    # -exponent to it (quantity.go:355, Scale.infScale negates, in int32: both wrap).
     power = -len(denom) if binary else -_wrap32(len(denom) + _wrap32(-exponent))
     stripped = significant.rstrip("0")
     power += len(significant) - len(stripped)
@@ -198,12 +199,12 @@ def _exact(match: re.Match[str], denom: str, exponent: int, binary: bool, text: 
     elif power >= -9:
         nanos = int(stripped) * 10 ** (power + 9)
     elif magnitude <= -9:
-        nanos = 1  # non-zero below 1n: "rounds non-zero values up" (quantity.go:368-374)
+        nanos = 1  # non-zero below 1n: "rounds non-zero values up" (quantity.go:369-375)
     else:
         # Keep the digits down to nano; the rest is not zero (no trailing zeros): round up.
         nanos = int(stripped[: magnitude + 9]) + 1
     if binary and nanos > _BINARY_CAP * _NANO:
-        nanos = _BINARY_CAP * _NANO  # "The max is just a simple cap" (quantity.go:376-380)
+        nanos = _BINARY_CAP * _NANO  # "The max is just a simple cap" (quantity.go:377-381)
     value = Fraction(nanos, _NANO)
     return -value if match["sign"] == "-" else value
 
