@@ -276,6 +276,8 @@ class FakeKube:
         self._fail_message = ""
         self._refused: dict[str, tuple[int, str]] = {}
         self._gone_next_watch: str | None = None
+        # Lists of these resources wait until released: a slow first list (a large cluster).
+        self._held: dict[str, asyncio.Event] = {}
         self._runner: web.AppRunner | None = None
         self.port = 0
 
@@ -411,6 +413,15 @@ class FakeKube:
     def allow(self, resource: str) -> None:
         self._refused.pop(resource, None)
 
+    def hold(self, resource: str) -> None:
+        """Lists of `resource` wait (as a slow API server's would) until `release(resource)`."""
+        self._held[resource] = asyncio.Event()
+
+    def release(self, resource: str) -> None:
+        event = self._held.pop(resource, None)
+        if event is not None:
+            event.set()
+
     def end_watches(self) -> None:
         """End every open watch stream cleanly, as a server-side timeout does."""
         for watcher in self._watchers:
@@ -488,6 +499,9 @@ class FakeKube:
         namespace = request.match_info.get("namespace")
         selector = request.query.get("labelSelector")
         if not recorded.is_watch:
+            held = self._held.get(resource)
+            if held is not None:
+                await held.wait()
             return self._list(request, resource, namespace, selector, wants_list)
         watcher = _Watcher(
             resource,

@@ -54,6 +54,15 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="on SIGTERM: keep answering reviews (Connection: close) this long while /readyz "
         "answers 503, then stop accepting (default: %(default)s)",
     )
+    parser.add_argument(
+        "--ready-timeout",
+        type=_ready_timeout,
+        default=30.0,
+        metavar="SECONDS",
+        help="in a cluster: /readyz waits this long for the first list of Nodes and DRA claims "
+        "after the policies; then ready, with placement not enforced until it arrives "
+        "(default: %(default)s)",
+    )
     parser.add_argument("--tls-cert", metavar="FILE", help="serving certificate (PEM), reloaded")
     parser.add_argument("--tls-key", metavar="FILE", help="serving key (PEM), reloaded")
     parser.add_argument(
@@ -113,6 +122,13 @@ def _max_connections(text: str) -> int:
 
 def _port_or_off(text: str) -> int:
     return 0 if text.strip() == "0" else _port(text)
+
+
+def _ready_timeout(text: str) -> float:
+    try:
+        return _number_in(text, float, 0, 3600)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a timeout in seconds: {exc}") from None
 
 
 def _drain(text: str) -> float:
@@ -220,6 +236,7 @@ def _serve(args: argparse.Namespace, scratch: Path | None) -> int:
         cert_reloader=reloader,
         policy_source=source,
         review_sink=functools.partial(log_handler.write, review_log, "review"),
+        ready_timeout=args.ready_timeout,
     )
     try:
         with asyncio.Runner(loop_factory=loop_factory()) as runner:

@@ -186,9 +186,12 @@ class Reflector(Generic[V]):
         message = self._describe(exc)
         self.stats.errors += 1
         self.stats.last_error = message
-        unavailable = (
+        # An optional kind that cannot be read (403: no RBAC, 404: the group is not served) is
+        # "unavailable", not "not listed yet": readiness stops waiting for it.
+        self.stats.unavailable = (
             self.watched.optional and isinstance(exc, ApiError) and exc.status in (403, 404)
         )
+        unavailable = self.stats.unavailable
         delay = self._backoff.next_delay(self._unavailable_max if unavailable else None)
         if self.stats.synced:
             state = f"keeping the last good {self.watched.snapshot}"
@@ -292,6 +295,7 @@ class Reflector(Generic[V]):
         self._backoff.reset()
         self._watches_since_list = 0
         self.stats.last_error = None
+        self.stats.unavailable = False
         self._logged_unavailable = None
         log.debug(
             "Listed %d %s at resourceVersion %s",
