@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.helpers import GPU, VCORE, container, run, standard_policies
-from webhook.core.claims import ClaimIndex
+from webhook.core.claims import ClaimClasses, ClaimIndex
 from webhook.core.config import WebhookConfig, load_config
 from webhook.core.errors import ConfigError, ObjectShapeError, WebhookError
 from webhook.core.evaluate import evaluate
@@ -376,7 +376,9 @@ JSON = st.recursive(
 REGISTERED = [(k.group, k.kind) for k in BUILTIN_KINDS]
 
 
-CLAIMS = ClaimIndex(templates={("ml", "x"): frozenset({"gpu.nvidia.com"})})
+CLAIMS = ClaimIndex(
+    templates={("ml", "x"): ClaimClasses.of({"gpu": frozenset({"gpu.nvidia.com"})})}
+)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
