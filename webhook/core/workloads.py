@@ -212,10 +212,11 @@ def _evaluated_part(pod: PodSpecRef) -> tuple[Any, ...]:
     its ResourceFlavor's nodeSelector/tolerations in the template, and restores them on
     eviction (kueue pkg/podset/podset.go Merge/RestorePodSetsInfo, called from
     pkg/controller/jobs/job/job_controller.go RunWithPodSetsInfo); the JobSet controller does
-    the same to its child Jobs. The API server allows exactly those changes to a suspended
-    Job's template (kubernetes pkg/apis/batch/validation/validation.go,
-    validatePodTemplateUpdate: only the scheduling directives of a never-started suspended
-    Job), so resources and images cannot have changed and re-judging would only wedge a start.
+    the same to its child Jobs. The API server allows those changes to a suspended Job's
+    template (kubernetes pkg/registry/batch/job/strategy.go, validationOptionsForJob:
+    scheduling directives only while the old Job is suspended and never started; in 1.36 the
+    MutablePodResourcesForSuspendedJobs gate also lets resources change, and such a change is
+    judged here like any other). Re-judging unchanged resources would only wedge a start.
     """
     containers = tuple(
         (c.list_name, c.index, c.name, *(c.container.get(f) for f in _READ_CONTAINER_FIELDS))
