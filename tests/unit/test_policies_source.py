@@ -372,7 +372,7 @@ async def test_api_factory_is_used_instead_of_config_loading(
     async def factory() -> ApiClient:
         nonlocal calls
         calls += 1
-        return ApiClient(Configuration(host=kube.url))
+        return ApiClient(kube.client_configuration())
 
     kube.put(core_cm())
     async with running(ConfigMapWatcher(store, api_factory=factory)):
