@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes.aio.client import ApiClient, Configuration
+from kubernetes.aio.client import ApiClient
 
 from tests.fakekube import FakeKube, crl_configmap, fast_options, running
 from tests.helpers import eventually

@@ -172,7 +172,8 @@ def api_error(
         error.retry_after = wait
         return error
     # max-in-flight and priority-and-fairness answer 429 in plain text (http.Error).
-    text = body.decode("utf-8", "replace").strip()[:200]
+    # Its closing full stop is dropped: the message goes on ("...; retrying in 1.0s").
+    text = body.decode("utf-8", "replace").strip()[:200].rstrip(".")
     message = f"HTTP {status} {reason or ''}".strip() + (f": {text}" if text else "")
     return ApiError(status, message, wait)
 

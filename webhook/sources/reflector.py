@@ -202,10 +202,11 @@ class Reflector(Generic[V]):
         unavailable = self.stats.unavailable
         delay = self._backoff.next_delay(self._unavailable_max if unavailable else None)
         asked = exc.retry_after if isinstance(exc, ApiError) else None
+        # The server said when to come back (429 from max-in-flight or priority and fairness):
+        # sooner only adds to its load.
+        followed = False
         if asked is not None and asked > delay:
-            # The server said when to come back (429 from max-in-flight or priority and
-            # fairness): sooner only adds to its load.
-            delay = min(asked, self._unavailable_max)
+            delay, followed = min(asked, self._unavailable_max), True
         if self.stats.synced:
             state = f"keeping the last good {self.watched.snapshot}"
         else:
@@ -214,8 +215,8 @@ class Reflector(Generic[V]):
             # Said once already; a missing permission or API group is not news every minute.
             log.debug("%s; retrying in %.1fs (%s)", message, delay, state)
         else:
-            asked_text = " as the API server asked (Retry-After)" if asked is not None else ""
-            log.warning("%s; retrying in %.1fs%s (%s)", message, delay, asked_text, state)
+            why = " as the API server asked (Retry-After)" if followed else ""
+            log.warning("%s; retrying in %.1fs%s (%s)", message, delay, why, state)
         self._logged_unavailable = message if unavailable else None
         if api is not None:
             await close(api)
