@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,7 @@ from webhook.sources.policies import ConfigMapWatcher
 from webhook.sources.store import PolicyStore
 
 GPU = "nvidia.com/gpu"
-FAST = {"backoff_initial": 0.01, "backoff_max": 0.05, "debounce_seconds": 0.01}
+FAST: dict[str, Any] = {"backoff_initial": 0.01, "backoff_max": 0.05, "debounce_seconds": 0.01}
 
 
 @dataclass
@@ -66,11 +67,9 @@ def watch_authorizations(kube: FakeKube, resource: str) -> list[str]:
 
 async def test_policies_and_nodes_are_read_with_the_service_account(pod: Pod) -> None:
     kube, store = pod.kube, PolicyStore()
-    sources = [
-        ConfigMapWatcher(store, service_account=pod.account(), **FAST),
-        NodeSource(store, WebhookConfig(), service_account=pod.account(), **FAST),
-    ]
-    async with running(sources[0]), running(sources[1]):
+    policies = ConfigMapWatcher(store, service_account=pod.account(), **FAST)
+    nodes = NodeSource(store, WebhookConfig(), service_account=pod.account(), **FAST)
+    async with running(policies), running(nodes):
         await eventually(
             lambda: kube.open_watches_of(CONFIGMAPS) == 1 and kube.open_watches_of(NODES) == 1,
             "both watches are open",
