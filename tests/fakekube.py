@@ -36,6 +36,8 @@ strict as kube-apiserver where the reflector depends on it:
   `Retry-After` header and the plain-text body of apiserver's server/filters/maxinflight.go
   tooManyRequests, which priority-and-fairness.go uses too;
 - a watch ends after `timeoutSeconds`, or when the test calls `end_watches()`;
+- `hold(resource)` keeps lists of a resource waiting until `release(resource)` (a slow first
+  list, as of a large cluster);
 - `forbid(resource)` answers 403 for one resource (RBAC), `not_served(resource)` 404 (API group
   not served), `fail_requests(status)` fails everything (outage).
 
