@@ -37,6 +37,7 @@ from webhook.core.config_parts import (
 )
 from webhook.core.errors import ConfigError, ManifestError
 from webhook.core.manifests import load_yaml_documents
+from webhook.core.rules.knowledge import shipped_knowledge
 
 __all__ = [
     "ANNOTATION_CUDA_AFFINITY",
@@ -93,6 +94,9 @@ class WebhookConfig(_Model):
     cuda_affinity: bool = True
     image_patterns: tuple[str, ...] = DEFAULT_IMAGE_PATTERNS
     image_cuda_table: tuple[ImageCudaEntry, ...] = ()
+    # The CUDA runtime of widely used GPU images shipped with the webhook (webhook/data/
+    # images.yaml, each entry with its source); consulted after the table and the reference.
+    shipped_image_knowledge: bool = True
     env_fixes: tuple[EnvFixRule, ...] = DEFAULT_ENV_FIXES
     # Mutating Deployment/Job/... templates makes GitOps tools see drift: off by default.
     mutate_templates: bool = False
@@ -122,8 +126,10 @@ class WebhookConfig(_Model):
 
     @cached_property
     def image_rules(self) -> ImageRules:
-        """image_patterns and image_cuda_table as one identity-hashed key (see ImageRules)."""
-        return ImageRules(self.image_patterns, self.image_cuda_table)
+        """image_patterns, image_cuda_table and the shipped knowledge as one identity-hashed
+        key (see ImageRules). The knowledge is read and indexed once per process."""
+        knowledge = shipped_knowledge() if self.shipped_image_knowledge else None
+        return ImageRules(self.image_patterns, self.image_cuda_table, knowledge)
 
     @cached_property
     def inventory_label_keys(self) -> frozenset[str]:

@@ -12,6 +12,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from pydantic.alias_generators import to_camel
 
 from webhook.core.registry import Form, TemplateRule, WorkloadKind, rule
+from webhook.core.rules.knowledge import ImageKnowledge
 from webhook.core.rules.versions import CudaVersion
 
 ANNOTATION_CUDA_VERSION = "features.alauda.io/cuda-version"
@@ -22,8 +23,14 @@ ANNOTATION_MIN_COMPUTE = "features.alauda.io/min-compute-capability"
 # Regexes searched in the normalised image reference (registry `docker.io/`, `library/` and the
 # digest removed). Each must define the named groups `major` and `minor`; the first match wins.
 # They are written so a search is linear in the reference length: every candidate start is a
-# literal (`/cuda:` or `:`), and what follows it stays inside one `:`/`/`-free segment, so the
-# segments scanned from different starts never overlap (no `.*` to backtrack over).
+# literal (`/cuda:`, `:` or `/`), and what follows it stays inside one `:`/`/`-free segment, so
+# the segments scanned from different starts never overlap (no `.*` to backtrack over).
+#
+# The tag patterns come first (a tag is the more specific of the two). The repository path
+# patterns start at a `/`, so they only ever read the components after the first one: the
+# registry host (`cuda12-registry.corp:5000/x`, `registry.cu121.example.com/x`) is always the
+# first component (distribution/reference normalize.go splitDockerDomain: a first component
+# with `.` or `:`, or `localhost`, is the domain), and is never taken for a CUDA version.
 DEFAULT_IMAGE_PATTERNS: tuple[str, ...] = (
     # nvidia/cuda:12.4.1-runtime-ubuntu22.04, nvcr.io/nvidia/cuda:11.8.0-base
     # (only repositories named "cuda": other tags like 3.3.9-3.6.1 are not CUDA versions)
@@ -33,6 +40,10 @@ DEFAULT_IMAGE_PATTERNS: tuple[str, ...] = (
     r":(?:[^:/]*[-_.])?cuda[-_]?(?P<major>\d{1,2})\.(?P<minor>\d{1,2})(?:[-_.]|$)",
     # ...:cu121, ...:2.1.0-cu118-py310 (PyTorch wheel-style tags)
     r":(?:[^:/]*[-_.])?cu(?P<major>1\d)(?P<minor>\d)(?:[-_.]|$)",
+    # The same spellings in a repository path component: team/train-cuda-11.8:v3,
+    # team/app_cuda11.8, .../huggingface-text-generation-inference-cu124.2-3.ubuntu2204.py311
+    r"/(?:[^:/]*[-_.])?cuda[-_]?(?P<major>\d{1,2})\.(?P<minor>\d{1,2})(?=[-_./:]|$)",
+    r"/(?:[^:/]*[-_.])?cu(?P<major>1\d)(?P<minor>\d)(?=[-_./:]|$)",
 )
 
 # Label keys (apimachinery pkg/util/validation/validation.go IsQualifiedName): an optional
@@ -306,12 +317,19 @@ class WorkloadEntry(_Model):
 
 
 class ImageRules:
-    """One config's image patterns and table, hashed by identity. The per-image detection cache
-    is keyed on it: a tuple does not keep its hash, and hashing every table entry (a pydantic
-    model) on every GPU container's review costs ~0.15 µs per entry."""
+    """One config's image patterns, admin table and shipped knowledge (None: switched off),
+    hashed by identity. The per-image detection cache is keyed on it: a tuple does not keep its
+    hash, and hashing every table entry (a pydantic model) on every GPU container's review
+    costs ~0.15 µs per entry."""
 
-    __slots__ = ("patterns", "table")
+    __slots__ = ("knowledge", "patterns", "table")
 
-    def __init__(self, patterns: tuple[str, ...], table: tuple[ImageCudaEntry, ...]) -> None:
+    def __init__(
+        self,
+        patterns: tuple[str, ...],
+        table: tuple[ImageCudaEntry, ...],
+        knowledge: ImageKnowledge | None = None,
+    ) -> None:
         self.patterns = patterns
         self.table = table
+        self.knowledge = knowledge
