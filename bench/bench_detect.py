@@ -34,7 +34,7 @@ IMAGES = {
 }
 
 
-def run(tree: Path, rounds: int, inner: int) -> dict[str, dict[str, float]]:
+def run(tree: Path, rounds: int, inner: int) -> dict[str, dict[str, Any]]:
     if str(tree) not in sys.path:
         sys.path.insert(0, str(tree))
     config_mod = importlib.import_module("webhook.core.config")
@@ -42,7 +42,7 @@ def run(tree: Path, rounds: int, inner: int) -> dict[str, dict[str, float]]:
     images = importlib.import_module("webhook.core.rules.images")
     config = config_mod.WebhookConfig()
     env: dict[str, str | None] = {}
-    results: dict[str, dict[str, float]] = {}
+    results: dict[str, dict[str, Any]] = {}
     for label, image in IMAGES.items():
         container = {"name": "c", "image": image}
         cuda.detect(container, config, env)  # warm: compiled patterns, knowledge loaded
