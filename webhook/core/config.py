@@ -29,6 +29,7 @@ from webhook.core.config_parts import (
     EnvFixRule,
     ImageCudaEntry,
     ImageRules,
+    ImageTableConfigMap,
     WorkloadEntry,
     WorkloadTemplate,
     _Model,
@@ -54,6 +55,7 @@ __all__ = [
     "EnvFixRule",
     "ImageCudaEntry",
     "ImageRules",
+    "ImageTableConfigMap",
     "WebhookConfig",
     "WorkloadEntry",
     "WorkloadTemplate",
@@ -94,6 +96,9 @@ class WebhookConfig(_Model):
     cuda_affinity: bool = True
     image_patterns: tuple[str, ...] = DEFAULT_IMAGE_PATTERNS
     image_cuda_table: tuple[ImageCudaEntry, ...] = ()
+    # More table entries in a ConfigMap, watched (in a cluster) so they change without a
+    # restart; they come before this file's entries.
+    image_cuda_table_config_map: ImageTableConfigMap | None = None
     # The CUDA runtime of widely used GPU images shipped with the webhook (webhook/data/
     # images.yaml, each entry with its source); consulted after the table and the reference.
     shipped_image_knowledge: bool = True
@@ -142,6 +147,17 @@ class WebhookConfig(_Model):
     def placement_keys(self) -> frozenset[str]:
         """Label keys whose presence in a pod's affinity means placement was already decided."""
         return self.inventory_label_keys
+
+    def with_image_table(self, entries: tuple[ImageCudaEntry, ...]) -> WebhookConfig:
+        """This config with `entries` (a watched ConfigMap's) before its own table entries.
+
+        Rebuilt from the settings that were set, not copied: derived properties (image rules,
+        label keys) must be computed afresh, and unset fields keep their defaults' meaning."""
+        data = self.model_dump(by_alias=True, exclude_unset=True)
+        data["imageCudaTable"] = [
+            e.model_dump(by_alias=True) for e in (*entries, *self.image_cuda_table)
+        ]
+        return WebhookConfig.model_validate(data)
 
     @field_validator("cuda_label_schemes")
     @classmethod

@@ -8,9 +8,19 @@ from collections.abc import Mapping
 from functools import cached_property
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
+from webhook.core.errors import ManifestError
+from webhook.core.manifests import load_yaml_documents
 from webhook.core.registry import Form, TemplateRule, WorkloadKind, rule
 from webhook.core.rules.knowledge import ImageKnowledge
 from webhook.core.rules.versions import CudaVersion
@@ -164,6 +174,43 @@ class ImageCudaEntry(_Model):
         if problem:
             raise ValueError(problem)
         return value
+
+
+class ImageTableConfigMap(_Model):
+    """A ConfigMap holding more admin table entries, watched so they change without a restart:
+    its data key `key` is a YAML list of {image, cudaVersion}, like imageCudaTable."""
+
+    namespace: str = Field(default="kube-public", pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+    key: str = Field(default="imageCudaTable", pattern=r"^[-._a-zA-Z0-9]{1,253}$")
+
+    @property
+    def ref(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def parse_image_table(text: str, where: str) -> tuple[ImageCudaEntry, ...]:
+    """A YAML list of {image, cudaVersion} (a ConfigMap's image table); ValueError with a
+    one-line reason naming `where` and the entry."""
+    try:
+        documents = load_yaml_documents(text, where)
+    except ManifestError as exc:
+        raise ValueError(str(exc)) from None
+    if len(documents) > 1:
+        raise ValueError(f"{where} holds {len(documents)} YAML documents; expected one list")
+    items = documents[0] if documents else []
+    if not isinstance(items, list):
+        raise ValueError(f"{where} must be a YAML list of {{image, cudaVersion}} entries")
+    entries = []
+    for index, item in enumerate(items):
+        try:
+            entries.append(ImageCudaEntry.model_validate(item))
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'entry'}: {e['msg']}" for e in exc.errors()
+            )
+            raise ValueError(f"{where} entry {index}: {problems}") from None
+    return tuple(entries)
 
 
 class ComputeCapabilityRule(_Model):
