@@ -290,3 +290,10 @@ def test_a_good_file_loads() -> None:
         "shipped knowledge: Fam 1.0, notes",
         "https://example.com/1.0",
     )
+
+
+def test_shipped_tag_patterns_have_only_bounded_repetition() -> None:
+    """A tag is matched on every review of an unknown image of a known repository: the shipped
+    patterns repeat nothing unboundedly (no `*`, `+`), so a match costs O(tag length)."""
+    for family in shipped_knowledge().families:
+        assert not re.search(r"(?<!\\)[*+]", family.tag), (family.name, family.tag)
