@@ -68,7 +68,8 @@ def _decide(state: WebhookState, endpoint: str, req: AdmissionRequest) -> Outcom
         decision = state.evaluator(
             req.object,
             state.store.current,
-            state.config,
+            # The config with a watched ConfigMap's image table, when there is one.
+            state.store.config or state.config,
             kind=req.kind or None,
             group=req.group,
             namespace=req.namespace or None,

@@ -176,8 +176,8 @@ def _policy_source(
     """Load file policies now (a bad directory fails the start), or prepare the cluster watches.
 
     In a cluster: the CRL ConfigMaps, and unless switched off in the config the node inventory
-    and the DRA claim cache (templates and claims), each a reflector; only the first gates
-    readiness.
+    and the DRA claim cache (templates and claims), and the image table ConfigMap when the
+    config names one, each a reflector; only the first gates readiness.
     """
     if args.policies:
         # webhook.sources.files imports no kubernetes client (~13 MiB RSS) for a process that never
@@ -198,6 +198,10 @@ def _policy_source(
         reflectors.append(NodeSource(store, config, kubeconfig=args.kubeconfig))
     if config.claim_template_cache:
         reflectors.extend(claim_sources(store, kubeconfig=args.kubeconfig))
+    if config.image_cuda_table_config_map is not None:
+        from webhook.sources.image_table import ImageTableSource  # noqa: PLC0415
+
+        reflectors.append(ImageTableSource(store, config, kubeconfig=args.kubeconfig))
 
     async def watch_cluster() -> None:
         # Each reflector retries on its own and never raises; cancelling cancels them all.

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.core.claims import ClaimIndex
+from webhook.core.config import WebhookConfig
 from webhook.core.inventory import NodeInventory
 from webhook.core.policyset import PolicySet
 
@@ -87,6 +88,8 @@ class PolicyStore:
     # not readable). They never affect readiness.
     inventory: NodeInventory | None = None
     claims: ClaimIndex | None = None
+    # The webhook config with a watched ConfigMap's image table (None: the config as loaded).
+    config: WebhookConfig | None = None
     # Every kind a reflector watches, by kind ("ConfigMap", "Node", "ResourceClaimTemplate"):
     # /inventory, /policies and /metrics show their sync state.
     watched: dict[str, SourceStats] = field(default_factory=dict)
