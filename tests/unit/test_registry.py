@@ -14,7 +14,8 @@ from webhook.core.claims import ClaimIndex
 from webhook.core.config import WebhookConfig, load_config
 from webhook.core.errors import ConfigError, ObjectShapeError, WebhookError
 from webhook.core.evaluate import evaluate
-from webhook.core.registry import BUILTIN_KINDS, parse_path, rule, walk
+from webhook.core.kinds import BUILTIN_KINDS
+from webhook.core.registry import parse_path, rule, walk
 from webhook.core.workloads import find_pod_specs, lookup, registry_for, templates_equal
 
 

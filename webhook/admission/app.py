@@ -37,7 +37,7 @@ from webhook.admission.state import (
 from webhook.core.config import WebhookConfig
 from webhook.core.errors import WebhookError
 from webhook.core.evaluate import evaluate
-from webhook.core.registry import BUILTIN_KINDS
+from webhook.core.kinds import BUILTIN_KINDS
 from webhook.sources.store import PolicyStore
 from webhook.tls.certs import CertReloader
 

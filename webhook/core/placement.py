@@ -131,7 +131,11 @@ def _needs(
                 state.warnings += [short(f"{where}: {w}") for w in detection.warnings]
             req = detection.requirement
         if req is None:
-            unknown.append(c)
+            # No image here, and the operator gives one (the ServingRuntime's, the training
+            # runtime's): unknowable now, and the pods are checked when they are created, so
+            # no advice the user could not follow.
+            if not (c.image_from and not c.container.get("image")):
+                unknown.append(c)
             continue
         whole = _whole_card(state, c, keys, policies, config)
         vgpu = not whole and not keys.isdisjoint(config.vgpu_resource_names)
