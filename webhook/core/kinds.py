@@ -127,10 +127,10 @@ _LLMISVC_IMAGE = "the LLMInferenceServiceConfig"
 
 
 def _llm_workload(prefix: str, role: str) -> tuple[TemplateRule, ...]:
-    # The top-level workload is the service itself (no role); its worker, the prefill pool and
-    # the prefill pool's worker are named.
+    # Roles: "main" (the Go doc's "main pod spec"; the decode pool when there is a prefill
+    # pool), "worker" (multi-node), "prefill", "prefill worker".
     annotations = (f"{prefix}annotations",)
-    worker = f"{role} worker" if role else "worker"
+    worker = "worker" if role == "main" else f"{role} worker"
     return (
         rule(
             f"{prefix}template",
@@ -244,7 +244,7 @@ BUILTIN_KINDS: tuple[WorkloadKind, ...] = (
         "serving.kserve.io",
         "LLMInferenceService",
         (
-            *_llm_workload("spec.", ""),
+            *_llm_workload("spec.", "main"),
             *_llm_workload("spec.prefill.", "prefill"),
             rule(
                 "spec.router.scheduler.template",

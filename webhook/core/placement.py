@@ -158,11 +158,13 @@ def _needs(
     return needs, unknown
 
 
-def _unknown_warning(c: ContainerRef, others: bool) -> str:
+def _unknown_warning(c: ContainerRef, others: bool, annotatable: bool) -> str:
     image = c.container.get("image")
     name = display_name(image, 28) if isinstance(image, str) and image else f"{c.name} (no image)"
     if others:
         return short(f"CUDA version of {name} unknown; node affinity uses the other containers")
+    if not annotatable:  # no annotation of this object reaches the pods (TrainJob's trainer)
+        return short(f"CUDA version of {name} unknown, no affinity: add it to imageCudaTable")
     return short(
         f"CUDA version of {name} unknown, no affinity: set {ANNOTATION_CUDA_VERSION} "
         "or imageCudaTable"
@@ -215,7 +217,7 @@ def _cuda_terms(
 ) -> bool:
     """Add the CUDA part to `plan` (`rng`: the needs' intersection); False when denied."""
     for c in unknown:
-        state.warnings.append(_unknown_warning(c, others=bool(needs)))
+        state.warnings.append(_unknown_warning(c, bool(needs), state.pod.annotatable))
     if rng is None:
         return True
     top = max(needs, key=lambda n: n.requirement.version)

@@ -44,6 +44,9 @@ class PodSpecRef:
     # A pod made up from an operator's fields (registry form "container"): {"spec": spec}, on
     # which the rules draft their changes, never on the object (these are never mutated).
     scratch: Mapping[str, Any] | None = None
+    # False when no annotation of the object reaches these pods (registry `annotations: ()`):
+    # then advice to set a pod annotation here could not be followed.
+    annotatable: bool = True
 
 
 class Registry:
@@ -177,6 +180,7 @@ def _virtual_pod(kind: str, obj: Mapping[str, Any], tpl: TemplateRule, hit: Foun
         spec_path=("spec",),
         role=hit.role,
         scratch={"spec": spec},
+        annotatable=bool(tpl.annotations),
     )
 
 
@@ -222,6 +226,7 @@ def _pod_spec(
         containers=tuple(_containers(spec, kind, spec_path, tpl)),
         spec_path=spec_path,
         role=hit.role,
+        annotatable=tpl.annotations != (),
     )
 
 
