@@ -135,6 +135,7 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "operators"
 
 def data(name: str) -> dict[str, Any]:
     (obj,) = [d for d in yaml.safe_load_all((DATA / name).read_text(encoding="utf-8")) if d]
+    assert isinstance(obj, dict)
     obj["metadata"]["namespace"] = "ml"
     return obj
 
