@@ -91,6 +91,19 @@ def pgpu(major: int, minor: int, skew: int = 1) -> list[dict[str, Any]]:
         (f"nvidia/cuda:12.4.1-base@{DIGEST}", V(12, 4)),  # tag and digest
         ("registry:5000/nvidia/cuda:11.8.0-base", V(11, 8)),  # registry with port
         ("registry.local:5000/cuda:12.2.0-devel", V(12, 2)),
+        # spelled in the repository path (SPEC §4 step 4)
+        ("localhost:5000/cu121/app:latest", V(12, 1)),
+        ("example.com/team/train-cuda-11.8-base:v3", V(11, 8)),
+        ("example.com/team/app_cuda11.8", V(11, 8)),
+        ("example.com/team/app_cuda11.8:2.0", V(11, 8)),
+        (
+            "us-docker.pkg.dev/deeplearning-platform-release/gcr.io/"
+            "huggingface-text-generation-inference-cu124.2-3.ubuntu2204.py311",
+            V(12, 4),
+        ),
+        ("example.com/team/torch-cu118/serve:1.0", V(11, 8)),
+        # the tag first, then the path
+        ("example.com/team/app-cu118:2.1.0-cu121", V(12, 1)),
     ],
 )
 def test_version_from_image(image: str, version: CudaVersion) -> None:
@@ -104,13 +117,14 @@ def test_version_from_image(image: str, version: CudaVersion) -> None:
     "image",
     [
         "nvcr.io/nvidia/k8s/dcgm-exporter:3.3.9-3.6.1-ubuntu22.04",  # DCGM versions, not CUDA
-        "nvcr.io/nvidia/tritonserver:24.06-py3",  # NGC YY.MM
-        "nvcr.io/nvidia/tritonserver:24.06-py3-sdk",
+        "nvcr.io/nvidia/tritonserver:24.09-py3",  # NGC YY.MM with no shipped entry
         "nvcr.io/nvidia/nemo:25.04.01",
         f"nvidia/cuda@{DIGEST}",  # digest only: no tag to read
         "registry:5000/team/trainer",  # port digits are not a version
         "registry:5000/team/trainer:2.1",
-        "localhost:5000/cu121/app:latest",  # cu121 in the path, not the tag
+        "cuda12-registry.corp:5000/x",  # the registry host is never read
+        "cuda-12.4.corp:5000/team/x:1",
+        "registry.cu121.example.com/team/x:1",
         "vllm/vllm-openai:v0.11.0",
         "k8s.gcr.io/cuda-vector-add:v0.1",
         "example.com/cuda-app:12.1",  # a repository that mentions cuda, tag is the app version
@@ -214,7 +228,8 @@ def test_each_config_detects_with_its_own_table_in_turn() -> None:
     for config, version in [
         (TABLE, V(12, 5)),
         (other, V(12, 2)),
-        (WebhookConfig(), None),
+        (WebhookConfig(), V(12, 5)),  # the shipped knowledge (Triton 24.06: CUDA 12.5.0)
+        (WebhookConfig(shipped_image_knowledge=False), None),
         (TABLE, V(12, 5)),
         (same, V(12, 5)),
         (other, V(12, 2)),
@@ -583,9 +598,11 @@ def test_unknown_version_warns_and_injects_nothing() -> None:
 
 # Issue 17 item 6: a warning that must be shortened keeps the image reference whole and
 # shortens its fixed words; the shortest wording still says what fixes it (SPEC §4).
-TGI = (
-    "us-docker.pkg.dev/deeplearning-platform-release/gcr.io/"
-    "huggingface-text-generation-inference-cu124.2-3.ubuntu2204.py311"
+# As long as a real Vertex AI serving image (the TGI one, 119 characters, whose CUDA the shipped
+# knowledge now reads from its repository name), but one nothing knows.
+LONG = (
+    "us-docker.pkg.dev/example-ml-platform/serving-images/"
+    "text-generation-server-nightly-2025.11.20.ubuntu2204.py311-slim"
 )
 
 
@@ -600,18 +617,18 @@ TGI = (
         ),
         # Too long for it: "no affinity" goes first.
         (
-            "nvcr.io/nvidia/tritonserver:24.05-py3",
-            "CUDA version of nvcr.io/nvidia/tritonserver:24.05-py3 unknown: set "
+            "registry.example.com/team/srv:2024.06",
+            "CUDA version of registry.example.com/team/srv:2024.06 unknown: set "
             "features.alauda.io/cuda-version or imageCudaTable",
         ),
         # Then "version" and "or imageCudaTable"; the annotation to set stays.
         (
-            "ghcr.io/huggingface/text-generation-inference:2.4.0",
-            "CUDA of ghcr.io/huggingface/text-generation-inference:2.4.0 unknown: set "
+            "registry.example.com/ml-team/inference-server:2.4.0",
+            "CUDA of registry.example.com/ml-team/inference-server:2.4.0 unknown: set "
             "features.alauda.io/cuda-version",
         ),
-        # The image alone takes 119 characters: the shortest wording, whole, 172 characters.
-        (TGI, f"CUDA of {TGI} unknown: set features.alauda.io/cuda-version"),
+        # The image alone takes 116 characters: the shortest wording, whole, 169 characters.
+        (LONG, f"CUDA of {LONG} unknown: set features.alauda.io/cuda-version"),
     ],
 )
 def test_unknown_version_warning_keeps_the_image_whole(image: str, warning: str) -> None:

@@ -87,25 +87,27 @@ def test_warnings_keep_the_role_and_shorten_the_fixed_words() -> None:
     )
 
 
-TGI = (
-    "us-docker.pkg.dev/deeplearning-platform-release/gcr.io/"
-    "huggingface-text-generation-inference-cu124.2-3.ubuntu2204.py311"
+# As long as a real Vertex AI serving image (the TGI one, 119 characters, whose CUDA the shipped
+# knowledge now reads from its repository name), but one nothing knows.
+LONG = (
+    "us-docker.pkg.dev/example-ml-platform/serving-images/"
+    "text-generation-server-nightly-2025.11.20.ubuntu2204.py311-slim"
 )
 
 
 def test_a_warning_keeps_both_the_role_and_the_image_whole() -> None:
     # Issue 17 item 6: the fixed words get shorter; the role and the image never do.
-    worker = container("tgi", TGI, limits={GPU: "1"}, requests={GPU: "1"})
+    worker = container("tgi", LONG, limits={GPU: "1"}, requests={GPU: "1"})
     master = container("app", "library/busybox:1.36", limits={GPU: "1"}, requests={GPU: "1"})
     decision = run(pytorchjob(worker, master))
     assert decision.warnings == (
         # 128 characters in the longest wording: the next one fits.
         "replica Master: CUDA version of library/busybox:1.36 unknown: set "
         "features.alauda.io/cuda-version or imageCudaTable",
-        # The image alone is 119 characters: the shortest wording, whole (188 characters).
-        f"replica Worker: CUDA of {TGI} unknown: set features.alauda.io/cuda-version",
+        # The image alone is 116 characters: the shortest wording, whole (185 characters).
+        f"replica Worker: CUDA of {LONG} unknown: set features.alauda.io/cuda-version",
     )
-    assert len(decision.warnings[1]) == 188
+    assert len(decision.warnings[1]) == 185
 
 
 def test_update_with_unchanged_templates_is_allowed_untouched() -> None:

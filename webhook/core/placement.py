@@ -36,6 +36,9 @@ from webhook.core.workloads import ContainerRef
 _V12_4 = CudaVersion(12, 4)
 _V11_4 = CudaVersion(11, 4)
 _REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+_NOT_ENFORCED_YET = (
+    "CUDA placement is not enforced yet: the webhook is still listing the cluster's Nodes"
+)
 
 
 class _Need(NamedTuple):
@@ -132,7 +135,11 @@ def _needs(
                 state.warnings += [after(f"{where}: ", w) for w in detection.warnings]
             req = detection.requirement
         if req is None:
-            unknown.append(c)
+            # No image here, and the operator gives one (the ServingRuntime's, the training
+            # runtime's): unknowable now, and the pods are checked when they are created, so
+            # no advice the user could not follow.
+            if not (c.image_from and not c.container.get("image")):
+                unknown.append(c)
             continue
         whole = _whole_card(state, c, keys, policies, config)
         vgpu = not whole and not keys.isdisjoint(config.vgpu_resource_names)
@@ -155,7 +162,7 @@ def _needs(
     return needs, unknown
 
 
-def _unknown_warning(c: ContainerRef, others: bool) -> Wording:
+def _unknown_warning(c: ContainerRef, others: bool, annotatable: bool) -> Wording:
     """Names the image whole in every wording (SPEC §4); the fixed words get shorter."""
     image = c.container.get("image")
     name = shown_image(image) if isinstance(image, str) and image else f"{c.name} (no image)"
@@ -165,6 +172,13 @@ def _unknown_warning(c: ContainerRef, others: bool) -> Wording:
                 f"CUDA version of {name} unknown; node affinity uses the other containers",
                 f"CUDA of {name} unknown; affinity from the other containers",
                 f"CUDA of {name} unknown; affinity from others",
+            )
+        )
+    if not annotatable:  # no annotation of this object reaches the pods (TrainJob's trainer)
+        return Wording(
+            (
+                f"CUDA version of {name} unknown, no affinity: add it to imageCudaTable",
+                f"CUDA of {name} unknown: add it to imageCudaTable",
             )
         )
     return Wording(
@@ -223,7 +237,7 @@ def _cuda_terms(
 ) -> bool:
     """Add the CUDA part to `plan` (`rng`: the needs' intersection); False when denied."""
     for c in unknown:
-        state.warnings.append(_unknown_warning(c, others=bool(needs)))
+        state.warnings.append(_unknown_warning(c, bool(needs), state.pod.annotatable))
     if rng is None:
         return True
     top = max(needs, key=lambda n: n.requirement.version)
@@ -322,6 +336,9 @@ def place(
 
     `violations_only` (/validate): stop once nothing else can deny, i.e. after the
     intersection check unless an inventory with `noCompatibleNode: deny` is in force."""
+    pending = inventory is not None and inventory.pending
+    if pending:
+        inventory = None
     deny_mode = inventory is not None and config.no_compatible_node == "deny"
     if violations_only and len(gpu) < 2 and not deny_mode:
         # One container's compatible set is never empty (some driver ≥ R within the skew, or
@@ -340,6 +357,11 @@ def place(
     if not config.cuda_affinity or opted_out or _intersection_violation(state, needs, rng):
         return
     if violations_only and not deny_mode:
+        return
+    if pending:
+        # Not listed yet is not "no inventory": the first scheme may be one no node carries
+        # (a GFD-only cluster), and the pod would stay Pending forever. Inject nothing.
+        state.warnings.append(_NOT_ENFORCED_YET)
         return
     facts = inventory.facts(config) if inventory is not None else None
     compute = _compute_requirement(state, gpu, config, envs)
