@@ -187,8 +187,8 @@ def test_cluster_training_runtime_is_checked_without_a_namespace(server: Running
     assert response["warnings"] == [
         "will apply to replicated job node pods: set requests.nvidia.com/gpu=2 from limits in "
         'container "node"',
-        "CUDA version of torchtune-trainer unknown, no affinity: set "
-        "features.alauda.io/cuda-version or imageCudaTable",
+        "replicated job node: CUDA of ghcr.io/kubeflow/trainer/torchtune-trainer unknown: "
+        "set features.alauda.io/cuda-version",
     ]
     obj["spec"]["template"]["spec"]["replicatedJobs"][2]["template"]["spec"]["template"]["spec"][
         "containers"
@@ -209,8 +209,8 @@ def test_llm_inference_service_and_knative_service(server: RunningServer) -> Non
     response = server.review("/mutate", review_of(ksvc))["response"]
     assert "patch" not in response
     assert response["warnings"] == [
-        "CUDA version of vllm:0.1 unknown, no affinity: set features.alauda.io/cuda-version "
-        "or imageCudaTable"
+        "CUDA version of rtalaricw/vllm:0.1 unknown, no affinity: set "
+        "features.alauda.io/cuda-version or imageCudaTable"
     ]
     text = server.request("GET", "/metrics").text
     assert 'kind="LLMInferenceService"' in text and 'kind="Service"' in text
