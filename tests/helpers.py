@@ -262,7 +262,7 @@ def assert_idempotent(
     assert again.notes == ()
 
 
-async def eventually(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+async def eventually(check: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
     """Poll until `check()` holds; the deadline only bounds a failing test."""
     deadline = asyncio.get_running_loop().time() + timeout
     while not check():
