@@ -120,6 +120,41 @@ def test_bad_input_is_a_400_with_a_reason(
     assert reply.text.endswith("\n")
 
 
+NOT_FINITE = "is not a JSON value (JSON numbers are finite: no NaN or Infinity)"
+
+
+# A number JSON cannot hold -> what orjson says (and where), what the json codec says.
+NOT_JSON_NUMBERS = {
+    "NaN": ("unexpected character, expected a JSON value", f"NaN {NOT_FINITE}"),
+    "Infinity": ("unexpected character, expected a JSON value", f"Infinity {NOT_FINITE}"),
+    "-Infinity": ("no digit after sign", f"-Infinity {NOT_FINITE}"),
+    "1e400": (
+        "number is infinity when parsed as double",
+        "the number 1e400 is beyond the range of a double",
+    ),
+}
+
+
+@pytest.mark.parametrize("endpoint", ["/mutate", "/validate"])
+@pytest.mark.parametrize("literal", sorted(NOT_JSON_NUMBERS))
+def test_a_limit_json_cannot_hold_is_a_400_under_both_codecs(
+    server: RunningServer, endpoint: str, literal: str
+) -> None:
+    orjson_says, json_says = NOT_JSON_NUMBERS[literal]
+    # The standard library reads NaN and 1e400 (as inf); its codec once put them into the patch
+    # (requests from limits), which is not JSON. Both codecs refuse the body instead.
+    text = json.dumps(gpu_pod_review())
+    body = text.replace('"nvidia.com/gpu": "1"', f'"nvidia.com/gpu": {literal}').encode()
+    assert body != text.encode()
+    reply = post(server, endpoint, body)
+    if server.app_state().codec.name == "orjson":
+        at = body.index(literal.encode()) + (1 if literal == "-Infinity" else 0)
+        reason = f"{orjson_says}: line 1 column {at + 1} (char {at})"
+    else:
+        reason = json_says
+    assert (reply.status, reply.text) == (400, f"request body is not valid JSON: {reason}\n")
+
+
 def test_charset_parameter_is_accepted(server: RunningServer) -> None:
     reply = post(
         server,
