@@ -45,6 +45,8 @@ class WebhookState:
     policy_source: PolicySource | None = None
     review_sink: ReviewSink | None = None
     shutting_down: bool = False
+    # Reviews whose handler runs (reading the body, evaluating): shutdown waits for them.
+    in_flight: int = 0
     background: list[asyncio.Task[None]] = field(default_factory=list)
 
 
