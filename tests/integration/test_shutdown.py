@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -87,6 +88,10 @@ def test_a_review_in_flight_when_the_listener_closes_is_answered(
     assert_no_errors(stderr)
 
 
+def review_line_of(uid: str) -> Callable[[str], bool]:
+    return lambda line: '"msg":"review"' in line and uid in line
+
+
 def test_review_lines_are_flushed_while_the_server_idles(tmp_path: Path, policy_dir: Path) -> None:
     # Review lines are written in batches: one arriving within FLUSH_INTERVAL (0.5 s) of the last
     # write waits for the periodic flush. Three reviews pipelined on one connection are handled
@@ -111,11 +116,7 @@ def test_review_lines_are_flushed_while_the_server_idles(tmp_path: Path, policy_
                 assert chunk, answers
                 answers += chunk
         for uid in uids:
-            served.log.wait_for(
-                lambda line, uid=uid: '"msg":"review"' in line and uid in line,
-                f"for the review {uid}",
-                timeout=10,
-            )
+            served.log.wait_for(review_line_of(uid), f"for the review {uid}", timeout=10)
         # Written by the flush every FLUSH_INTERVAL, not at exit: no signal was sent yet.
         assert served.process.poll() is None
         served.signal(signal.SIGTERM)
