@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -540,19 +541,26 @@ def test_node_selector_with_a_placement_label_is_kept(label: str) -> None:
 
 @pytest.mark.parametrize("value", ["false", "FALSE", "No", "0", "off", " Off "])
 def test_opt_out_annotation(value: str) -> None:
-    decision = run(
-        gpu_pod("nvidia/cuda:12.4.1", annotations={"features.alauda.io/cuda-affinity": value})
+    original = gpu_pod(
+        "nvidia/cuda:12.4.1", annotations={"features.alauda.io/cuda-affinity": value}
     )
-    assert decision.patch == []
-    assert decision.notes == ()
-    assert decision.warnings == ()
+    decision = run(original)
+    assert apply(decision) == original
+    assert (decision.patch, decision.notes, decision.warnings) == ([], (), ())
 
 
 def test_unrecognised_opt_out_value_warns_and_keeps_the_affinity() -> None:
-    decision = run(
-        gpu_pod("nvidia/cuda:12.4.1", annotations={"features.alauda.io/cuda-affinity": "nope"})
+    original = gpu_pod(
+        "nvidia/cuda:12.4.1", annotations={"features.alauda.io/cuda-affinity": "nope"}
     )
-    assert node_terms(apply(decision)) == pgpu(12, 4)
+    decision = run(original)
+    expected = copy.deepcopy(original)
+    expected["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": pgpu(12, 4)}
+        }
+    }
+    assert apply(decision) == expected
     assert decision.warnings == (
         "annotation features.alauda.io/cuda-affinity='nope' not understood: "
         "use false/no/0/off to opt out",

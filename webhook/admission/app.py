@@ -126,6 +126,13 @@ def _make_review_handler(
 ) -> Callable[[web.Request], Coroutine[Any, Any, web.Response]]:
     async def handle(request: web.Request) -> web.Response:
         state = request.app[STATE]
+        state.in_flight += 1
+        try:
+            return await _review(request, state)
+        finally:
+            state.in_flight -= 1
+
+    async def _review(request: web.Request, state: WebhookState) -> web.Response:
         body = await read_body(request, state.metrics, endpoint)
         if isinstance(body, web.Response):
             return body

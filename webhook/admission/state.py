@@ -51,6 +51,8 @@ class WebhookState:
     ready_timeout: float = 30.0
     started: float = field(default_factory=time.monotonic)
     ready_timeout_logged: bool = False
+    # Reviews whose handler runs (reading the body, evaluating): shutdown waits for them.
+    in_flight: int = 0
     background: list[asyncio.Task[None]] = field(default_factory=list)
 
 
