@@ -17,6 +17,7 @@ from webhook.core.inventory import InventoryFacts, NodeInventory
 from webhook.core.policyset import PolicySet
 from webhook.core.quantity import parse_quantity
 from webhook.core.rules import cuda, fit
+from webhook.core.rules.imagefacts import ImageFacts, ImageQuery, facts_for_arch, pod_arch
 from webhook.core.rules.images import display_name
 from webhook.core.rules.terms import (
     Term,
@@ -115,6 +116,7 @@ def _needs(
     config: WebhookConfig,
     policies: PolicySet,
     envs: Envs,
+    facts: dict[str, cuda.Requirement] | None = None,
 ) -> tuple[list[_Need], list[ContainerRef]]:
     pod_req, warning = cuda.annotation_requirement(state.pod.annotations)
     if warning:
@@ -125,7 +127,7 @@ def _needs(
     for c, keys in gpu:
         req = pod_req
         if req is None:
-            detection = cuda.detect(c.container, config, _env(envs, c))
+            detection = cuda.detect(c.container, config, _env(envs, c), facts)
             if detection.warnings:
                 where = container_label(c)
                 state.warnings += [short(f"{where}: {w}") for w in detection.warnings]
@@ -299,11 +301,13 @@ def place(
     policies: PolicySet | None = None,
     *,
     violations_only: bool = False,
+    images: ImageFacts | None = None,
 ) -> None:
     """Placement for a pod spec whose GPU containers are `gpu` (container, resource keys).
 
     `violations_only` (/validate): stop once nothing else can deny, i.e. after the
-    intersection check unless an inventory with `noCompatibleNode: deny` is in force."""
+    intersection check unless an inventory with `noCompatibleNode: deny` is in force.
+    `images`: CUDA versions read from the images' registries (last resort, SPEC §4 step 6)."""
     deny_mode = inventory is not None and config.no_compatible_node == "deny"
     if violations_only and len(gpu) < 2 and not deny_mode:
         # One container's compatible set is never empty (some driver ≥ R within the skew, or
@@ -316,10 +320,20 @@ def place(
     if warning:
         state.warnings.append(short(warning))
     envs: Envs = {}
-    needs, unknown = _needs(state, gpu, config, policies or PolicySet.empty(), envs)
+    arch = pod_arch(state.pod.spec)
+    known = facts_for_arch(images, arch) if images else None
+    needs, unknown = _needs(state, gpu, config, policies or PolicySet.empty(), envs, known)
     # None: no container with a known CUDA version. Computed once for every step below.
     rng = _intersection(needs) if needs else None
-    if not config.cuda_affinity or opted_out or _intersection_violation(state, needs, rng):
+    if not config.cuda_affinity or opted_out:
+        return
+    # What a registry lookup could still tell (only when placement would use the answer).
+    state.unresolved += [
+        ImageQuery(image, arch)
+        for c in unknown
+        if isinstance(image := c.container.get("image"), str) and image
+    ]
+    if _intersection_violation(state, needs, rng):
         return
     if violations_only and not deny_mode:
         return

@@ -108,10 +108,15 @@ def _implausible(what: str, version: CudaVersion) -> str:
 
 
 def detect(
-    container: Mapping[str, Any], config: WebhookConfig, env: dict[str, str | None] | None = None
+    container: Mapping[str, Any],
+    config: WebhookConfig,
+    env: dict[str, str | None] | None = None,
+    facts: Mapping[str, Requirement] | None = None,
 ) -> Detection:
     """CUDA runtime a container needs: env CUDA_VERSION / NVIDIA_REQUIRE_CUDA, then image.
-    `env` is the container's env_values() when the caller has it already."""
+    `env` is the container's env_values() when the caller has it already; `facts` (image ->
+    requirement, from the image's registry) is the last resort, read only when nothing else
+    tells the version (SPEC §4 step 6)."""
     warnings: list[str] = []
     env = env_values(container) if env is None else env
     cuda_env = env.get("CUDA_VERSION")
@@ -131,6 +136,8 @@ def detect(
     # Over-long references are no image (image_version); checked before the cache.
     if isinstance(image, str) and image and len(image) <= MAX_REFERENCE_LENGTH:
         found = _image_detection(image, config.image_rules)
+        if found.requirement is None and facts and image in facts:
+            found = Detection(facts[image], found.warnings)
         if not warnings:  # most containers: the cached answer as it is
             return found
         return Detection(found.requirement, (*warnings, *found.warnings))
