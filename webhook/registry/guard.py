@@ -138,9 +138,13 @@ class HostPolicy:
             return f"{name} is a non-public address"
         return ""
 
-    def trusted_name(self, name: str) -> bool:
+    def trusted_name(self, name: str, port: int) -> bool:
         """A resolved name whose addresses need no check: listed, or the proxy's."""
-        return name.lower() in self.proxies or self.listed(name)
+        return (
+            name.lower() in self.proxies
+            or self.listed(name)
+            or (port > 0 and self.listed(f"{name}:{port}"))
+        )
 
 
 class GuardResolver(AbstractResolver):
@@ -155,7 +159,7 @@ class GuardResolver(AbstractResolver):
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
     ) -> list[ResolveResult]:
         results = await self.inner.resolve(host, port, family)
-        if self.policy.trusted_name(host):
+        if self.policy.trusted_name(host, port):
             return results
         kept = [r for r in results if public_address(r["host"])]
         if not kept:
@@ -163,16 +167,17 @@ class GuardResolver(AbstractResolver):
             raise AddressRefused(f"{host} resolves to non-public address(es) {shown}")
         return kept
 
-    async def check(self, host: str) -> None:
-        """Raise AddressRefused unless `host` (a URL's host) may be reached: the pre-request
+    async def check(self, host: str, port: int) -> None:
+        """Raise AddressRefused unless `host`:`port` (a URL's) may be reached: the pre-request
         check, also when a proxy resolves the name instead of us."""
-        refusal = self.policy.literal_refusal(host)
+        refusal = self.policy.literal_refusal(
+            f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        )
         if refusal:
             raise AddressRefused(refusal)
-        name, _ = _split(host)
-        if ip_literal(name):
+        if ip_literal(host):
             return
-        await self.resolve(name, 0, socket.AF_UNSPEC)
+        await self.resolve(host, port, socket.AF_UNSPEC)
 
     async def close(self) -> None:
         await self.inner.close()

@@ -171,7 +171,7 @@ class RegistryHttp:
     async def _request(
         self, url: URL, headers: dict[str, str], authorization: str | None
     ) -> aiohttp.ClientResponse:
-        await self.guard.check(url.raw_authority.rsplit("@", 1)[-1])
+        await self.guard.check(url.host or "", url.port or 0)
         if authorization:
             headers = {**headers, "Authorization": authorization}
         return await self._session_now().get(url, headers=headers, allow_redirects=False)

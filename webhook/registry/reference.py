@@ -99,10 +99,10 @@ def parse_reference(image: str) -> ImageRef:
             raise ReferenceError(f"{first[:80]!r} is not a registry host")
     else:
         registry, repository = DOCKER_HUB, name
-    if registry == DOCKER_HUB and "/" not in repository:
-        repository = f"library/{repository}"
     if not _REPOSITORY.fullmatch(repository) or len(repository) > 255:
         raise ReferenceError(f"{repository[:80]!r} is not a valid repository name")
+    if registry == DOCKER_HUB and "/" not in repository:
+        repository = f"library/{repository}"
     if not digest and not tag:
         tag = "latest"
     return ImageRef(registry, repository, tag, digest)
