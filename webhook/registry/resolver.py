@@ -167,7 +167,9 @@ class ImageResolver:
                 self._inflight[key] = task
             elif key in self._slow:
                 out.warnings.append(
-                    warning(query.image, "its registry is slow; the answer will serve later pods")
+                    warning(
+                        query.image, "its registry is slow; later pods get the answer when it comes"
+                    )
                 )
                 continue
             waiting[query] = (key, task)
@@ -182,8 +184,7 @@ class ImageResolver:
                     out.warnings.append(
                         warning(
                             query.image,
-                            f"no answer from its registry within {budget:g} s; "
-                            "the answer will serve later pods",
+                            f"no answer within {budget:g} s; later pods get the answer when it comes",
                         )
                     )
         return out
