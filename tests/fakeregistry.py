@@ -35,6 +35,7 @@ class FakeRegistry:
     private: tuple[str, ...] = ("private/",)
     blob_redirect: str = ""  # host:port of a CDN (another FakeRegistry) serving /cdn/<digest>
     redirect_loop: bool = False
+    delay: float = 0.0  # seconds before each manifest answer
     blobs: dict[str, bytes] = field(default_factory=dict)
     manifests: dict[tuple[str, str], tuple[str, bytes]] = field(default_factory=dict)
     hits: list[Hit] = field(default_factory=list)
@@ -114,6 +115,8 @@ class FakeRegistry:
 
     async def _manifest(self, request: web.Request) -> web.Response:
         name, ref = request.match_info["name"], request.match_info["ref"]
+        if self.delay:
+            await asyncio.sleep(self.delay)
         refused = self._allowed(request, name)
         if refused is not None:
             return refused

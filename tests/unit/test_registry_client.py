@@ -144,7 +144,7 @@ async def test_an_unknown_tag_is_not_found(tls: CertPaths, registry: FakeRegistr
     result = await lookup(tls, registry.host, f"{registry.host}/team/app:nope")
     assert (result.status, result.detail) == (
         NOT_FOUND,
-        f"manifest not found in {registry.host} (404)",
+        "manifest not found (404)",
     )
 
 
@@ -191,7 +191,7 @@ async def test_private_image_without_credentials_is_unauthorized(tls: CertPaths)
         result = await lookup(tls, fake.host, f"{fake.host}/private/pytorch:1")
         assert (result.status, result.detail) == (
             UNAUTHORIZED,
-            f"{fake.host} answered 401: add credentials for it to --registry-auth",
+            "401 from the registry: add credentials for it to --registry-auth",
         )
     finally:
         await fake.close()
@@ -208,7 +208,7 @@ async def test_wrong_credentials_say_the_credentials_were_refused(
         result = await lookup(tls, fake.host, f"{fake.host}/private/pytorch:1", auth_file=wrong)
         assert (result.status, result.detail) == (
             UNAUTHORIZED,
-            f"{fake.host} refused the credentials of --registry-auth (401)",
+            "the registry refused the --registry-auth credentials (401)",
         )
     finally:
         await fake.close()
@@ -269,7 +269,7 @@ async def test_a_refused_connection_is_unreachable(tls: CertPaths) -> None:
     host = closed_port()
     result = await lookup(tls, host, f"{host}/team/app:1")
     assert result.status == UNREACHABLE
-    assert result.detail.startswith("cannot connect to 127.0.0.1: ")
+    assert result.detail == "cannot connect to 127.0.0.1: Connection refused"
 
 
 async def test_a_server_that_never_answers_times_out(tls: CertPaths) -> None:
@@ -279,7 +279,7 @@ async def test_a_server_that_never_answers_times_out(tls: CertPaths) -> None:
         result = await lookup(tls, server.host, f"{server.host}/team/app:1", timeout_seconds=0.3)
         assert (result.status, result.detail) == (
             TIMEOUT,
-            f"{server.host} did not answer within 0.3 s",
+            "the registry did not answer within 0.3 s",
         )
         assert server.accepted == 1
     finally:
@@ -295,7 +295,7 @@ async def test_an_untrusted_certificate_names_the_fix(registry: FakeRegistry) ->
         await c.close()
     assert (result.status, result.detail) == (
         UNREACHABLE,
-        f"TLS certificate of {registry.host} not trusted: add its CA with --registry-ca",
+        "its TLS certificate is not trusted: add its CA with --registry-ca",
     )
 
 

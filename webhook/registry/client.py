@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -170,24 +171,23 @@ class RegistryClient:
         except LookupFailure as exc:
             return LookupResult(exc.status, detail=exc.detail)
         except TimeoutError:
-            detail = f"{ref.registry} did not answer within {timeout:g} s"
+            detail = f"the registry did not answer within {timeout:g} s"
             return LookupResult(TIMEOUT, detail=detail)
         except AddressRefused as exc:
             return LookupResult(REFUSED, detail=str(exc))
         except aiohttp.ClientConnectorCertificateError:
             return LookupResult(
                 UNREACHABLE,
-                detail=f"TLS certificate of {ref.endpoint} not trusted: add its CA with "
-                "--registry-ca",
+                detail="its TLS certificate is not trusted: add its CA with --registry-ca",
             )
         except aiohttp.ClientConnectorError as exc:
-            if isinstance(exc.os_error, AddressRefused):
-                return LookupResult(REFUSED, detail=str(exc.os_error))
-            reason = exc.os_error.strerror or str(exc.os_error) or type(exc.os_error).__name__
+            error = exc.os_error
+            if isinstance(error, AddressRefused):
+                return LookupResult(REFUSED, detail=str(error))
+            reason = os.strerror(error.errno) if error.errno else str(error)
             return LookupResult(UNREACHABLE, detail=f"cannot connect to {exc.host}: {reason}")
         except (aiohttp.ClientError, OSError) as exc:
-            detail = str(exc) or type(exc).__name__
-            return LookupResult(UNREACHABLE, detail=f"{ref.registry}: {detail}")
+            return LookupResult(UNREACHABLE, detail=str(exc) or type(exc).__name__)
 
     async def _lookup(self, ref: ImageRef, arch: str, known: Known | None) -> LookupResult:
         response = await self.http.get(

@@ -124,12 +124,12 @@ class HostPolicy:
             return ""
         name, _ = _split(registry)
         if ip_literal(name) and not public_address(name):
-            return f"{registry} is a non-public address; list it in allowedRegistries to ask it"
+            return "non-public address; allow it in registryLookups.allowedRegistries"
         if self.settings.public_registries and any(
             _matches(pattern, registry) for pattern in PUBLIC_REGISTRIES
         ):
             return ""
-        return f"registry {registry} is not in registryLookups.allowedRegistries"
+        return "its registry is not in registryLookups.allowedRegistries"
 
     def literal_refusal(self, host: str) -> str:
         """For a URL's host before a request: an unlisted IP literal must be public."""

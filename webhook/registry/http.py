@@ -86,8 +86,8 @@ async def _read(resp: aiohttp.ClientResponse, limit: int, what: str) -> bytes:
 
 def _status_failure(status: int, reason: str, ref: ImageRef, what: str) -> LookupFailure:
     if status == 404:
-        return LookupFailure(NOT_FOUND, f"{what} not found in {ref.registry} (404)")
-    return LookupFailure(UNREACHABLE, f"{ref.registry} answered {status} {reason} for the {what}")
+        return LookupFailure(NOT_FOUND, f"{what} not found (404)")
+    return LookupFailure(UNREACHABLE, f"the registry answered {status} {reason} for the {what}")
 
 
 class RegistryHttp:
@@ -184,13 +184,13 @@ class RegistryHttp:
         for _ in range(MAX_REDIRECTS):
             location = current.headers.get("Location")
             if not location:
-                raise LookupFailure(INVALID, f"{ref.registry} redirected the {what} nowhere")
+                raise LookupFailure(INVALID, f"the registry redirected the {what} nowhere")
             target = current.url.join(URL(location))
             host = target.host or ""
             if target.scheme != "https" and not (
                 target.scheme == "http" and self.policy.insecure(host)
             ):
-                raise LookupFailure(INVALID, f"{ref.registry} redirected the {what} off HTTPS")
+                raise LookupFailure(INVALID, f"the registry redirected the {what} off HTTPS")
             nxt = await self._request(target, {"Accept": accept}, None)
             if current is not resp:
                 current.release()
@@ -229,7 +229,7 @@ class RegistryHttp:
         if not url.is_absolute() or not (
             url.scheme == "https" or (url.scheme == "http" and self.policy.insecure(host))
         ):
-            raise LookupFailure(INVALID, f"{ref.registry} sent an unusable token realm")
+            raise LookupFailure(INVALID, "the registry sent an unusable token realm")
         query: list[tuple[str, str]] = []
         if challenge.params.get("service"):
             query.append(("service", challenge.params["service"]))
@@ -263,10 +263,8 @@ class RegistryHttp:
 def _denied(status: int, ref: ImageRef, credential: Credential | None) -> LookupFailure:
     if credential is None:
         return LookupFailure(
-            UNAUTHORIZED,
-            f"{ref.registry} answered {status}: add credentials for it to --registry-auth",
+            UNAUTHORIZED, f"{status} from the registry: add credentials for it to --registry-auth"
         )
     return LookupFailure(
-        UNAUTHORIZED,
-        f"{ref.registry} refused the credentials of --registry-auth ({status})",
+        UNAUTHORIZED, f"the registry refused the --registry-auth credentials ({status})"
     )

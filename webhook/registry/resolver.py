@@ -184,7 +184,8 @@ class ImageResolver:
                     out.warnings.append(
                         warning(
                             query.image,
-                            f"no answer within {budget:g} s; later pods get the answer when it comes",
+                            f"no answer within {budget:g} s; "
+                            "later pods get the answer when it comes",
                         )
                     )
         return out
