@@ -8,7 +8,9 @@ import asyncio
 import base64
 import socket
 import ssl
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -204,3 +206,19 @@ def closed_port() -> str:
 def docker_config(host: str, user: str, password: str) -> dict[str, Any]:
     auth = base64.b64encode(f"{user}:{password}".encode()).decode()
     return {"auths": {host: {"auth": auth}}}
+
+
+@contextmanager
+def in_thread(fake: FakeRegistry) -> Iterator[FakeRegistry]:
+    """Run `fake` on its own loop in a thread, for code under test that runs asyncio.run()."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    asyncio.run_coroutine_threadsafe(fake.start(), loop).result(10)
+    try:
+        yield fake
+    finally:
+        asyncio.run_coroutine_threadsafe(fake.close(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()

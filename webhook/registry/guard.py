@@ -153,7 +153,15 @@ class GuardResolver(AbstractResolver):
 
     def __init__(self, policy: HostPolicy, inner: AbstractResolver | None = None) -> None:
         self.policy = policy
-        self.inner = inner if inner is not None else DefaultResolver()
+        # aiohttp's resolvers bind the running loop when made: the default one is made on
+        # first use, inside the loop that uses it.
+        self._inner = inner
+
+    @property
+    def inner(self) -> AbstractResolver:
+        if self._inner is None:
+            self._inner = DefaultResolver()
+        return self._inner
 
     async def resolve(
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
@@ -180,4 +188,5 @@ class GuardResolver(AbstractResolver):
         await self.resolve(host, port, socket.AF_UNSPEC)
 
     async def close(self) -> None:
-        await self.inner.close()
+        if self._inner is not None:
+            await self._inner.close()
