@@ -139,8 +139,7 @@ def test_images_never_asks_with_no_lookup(registry: FakeRegistry, tmp_path: Path
     )
     assert code == 1
     assert (
-        out
-        == f"{registry.host}/public/trainer:v3: CUDA unknown "
+        out == f"{registry.host}/public/trainer:v3: CUDA unknown "
         "(not found: nothing offline names it)\n"
     )
     assert registry.hits == []
