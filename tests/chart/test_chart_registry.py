@@ -116,3 +116,20 @@ def test_bad_registry_values_fail_naming_the_key(
     with pytest.raises(helm_python.HelmValuesError) as excinfo:
         chart.render(values, name=RELEASE, namespace=NAMESPACE)
     assert message in str(excinfo.value)
+
+
+def test_a_budget_the_api_server_would_not_wait_for_is_refused(chart: helm_python.Chart) -> None:
+    values = {
+        "config": {"registryLookups": {"budgetSeconds": 5}},
+        "webhooks": {"timeoutSeconds": 5},
+    }
+    with pytest.raises(
+        Exception,
+        match=r"config.registryLookups.budgetSeconds \(5\) must be below webhooks.timeoutSeconds \(5\)",
+    ):
+        chart.render(values, name=RELEASE, namespace=NAMESPACE)
+    off = {
+        "config": {"registryLookups": {"enabled": False, "budgetSeconds": 5}},
+        "webhooks": {"timeoutSeconds": 5},
+    }
+    chart.render(off, name=RELEASE, namespace=NAMESPACE)

@@ -125,6 +125,19 @@ class ImageResolver:
                 self._store((alias, key[1]), query.image, result, True)
             if self.observe is not None:
                 self.observe(result.status, elapsed)
+            log.info(
+                "image lookup",
+                extra={
+                    "fields": {
+                        "image": query.image,
+                        "arch": query.arch,
+                        "result": result.status,
+                        "cuda": str(result.requirement.version) if result.requirement else None,
+                        "detail": result.detail,
+                        "durationMs": round(elapsed * 1000, 1),
+                    }
+                },
+            )
             return result
         finally:
             self._inflight.pop(key, None)
