@@ -119,17 +119,13 @@ def test_bad_registry_values_fail_naming_the_key(
 
 
 def test_a_budget_the_api_server_would_not_wait_for_is_refused(chart: helm_python.Chart) -> None:
-    values = {
-        "config": {"registryLookups": {"budgetSeconds": 5}},
-        "webhooks": {"timeoutSeconds": 5},
-    }
-    with pytest.raises(
-        Exception,
-        match=r"config.registryLookups.budgetSeconds \(5\) must be below webhooks.timeoutSeconds \(5\)",
-    ):
-        chart.render(values, name=RELEASE, namespace=NAMESPACE)
-    off = {
-        "config": {"registryLookups": {"enabled": False, "budgetSeconds": 5}},
-        "webhooks": {"timeoutSeconds": 5},
-    }
-    chart.render(off, name=RELEASE, namespace=NAMESPACE)
+    webhooks = {"timeoutSeconds": 5}
+    too_long = {"config": {"registryLookups": {"budgetSeconds": 5}}, "webhooks": webhooks}
+    with pytest.raises(helm_python.HelmRenderError) as excinfo:
+        chart.render(too_long, name=RELEASE, namespace=NAMESPACE)
+    assert (
+        "config.registryLookups.budgetSeconds (5) must be below webhooks.timeoutSeconds (5): "
+        "admission waits that long for registry lookups" in str(excinfo.value)
+    )
+    off = {"config": {"registryLookups": {"enabled": False, "budgetSeconds": 5}}}
+    chart.render({**off, "webhooks": webhooks}, name=RELEASE, namespace=NAMESPACE)
