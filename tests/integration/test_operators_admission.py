@@ -7,7 +7,7 @@ from typing import Any
 
 from tests.integration.helpers import RunningServer
 from tests.integration.test_admission import admission_review, apply_patch
-from webhook.core.claims import ClaimIndex
+from webhook.core.claims import ClaimClasses, ClaimIndex
 
 TORCH = "pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime"
 UID = "7f0c3b5e-1111-4a4a-9e9e-000000000001"
@@ -107,7 +107,9 @@ def test_dra_pod_placement_follows_the_claim_snapshot(server: RunningServer) -> 
         "ResourceClaimTemplate one-gpu: no DRA claim data here; evaluated without it "
         "(no GPU placement from it)"
     ]
-    store.claims = ClaimIndex(templates={("ml", "one-gpu"): frozenset({"gpu.nvidia.com"})})
+    store.claims = ClaimIndex(
+        templates={("ml", "one-gpu"): ClaimClasses.of({"gpu": frozenset({"gpu.nvidia.com"})})}
+    )
     try:
         response = server.review("/mutate", admission_review(dra_pod()))["response"]
     finally:

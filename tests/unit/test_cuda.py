@@ -90,6 +90,19 @@ def pgpu(major: int, minor: int, skew: int = 1) -> list[dict[str, Any]]:
         (f"nvidia/cuda:12.4.1-base@{DIGEST}", V(12, 4)),  # tag and digest
         ("registry:5000/nvidia/cuda:11.8.0-base", V(11, 8)),  # registry with port
         ("registry.local:5000/cuda:12.2.0-devel", V(12, 2)),
+        # spelled in the repository path (SPEC §4 step 4)
+        ("localhost:5000/cu121/app:latest", V(12, 1)),
+        ("example.com/team/train-cuda-11.8-base:v3", V(11, 8)),
+        ("example.com/team/app_cuda11.8", V(11, 8)),
+        ("example.com/team/app_cuda11.8:2.0", V(11, 8)),
+        (
+            "us-docker.pkg.dev/deeplearning-platform-release/gcr.io/"
+            "huggingface-text-generation-inference-cu124.2-3.ubuntu2204.py311",
+            V(12, 4),
+        ),
+        ("example.com/team/torch-cu118/serve:1.0", V(11, 8)),
+        # the tag first, then the path
+        ("example.com/team/app-cu118:2.1.0-cu121", V(12, 1)),
     ],
 )
 def test_version_from_image(image: str, version: CudaVersion) -> None:
@@ -103,13 +116,14 @@ def test_version_from_image(image: str, version: CudaVersion) -> None:
     "image",
     [
         "nvcr.io/nvidia/k8s/dcgm-exporter:3.3.9-3.6.1-ubuntu22.04",  # DCGM versions, not CUDA
-        "nvcr.io/nvidia/tritonserver:24.06-py3",  # NGC YY.MM
-        "nvcr.io/nvidia/tritonserver:24.06-py3-sdk",
+        "nvcr.io/nvidia/tritonserver:24.09-py3",  # NGC YY.MM with no shipped entry
         "nvcr.io/nvidia/nemo:25.04.01",
         f"nvidia/cuda@{DIGEST}",  # digest only: no tag to read
         "registry:5000/team/trainer",  # port digits are not a version
         "registry:5000/team/trainer:2.1",
-        "localhost:5000/cu121/app:latest",  # cu121 in the path, not the tag
+        "cuda12-registry.corp:5000/x",  # the registry host is never read
+        "cuda-12.4.corp:5000/team/x:1",
+        "registry.cu121.example.com/team/x:1",
         "vllm/vllm-openai:v0.11.0",
         "k8s.gcr.io/cuda-vector-add:v0.1",
         "example.com/cuda-app:12.1",  # a repository that mentions cuda, tag is the app version
@@ -213,7 +227,8 @@ def test_each_config_detects_with_its_own_table_in_turn() -> None:
     for config, version in [
         (TABLE, V(12, 5)),
         (other, V(12, 2)),
-        (WebhookConfig(), None),
+        (WebhookConfig(), V(12, 5)),  # the shipped knowledge (Triton 24.06: CUDA 12.5.0)
+        (WebhookConfig(shipped_image_knowledge=False), None),
         (TABLE, V(12, 5)),
         (same, V(12, 5)),
         (other, V(12, 2)),

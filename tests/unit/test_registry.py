@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.helpers import GPU, VCORE, container, run, standard_policies
-from webhook.core.claims import ClaimIndex
+from webhook.core.claims import ClaimClasses, ClaimIndex
 from webhook.core.config import WebhookConfig, load_config
 from webhook.core.errors import ConfigError, ObjectShapeError, WebhookError
 from webhook.core.evaluate import evaluate
@@ -376,7 +376,9 @@ JSON = st.recursive(
 REGISTERED = [(k.group, k.kind) for k in BUILTIN_KINDS]
 
 
-CLAIMS = ClaimIndex(templates={("ml", "x"): frozenset({"gpu.nvidia.com"})})
+CLAIMS = ClaimIndex(
+    templates={("ml", "x"): ClaimClasses.of({"gpu": frozenset({"gpu.nvidia.com"})})}
+)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -417,9 +419,8 @@ def test_kserve_scaling_fields_are_not_template_changes() -> None:
     group = "serving.kserve.io"
     assert templates_equal(group, "InferenceService", isvc(minReplicas=3), isvc(minReplicas=1))
     assert templates_equal(group, "InferenceService", isvc(canaryTrafficPercent=10), isvc())
-    assert not templates_equal(
-        group, "InferenceService", isvc(nodeSelector={"gpu": "a100"}), isvc()
-    )
+    # A scheduling directive is no reason to re-judge (SPEC §6): the evaluation does not read it.
+    assert templates_equal(group, "InferenceService", isvc(nodeSelector={"gpu": "a100"}), isvc())
     changed = isvc()
     changed["spec"]["predictor"]["model"]["resources"]["limits"][GPU] = "2"
     assert not templates_equal(group, "InferenceService", changed, isvc())

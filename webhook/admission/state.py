@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -48,6 +49,11 @@ class WebhookState:
     # Registry lookups of images' CUDA versions (None: switched off, SPEC §4 step 6).
     images: ImageResolver | None = None
     shutting_down: bool = False
+    # Readiness waits at most this long for the first list of the optional sources (Nodes, DRA
+    # claims) once the policies are synced (SPEC §4), counted from `started`.
+    ready_timeout: float = 30.0
+    started: float = field(default_factory=time.monotonic)
+    ready_timeout_logged: bool = False
     background: list[asyncio.Task[None]] = field(default_factory=list)
 
 

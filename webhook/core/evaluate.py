@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhook.core.annotations import parse_opt_out
-from webhook.core.claims import ClaimIndex, container_claims, pod_claims
+from webhook.core.claims import ClaimIndex, pod_claims
 from webhook.core.config import ANNOTATION_ENV_FIXES, WebhookConfig
 from webhook.core.crl import (
     CRL_NAMESPACE,
@@ -189,7 +189,8 @@ def _evaluate_spec(
         keys, crl = _resources(state, c, policies, config.gpu_resource_names)
         # CRL rules govern extended resources only; a DRA claim on a GPU device class makes a
         # GPU container for placement and env fixes (SPEC §6).
-        on_gpu_claim = bool(dra.gpu) and not dra.gpu.isdisjoint(container_claims(c.container))
+        # Only the claims' requests it names (resources.claims[].request) count.
+        on_gpu_claim = dra.uses_gpu(c.container)
         if crl or on_gpu_claim or not keys.isdisjoint(config.gpu_resource_names):
             gpu.append((c, keys))
             if env_fixes_on:

@@ -36,6 +36,9 @@ from webhook.core.workloads import ContainerRef
 _V12_4 = CudaVersion(12, 4)
 _V11_4 = CudaVersion(11, 4)
 _REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+_NOT_ENFORCED_YET = (
+    "CUDA placement is not enforced yet: the webhook is still listing the cluster's Nodes"
+)
 
 
 class _Need(NamedTuple):
@@ -308,6 +311,9 @@ def place(
     `violations_only` (/validate): stop once nothing else can deny, i.e. after the
     intersection check unless an inventory with `noCompatibleNode: deny` is in force.
     `images`: CUDA versions read from the images' registries (last resort, SPEC §4 step 6)."""
+    pending = inventory is not None and inventory.pending
+    if pending:
+        inventory = None
     deny_mode = inventory is not None and config.no_compatible_node == "deny"
     if violations_only and len(gpu) < 2 and not deny_mode:
         # One container's compatible set is never empty (some driver ≥ R within the skew, or
@@ -336,6 +342,11 @@ def place(
     if _intersection_violation(state, needs, rng):
         return
     if violations_only and not deny_mode:
+        return
+    if pending:
+        # Not listed yet is not "no inventory": the first scheme may be one no node carries
+        # (a GFD-only cluster), and the pod would stay Pending forever. Inject nothing.
+        state.warnings.append(_NOT_ENFORCED_YET)
         return
     facts = inventory.facts(config) if inventory is not None else None
     compute = _compute_requirement(state, gpu, config, envs)

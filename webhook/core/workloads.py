@@ -191,6 +191,41 @@ def find_pod_spec(kind: str, obj: Mapping[str, Any]) -> PodSpecRef | None:
     return specs[0] if specs else None
 
 
+# What the evaluation reads from a container (SPEC §6, updates): resources and claims (policies,
+# GPU containers), image and env/envFrom (CUDA detection, env fixes), command/args (compute
+# capability rules). Anything else a controller changes is no reason to re-judge.
+_READ_CONTAINER_FIELDS = ("image", "resources", "env", "envFrom", "command", "args")
+# Pod annotations the webhook reads (config_parts): its own, nothing else.
+_READ_ANNOTATIONS = (
+    "features.alauda.io/cuda-version",
+    "features.alauda.io/cuda-affinity",
+    "features.alauda.io/env-fixes",
+    "features.alauda.io/min-compute-capability",
+)
+
+
+def _evaluated_part(pod: PodSpecRef) -> tuple[Any, ...]:
+    """Everything of one pod spec that the evaluation reads, and nothing else.
+
+    Not in it, on purpose: nodeSelector, affinity, tolerations, schedulingGates, labels and a
+    Job's `suspend`. Kueue starts an admitted Job with one UPDATE that sets `suspend: false` and
+    its ResourceFlavor's nodeSelector/tolerations in the template, and restores them on
+    eviction (kueue pkg/podset/podset.go Merge/RestorePodSetsInfo, called from
+    pkg/controller/jobs/job/job_controller.go RunWithPodSetsInfo); the JobSet controller does
+    the same to its child Jobs. The API server allows those changes to a suspended Job's
+    template (kubernetes pkg/registry/batch/job/strategy.go, validationOptionsForJob:
+    scheduling directives only while the old Job is suspended and never started; in 1.36 the
+    MutablePodResourcesForSuspendedJobs gate also lets resources change, and such a change is
+    judged here like any other). Re-judging unchanged resources would only wedge a start.
+    """
+    containers = tuple(
+        (c.list_name, c.index, c.name, *(c.container.get(f) for f in _READ_CONTAINER_FIELDS))
+        for c in pod.containers
+    )
+    annotations = tuple(pod.annotations.get(a) for a in _READ_ANNOTATIONS)
+    return pod.template_path, annotations, pod.spec.get("resourceClaims"), containers
+
+
 def templates_equal(
     group: str | None,
     kind: str,
@@ -198,27 +233,22 @@ def templates_equal(
     old: Mapping[str, Any],
     config: WebhookConfig | None = None,
 ) -> bool:
-    """Whether every pod template of `obj` equals the one at the same path in `old` (SPEC §6).
+    """Whether every pod template of `obj` equals the one at the same path in `old` in
+    everything the evaluation reads (SPEC §6; see `_evaluated_part`).
 
-    Both the set of template paths and each template's content must match: adding a worker
-    group or changing one container counts as a change. Unknown kinds: False.
+    Both the set of template paths and each template's evaluated content must match: adding a
+    worker group or changing one container's image or resources counts as a change, a new
+    nodeSelector does not. Unknown kinds: False.
     """
     entry = lookup(kind, obj, group, config)
     if entry is None or not isinstance(old, Mapping):
         return False
     try:
-        new_hits = [_pod_part(t, h) for t in entry.rules for h in walk(kind, obj, t)]
-        old_hits = [_pod_part(t, h) for t in entry.rules for h in walk(kind, old, t)]
+        new_parts = [_evaluated_part(p) for p in find_pod_specs(entry, obj)]
+        old_parts = [_evaluated_part(p) for p in find_pod_specs(entry, old)]
     except ObjectShapeError:
         return False
-    return new_hits == old_hits
-
-
-def _pod_part(tpl: TemplateRule, hit: Found) -> tuple[tuple[str | int, ...], Any]:
-    node = hit.node
-    if tpl.not_pod and isinstance(node, Mapping):
-        node = {k: v for k, v in node.items() if k not in tpl.not_pod}
-    return hit.path, node
+    return new_parts == old_parts
 
 
 def object_ref(kind: str, obj: Mapping[str, Any], namespace: str | None = None) -> str:

@@ -113,10 +113,12 @@ def detect(
     env: dict[str, str | None] | None = None,
     facts: Mapping[str, Requirement] | None = None,
 ) -> Detection:
-    """CUDA runtime a container needs: env CUDA_VERSION / NVIDIA_REQUIRE_CUDA, then image.
-    `env` is the container's env_values() when the caller has it already; `facts` (image ->
-    requirement, from the image's registry) is the last resort, read only when nothing else
-    tells the version (SPEC §4 step 6)."""
+    """CUDA runtime a container needs (SPEC §4 steps 2-6; the pod annotation, step 1, is the
+    caller's): env CUDA_VERSION / NVIDIA_REQUIRE_CUDA, then what the image reference says (the
+    admin table, a version in the tag or path, the shipped knowledge), then `facts` (image ->
+    requirement, read from the image's registry by the caller), the last resort. A None
+    requirement means nothing knows the image yet: the caller may look it up.
+    `env` is the container's env_values() when the caller has it already."""
     warnings: list[str] = []
     env = env_values(container) if env is None else env
     cuda_env = env.get("CUDA_VERSION")
@@ -149,7 +151,7 @@ def _image_detection(image: str, rules: ImageRules) -> Detection:
     """What the image alone says, built once per distinct (image, config): replicas and
     repeated submissions of the same image are most of the reviews. (Immutable: safe to
     share.) Keyed on the config's ImageRules, hashed by identity, not on its table."""
-    guess = image_version(image, rules.patterns, rules.table)
+    guess = image_version(image, rules.patterns, rules.table, rules.knowledge)
     if guess is None:
         return Detection(None)
     warnings = (guess.problem,) if guess.problem else ()
