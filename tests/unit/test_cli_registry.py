@@ -68,6 +68,7 @@ def test_images_prints_versions_origins_and_the_table_entries(
     code, out = cli(
         "images",
         "nvidia/cuda:12.4.1-runtime-ubuntu22.04",
+        "nvcr.io/nvidia/tritonserver:24.05-py3",
         f"{host}/public/trainer:v3",
         f"{host}/private/trainer:v3",
         "--config",
@@ -79,10 +80,11 @@ def test_images_prints_versions_origins_and_the_table_entries(
     )
     assert code == 0
     assert out == (
-        "nvidia/cuda:12.4.1-runtime-ubuntu22.04: CUDA 12.4 (without lookup: image "
-        "nvidia/cuda:12.4.1-runtime-ubuntu22.04)\n"
-        f"{host}/public/trainer:v3: CUDA 12.4 (from its registry: CUDA_VERSION=12.4.1)\n"
-        f"{host}/private/trainer:v3: CUDA 12.2 (from its registry: NVIDIA_REQUIRE_CUDA)\n"
+        "nvidia/cuda:12.4.1-runtime-ubuntu22.04: CUDA 12.4 from the reference\n"
+        "nvcr.io/nvidia/tritonserver:24.05-py3: CUDA 12.4 from the shipped knowledge "
+        "(shipped knowledge: NGC Triton 24.05, NVIDIA release notes)\n"
+        f"{host}/public/trainer:v3: CUDA 12.4 from its registry (CUDA_VERSION=12.4.1)\n"
+        f"{host}/private/trainer:v3: CUDA 12.2 from its registry (NVIDIA_REQUIRE_CUDA)\n"
         "\n# webhook config entries that pin the registry answers (for clusters whose webhook "
         "cannot ask the registries):\n"
         "imageCudaTable:\n"
@@ -138,10 +140,7 @@ def test_images_never_asks_with_no_lookup(registry: FakeRegistry, tmp_path: Path
         config_for(tmp_path, registry.host),
     )
     assert code == 1
-    assert (
-        out == f"{registry.host}/public/trainer:v3: CUDA unknown "
-        "(not found: nothing offline names it)\n"
-    )
+    assert out == f"{registry.host}/public/trainer:v3: CUDA unknown (nothing offline names it)\n"
     assert registry.hits == []
 
 

@@ -106,7 +106,7 @@ def add_images_parser(sub: Any) -> None:
 class ImageAnswer:
     image: str
     version: cuda.CudaVersion | None
-    origin: str  # "config, reference or shipped knowledge" | "registry" | ""
+    origin: str  # "admin table" | "reference" | "shipped knowledge" | "registry" | ""
     source: str  # the rule or env entry it came from; why it is unknown otherwise
     digest: str = ""
 
@@ -124,8 +124,17 @@ def _offline(image: str, config: WebhookConfig) -> ImageAnswer:
     detection = cuda.detect({"image": image}, config)
     if detection.requirement is not None:
         req = detection.requirement
-        return ImageAnswer(image, req.version, "offline", req.source)
+        return ImageAnswer(image, req.version, _origin(req.source), req.source)
     return ImageAnswer(image, None, "", "; ".join(detection.warnings) or "nothing offline names it")
+
+
+def _origin(source: str) -> str:
+    """Which step of SPEC §4 answered, from the source text the core gives its requirement."""
+    if source.startswith("image table entry"):
+        return "admin table"
+    if source.startswith("shipped knowledge"):
+        return "shipped knowledge"
+    return "reference"
 
 
 async def _look_up(client: RegistryClient, images: Sequence[str], arch: str) -> list[LookupResult]:
@@ -173,11 +182,14 @@ def cmd_images(args: argparse.Namespace, out: TextIO) -> int:
         out.write("\n")
     else:
         for a in found:
-            version = f"CUDA {a.version}" if a.version else "CUDA unknown"
-            origin = {"registry": "from its registry", "offline": "without lookup"}.get(
-                a.origin, "not found"
-            )
-            out.write(f"{a.image}: {version} ({origin}: {a.source})\n")
+            if a.version is None:
+                out.write(f"{a.image}: CUDA unknown ({a.source})\n")
+            elif a.origin == "reference":
+                out.write(f"{a.image}: CUDA {a.version} from the reference\n")
+            elif a.origin == "registry":
+                out.write(f"{a.image}: CUDA {a.version} from its registry ({a.source})\n")
+            else:
+                out.write(f"{a.image}: CUDA {a.version} from the {a.origin} ({a.source})\n")
         pinned = table(found)
         if pinned:
             out.write(
