@@ -23,6 +23,7 @@ from tests.realregistry import LoopThread, Registry, TokenServer, push, registry
 from tests.registryhelpers import client
 from webhook.admission.app import create_app
 from webhook.core.rules.versions import CudaVersion
+from webhook.registry.client import RegistryClient
 from webhook.registry.resolver import ImageResolver
 from webhook.registry.results import FOUND, UNAUTHORIZED
 from webhook.sources.store import PolicyStore
@@ -78,8 +79,14 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
         thread.stop()
 
 
+def lookup_client(real: Setup, *, auth: bool = False) -> RegistryClient:
+    # The token server is another loopback host: listed too (unlisted, it would be refused).
+    auth_file = real.auth_file if auth else None
+    return client(real.tls.ca_cert, real.secured.host, real.tokens.host, auth_file=auth_file)
+
+
 async def lookup(real: Setup, image_ref: str, *, auth: bool = False, arch: str = "amd64") -> Any:
-    c = client(real.tls.ca_cert, real.secured.host, auth_file=real.auth_file if auth else None)
+    c = lookup_client(real, auth=auth)
     try:
         return await c.lookup(image_ref, arch)
     finally:
@@ -108,6 +115,18 @@ async def test_private_image_by_nvidia_require_cuda_with_credentials(real: Setup
     assert ("repository:private/trainer:pull", "alice") in real.tokens.requests
 
 
+async def test_an_unlisted_loopback_token_realm_is_refused(real: Setup) -> None:
+    c = client(real.tls.ca_cert, real.secured.host)
+    try:
+        result = await c.lookup(f"{real.secured.host}/public/trainer:v3", "amd64")
+    finally:
+        await c.close()
+    assert (result.status, result.detail) == (
+        "refused",
+        "token realm 127.0.0.1 is not a public address; allow it in allowedRegistries",
+    )
+
+
 async def test_private_image_without_credentials_is_refused(real: Setup) -> None:
     result = await lookup(real, f"{real.secured.host}/private/trainer:v3")
     assert (result.status, result.detail) == (
@@ -124,7 +143,7 @@ async def test_digest_reference(real: Setup) -> None:
 async def test_admission_places_forty_pods_with_one_lookup_and_warns_without_credentials(
     real: Setup,
 ) -> None:
-    c = client(real.tls.ca_cert, real.secured.host)
+    c = lookup_client(real)
     store = PolicyStore()
     store.replace(standard_policies())
     resolver = ImageResolver(c, c.config.registry_lookups)

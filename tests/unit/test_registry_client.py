@@ -319,7 +319,7 @@ async def test_a_redirect_to_a_metadata_address_is_refused_before_connecting(
         result = await lookup(tls, fake.host, f"{fake.host}/team/app:1")
         assert (result.status, result.detail) == (
             REFUSED,
-            "169.254.169.254 is a non-public address",
+            "redirect to 169.254.169.254 is not a public address; allow it in allowedRegistries",
         )
     finally:
         await fake.close()

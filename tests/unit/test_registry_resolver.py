@@ -50,7 +50,7 @@ class ScriptedClient:
         except ReferenceError as exc:
             return None, LookupResult(INVALID, detail=str(exc))
         if ref.registry == "169.254.169.254":
-            return None, LookupResult(REFUSED, detail="169.254.169.254 is a non-public address")
+            return None, LookupResult(REFUSED, detail="169.254.169.254 is not a public address")
         return ref, None
 
     async def lookup(self, image: str, arch: str, known: Known | None = None) -> LookupResult:
@@ -172,7 +172,7 @@ async def test_a_refusal_is_one_warning_at_once() -> None:
         images.resolve([ImageQuery("169.254.169.254/latest/meta-data:1")]), timeout=0.05
     )
     assert found.warnings == [
-        "CUDA lookup of 169.254.169.254/latest/meta-data:1: 169.254.169.254 is a non-public address"
+        "CUDA lookup of 169.254.169.254/latest/meta-data:1: 169.254.169.254 is not a public address"
     ]
     assert client.calls == [] and images.in_flight == 0
 

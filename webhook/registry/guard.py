@@ -135,7 +135,7 @@ class HostPolicy:
         """For a URL's host before a request: an unlisted IP literal must be public."""
         name, _ = _split(host)
         if ip_literal(name) and not self.listed(host) and not public_address(name):
-            return f"{name} is a non-public address"
+            return f"{name} is not a public address"
         return ""
 
     def trusted_name(self, name: str, port: int) -> bool:

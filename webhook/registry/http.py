@@ -29,7 +29,7 @@ from yarl import URL
 
 from webhook.registry.challenge import Challenge, parse_challenges
 from webhook.registry.credentials import Credential, Keyring
-from webhook.registry.guard import GuardResolver, HostPolicy, ip_literal
+from webhook.registry.guard import AddressRefused, GuardResolver, HostPolicy, ip_literal
 from webhook.registry.reference import ImageRef
 from webhook.registry.results import INVALID, NOT_FOUND, UNAUTHORIZED, UNREACHABLE, LookupFailure
 
@@ -169,9 +169,16 @@ class RegistryHttp:
         return header
 
     async def _request(
-        self, url: URL, headers: dict[str, str], authorization: str | None
+        self, url: URL, headers: dict[str, str], authorization: str | None, role: str = ""
     ) -> aiohttp.ClientResponse:
-        await self.guard.check(url.host or "", url.port or 0)
+        """GET `url` once the guard allowed its host; `role` ("token realm", "redirect")
+        prefixes a refusal, since such hosts are not the image's registry."""
+        try:
+            await self.guard.check(url.host or "", url.port or 0)
+        except AddressRefused as exc:
+            if role:
+                raise AddressRefused(f"{role} {exc}; allow it in allowedRegistries") from None
+            raise
         if authorization:
             headers = {**headers, "Authorization": authorization}
         return await self._session_now().get(url, headers=headers, allow_redirects=False)
@@ -191,7 +198,7 @@ class RegistryHttp:
                 target.scheme == "http" and self.policy.insecure(host)
             ):
                 raise LookupFailure(INVALID, f"the registry redirected the {what} off HTTPS")
-            nxt = await self._request(target, {"Accept": accept}, None)
+            nxt = await self._request(target, {"Accept": accept}, None, "redirect to")
             if current is not resp:
                 current.release()
             current = nxt
@@ -238,7 +245,7 @@ class RegistryHttp:
         same_site = _site(host) == _site(ref.hostname) or self.policy.listed(host)
         authorization = _basic(credential) if credential is not None and same_site else None
         started = time.monotonic()
-        resp = await self._request(url.update_query(query), {}, authorization)
+        resp = await self._request(url.update_query(query), {}, authorization, "token realm")
         async with resp:
             if resp.status in (401, 403):
                 raise _denied(resp.status, ref, credential)
