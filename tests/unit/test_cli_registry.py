@@ -82,7 +82,7 @@ def test_images_prints_versions_origins_and_the_table_entries(
     assert out == (
         "nvidia/cuda:12.4.1-runtime-ubuntu22.04: CUDA 12.4 from the reference\n"
         "nvcr.io/nvidia/tritonserver:24.05-py3: CUDA 12.4 from the shipped knowledge "
-        "(shipped knowledge: NGC Triton 24.05, NVIDIA release notes)\n"
+        "(NGC Triton 24.05, NVIDIA release notes)\n"
         f"{host}/public/trainer:v3: CUDA 12.4 from its registry (CUDA_VERSION=12.4.1)\n"
         f"{host}/private/trainer:v3: CUDA 12.2 from its registry (NVIDIA_REQUIRE_CUDA)\n"
         "\n# webhook config entries that pin the registry answers (for clusters whose webhook "

@@ -189,7 +189,8 @@ def cmd_images(args: argparse.Namespace, out: TextIO) -> int:
             elif a.origin == "registry":
                 out.write(f"{a.image}: CUDA {a.version} from its registry ({a.source})\n")
             else:
-                out.write(f"{a.image}: CUDA {a.version} from the {a.origin} ({a.source})\n")
+                source = a.source.removeprefix("shipped knowledge: ")
+                out.write(f"{a.image}: CUDA {a.version} from the {a.origin} ({source})\n")
         pinned = table(found)
         if pinned:
             out.write(
