@@ -229,12 +229,13 @@ def _evaluate_pod(
         state = PodState(f"{ref}, {pod.role}" if pod.role else ref, pod, draft)
         _evaluate_spec(state, policies, config, inventory, claims, ns, violations_only, images)
         templates = templates or pod.is_template
-        unresolved += state.unresolved
+        if state.unresolved:
+            unresolved += state.unresolved
         violations += state.violations
         kinds += state.kinds
         notes += [(pod.role, n) for n in state.notes]
         warnings += [_with_role(pod.role, w) for w in state.warnings]
-    unresolved_images = tuple(dict.fromkeys(unresolved))
+    unresolved_images = tuple(dict.fromkeys(unresolved)) if unresolved else ()
     if violations_only:
         return Decision(
             object_ref=ref, violations=tuple(violations), unresolved_images=unresolved_images
