@@ -326,19 +326,20 @@ def place(
     if warning:
         state.warnings.append(short(warning))
     envs: Envs = {}
-    arch = pod_arch(state.pod.spec)
-    known = facts_for_arch(images, arch) if images else None
+    known = facts_for_arch(images, pod_arch(state.pod.spec)) if images else None
     needs, unknown = _needs(state, gpu, config, policies or PolicySet.empty(), envs, known)
     # None: no container with a known CUDA version. Computed once for every step below.
     rng = _intersection(needs) if needs else None
     if not config.cuda_affinity or opted_out:
         return
-    # What a registry lookup could still tell (only when placement would use the answer).
-    state.unresolved += [
-        ImageQuery(image, arch)
-        for c in unknown
-        if isinstance(image := c.container.get("image"), str) and image
-    ]
+    if unknown:
+        # What a registry lookup could still tell (only when placement would use the answer).
+        arch = pod_arch(state.pod.spec)
+        state.unresolved += [
+            ImageQuery(image, arch)
+            for c in unknown
+            if isinstance(image := c.container.get("image"), str) and image
+        ]
     if _intersection_violation(state, needs, rng):
         return
     if violations_only and not deny_mode:
