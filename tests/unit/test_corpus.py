@@ -239,8 +239,6 @@ def test_non_gpu_workloads_untouched(name: str) -> None:
     [
         "aws-adt_hyperpod-pytorchjob_llama3-1-8b_affinity_envsubst.yaml",  # SageMaker HyperPod
         "ai-on-eks_nimservice_llama3-8b.yaml",
-        "kserve_llminferenceservice_qwen2-7b_no-scheduler.yaml",
-        "kubeflow-trainer_clustertrainingruntime_torch-distributed.yaml",
     ],
 )
 def test_unregistered_custom_resources_are_not_handled(name: str) -> None:
@@ -251,8 +249,11 @@ def test_unregistered_custom_resources_are_not_handled(name: str) -> None:
 
 # --- operator workloads (SPEC §6): roles in every message, never mutated -------------------------
 
-OPERATOR_PREFIXES = ("kubeflow_", "kuberay_", "lws_", "volcano_", "kserve_", "aws-adt_", "paddle-")
-NOT_REGISTERED = {"HyperPodPyTorchJob", "LLMInferenceService"}
+OPERATOR_PREFIXES = (
+    "kubeflow_", "kubeflow-trainer_", "kuberay_", "lws_", "volcano_", "kserve_", "aws-adt_",
+    "paddle-",
+)  # fmt: skip
+NOT_REGISTERED = {"HyperPodPyTorchJob"}
 
 
 def _operator_documents() -> list[tuple[str, int]]:
@@ -280,7 +281,8 @@ def test_the_corpus_has_operator_manifests() -> None:
     kinds = {documents(name)[index]["kind"] for name, index in _operator_documents()}
     assert kinds >= {
         "PyTorchJob", "MPIJob", "PaddleJob", "MXJob", "RayCluster", "RayJob", "RayService",
-        "LeaderWorkerSet", "Job", "InferenceService",
+        "LeaderWorkerSet", "Job", "InferenceService", "LLMInferenceService",
+        "ClusterTrainingRuntime",
     }  # fmt: skip
 
 
@@ -329,12 +331,25 @@ OPERATOR_RESULTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ),
         (unknown("mindspore-gpu-example:0.2.0"),),
     ),
+    # The predictor names no image (the ServingRuntime gives it): no CUDA advice.
     "kserve_isvc_torchserve-gpu.yaml": (
         (
             "will apply to predictor pods: set requests.nvidia.com/gpu=1 from limits in "
             'container "pytorch"',
         ),
-        (unknown("pytorch (no image)"),),
+        (),
+    ),
+    "kserve_isvc_huggingface-llama2.yaml": ((), ()),
+    # `main` names no image (the LLMInferenceServiceConfig gives it); requests = limits.
+    "kserve_llminferenceservice_qwen2-7b_no-scheduler.yaml": ((), ()),
+    # GPUs come from the TrainJob's resourcesPerNode, not from the runtime.
+    "kubeflow-trainer_clustertrainingruntime_torch-distributed.yaml": ((), ()),
+    "kubeflow-trainer_clustertrainingruntime_torchtune-llama3.2-1b.yaml": (
+        (
+            "will apply to replicated job node pods: set requests.nvidia.com/gpu=2 from limits "
+            'in container "node"',
+        ),
+        (unknown("torchtune-trainer"),),
     ),
     "paddle-operator_paddlejob_heter_collective.yaml": (
         (

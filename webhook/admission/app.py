@@ -38,7 +38,7 @@ from webhook.core.config import WebhookConfig
 from webhook.core.errors import WebhookError
 from webhook.core.evaluate import Decision, evaluate
 from webhook.core.inventory import NodeInventory
-from webhook.core.registry import BUILTIN_KINDS
+from webhook.core.kinds import BUILTIN_KINDS
 from webhook.registry.resolver import ImageResolver
 from webhook.sources.store import PolicyStore
 from webhook.tls.certs import CertReloader

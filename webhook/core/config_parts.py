@@ -21,7 +21,7 @@ from pydantic.alias_generators import to_camel
 
 from webhook.core.errors import ManifestError
 from webhook.core.manifests import load_yaml_documents
-from webhook.core.registry import Form, TemplateRule, WorkloadKind, rule
+from webhook.core.registry import Form, TemplateRule, WorkloadKind, rule, virtual_container
 from webhook.core.rules.knowledge import ImageKnowledge
 from webhook.core.rules.versions import CudaVersion
 
@@ -331,18 +331,41 @@ DEFAULT_ENV_FIXES: tuple[EnvFixRule, ...] = (
 )
 
 
+class WorkloadContainer(_Model):
+    """A container an operator builds from fields of its own object (form `container`): paths
+    relative to the template's path, no wildcards."""
+
+    name: str = Field(min_length=1)
+    resources: str
+    image: str = ""
+    env: str = ""
+
+
 class WorkloadTemplate(_Model):
     """Where one pod template of an admin-added kind lives (paths: see webhook/core/registry)."""
 
     path: str
     role: str = ""
-    form: Literal["template", "podSpec"] = "template"
+    form: Literal["template", "podSpec", "container"] = "template"
     name_field: str = "name"
     containers: tuple[str, ...] = ()
+    container: WorkloadContainer | None = None
+    image_from: str = ""
+    annotations: tuple[str, ...] | None = None
 
     def to_rule(self) -> TemplateRule:
-        form: Form = "podspec" if self.form == "podSpec" else "template"
-        return rule(self.path, self.role, form, self.name_field, self.containers)
+        form: Form = "podspec" if self.form == "podSpec" else self.form
+        c = self.container
+        return rule(
+            self.path,
+            self.role,
+            form,
+            self.name_field,
+            self.containers,
+            virtual=virtual_container(c.name, c.resources, c.image, c.env) if c else None,
+            image_from=self.image_from,
+            annotations=self.annotations,
+        )
 
     @model_validator(mode="after")
     def _valid(self) -> WorkloadTemplate:

@@ -225,8 +225,12 @@ def _evaluate_pod(
     templates = False
     for pod in find_pod_specs(entry, obj):
         # A template with a role names it in every message: `PyTorchJob ml/bert, replica
-        # Worker, container "pytorch": ...`.
-        state = PodState(f"{ref}, {pod.role}" if pod.role else ref, pod, draft)
+        # Worker, container "pytorch": ...`. A pod made up from an operator's fields (TrainJob's
+        # trainer) drafts on its own scratch object: there is nothing of the object to mutate.
+        pod_draft = draft
+        if pod.scratch is not None:
+            pod_draft, mutate_template = Draft(pod.scratch), False
+        state = PodState(f"{ref}, {pod.role}" if pod.role else ref, pod, pod_draft)
         _evaluate_spec(state, policies, config, inventory, claims, ns, violations_only, images)
         templates = templates or pod.is_template
         if state.unresolved:

@@ -136,7 +136,11 @@ def _needs(
                 state.warnings += [short(f"{where}: {w}") for w in detection.warnings]
             req = detection.requirement
         if req is None:
-            unknown.append(c)
+            # No image here, and the operator gives one (the ServingRuntime's, the training
+            # runtime's): unknowable now, and the pods are checked when they are created, so
+            # no advice the user could not follow.
+            if not (c.image_from and not c.container.get("image")):
+                unknown.append(c)
             continue
         whole = _whole_card(state, c, keys, policies, config)
         vgpu = not whole and not keys.isdisjoint(config.vgpu_resource_names)
@@ -159,11 +163,13 @@ def _needs(
     return needs, unknown
 
 
-def _unknown_warning(c: ContainerRef, others: bool) -> str:
+def _unknown_warning(c: ContainerRef, others: bool, annotatable: bool) -> str:
     image = c.container.get("image")
     name = display_name(image, 28) if isinstance(image, str) and image else f"{c.name} (no image)"
     if others:
         return short(f"CUDA version of {name} unknown; node affinity uses the other containers")
+    if not annotatable:  # no annotation of this object reaches the pods (TrainJob's trainer)
+        return short(f"CUDA version of {name} unknown, no affinity: add it to imageCudaTable")
     return short(
         f"CUDA version of {name} unknown, no affinity: set {ANNOTATION_CUDA_VERSION} "
         "or imageCudaTable"
@@ -216,7 +222,7 @@ def _cuda_terms(
 ) -> bool:
     """Add the CUDA part to `plan` (`rng`: the needs' intersection); False when denied."""
     for c in unknown:
-        state.warnings.append(_unknown_warning(c, others=bool(needs)))
+        state.warnings.append(_unknown_warning(c, bool(needs), state.pod.annotatable))
     if rng is None:
         return True
     top = max(needs, key=lambda n: n.requirement.version)
