@@ -82,6 +82,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "cert-manager": {"certManager": {"enabled": True}},
     "policies": {"policies": {"install": True}},
     "single-replica": {"replicaCount": 1},
+    "registry": {
+        "registryAuth": {"secretName": "registry-pull"},
+        "registryCA": {"configMapName": "corp-ca", "key": "bundle.pem"},
+        "extraEnv": [{"name": "HTTPS_PROXY", "value": "http://proxy.corp:3128"}],
+    },
     "servicemonitor": {
         "metrics": {"serviceMonitor": {"enabled": True}},
         "priorityClassName": "system-cluster-critical",

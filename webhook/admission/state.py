@@ -15,6 +15,7 @@ from webhook.admission.jsoncodec import JsonCodec
 from webhook.admission.metrics import Metrics
 from webhook.core.config import WebhookConfig
 from webhook.core.evaluate import Decision
+from webhook.registry.resolver import ImageResolver
 from webhook.sources.store import PolicyStore
 from webhook.tls.certs import CertReloader
 
@@ -45,6 +46,8 @@ class WebhookState:
     cert_reload_interval: float = CERT_RELOAD_INTERVAL
     policy_source: PolicySource | None = None
     review_sink: ReviewSink | None = None
+    # Registry lookups of images' CUDA versions (None: switched off, SPEC §4 step 6).
+    images: ImageResolver | None = None
     shutting_down: bool = False
     # Readiness waits at most this long for the first list of the optional sources (Nodes, DRA
     # claims) once the policies are synced (SPEC §4), counted from `started`.

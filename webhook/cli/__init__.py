@@ -1,4 +1,4 @@
-"""`gpu-webhook` command line: serve, review (offline, for CI), lint, certs."""
+"""`gpu-webhook` command line: serve, review (offline, for CI), images, lint, certs."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TextIO
 
 from webhook.cli.exits import EXIT_OK, EXIT_USAGE, CommandError
+from webhook.cli.images import add_images_parser, add_registry_arguments, cmd_images
 from webhook.cli.lint import cmd_lint
 from webhook.cli.review import cmd_review
 from webhook.core.errors import ConfigError, ManifestError
@@ -65,6 +66,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--config", type=Path, help="webhook config YAML (default: built-in defaults)"
     )
     review.add_argument(
+        "--resolve-images",
+        action="store_true",
+        help="look up in their registries the CUDA version of GPU images nothing else tells "
+        "(the offline review never asks a registry otherwise)",
+    )
+    add_registry_arguments(review)
+    review.add_argument(
         "-o",
         "--output",
         choices=("text", "json", "yaml", "summary"),
@@ -72,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="text (default), json or yaml (with mutated objects), or summary: one line per "
         "document for pipelines",
     )
+
+    add_images_parser(sub)
 
     lint = sub.add_parser("lint", help="validate CRL ConfigMaps offline (exit 1 on errors)")
     lint.add_argument("path", help="a CRL ConfigMap YAML file or a directory of them")
@@ -97,6 +107,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             return cmd_review(args, out)
         if args.command == "lint":
             return cmd_lint(args, out)
+        if args.command == "images":
+            return cmd_images(args, out)
         if args.command == "serve":
             from webhook.cli.serve import serve_command
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import yaml
 
 from webhook.cli.exits import EXIT_DENIED, EXIT_OK, EXIT_USAGE, CommandError
+from webhook.cli.images import resolve_images
 from webhook.cli.inputs import (
     Context,
     Manifests,
@@ -33,6 +34,7 @@ from webhook.core.evaluate import Decision, evaluate
 from webhook.core.inventory import NodeInventory
 from webhook.core.manifests import parse_documents
 from webhook.core.policyset import PolicySet
+from webhook.core.rules.imagefacts import ImageFacts, ImageQuery
 from webhook.sources.files import policy_files, read_documents
 
 if TYPE_CHECKING:
@@ -67,6 +69,8 @@ class DocumentResult:
     changes: list[str] = field(default_factory=list)
     patch: list[dict[str, Any]] = field(default_factory=list)
     mutated: Mapping[str, Any] | None = None
+    # GPU images whose CUDA nothing offline tells (what --resolve-images looks up).
+    unresolved: tuple[ImageQuery, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -101,6 +105,7 @@ def review_document(
     *,
     inventory: NodeInventory | None = None,
     claims: ClaimIndex | None = None,
+    images: ImageFacts | None = None,
 ) -> DocumentResult:
     if not isinstance(doc, Mapping) or not isinstance(doc.get("kind"), str):
         return DocumentResult(
@@ -117,6 +122,7 @@ def review_document(
             group=_group(doc),
             inventory=inventory,
             claims=claims,
+            images=images,
         )
     except WebhookError as exc:
         violations = [*unquoted, f"cannot evaluate: {exc}"]
@@ -142,6 +148,7 @@ def review_document(
         changes=list(decision.notes),
         patch=decision.patch,
         mutated=decision.mutated,
+        unresolved=decision.unresolved_images,
     )
 
 
@@ -276,13 +283,38 @@ def cmd_review(args: argparse.Namespace, out: TextIO) -> int:
         manifests = read_manifests(Path(args.file))
     sources = manifests.sources
     context = _context(args, config, cluster, sources)
+    documents = [(name, i, doc) for name, docs in sources for i, doc in enumerate(docs, 1)]
     results = [
         review_document(
             name, i, doc, policies, config, inventory=context.inventory, claims=context.claims
         )
-        for name, docs in sources
-        for i, doc in enumerate(docs, 1)
+        for name, i, doc in documents
     ]
+    if args.resolve_images and any(r.unresolved for r in results):
+        resolutions = resolve_images(args, config, [r.unresolved for r in results])
+        asked = {q for r in results for q in r.unresolved}
+        found = {q for res in resolutions if res is not None for q in res.facts}
+        context.lines.append(
+            f"image lookups: {len(asked)} image(s) asked their registries, "
+            f"{len(found)} with a CUDA version"
+        )
+        for index, ((name, i, doc), resolution) in enumerate(
+            zip(documents, resolutions, strict=True)
+        ):
+            if resolution is None:
+                continue
+            again = review_document(
+                name,
+                i,
+                doc,
+                policies,
+                config,
+                inventory=context.inventory,
+                claims=context.claims,
+                images=resolution.facts,
+            )
+            again.warnings += resolution.warnings
+            results[index] = again
     header = [policy_line, *context.lines] if policy_line else context.lines
     if args.output == "text":
         # What the answers depend on besides the manifest, before them.

@@ -18,8 +18,11 @@ from webhook.admission.limits import DEFAULT_DRAIN_SECONDS, DEFAULT_MAX_CONNECTI
 from webhook.admission.logs import configure_logging
 from webhook.admission.runner import loop_factory, serve_app
 from webhook.admission.state import PolicySource
+from webhook.cli.exits import CommandError
+from webhook.cli.images import add_registry_arguments, registry_client
 from webhook.core.config import WebhookConfig, load_config
 from webhook.core.errors import ConfigError, ManifestError
+from webhook.registry.resolver import ImageResolver
 from webhook.sources.files import FileSource
 from webhook.sources.store import PolicyStore
 from webhook.tls.certs import CertReloader, write_certificates
@@ -88,6 +91,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: %(default)s)",
     )
     parser.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster)")
+    add_registry_arguments(parser)
     parser.add_argument("--config", metavar="FILE", help="webhook config YAML")
     parser.add_argument("--log-format", choices=("json", "text"), default="json")
     parser.add_argument(
@@ -212,6 +216,16 @@ def _policy_source(
     return watch_cluster
 
 
+def _image_resolver(args: argparse.Namespace, config: WebhookConfig) -> ImageResolver | None:
+    """Registry lookups of images' CUDA versions (SPEC §4 step 6), unless the config turns
+    them off; a bad --registry-auth or --registry-ca fails the start."""
+    if not config.registry_lookups.enabled:
+        if args.registry_auth or args.registry_ca:
+            log.warning("registryLookups.enabled is false: --registry-auth/--registry-ca unused")
+        return None
+    return ImageResolver(registry_client(args, config), config.registry_lookups)
+
+
 def serve_command(args: argparse.Namespace) -> int:
     """`gpu-webhook serve`: 0 after a clean shutdown, 2 when the setup is unusable."""
     if args.self_signed and not args.cert_dir:
@@ -229,7 +243,8 @@ def _serve(args: argparse.Namespace, scratch: Path | None) -> int:
         reloader = CertReloader(cert_file, key_file)
         store = PolicyStore()
         source = _policy_source(args, store, config)
-    except (ConfigError, ManifestError, ValueError) as exc:
+        images = _image_resolver(args, config)
+    except (ConfigError, ManifestError, ValueError, CommandError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     codec = json_codec(prefer_orjson=not os.environ.get("GPU_WEBHOOK_DISABLE_ORJSON"))
@@ -240,6 +255,7 @@ def _serve(args: argparse.Namespace, scratch: Path | None) -> int:
         cert_reloader=reloader,
         policy_source=source,
         review_sink=functools.partial(log_handler.write, review_log, "review"),
+        images=images,
         ready_timeout=args.ready_timeout,
     )
     try:

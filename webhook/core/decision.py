@@ -10,6 +10,7 @@ from functools import cached_property
 from typing import Any
 
 from webhook.core.patches import Draft, diff
+from webhook.core.rules.imagefacts import ImageQuery
 from webhook.core.wording import NOTE_LIMIT, Message
 from webhook.core.workloads import ContainerRef, PodSpecRef
 
@@ -53,6 +54,9 @@ class Decision:
     mutation_kinds: tuple[str, ...] = ()
     # Why the object was allowed without evaluation ("the pod template is unchanged", ...).
     reason: str = ""
+    # GPU containers' images whose CUDA version nothing told (env, table, reference, shipped
+    # knowledge): what a registry lookup could still answer (SPEC §4 step 6).
+    unresolved_images: tuple[ImageQuery, ...] = ()
     original: Mapping[str, Any] | None = field(default=None, repr=False)
     mutated: Mapping[str, Any] | None = field(default=None, repr=False)
 
@@ -138,6 +142,7 @@ class PodState:
     notes: list[Message] = field(default_factory=list)
     warnings: list[Message] = field(default_factory=list)
     kinds: list[str] = field(default_factory=list)
+    unresolved: list[ImageQuery] = field(default_factory=list)
 
     def container_path(self, c: ContainerRef) -> tuple[str | int, ...]:
         if c.index < 0:  # a container-like field of the spec (KServe `model`), not a list item

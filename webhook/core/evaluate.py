@@ -31,6 +31,7 @@ from webhook.core.policyset import PolicySet
 from webhook.core.quantity import format_quantity
 from webhook.core.registry import WorkloadKind
 from webhook.core.rules.envfix import env_fixes
+from webhook.core.rules.imagefacts import ImageFacts, ImageQuery
 from webhook.core.rules.resources import (
     MISSING,
     ResourceLists,
@@ -166,6 +167,7 @@ def _evaluate_spec(
     claims: ClaimIndex | None,
     namespace: str | None,
     violations_only: bool,
+    images: ImageFacts | None = None,
 ) -> None:
     pod = state.pod
     # Env fixes only ever add changes and warnings: a violations-only caller skips them.
@@ -192,7 +194,9 @@ def _evaluate_spec(
             if env_fixes_on:
                 _env(state, c, keys, config)
     if gpu:
-        place(state, gpu, config, inventory, policies, violations_only=violations_only)
+        place(
+            state, gpu, config, inventory, policies, violations_only=violations_only, images=images
+        )
 
 
 def _evaluate_pod(
@@ -207,6 +211,7 @@ def _evaluate_pod(
     *,
     mutate_template: bool,
     violations_only: bool = False,
+    images: ImageFacts | None = None,
 ) -> Decision:
     """`ref` and `ns` are the object reference and namespace evaluate() already worked out."""
     draft = Draft(obj)
@@ -214,6 +219,7 @@ def _evaluate_pod(
     notes: list[tuple[str, Message]] = []  # (role, note)
     warnings: list[str] = []
     kinds: list[str] = []
+    unresolved: list[ImageQuery] = []
     templates = False
     for pod in find_pod_specs(entry, obj):
         # A template with a role names it in every message: `PyTorchJob ml/bert, replica
@@ -223,16 +229,21 @@ def _evaluate_pod(
         if pod.scratch is not None:
             pod_draft, mutate_template = Draft(pod.scratch), False
         state = PodState(f"{ref}, {pod.role}" if pod.role else ref, pod, pod_draft)
-        _evaluate_spec(state, policies, config, inventory, claims, ns, violations_only)
+        _evaluate_spec(state, policies, config, inventory, claims, ns, violations_only, images)
         templates = templates or pod.is_template
+        if state.unresolved:
+            unresolved += state.unresolved
         violations += state.violations
         kinds += state.kinds
         notes += [(pod.role, n) for n in state.notes]
         # `replica Worker: <warning>`: the role stays whole, the wording gets shorter (fit).
         prefixes = (f"{pod.role}: ",) if pod.role else ("",)
         warnings += [fit(w, prefixes) for w in state.warnings]
+    unresolved_images = tuple(dict.fromkeys(unresolved)) if unresolved else ()
     if violations_only:
-        return Decision(object_ref=ref, violations=tuple(violations))
+        return Decision(
+            object_ref=ref, violations=tuple(violations), unresolved_images=unresolved_images
+        )
     mutated: Mapping[str, Any] | None = draft.root if draft.changed else None
     # Operator workloads are never mutated (their operator builds the pods; GitOps drift).
     if templates and not mutate_template:
@@ -248,6 +259,7 @@ def _evaluate_pod(
         mutation_kinds=tuple(kinds) if mutated is not None else (),
         original=obj,
         mutated=mutated,
+        unresolved_images=unresolved_images,
     )
 
 
@@ -265,6 +277,7 @@ def evaluate(
     inventory: NodeInventory | None = None,
     claims: ClaimIndex | None = None,
     violations_only: bool = False,
+    images: ImageFacts | None = None,
 ) -> Decision:
     """Evaluate one admitted object. Raises only WebhookError subclasses on malformed input.
 
@@ -274,7 +287,9 @@ def evaluate(
 
     `group` is the object's API group ("" for the core group, None when unknown: then it is
     taken from the object's apiVersion); `sub_resource` and `old_object` come from the
-    AdmissionReview; `inventory` and `claims` are the cluster snapshots (None: not known).
+    AdmissionReview; `inventory` and `claims` are the cluster snapshots (None: not known);
+    `images` the CUDA versions read from images' registries, for the images an earlier
+    evaluation listed in `Decision.unresolved_images` (SPEC §4 step 6).
     """
     if not isinstance(obj, Mapping):
         raise ObjectShapeError(f"the object must be a JSON object, got {type(obj).__name__}")
@@ -324,6 +339,7 @@ def evaluate(
         claims,
         mutate_template=mutate_template,
         violations_only=violations_only,
+        images=images,
     )
 
 

@@ -17,6 +17,7 @@ from webhook.core.inventory import InventoryFacts, NodeInventory
 from webhook.core.policyset import PolicySet
 from webhook.core.quantity import parse_quantity
 from webhook.core.rules import cuda, fit
+from webhook.core.rules.imagefacts import ImageFacts, ImageQuery, facts_for_arch, pod_arch
 from webhook.core.rules.images import shown_image
 from webhook.core.rules.terms import (
     Term,
@@ -119,6 +120,7 @@ def _needs(
     config: WebhookConfig,
     policies: PolicySet,
     envs: Envs,
+    facts: dict[str, cuda.Requirement] | None = None,
 ) -> tuple[list[_Need], list[ContainerRef]]:
     pod_req, warning = cuda.annotation_requirement(state.pod.annotations)
     if warning:
@@ -129,7 +131,7 @@ def _needs(
     for c, keys in gpu:
         req = pod_req
         if req is None:
-            detection = cuda.detect(c.container, config, _env(envs, c))
+            detection = cuda.detect(c.container, config, _env(envs, c), facts)
             if detection.warnings:
                 where = container_label(c)
                 state.warnings += [after(f"{where}: ", w) for w in detection.warnings]
@@ -331,11 +333,13 @@ def place(
     policies: PolicySet | None = None,
     *,
     violations_only: bool = False,
+    images: ImageFacts | None = None,
 ) -> None:
     """Placement for a pod spec whose GPU containers are `gpu` (container, resource keys).
 
     `violations_only` (/validate): stop once nothing else can deny, i.e. after the
-    intersection check unless an inventory with `noCompatibleNode: deny` is in force."""
+    intersection check unless an inventory with `noCompatibleNode: deny` is in force.
+    `images`: CUDA versions read from the images' registries (last resort, SPEC §4 step 6)."""
     pending = inventory is not None and inventory.pending
     if pending:
         inventory = None
@@ -351,10 +355,21 @@ def place(
     if warning:
         state.warnings.append(short(warning))
     envs: Envs = {}
-    needs, unknown = _needs(state, gpu, config, policies or PolicySet.empty(), envs)
+    known = facts_for_arch(images, pod_arch(state.pod.spec)) if images else None
+    needs, unknown = _needs(state, gpu, config, policies or PolicySet.empty(), envs, known)
     # None: no container with a known CUDA version. Computed once for every step below.
     rng = _intersection(needs) if needs else None
-    if not config.cuda_affinity or opted_out or _intersection_violation(state, needs, rng):
+    if not config.cuda_affinity or opted_out:
+        return
+    if unknown:
+        # What a registry lookup could still tell (only when placement would use the answer).
+        arch = pod_arch(state.pod.spec)
+        state.unresolved += [
+            ImageQuery(image, arch)
+            for c in unknown
+            if isinstance(image := c.container.get("image"), str) and image
+        ]
+    if _intersection_violation(state, needs, rng):
         return
     if violations_only and not deny_mode:
         return
