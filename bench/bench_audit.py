@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.auditdata import proposed_policies, shipped_policies  # noqa: E402
-from tests.fakekube import FakeKube, node  # noqa: E402
+from tests.fakekube import TOKEN, FakeKube, node  # noqa: E402
 from webhook.core.config import WebhookConfig  # noqa: E402
 from webhook.core.evaluate import evaluate  # noqa: E402
 from webhook.core.inventory import NodeInventory  # noqa: E402
@@ -279,7 +279,7 @@ def write_kubeconfig(directory: Path, port: int) -> Path:
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [cluster],
-        "users": [{"name": "bench", "user": {"token": "bench-token"}}],
+        "users": [{"name": "bench", "user": {"token": TOKEN}}],
         "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "bench"}}],
         "current-context": "fake",
     }

@@ -14,13 +14,13 @@ import cel
 import pytest
 import yaml
 
+from tests.helpers import CORPUS, CORPUS_MISSING, DATA
 from webhook.core.workloads import find_pod_specs, lookup
 
 from .conftest import Render
 
-CORPUS = Path("/work/shared/corpus/manifests")
-if not CORPUS.is_dir():  # the repository's copy when shared/ is beside the clone
-    CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus" / "manifests"
+# The repository's own manifests, and the external corpus of upstream ones when it is there.
+MANIFESTS = {"repository": DATA / "manifests", "corpus": CORPUS / "manifests"}
 POD_SPEC_PATHS = {
     "Pod": ("spec",),
     "Deployment": ("spec", "template", "spec"),
@@ -56,10 +56,19 @@ def uses_extended_resource(pod_spec: dict[str, Any]) -> bool:
     return False
 
 
-def corpus_objects() -> list[tuple[str, dict[str, Any]]]:
-    """Every Pod and workload of the corpus, with an id naming its file."""
+@pytest.fixture(params=sorted(MANIFESTS))
+def manifests(request: pytest.FixtureRequest) -> Path:
+    """A folder of manifests: the repository's (always there) or the external corpus."""
+    folder = MANIFESTS[request.param]
+    if not folder.is_dir():
+        pytest.skip(CORPUS_MISSING)
+    return folder
+
+
+def corpus_objects(folder: Path) -> list[tuple[str, dict[str, Any]]]:
+    """Every Pod and workload of the folder's manifests, with an id naming its file."""
     found = []
-    for path in sorted(CORPUS.glob("*.yaml")):
+    for path in sorted(folder.glob("*.yaml")):
         for index, doc in enumerate(yaml.safe_load_all(path.read_text(encoding="utf-8"))):
             # Only the built-in kinds the webhook rules select (a volcano "Job" is not one).
             if (
@@ -84,8 +93,8 @@ def matches(expression: str, obj: dict[str, Any]) -> bool:
     return result
 
 
-def test_corpus_has_gpu_and_non_gpu_workloads() -> None:
-    objects = corpus_objects()
+def test_manifests_have_gpu_and_non_gpu_workloads(manifests: Path) -> None:
+    objects = corpus_objects(manifests)
     kinds = {obj["kind"] for _, obj in objects}
     assert {"Pod", "Deployment", "Job", "CronJob", "StatefulSet", "DaemonSet"} <= kinds
     answers = {uses_extended_resource(pod_spec(obj)) for _, obj in objects}
@@ -96,10 +105,10 @@ def test_corpus_has_gpu_and_non_gpu_workloads() -> None:
     "configuration", ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"]
 )
 def test_conditions_select_exactly_the_objects_asking_for_extended_resources(
-    render: Render, configuration: str
+    render: Render, configuration: str, manifests: Path
 ) -> None:
     exprs = expressions(render)
-    for name, obj in corpus_objects():
+    for name, obj in corpus_objects(manifests):
         purpose = "pods" if obj["kind"] == "Pod" else "workloads"
         expected = uses_extended_resource(pod_spec(obj))
         assert matches(exprs[(configuration, purpose)], obj) is expected, name
@@ -195,10 +204,10 @@ def test_crl_condition_selects_crl_candidates_only(
 # --- operator workloads (SPEC §6) ----------------------------------------------------------------
 
 
-def operator_objects() -> list[tuple[str, dict[str, Any]]]:
-    """Every corpus document of a kind in the webhook's registry that is not a built-in kind."""
+def operator_objects(folder: Path) -> list[tuple[str, dict[str, Any]]]:
+    """Every document of a kind in the webhook's registry that is not a built-in kind."""
     found = []
-    for path in sorted(CORPUS.glob("*.yaml")):
+    for path in sorted(folder.glob("*.yaml")):
         for index, doc in enumerate(yaml.safe_load_all(path.read_text(encoding="utf-8"))):
             if not isinstance(doc, dict) or not isinstance(doc.get("kind"), str):
                 continue
@@ -222,8 +231,8 @@ def operator_asks(obj: dict[str, Any]) -> bool:
     return False
 
 
-def test_corpus_has_gpu_and_non_gpu_operator_workloads() -> None:
-    objects = operator_objects()
+def test_manifests_have_gpu_and_non_gpu_operator_workloads(manifests: Path) -> None:
+    objects = operator_objects(manifests)
     kinds = {obj["kind"] for _, obj in objects}
     assert {"PyTorchJob", "MPIJob", "RayCluster", "RayJob", "RayService"} <= kinds
     assert {"LeaderWorkerSet", "Job", "InferenceService", "PaddleJob"} <= kinds
@@ -233,17 +242,25 @@ def test_corpus_has_gpu_and_non_gpu_operator_workloads() -> None:
 @pytest.mark.parametrize(
     "configuration", ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"]
 )
-def test_operator_condition_matches_the_registry_on_every_corpus_manifest(
-    render: Render, configuration: str
+def test_operator_condition_matches_the_registry_on_every_manifest(
+    render: Render, configuration: str, manifests: Path
 ) -> None:
     expression = expressions(render)[(configuration, "operators")]
-    for name, obj in operator_objects():
+    for name, obj in operator_objects(manifests):
         assert matches(expression, obj) is operator_asks(obj), name
 
 
 GPU_LIMITS = {"resources": {"limits": {"nvidia.com/gpu": "1"}}}
 GPU_TEMPLATE = {"spec": {"containers": [{"name": "c", **GPU_LIMITS}]}}
 CLAIM_TEMPLATE = {"spec": {"containers": [{"name": "c"}], "resourceClaims": [{"name": "g"}]}}
+GPU_POD_SPEC = GPU_TEMPLATE["spec"]
+RUNTIME_SPEC = {
+    "template": {
+        "spec": {
+            "replicatedJobs": [{"name": "node", "template": {"spec": {"template": GPU_TEMPLATE}}}]
+        }
+    }
+}
 
 
 @pytest.mark.parametrize(
@@ -283,6 +300,39 @@ CLAIM_TEMPLATE = {"spec": {"containers": [{"name": "c"}], "resourceClaims": [{"n
             "InferenceService",
             {"predictor": {"workerSpec": {"containers": [GPU_LIMITS]}}},
         ),
+        (
+            "trainer.kubeflow.org/v1alpha1",
+            "TrainJob",
+            {
+                "runtimeRef": {"name": "torch"},
+                "trainer": {"resourcesPerNode": GPU_LIMITS["resources"]},
+            },
+        ),
+        (
+            "trainer.kubeflow.org/v1alpha1",
+            "TrainJob",
+            {"trainer": {"resourcesPerNode": {"requests": {"nvidia.com/gpu": "1"}}}},
+        ),
+        ("trainer.kubeflow.org/v1alpha1", "TrainingRuntime", RUNTIME_SPEC),
+        ("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime", RUNTIME_SPEC),
+        ("serving.kserve.io/v1alpha2", "LLMInferenceService", {"template": GPU_POD_SPEC}),
+        ("serving.kserve.io/v1alpha1", "LLMInferenceService", {"worker": GPU_POD_SPEC}),
+        (
+            "serving.kserve.io/v1alpha2",
+            "LLMInferenceService",
+            {"prefill": {"template": GPU_POD_SPEC}},
+        ),
+        (
+            "serving.kserve.io/v1alpha2",
+            "LLMInferenceService",
+            {"prefill": {"worker": GPU_POD_SPEC}},
+        ),
+        (
+            "serving.kserve.io/v1alpha2",
+            "LLMInferenceService",
+            {"router": {"scheduler": {"template": GPU_POD_SPEC}}},
+        ),
+        ("serving.knative.dev/v1", "Service", {"template": GPU_TEMPLATE}),
     ],
 )
 def test_operator_condition_sees_every_registered_place(
@@ -310,6 +360,28 @@ def test_operator_condition_sees_every_registered_place(
         ("batch.paddlepaddle.org/v1", "PaddleJob", {"ps": {"replicas": 1}}),
         ("serving.kserve.io/v1beta1", "InferenceService", {"predictor": {"model": {}}}),
         ("serving.kserve.io/v1beta1", "InferenceService", {"predictor": {"minReplicas": 1}}),
+        ("trainer.kubeflow.org/v1alpha1", "TrainJob", {"runtimeRef": {"name": "torch"}}),
+        ("trainer.kubeflow.org/v1alpha1", "TrainJob", {"trainer": {"numNodes": 2}}),
+        ("trainer.kubeflow.org/v1alpha1", "TrainJob", {"trainer": {"resourcesPerNode": {}}}),
+        (
+            "trainer.kubeflow.org/v1alpha1",
+            "TrainJob",
+            {"trainer": {"resourcesPerNode": {"limits": {"cpu": "4"}}}},
+        ),
+        ("trainer.kubeflow.org/v1alpha1", "TrainingRuntime", {"mlPolicy": {"numNodes": 1}}),
+        ("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime", {"template": {}}),
+        ("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime", {"template": {"spec": {}}}),
+        (
+            "trainer.kubeflow.org/v1alpha1",
+            "TrainingRuntime",
+            {"template": {"spec": {"replicatedJobs": [{"name": "node", "template": {}}]}}},
+        ),
+        ("serving.kserve.io/v1alpha2", "LLMInferenceService", {"model": {"uri": "hf://x"}}),
+        ("serving.kserve.io/v1alpha2", "LLMInferenceService", {"prefill": {"replicas": 2}}),
+        ("serving.kserve.io/v1alpha2", "LLMInferenceService", {"router": {"scheduler": {}}}),
+        ("serving.kserve.io/v1alpha2", "LLMInferenceService", {"template": {"containers": []}}),
+        ("serving.knative.dev/v1", "Service", {"traffic": [{"percent": 100}]}),
+        ("serving.knative.dev/v1", "Service", {"template": {"metadata": {}}}),
     ],
 )
 def test_partial_operator_objects_do_not_match_and_do_not_error(
@@ -322,11 +394,31 @@ def test_partial_operator_objects_do_not_match_and_do_not_error(
         assert matches(expressions(render)[(configuration, "operators")], obj) is False
 
 
-def test_kinds_the_condition_does_not_know_are_sent(render: Render) -> None:
+@pytest.mark.parametrize(
+    "api_version", ["example.com/v1", "serving.example.com/v1", "trainer.example.com/v1alpha1"]
+)
+@pytest.mark.parametrize("kind", ["TrainJob", "Service", "Job", "FineTune"])
+def test_kinds_the_condition_does_not_know_are_sent(
+    render: Render, api_version: str, kind: str
+) -> None:
     # A kind added in config.workloads (and in webhooks.operators.rules): the CEL cannot know
-    # where its templates are, so the webhook decides.
-    obj = {"apiVersion": "example.com/v1", "kind": "TrainJob", "spec": {}}
+    # where its templates are, so the webhook decides. Known by (group, kind): a registered
+    # kind's name in another group is another kind.
+    obj = {"apiVersion": api_version, "kind": kind, "spec": {}}
     assert matches(expressions(render)[("ValidatingWebhookConfiguration", "operators")], obj)
+
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "operators"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in DATA.glob("*.yaml")))
+def test_operator_condition_matches_the_registry_on_the_test_data(
+    render: Render, name: str
+) -> None:
+    expression = expressions(render)[("ValidatingWebhookConfiguration", "operators")]
+    for obj in yaml.safe_load_all((DATA / name).read_text(encoding="utf-8")):
+        if isinstance(obj, dict):
+            assert matches(expression, obj) is operator_asks(obj)
 
 
 def test_pods_and_templates_with_dra_claims_are_sent(render: Render) -> None:

@@ -34,8 +34,9 @@ NOT_INSTALLED = (
     "note: not installed in the cluster, not audited: batch.paddlepaddle.org (PaddleJob); "
     "batch.volcano.sh (Job); jobset.x-k8s.io (JobSet); kubeflow.org (JAXJob, MPIJob, MXJob, "
     "PaddleJob, TFJob, XGBoostJob); leaderworkerset.x-k8s.io (LeaderWorkerSet); ray.io "
-    "(RayCluster, RayJob, RayService); serving.kserve.io (InferenceService); "
-    "serving.kubeflow.org (InferenceService)\n"
+    "(RayCluster, RayJob, RayService); serving.knative.dev (Service); serving.kserve.io "
+    "(InferenceService, LLMInferenceService); serving.kubeflow.org (InferenceService); "
+    "trainer.kubeflow.org (ClusterTrainingRuntime, TrainJob, TrainingRuntime)\n"
 )
 MAX_4 = (
     "limits.nvidia.com/gpu='8' is above the maximum 4 (max: 4 in ConfigMap "

@@ -242,16 +242,22 @@ def test_bfloat16_servers_need_compute_capability_8(args: list[str]) -> None:
 def test_opt_out_skips_compute_capability_too() -> None:
     obj = gpu_pod(VLLM, args=BF16, annotations={"features.alauda.io/cuda-affinity": "Off"})
     decision = run(obj)
+    assert apply(decision) == obj
     assert (decision.patch, decision.notes, decision.warnings) == ([], (), ())
 
 
 def test_opt_out_also_skips_the_intersection_check() -> None:
-    obj = pod(
+    containers = (
         container("old", "nvidia/cuda:11.8.0", limits={VCORE: "50", VMEM: "4"}),
         container("new", "nvidia/cuda:12.2.0", limits={GPU: "1"}, requests={GPU: "1"}),
-        annotations={"features.alauda.io/cuda-affinity": "false"},
     )
-    assert run(obj).allowed
+    # Without the annotation no driver suits both (vGPU 11.x and CUDA ≥ 12.2): denied.
+    assert not run(pod(*containers)).allowed
+    obj = pod(*containers, annotations={"features.alauda.io/cuda-affinity": "false"})
+    decision = run(obj)
+    assert decision.allowed
+    assert apply(decision) == obj
+    assert (decision.violations, decision.notes, decision.warnings) == ((), (), ())
 
 
 def test_float16_server_needs_no_compute_capability() -> None:
@@ -261,7 +267,8 @@ def test_float16_server_needs_no_compute_capability() -> None:
 
 def test_tgi_dtype_env_rule() -> None:
     c = container(
-        image="ghcr.io/huggingface/text-generation-inference:2.4.0",
+        # a tag the shipped image knowledge does not know (2.4.0 is known: CUDA 12.4)
+        image="ghcr.io/huggingface/text-generation-inference:latest",
         limits={GPU: "1"},
         requests={GPU: "1"},
         env=[{"name": "DTYPE", "value": "bfloat16"}],
@@ -270,8 +277,8 @@ def test_tgi_dtype_env_rule() -> None:
     assert node_terms(apply(decision)) == as_terms([[expr(CMAJ, "Gt", 7)]])
     # the CUDA version is unknown (warned), the compute capability still placed
     assert decision.warnings == (
-        "CUDA version of text-generation-inference:2… unknown, no affinity: set "
-        "features.alauda.io/cuda-version or imageCudaTable",
+        "CUDA of ghcr.io/huggingface/text-generation-inference:latest unknown: set "
+        "features.alauda.io/cuda-version",
     )
 
 

@@ -119,6 +119,114 @@ def test_create_is_evaluated_even_with_an_old_object() -> None:
     assert not decision.allowed
 
 
+# --- Kueue and JobSet start a suspended Job: scheduling directives are no reason to re-judge ----
+
+
+def kueue_start(old: dict[str, Any], template: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The one UPDATE Kueue makes to start an admitted Job (kueue pkg/podset/podset.go Merge):
+    `suspend: false` plus its ResourceFlavor's nodeSelector and tolerations, a label, a
+    scheduling gate, and an annotation of its own, in the pod template."""
+    new = copy.deepcopy(old)
+    spec = new["spec"]
+    spec["suspend"] = False
+    tpl = template if template is not None else spec["template"]
+    tpl["metadata"].setdefault("labels", {})["kueue.x-k8s.io/podset"] = "main"
+    tpl["metadata"].setdefault("annotations", {})["kueue.x-k8s.io/workload"] = "job-train-1"
+    tpl["spec"]["nodeSelector"] = {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}
+    tpl["spec"]["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists"}]
+    tpl["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/topology"}]
+    tpl["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["a"]}]}
+                ]
+            }
+        }
+    }
+    return new
+
+
+def suspended_job() -> dict[str, Any]:
+    job = big("Job")
+    job["spec"]["suspend"] = True
+    return job
+
+
+@pytest.mark.parametrize("config", [DEFAULT, MUTATING])
+@pytest.mark.parametrize("violations_only", [False, True])
+def test_kueue_start_of_a_queued_job_is_allowed_untouched(
+    config: WebhookConfig, violations_only: bool
+) -> None:
+    # Issue 18, defect 1: the Job asks for 8 GPUs, created before the policy said at most 4.
+    # Kueue's start (and its restore on eviction, the reverse UPDATE) must not be denied.
+    old = suspended_job()
+    started = kueue_start(old)
+    for new, prev in ((started, old), (old, started)):
+        decision = review(new, old=prev, config=config, violations_only=violations_only)
+        assert_untouched(decision, "the pod template is unchanged")
+
+
+def test_jobset_start_of_child_jobs_is_allowed_untouched() -> None:
+    # The JobSet controller starts a suspended JobSet's replicated Jobs the same way.
+    old: dict[str, Any] = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "train", "namespace": "ml"},
+        "spec": {
+            "suspend": True,
+            "replicatedJobs": [{"name": "workers", "template": big("Job")}],
+        },
+    }
+    new = copy.deepcopy(old)
+    new["spec"]["suspend"] = False
+    job = new["spec"]["replicatedJobs"][0]["template"]
+    kueue_start({"spec": job["spec"]}, job["spec"]["template"])
+    assert_untouched(review(new, old=old), "the pod template is unchanged")
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("image", "nvidia/cuda:12.6.0-base"),
+        ("env", [{"name": "CUDA_VERSION", "value": "12.6"}]),
+        ("envFrom", [{"configMapRef": {"name": "cuda"}}]),
+        ("args", ["--dtype", "bfloat16"]),
+    ],
+)
+def test_a_change_the_evaluation_reads_is_judged(field: str, value: Any) -> None:
+    # Each of these changes what the evaluation reads: judged again (here: still 8 > 4).
+    old = big("Deployment")
+    new = copy.deepcopy(old)
+    new["spec"]["template"]["spec"]["containers"][0][field] = value
+    decision = review(new, old=old)
+    assert [v.message for v in decision.violations] == [
+        f'Deployment ml/app, container "c": {TOO_MANY}'
+    ]
+
+
+def test_a_changed_cuda_annotation_is_judged_and_a_foreign_one_is_not() -> None:
+    old = big("Deployment")
+    ours = copy.deepcopy(old)
+    ours["spec"]["template"]["metadata"]["annotations"] = {
+        "features.alauda.io/cuda-version": "12.4"
+    }
+    assert not review(ours, old=old).allowed
+    foreign = copy.deepcopy(old)
+    foreign["spec"]["template"]["metadata"]["annotations"] = {"kubectl.kubernetes.io/x": "1"}
+    assert_untouched(review(foreign, old=old), "the pod template is unchanged")
+
+
+def test_raising_gpus_in_a_deployment_is_still_denied() -> None:
+    old = workload("Deployment", pod(container(image="nvidia/cuda:12.4.1-base", limits={GPU: "2"})))
+    new = kueue_start(old)  # scheduling changes too, but the resources changed as well
+    new["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"][GPU] = "8"
+    decision = review(new, old=old)
+    assert [v.message for v in decision.violations] == [
+        f'Deployment ml/app, container "c": {TOO_MANY}'
+    ]
+
+
 # --- objects being deleted, subresources, owned objects ----------------------------------------
 
 

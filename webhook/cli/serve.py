@@ -20,8 +20,11 @@ from webhook.admission.limits import DEFAULT_DRAIN_SECONDS, DEFAULT_MAX_CONNECTI
 from webhook.admission.logs import configure_logging
 from webhook.admission.runner import loop_factory, serve_app
 from webhook.admission.state import PolicySource
+from webhook.cli.exits import CommandError
+from webhook.cli.images import add_registry_arguments, registry_client
 from webhook.core.config import WebhookConfig, load_config
 from webhook.core.errors import ConfigError, ManifestError
+from webhook.registry.resolver import ImageResolver
 from webhook.sources.files import FileSource
 from webhook.sources.store import PolicyStore
 from webhook.tls.certs import CertReloader, write_certificates
@@ -55,6 +58,15 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="on SIGTERM: keep answering reviews (Connection: close) this long while /readyz "
         "answers 503, then stop accepting (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--ready-timeout",
+        type=_ready_timeout,
+        default=30.0,
+        metavar="SECONDS",
+        help="in a cluster: /readyz waits this long for the first list of Nodes and DRA claims "
+        "after the policies; then ready, with placement not enforced until it arrives "
+        "(default: %(default)s)",
     )
     parser.add_argument("--tls-cert", metavar="FILE", help="serving certificate (PEM), reloaded")
     parser.add_argument("--tls-key", metavar="FILE", help="serving key (PEM), reloaded")
@@ -109,6 +121,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="this replica's name in the audit lease (default: the host name, a pod's name)",
     )
+    add_registry_arguments(parser)
     parser.add_argument("--config", metavar="FILE", help="webhook config YAML")
     parser.add_argument("--log-format", choices=("json", "text"), default="json")
     parser.add_argument(
@@ -143,6 +156,13 @@ def _max_connections(text: str) -> int:
 
 def _port_or_off(text: str) -> int:
     return 0 if text.strip() == "0" else _port(text)
+
+
+def _ready_timeout(text: str) -> float:
+    try:
+        return _number_in(text, float, 0, 3600)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a timeout in seconds: {exc}") from None
 
 
 def _drain(text: str) -> float:
@@ -230,8 +250,8 @@ def _policy_source(
     """Load file policies now (a bad directory fails the start), or prepare the cluster watches.
 
     In a cluster: the CRL ConfigMaps, and unless switched off in the config the node inventory
-    and the DRA claim cache (templates and claims), each a reflector; only the first gates
-    readiness.
+    and the DRA claim cache (templates and claims), and the image table ConfigMap when the
+    config names one, each a reflector; only the first gates readiness.
     """
     if args.policies:
         # webhook.sources.files imports no kubernetes client (~13 MiB RSS) for a process that never
@@ -252,6 +272,10 @@ def _policy_source(
         reflectors.append(NodeSource(store, config, kubeconfig=args.kubeconfig))
     if config.claim_template_cache:
         reflectors.extend(claim_sources(store, kubeconfig=args.kubeconfig))
+    if config.image_cuda_table_config_map is not None:
+        from webhook.sources.image_table import ImageTableSource  # noqa: PLC0415
+
+        reflectors.append(ImageTableSource(store, config, kubeconfig=args.kubeconfig))
 
     async def watch_cluster() -> None:
         # Each reflector retries on its own and never raises; cancelling cancels them all.
@@ -260,6 +284,16 @@ def _policy_source(
                 group.create_task(reflector.run())
 
     return watch_cluster
+
+
+def _image_resolver(args: argparse.Namespace, config: WebhookConfig) -> ImageResolver | None:
+    """Registry lookups of images' CUDA versions (SPEC §4 step 6), unless the config turns
+    them off; a bad --registry-auth or --registry-ca fails the start."""
+    if not config.registry_lookups.enabled:
+        if args.registry_auth or args.registry_ca:
+            log.warning("registryLookups.enabled is false: --registry-auth/--registry-ca unused")
+        return None
+    return ImageResolver(registry_client(args, config), config.registry_lookups)
 
 
 def serve_command(args: argparse.Namespace) -> int:
@@ -279,8 +313,9 @@ def _serve(args: argparse.Namespace, scratch: Path | None) -> int:
         reloader = CertReloader(cert_file, key_file)
         store = PolicyStore()
         source = _policy_source(args, store, config)
+        images = _image_resolver(args, config)
         tasks = _audit_tasks(args, store, config)
-    except (ConfigError, ManifestError, ValueError) as exc:
+    except (ConfigError, ManifestError, ValueError, CommandError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     codec = json_codec(prefer_orjson=not os.environ.get("GPU_WEBHOOK_DISABLE_ORJSON"))
@@ -292,6 +327,8 @@ def _serve(args: argparse.Namespace, scratch: Path | None) -> int:
         policy_source=source,
         tasks=tasks,
         review_sink=functools.partial(log_handler.write, review_log, "review"),
+        images=images,
+        ready_timeout=args.ready_timeout,
     )
     # Everything built so far (modules, the kubernetes client, the config) lives as long as the
     # process: out of the collector's full passes, which otherwise scan it all each time the

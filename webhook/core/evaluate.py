@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhook.core.annotations import parse_opt_out
-from webhook.core.claims import ClaimIndex, container_claims, pod_claims
+from webhook.core.claims import ClaimIndex, pod_claims
 from webhook.core.config import ANNOTATION_ENV_FIXES, WebhookConfig
 from webhook.core.crl import (
     CRL_NAMESPACE,
@@ -17,7 +17,6 @@ from webhook.core.crl import (
     parse_configmap,
 )
 from webhook.core.decision import (
-    NOTE_LIMIT,
     Decision,
     PodState,
     Violation,
@@ -32,6 +31,7 @@ from webhook.core.policyset import PolicySet
 from webhook.core.quantity import format_quantity
 from webhook.core.registry import WorkloadKind
 from webhook.core.rules.envfix import env_fixes
+from webhook.core.rules.imagefacts import ImageFacts, ImageQuery
 from webhook.core.rules.resources import (
     MISSING,
     ResourceLists,
@@ -42,6 +42,7 @@ from webhook.core.rules.resources import (
     value_checks,
 )
 from webhook.core.updates import allowed_untouched, may_mutate_template
+from webhook.core.wording import Message, after, fit
 from webhook.core.workloads import (
     ContainerRef,
     find_pod_specs,
@@ -137,7 +138,7 @@ def _resources(
 def _env(state: PodState, c: ContainerRef, keys: set[str], config: WebhookConfig) -> None:
     additions, warnings = env_fixes(c.container, keys, config.env_fixes)
     where = container_label(c)
-    state.warnings += [short(f"{where}: {w}") for w in warnings]
+    state.warnings += [after(f"{where}: ", w) for w in warnings]
     if not additions:
         return
     container = state.draft.writable(state.container_path(c))
@@ -151,13 +152,11 @@ def _env(state: PodState, c: ContainerRef, keys: set[str], config: WebhookConfig
     container["env"] = new_env
 
 
-def _with_role(role: str, warning: str) -> str:
-    """`replica Worker: <warning>` when it fits in a warning; else the warning alone, since its
-    advice (the annotation to set, ...) matters more than the role and must not be cut."""
+def _note_prefixes(role: str) -> tuple[str, ...]:
+    """What a template's notes start with, longest first (the role is never left out)."""
     if not role:
-        return warning
-    text = f"{role}: {warning}"
-    return text if len(text) <= NOTE_LIMIT else warning
+        return ("will apply to pods: ", "for pods: ")
+    return (f"will apply to {role} pods: ", f"for {role} pods: ")
 
 
 def _evaluate_spec(
@@ -168,6 +167,7 @@ def _evaluate_spec(
     claims: ClaimIndex | None,
     namespace: str | None,
     violations_only: bool,
+    images: ImageFacts | None = None,
 ) -> None:
     pod = state.pod
     # Env fixes only ever add changes and warnings: a violations-only caller skips them.
@@ -187,13 +187,16 @@ def _evaluate_spec(
         keys, crl = _resources(state, c, policies, config.gpu_resource_names)
         # CRL rules govern extended resources only; a DRA claim on a GPU device class makes a
         # GPU container for placement and env fixes (SPEC §6).
-        on_gpu_claim = bool(dra.gpu) and not dra.gpu.isdisjoint(container_claims(c.container))
+        # Only the claims' requests it names (resources.claims[].request) count.
+        on_gpu_claim = dra.uses_gpu(c.container)
         if crl or on_gpu_claim or not keys.isdisjoint(config.gpu_resource_names):
             gpu.append((c, keys))
             if env_fixes_on:
                 _env(state, c, keys, config)
     if gpu:
-        place(state, gpu, config, inventory, policies, violations_only=violations_only)
+        place(
+            state, gpu, config, inventory, policies, violations_only=violations_only, images=images
+        )
 
 
 def _evaluate_pod(
@@ -208,32 +211,46 @@ def _evaluate_pod(
     *,
     mutate_template: bool,
     violations_only: bool = False,
+    images: ImageFacts | None = None,
 ) -> Decision:
     """`ref` and `ns` are the object reference and namespace evaluate() already worked out."""
     draft = Draft(obj)
     violations: list[Violation] = []
-    notes: list[tuple[str, str]] = []  # (role, note)
+    notes: list[tuple[str, Message]] = []  # (role, note)
     warnings: list[str] = []
     kinds: list[str] = []
+    unresolved: list[ImageQuery] = []
     templates = False
     for pod in find_pod_specs(entry, obj):
         # A template with a role names it in every message: `PyTorchJob ml/bert, replica
-        # Worker, container "pytorch": ...`.
-        state = PodState(f"{ref}, {pod.role}" if pod.role else ref, pod, draft)
-        _evaluate_spec(state, policies, config, inventory, claims, ns, violations_only)
+        # Worker, container "pytorch": ...`. A pod made up from an operator's fields (TrainJob's
+        # trainer) drafts on its own scratch object: there is nothing of the object to mutate.
+        pod_draft = draft
+        if pod.scratch is not None:
+            pod_draft, mutate_template = Draft(pod.scratch), False
+        state = PodState(f"{ref}, {pod.role}" if pod.role else ref, pod, pod_draft)
+        _evaluate_spec(state, policies, config, inventory, claims, ns, violations_only, images)
         templates = templates or pod.is_template
+        if state.unresolved:
+            unresolved += state.unresolved
         violations += state.violations
         kinds += state.kinds
         notes += [(pod.role, n) for n in state.notes]
-        warnings += [_with_role(pod.role, w) for w in state.warnings]
+        # `replica Worker: <warning>`: the role stays whole, the wording gets shorter (fit).
+        prefixes = (f"{pod.role}: ",) if pod.role else ("",)
+        warnings += [fit(w, prefixes) for w in state.warnings]
+    unresolved_images = tuple(dict.fromkeys(unresolved)) if unresolved else ()
     if violations_only:
-        return Decision(object_ref=ref, violations=tuple(violations))
+        return Decision(
+            object_ref=ref, violations=tuple(violations), unresolved_images=unresolved_images
+        )
     mutated: Mapping[str, Any] | None = draft.root if draft.changed else None
-    texts = [n for _, n in notes]
     # Operator workloads are never mutated (their operator builds the pods; GitOps drift).
     if templates and not mutate_template:
-        texts = [short(f"will apply to {role + ' ' if role else ''}pods: {n}") for role, n in notes]
+        texts = [fit(n, _note_prefixes(role)) for role, n in notes]
         mutated = None
+    else:
+        texts = [fit(n) for _, n in notes]
     return Decision(
         object_ref=ref,
         violations=tuple(violations),
@@ -242,6 +259,7 @@ def _evaluate_pod(
         mutation_kinds=tuple(kinds) if mutated is not None else (),
         original=obj,
         mutated=mutated,
+        unresolved_images=unresolved_images,
     )
 
 
@@ -259,6 +277,7 @@ def evaluate(
     inventory: NodeInventory | None = None,
     claims: ClaimIndex | None = None,
     violations_only: bool = False,
+    images: ImageFacts | None = None,
 ) -> Decision:
     """Evaluate one admitted object. Raises only WebhookError subclasses on malformed input.
 
@@ -268,7 +287,9 @@ def evaluate(
 
     `group` is the object's API group ("" for the core group, None when unknown: then it is
     taken from the object's apiVersion); `sub_resource` and `old_object` come from the
-    AdmissionReview; `inventory` and `claims` are the cluster snapshots (None: not known).
+    AdmissionReview; `inventory` and `claims` are the cluster snapshots (None: not known);
+    `images` the CUDA versions read from images' registries, for the images an earlier
+    evaluation listed in `Decision.unresolved_images` (SPEC §4 step 6).
     """
     if not isinstance(obj, Mapping):
         raise ObjectShapeError(f"the object must be a JSON object, got {type(obj).__name__}")
@@ -318,6 +339,7 @@ def evaluate(
         claims,
         mutate_template=mutate_template,
         violations_only=violations_only,
+        images=images,
     )
 
 

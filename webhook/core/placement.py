@@ -17,7 +17,8 @@ from webhook.core.inventory import InventoryFacts, NodeInventory
 from webhook.core.policyset import PolicySet
 from webhook.core.quantity import parse_quantity
 from webhook.core.rules import cuda, fit
-from webhook.core.rules.images import display_name
+from webhook.core.rules.imagefacts import ImageFacts, ImageQuery, facts_for_arch, pod_arch
+from webhook.core.rules.images import shown_image
 from webhook.core.rules.terms import (
     Term,
     already_injected,
@@ -30,11 +31,15 @@ from webhook.core.rules.terms import (
 )
 from webhook.core.rules.versions import CudaVersion
 from webhook.core.shapes import is_mapping
+from webhook.core.wording import Message, Wording, after
 from webhook.core.workloads import ContainerRef
 
 _V12_4 = CudaVersion(12, 4)
 _V11_4 = CudaVersion(11, 4)
 _REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+_NOT_ENFORCED_YET = (
+    "CUDA placement is not enforced yet: the webhook is still listing the cluster's Nodes"
+)
 
 
 class _Need(NamedTuple):
@@ -115,6 +120,7 @@ def _needs(
     config: WebhookConfig,
     policies: PolicySet,
     envs: Envs,
+    facts: dict[str, cuda.Requirement] | None = None,
 ) -> tuple[list[_Need], list[ContainerRef]]:
     pod_req, warning = cuda.annotation_requirement(state.pod.annotations)
     if warning:
@@ -125,13 +131,17 @@ def _needs(
     for c, keys in gpu:
         req = pod_req
         if req is None:
-            detection = cuda.detect(c.container, config, _env(envs, c))
+            detection = cuda.detect(c.container, config, _env(envs, c), facts)
             if detection.warnings:
                 where = container_label(c)
-                state.warnings += [short(f"{where}: {w}") for w in detection.warnings]
+                state.warnings += [after(f"{where}: ", w) for w in detection.warnings]
             req = detection.requirement
         if req is None:
-            unknown.append(c)
+            # No image here, and the operator gives one (the ServingRuntime's, the training
+            # runtime's): unknowable now, and the pods are checked when they are created, so
+            # no advice the user could not follow.
+            if not (c.image_from and not c.container.get("image")):
+                unknown.append(c)
             continue
         whole = _whole_card(state, c, keys, policies, config)
         vgpu = not whole and not keys.isdisjoint(config.vgpu_resource_names)
@@ -154,14 +164,32 @@ def _needs(
     return needs, unknown
 
 
-def _unknown_warning(c: ContainerRef, others: bool) -> str:
+def _unknown_warning(c: ContainerRef, others: bool, annotatable: bool) -> Wording:
+    """Names the image whole in every wording (SPEC §4); the fixed words get shorter."""
     image = c.container.get("image")
-    name = display_name(image, 28) if isinstance(image, str) and image else f"{c.name} (no image)"
+    name = shown_image(image) if isinstance(image, str) and image else f"{c.name} (no image)"
     if others:
-        return short(f"CUDA version of {name} unknown; node affinity uses the other containers")
-    return short(
-        f"CUDA version of {name} unknown, no affinity: set {ANNOTATION_CUDA_VERSION} "
-        "or imageCudaTable"
+        return Wording(
+            (
+                f"CUDA version of {name} unknown; node affinity uses the other containers",
+                f"CUDA of {name} unknown; affinity from the other containers",
+                f"CUDA of {name} unknown; affinity from others",
+            )
+        )
+    if not annotatable:  # no annotation of this object reaches the pods (TrainJob's trainer)
+        return Wording(
+            (
+                f"CUDA version of {name} unknown, no affinity: add it to imageCudaTable",
+                f"CUDA of {name} unknown: add it to imageCudaTable",
+            )
+        )
+    return Wording(
+        (
+            f"CUDA version of {name} unknown, no affinity: set {ANNOTATION_CUDA_VERSION} "
+            "or imageCudaTable",
+            f"CUDA version of {name} unknown: set {ANNOTATION_CUDA_VERSION} or imageCudaTable",
+            f"CUDA of {name} unknown: set {ANNOTATION_CUDA_VERSION}",
+        )
     )
 
 
@@ -194,7 +222,7 @@ def _intersection_violation(state: PodState, needs: list[_Need], rng: cuda.Range
 @dataclass
 class _Plan:
     terms: list[Term]
-    notes: list[tuple[str, str]]
+    notes: list[tuple[str, Message]]
     wants: list[str]  # "CUDA ≥ 12.4", for the kept-affinity warning
     cuda: cuda.Range | None = None  # set when some inventory node meets it (or no inventory)
     compute: CudaVersion | None = None
@@ -211,7 +239,7 @@ def _cuda_terms(
 ) -> bool:
     """Add the CUDA part to `plan` (`rng`: the needs' intersection); False when denied."""
     for c in unknown:
-        state.warnings.append(_unknown_warning(c, others=bool(needs)))
+        state.warnings.append(_unknown_warning(c, bool(needs), state.pod.annotatable))
     if rng is None:
         return True
     top = max(needs, key=lambda n: n.requirement.version)
@@ -231,11 +259,17 @@ def _cuda_terms(
     bound = ""
     if rng.max_major is not None and rng.max_major != top.range.max_major:
         bound = f" and < {rng.max_major + 1}.0"
-    mode = "vGPU" if vgpu else "GPU"
+    mode, source = "vGPU" if vgpu else "GPU", top.requirement.source  # source: the image whole
     plan.notes.append(
         (
             "cuda-affinity",
-            f"required {mode} nodes with CUDA ≥ {rng.low}{bound} ({top.requirement.source})",
+            Wording(
+                (
+                    f"required {mode} nodes with CUDA ≥ {rng.low}{bound} ({source})",
+                    f"required CUDA ≥ {rng.low}{bound} ({source})",
+                    f"CUDA ≥ {rng.low}{bound} ({source})",
+                )
+            ),
         )
     )
     plan.wants.append(f"CUDA {rng.text()}")
@@ -299,11 +333,16 @@ def place(
     policies: PolicySet | None = None,
     *,
     violations_only: bool = False,
+    images: ImageFacts | None = None,
 ) -> None:
     """Placement for a pod spec whose GPU containers are `gpu` (container, resource keys).
 
     `violations_only` (/validate): stop once nothing else can deny, i.e. after the
-    intersection check unless an inventory with `noCompatibleNode: deny` is in force."""
+    intersection check unless an inventory with `noCompatibleNode: deny` is in force.
+    `images`: CUDA versions read from the images' registries (last resort, SPEC §4 step 6)."""
+    pending = inventory is not None and inventory.pending
+    if pending:
+        inventory = None
     deny_mode = inventory is not None and config.no_compatible_node == "deny"
     if violations_only and len(gpu) < 2 and not deny_mode:
         # One container's compatible set is never empty (some driver ≥ R within the skew, or
@@ -316,12 +355,28 @@ def place(
     if warning:
         state.warnings.append(short(warning))
     envs: Envs = {}
-    needs, unknown = _needs(state, gpu, config, policies or PolicySet.empty(), envs)
+    known = facts_for_arch(images, pod_arch(state.pod.spec)) if images else None
+    needs, unknown = _needs(state, gpu, config, policies or PolicySet.empty(), envs, known)
     # None: no container with a known CUDA version. Computed once for every step below.
     rng = _intersection(needs) if needs else None
-    if not config.cuda_affinity or opted_out or _intersection_violation(state, needs, rng):
+    if not config.cuda_affinity or opted_out:
+        return
+    if unknown:
+        # What a registry lookup could still tell (only when placement would use the answer).
+        arch = pod_arch(state.pod.spec)
+        state.unresolved += [
+            ImageQuery(image, arch)
+            for c in unknown
+            if isinstance(image := c.container.get("image"), str) and image
+        ]
+    if _intersection_violation(state, needs, rng):
         return
     if violations_only and not deny_mode:
+        return
+    if pending:
+        # Not listed yet is not "no inventory": the first scheme may be one no node carries
+        # (a GFD-only cluster), and the pod would stay Pending forever. Inject nothing.
+        state.warnings.append(_NOT_ENFORCED_YET)
         return
     facts = inventory.facts(config) if inventory is not None else None
     compute = _compute_requirement(state, gpu, config, envs)
@@ -364,5 +419,5 @@ def place(
         return  # only empty user terms: they stay empty, and the pod can run nowhere anyway
     required = state.draft.writable((*state.pod.spec_path, "affinity", "nodeAffinity", _REQUIRED))
     required["nodeSelectorTerms"] = merged
-    for kind, text in plan.notes:
-        state.note(kind, text)
+    for kind, message in plan.notes:
+        state.note(kind, message)

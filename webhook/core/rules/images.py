@@ -1,4 +1,5 @@
-"""Image references: normalisation and the CUDA version an image implies (SPEC §4, step 3).
+"""Image references: normalisation and the CUDA version an image implies (SPEC §4, steps 3-5:
+the admin's table, a version spelled in the tag or repository path, the shipped knowledge).
 
 Every step is linear in the reference length, and a reference longer than any valid one is
 not looked at: the webhook sits on the pod-creation path, and one hostile image string must
@@ -13,7 +14,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from webhook.core.config import ImageCudaEntry
+from webhook.core.rules.knowledge import ImageKnowledge
 from webhook.core.rules.versions import MIN_IMAGE_GUESS, CudaVersion
+from webhook.core.wording import Message, Wording
 
 # distribution/reference (reference.go, regexp.go): the repository path is at most 255
 # characters (RepositoryNameTotalLengthMax), the tag at most 128 (`[\w][\w.-]{0,127}`), and
@@ -34,7 +37,7 @@ class ImageGuess:
 
     version: CudaVersion | None
     source: str
-    problem: str = ""
+    problem: Message = ""
 
 
 def normalize(image: str) -> str | None:
@@ -62,17 +65,22 @@ def strip_digest(image: str) -> str:
 
 def image_repository(image: str) -> str:
     """`registry:5000/team/paddle:2.6` -> `registry:5000/team/paddle`."""
-    ref = strip_digest(image)
+    return split_tag(strip_digest(image))[0]
+
+
+def split_tag(ref: str) -> tuple[str, str]:
+    """`registry:5000/team/paddle:2.6` -> (`registry:5000/team/paddle`, `2.6`); no tag: ""."""
     slash = ref.rfind("/")
     colon = ref.rfind(":")
-    return ref[:colon] if colon > slash else ref
+    return (ref[:colon], ref[colon + 1 :]) if colon > slash else (ref, "")
 
 
-def display_name(image: str, limit: int) -> str:
-    """A short name for messages: the last path component with its tag, cut to `limit`."""
-    ref = normalize(image) or image[: limit - 1] + "…"
-    short = ref.rsplit("/", 1)[-1] or ref
-    return short if len(short) <= limit else short[: limit - 1] + "…"
+def shown_image(image: str) -> str:
+    """An image for messages: the reference as written, whole (SPEC §4: never cut out of a
+    message); a string longer than any valid reference names no image and is cut."""
+    if len(image) <= MAX_REFERENCE_LENGTH:
+        return image
+    return f"{image[:40]}… ({len(image)} characters)"
 
 
 @lru_cache(maxsize=64)
@@ -95,23 +103,30 @@ def _compiled_table(
 
 
 def image_version(
-    image: str, patterns: tuple[str, ...], table: tuple[ImageCudaEntry, ...]
+    image: str,
+    patterns: tuple[str, ...],
+    table: tuple[ImageCudaEntry, ...],
+    knowledge: ImageKnowledge | None = None,
 ) -> ImageGuess | None:
-    """The CUDA version an image reference implies (admin table first), or None."""
+    """The CUDA version an image reference implies, or None: the admin table first, then a
+    version spelled in the reference, then the shipped knowledge."""
     # Checked before the cache: 4096 cached megabyte-long keys would be 4 GiB.
     if len(image) > MAX_REFERENCE_LENGTH:
         return None
-    return _image_version(image, patterns, table)
+    return _image_version(image, patterns, table, knowledge)
 
 
 @lru_cache(maxsize=4096)
 def _image_version(
-    image: str, patterns: tuple[str, ...], table: tuple[ImageCudaEntry, ...]
+    image: str,
+    patterns: tuple[str, ...],
+    table: tuple[ImageCudaEntry, ...],
+    knowledge: ImageKnowledge | None,
 ) -> ImageGuess | None:
     ref = normalize(image)
     if not ref:
         return None
-    # The admin table wins over the heuristics: the admin knows their images.
+    # The admin table wins over the rest: the admin knows their images.
     for regex, version in _compiled_table(table):
         if regex.match(ref):
             return ImageGuess(version, f"image table entry for {ref}")
@@ -120,11 +135,21 @@ def _image_version(
         if match:
             version = CudaVersion(int(match["major"]), int(match["minor"]))
             if version < MIN_IMAGE_GUESS or not version.plausible:
+                shown = shown_image(image)
                 return ImageGuess(
                     None,
                     f"image {ref}",
-                    f"CUDA {version} read from image {display_name(image, 40)} is implausible; "
-                    "ignored",
+                    Wording(
+                        (
+                            f"CUDA {version} read from image {shown} is implausible; ignored",
+                            f"image {shown}: implausible CUDA {version} ignored",
+                        )
+                    ),
                 )
             return ImageGuess(version, f"image {ref}")
+    if knowledge is not None:
+        repository, tag = split_tag(ref)
+        known = knowledge.lookup(repository, tag) if tag else None
+        if known is not None:
+            return ImageGuess(known.version, known.text)
     return None
