@@ -385,9 +385,11 @@ async def run_server_audit(
 
 
 async def warm_up(kubeconfig: Path, folder: Path) -> None:
-    """Import and exercise the client once, so the figures are the audit's, not the imports'."""
+    """Import and exercise the client once, and load the shipped image knowledge (as `gpu-webhook
+    serve` does at start), so the figures are the audit's, not one-time loads'."""
     from webhook.sources.audit import AuditOptions, audit_cluster
 
+    _ = WebhookConfig().image_rules
     await audit_cluster(
         str(kubeconfig),
         WebhookConfig(),
