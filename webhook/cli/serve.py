@@ -333,8 +333,8 @@ def _serve(args: argparse.Namespace, scratch: Path | None) -> int:
     # Everything built so far (modules, the kubernetes client, the config) lives as long as the
     # process: out of the collector's full passes, which otherwise scan it all each time the
     # objects of requests and of the audit's list pages reach the oldest generation. Measured
-    # with bench/bench_audit.py (10,000 pods): the audit held the event loop at most 118 ms of
-    # CPU without this, 32 ms with it, and used 6.0 s of CPU instead of 4.1 s.
+    # with bench/bench_audit.py (10,000 pods): the audit held the event loop at most 107 ms of
+    # CPU without this, 30 ms with it, and used 5.3 s of CPU instead of 3.4 s.
     # Read and index the shipped image knowledge now (~0.1 s), not on the first GPU review or
     # in the middle of the first audit, and before the freeze so it is frozen too.
     _ = config.image_rules
