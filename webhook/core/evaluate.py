@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from webhook.core.annotations import parse_opt_out
 from webhook.core.claims import ClaimIndex, container_claims, pod_claims
@@ -79,25 +79,51 @@ def _violation(ref: str, where: str, problem: ResourceProblem) -> Violation:
     )
 
 
-def _resources(
-    state: PodState, c: ContainerRef, policies: PolicySet, gpu_names: tuple[str, ...]
-) -> tuple[set[str], bool]:
-    """Defaults then checks for one container; returns (keys asked for, uses a CRL group).
+class _Keys(NamedTuple):
+    """What a container's resource keys say (SPEC §3, §4 "Which containers")."""
 
-    A key set to zero asks for nothing (SPEC §3): it uses no group and is not returned, and
-    only its own value checks run.
+    asked: set[str]  # keys asked for (a key set to zero asks for nothing)
+    crl: bool  # uses a CRL group
+    gpu: bool  # asks for a GPU resource (config names or patterns)
+    unknown: list[str]  # asks for a resource whose name says GPU that no rule knows
+
+
+def _says_gpu(key: str, config: WebhookConfig) -> bool:
+    """An extended resource (domain-prefixed) whose name says GPU and that is not ignored."""
+    return "/" in key and "gpu" in key.lower() and key not in config.ignored_gpu_resources
+
+
+def _resources(
+    state: PodState, c: ContainerRef, policies: PolicySet, config: WebhookConfig
+) -> _Keys:
+    """Defaults then checks for one container; returns what its keys ask for.
+
+    A key set to zero asks for nothing (SPEC §3): it uses no group, is not asked for, makes
+    no GPU container, and only its own value checks run.
     """
     where = container_label(c)
     lists = ResourceLists.of(c.container, f"{state.ref} {where}")
     keys = lists.keys()
     if not keys:
-        return keys, False
+        return _Keys(keys, False, False, [])
     # Only keys that can make a GPU container need their values read (cpu, memory need not).
-    candidates = [key for key in keys if key in policies.by_key or key in gpu_names]
+    gpu_names = config.gpu_resources
+    candidates = [
+        key for key in keys if key in policies.by_key or key in gpu_names or _says_gpu(key, config)
+    ]
     if not candidates:
-        return keys, False
+        return _Keys(keys, False, False, [])
     zero_keys = lists.zero_keys(candidates)
     asked = keys - zero_keys if zero_keys else keys
+    gpu = False
+    unknown: list[str] = []
+    for key in candidates:
+        if key in zero_keys or key in policies.by_key:
+            continue
+        if key in gpu_names:
+            gpu = True
+        else:
+            unknown.append(key)
     used = used_policies(asked, policies)
     is_pod = not state.pod.is_template
     if zero_keys:
@@ -111,7 +137,7 @@ def _resources(
             _violation(state.ref, where, p) for p in value_checks(lists, zero, is_pod=is_pod)
         ]
     if not used:
-        return asked, False
+        return _Keys(asked, False, gpu, unknown)
     changes = defaults(lists, used)
     derived: frozenset[tuple[str, str]] = frozenset()
     if changes:
@@ -131,7 +157,26 @@ def _resources(
     state.violations += [
         _violation(state.ref, where, p) for p in check(lists, used, is_pod=is_pod, derived=derived)
     ]
-    return asked, True
+    return _Keys(asked, True, gpu, unknown)
+
+
+def _unknown_gpu_warning(keys: list[str]) -> str:
+    """One warning per pod spec for resources that say GPU but that no rule knows, so a new
+    device plugin is never silently unchecked."""
+    names = ", ".join(keys)
+    if len(keys) == 1:
+        text = (
+            f"resource {names} is not a known GPU resource: add it to gpuResourceNames to check it"
+        )
+        short_text = f"resource {names} is not a known GPU resource (gpuResourceNames)"
+    else:
+        text = (
+            f"resources {names} are not known GPU resources: add them to gpuResourceNames "
+            "to check them"
+        )
+        short_text = f"resources {names} are not known GPU resources (gpuResourceNames)"
+    # Shorten the fixed words first, so the resource names stay whole when they can.
+    return text if len(text) <= NOTE_LIMIT else short(short_text)
 
 
 def _env(state: PodState, c: ContainerRef, keys: set[str], config: WebhookConfig) -> None:
@@ -168,6 +213,7 @@ def _evaluate_spec(
     claims: ClaimIndex | None,
     namespace: str | None,
     violations_only: bool,
+    daemonset: bool = False,
 ) -> None:
     pod = state.pod
     # Env fixes only ever add changes and warnings: a violations-only caller skips them.
@@ -183,17 +229,29 @@ def _evaluate_spec(
     dra = pod_claims(pod.spec, namespace, claims, config.gpu_device_classes)
     state.warnings += dra.warnings
     gpu: list[tuple[ContainerRef, set[str]]] = []
+    unknown: list[str] = []
     for c in pod.containers:
-        keys, crl = _resources(state, c, policies, config.gpu_resource_names)
+        keys = _resources(state, c, policies, config)
         # CRL rules govern extended resources only; a DRA claim on a GPU device class makes a
         # GPU container for placement and env fixes (SPEC §6).
         on_gpu_claim = bool(dra.gpu) and not dra.gpu.isdisjoint(container_claims(c.container))
-        if crl or on_gpu_claim or not keys.isdisjoint(config.gpu_resource_names):
-            gpu.append((c, keys))
+        if keys.crl or keys.gpu or on_gpu_claim:
+            gpu.append((c, keys.asked))
             if env_fixes_on:
-                _env(state, c, keys, config)
+                _env(state, c, keys.asked, config)
+        unknown += [key for key in keys.unknown if key not in unknown]
+    if unknown and not violations_only:
+        state.warnings.append(_unknown_gpu_warning(sorted(unknown)))
     if gpu:
-        place(state, gpu, config, inventory, policies, violations_only=violations_only)
+        place(
+            state,
+            gpu,
+            config,
+            inventory,
+            policies,
+            violations_only=violations_only,
+            daemonset=daemonset,
+        )
 
 
 def _evaluate_pod(
@@ -216,11 +274,13 @@ def _evaluate_pod(
     warnings: list[str] = []
     kinds: list[str] = []
     templates = False
+    # A DaemonSet's pods are pinned to their nodes and get no affinity (SPEC §4).
+    daemonset = entry.group == "apps" and entry.kind == "DaemonSet"
     for pod in find_pod_specs(entry, obj):
         # A template with a role names it in every message: `PyTorchJob ml/bert, replica
         # Worker, container "pytorch": ...`.
         state = PodState(f"{ref}, {pod.role}" if pod.role else ref, pod, draft)
-        _evaluate_spec(state, policies, config, inventory, claims, ns, violations_only)
+        _evaluate_spec(state, policies, config, inventory, claims, ns, violations_only, daemonset)
         templates = templates or pod.is_template
         violations += state.violations
         kinds += state.kinds
