@@ -132,7 +132,9 @@ def test_pod_with_a_gpu_claim_and_a_nic_claim() -> None:
     decision = evaluate_with(obj)
     assert decision.allowed
     assert decision.warnings == ()
-    assert decision.notes == (f"required GPU nodes with CUDA ≥ 12.4 (image {CUDA_12_4})",)
+    assert decision.notes == (
+        f"required GPU nodes with CUDA ≥ 12.4, preferably < 14.0 (image {CUDA_12_4})",
+    )
     mutated = apply(decision)
     assert node_terms(mutated) == REQUIRED_12_4_TERMS
     # CRL rules govern extended resources only: no defaults written next to the claims
@@ -245,7 +247,8 @@ def test_deployment_template_with_a_gpu_claim() -> None:
     decision = evaluate_with(workload("Deployment", the_pod))
     assert decision.patch == []
     assert decision.notes == (
-        f"will apply to pods: required GPU nodes with CUDA ≥ 12.4 (image {CUDA_12_4})",
+        "will apply to pods: required GPU nodes with CUDA ≥ 12.4, preferably < 14.0 "
+        "(image nvidia/cuda:12.4.1-runtime-ubuntu22.0…",
     )
 
 

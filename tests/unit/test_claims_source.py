@@ -169,7 +169,9 @@ async def test_a_pod_naming_a_cached_resource_claim_gets_cuda_placement(
     decision = evaluate(obj, standard_policies(), WebhookConfig(), claims=store.claims)
     assert decision.allowed
     assert decision.warnings == ()
-    assert decision.notes == (f"required GPU nodes with CUDA ≥ 12.4 (image {CUDA_12_4})",)
+    assert decision.notes == (
+        f"required GPU nodes with CUDA ≥ 12.4, preferably < 14.0 (image {CUDA_12_4})",
+    )
     mutated = apply(decision)
     assert node_terms(mutated) == REQUIRED_12_4_TERMS
     # Only the affinity is added: the container's claim reference stays as written.

@@ -98,9 +98,19 @@ class WebhookConfig(_Model):
         "nvidia.com/gpucores",
         "volcano.sh/vgpu-*",
     )
-    # Resources whose name says GPU but that are no CUDA device (AMD ROCm, Intel): neither
-    # checked nor warned about. Any other unknown `*gpu*` resource gets one warning per pod.
-    ignored_gpu_resource_names: tuple[str, ...] = ("amd.com/gpu", "gpu.intel.com/*")
+    # Resources whose name says GPU but that are no CUDA device: neither checked nor warned
+    # about. Any other unknown `*gpu*` resource gets one warning per pod. AMD's device plugin
+    # (amd.com/gpu) and Intel's (gpu.intel.com/i915, gpu.intel.com/xe); the other vendors
+    # HAMi schedules (charts/hami/values.yaml devices: amd.com/gpumem, mthreads.com/vgpu,
+    # birentech.com/gpu, metax-tech.com/sgpu, iluvatar.ai/BI-V100-vgpu, ...).
+    ignored_gpu_resource_names: tuple[str, ...] = (
+        "amd.com/*",
+        "gpu.intel.com/*",
+        "mthreads.com/*",
+        "birentech.com/*",
+        "metax-tech.com/*",
+        "iluvatar.ai/*",
+    )
     # GPU-Manager resources: CUDA >= 12.4 is flagged with a warning.
     gpu_manager_resource_names: tuple[str, ...] = (
         "tencent.com/vcuda-core",

@@ -168,13 +168,13 @@ def _unknown_gpu_warning(keys: list[str]) -> str:
         text = (
             f"resource {names} is not a known GPU resource: add it to gpuResourceNames to check it"
         )
-        short_text = f"resource {names} is not a known GPU resource (gpuResourceNames)"
+        short_text = f"unknown GPU resource {names}: add it to gpuResourceNames"
     else:
         text = (
             f"resources {names} are not known GPU resources: add them to gpuResourceNames "
             "to check them"
         )
-        short_text = f"resources {names} are not known GPU resources (gpuResourceNames)"
+        short_text = f"unknown GPU resources {names}: add them to gpuResourceNames"
     # Shorten the fixed words first, so the resource names stay whole when they can.
     return text if len(text) <= NOTE_LIMIT else short(short_text)
 
