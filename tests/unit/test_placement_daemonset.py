@@ -1,6 +1,7 @@
 """A DaemonSet's template (SPEC §4 "DaemonSet pods", issue 18 defect 5): its pods are pinned to
 their nodes and get no CUDA affinity, so the template's note says that and which nodes cannot
-run them, never an affinity the pods will not get; with an inventory, how many nodes that is."""
+run them, never an affinity the pods will not get; with an inventory, how many nodes that is.
+With mutateTemplates the template itself gets the affinity, which limits the nodes it runs on."""
 
 from __future__ import annotations
 
@@ -8,7 +9,19 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import GPU, VCORE, VMEM, apply, container, pod, run, workload
+from tests.helpers import (
+    GPU,
+    PREFERRED_12_4_TERMS,
+    REQUIRED_12_4_TERMS,
+    VCORE,
+    VMEM,
+    apply,
+    assert_idempotent,
+    container,
+    pod,
+    run,
+    workload,
+)
 from webhook.core.config import load_config
 from webhook.core.inventory import NodeInventory
 
@@ -41,16 +54,26 @@ def test_template_note_says_what_the_pods_really_get() -> None:
     assert decision.allowed
 
 
-def test_mutating_templates_still_writes_no_affinity_into_a_daemonset() -> None:
+def test_a_mutated_daemonset_template_restricts_the_nodes_its_pods_run_on() -> None:
+    """With mutateTemplates the template gets the affinity: the DaemonSet controller creates
+    pods only on nodes its required affinity matches (NodeShouldRunDaemonPod)."""
     obj = daemonset(gpu())
-    decision = run(obj, config=load_config({"mutateTemplates": True}))
-    assert decision.patch == []
-    assert apply(decision) == obj
+    config = load_config({"mutateTemplates": True})
+    decision = run(obj, config=config)
+    spec = apply(decision)["spec"]["template"]["spec"]
+    assert spec["affinity"] == {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": REQUIRED_12_4_TERMS
+            },
+            "preferredDuringSchedulingIgnoredDuringExecution": PREFERRED_12_4_TERMS,
+        }
+    }
     assert decision.notes == (
-        "no CUDA affinity (DaemonSet pods are pinned to their node); "
-        "nodes below CUDA 12.4 cannot run them",
+        "required GPU nodes with CUDA ≥ 12.4, preferably < 14.0 (image nvidia/cuda:12.4.1)",
     )
-    assert decision.mutation_kinds == ()
+    assert decision.mutation_kinds == ("cuda-affinity",)
+    assert_idempotent(decision, config=config)
 
 
 def test_vgpu_and_required_skew_say_the_whole_range() -> None:

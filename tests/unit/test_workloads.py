@@ -32,7 +32,8 @@ PATHS = {
     "Job": ("spec", "template"),
     "CronJob": ("spec", "jobTemplate", "spec", "template"),
 }
-# A DaemonSet's pods are pinned and get no affinity: tests/unit/test_placement_daemonset.py.
+# An unmutated DaemonSet template's pods are pinned and get no affinity:
+# tests/unit/test_placement_daemonset.py.
 AFFINE = {kind: path for kind, path in PATHS.items() if kind != "DaemonSet"}
 MUTATE = load_config({"mutateTemplates": True})
 PADDLE = "paddlepaddle/paddle:2.6.1-gpu-cuda12.0-cudnn8.9-trt8.6"
@@ -126,7 +127,7 @@ def test_template_mutation_off_by_default(kind: str) -> None:
     assert decision.allowed
 
 
-@pytest.mark.parametrize(("kind", "path"), AFFINE.items())
+@pytest.mark.parametrize(("kind", "path"), PATHS.items())
 def test_template_mutation_on(kind: str, path: tuple[str, ...]) -> None:
     obj = gpu_workload(kind)
     decision = run(obj, config=MUTATE)

@@ -274,8 +274,11 @@ def _evaluate_pod(
     warnings: list[str] = []
     kinds: list[str] = []
     templates = False
-    # A DaemonSet's pods are pinned to their nodes and get no affinity (SPEC §4).
-    daemonset = entry.group == "apps" and entry.kind == "DaemonSet"
+    # A DaemonSet's pods are pinned to their nodes and get no affinity (SPEC §4): its template
+    # says so. Unless the template itself is mutated: the controller runs pods only on the
+    # nodes its required affinity matches (pkg/controller/daemon NodeShouldRunDaemonPod ->
+    # predicates -> nodeaffinity.GetRequiredNodeAffinity(pod).Match(node)).
+    daemonset = entry.group == "apps" and entry.kind == "DaemonSet" and not mutate_template
     for pod in find_pod_specs(entry, obj):
         # A template with a role names it in every message: `PyTorchJob ml/bert, replica
         # Worker, container "pytorch": ...`.

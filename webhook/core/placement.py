@@ -357,7 +357,8 @@ def place(
 
     `violations_only` (/validate): stop once nothing else can deny, i.e. after the
     intersection check unless an inventory with `noCompatibleNode: deny` is in force.
-    `daemonset`: the spec is a DaemonSet's pod template."""
+    `daemonset`: the spec is a DaemonSet's pod template that is not mutated (its pods are
+    pinned to their nodes and get no affinity)."""
     deny_mode = inventory is not None and config.no_compatible_node == "deny"
     if violations_only and len(gpu) < 2 and not deny_mode:
         # One container's compatible set is never empty (some driver ≥ R within the skew, or
