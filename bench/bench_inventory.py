@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from kubernetes.aio.client import ApiClient, Configuration  # noqa: E402
 
-from tests.fakekube import FakeKube, node  # noqa: E402
+from tests.fakekube import TOKEN, FakeKube, node  # noqa: E402
 from webhook.core.config import WebhookConfig  # noqa: E402
 from webhook.sources.nodes import NodeSource  # noqa: E402
 from webhook.sources.store import PolicyStore  # noqa: E402
@@ -117,7 +117,11 @@ async def measure(port: int, count: int, page_size: int) -> dict[str, float]:
     store = PolicyStore()
 
     async def client() -> ApiClient:
-        return ApiClient(Configuration(host=f"http://127.0.0.1:{port}"))
+        # The fake API server checks the bearer token, as a real one does.
+        configuration = Configuration(
+            host=f"http://127.0.0.1:{port}", api_key={"BearerToken": f"Bearer {TOKEN}"}
+        )
+        return ApiClient(configuration)
 
     source = NodeSource(store, WebhookConfig(), api_factory=client, page_size=page_size)
     # Warm up the client's code paths (imports, SSL/HTTP machinery) outside the figure.

@@ -1,7 +1,7 @@
 # Deployment targets (included from the Makefile): image, chart sync, end-to-end tests.
 IMAGE ?= gpu-admission-webhook:dev
 
-.PHONY: image chart-sync chart-check e2e e2e-kind
+.PHONY: image chart-sync chart-check e2e e2e-kind e2e-kapi
 
 # Build the container image (needs docker).
 image:
@@ -24,3 +24,8 @@ e2e: $(STAMP)
 # kind create cluster, docker build, kind load docker-image, helm install, run tests/e2e.
 e2e-kind: $(STAMP)
 	PYTHON=$(BIN)/python scripts/e2e-kind.sh
+
+# The real kube-apiserver of shared/tools/kapi on loopback, the webhook registered by URL,
+# tests/e2e in url mode (KAPI_TOOLS, KAPI_DIR, E2E_CONFIG: see the script).
+e2e-kapi: $(STAMP)
+	PYTHON=$(BIN)/python scripts/e2e-kapi.sh

@@ -1,9 +1,13 @@
-"""Root conftest: makes `tests.*` importable (tests.helpers, tests.fakekube); no fixtures here."""
+"""Root conftest: makes `tests.*` importable (tests.helpers, tests.fakekube), and keeps every
+test's HTTP traffic off any proxy the environment names."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 # pytest's default (prepend) import mode puts only the test file's own directory on sys.path,
 # and the editable install maps just the `webhook` package; test modules import shared
@@ -11,3 +15,29 @@ from pathlib import Path
 _ROOT = str(Path(__file__).resolve().parents[1])
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
+
+# Read by aiohttp sessions created with trust_env=True, as the kubernetes client's are
+# (kubernetes/aio/client/rest.py), and by urllib: a proxy named here would receive the
+# requests tests send to the fake API server and to the webhook on loopback.
+PROXY_VARIABLES = (
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+)
+LOOPBACK = "127.0.0.1,localhost,::1"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_proxy() -> Iterator[None]:
+    """For the whole session (subprocesses inherit it): no proxy, and loopback bypasses one
+    that a test sets on purpose. Session-scoped so it is in force before any other fixture
+    starts a client."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name in PROXY_VARIABLES:
+            patch.delenv(name, raising=False)
+        patch.setenv("NO_PROXY", LOOPBACK)
+        patch.setenv("no_proxy", LOOPBACK)
+        yield

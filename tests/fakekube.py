@@ -1,30 +1,49 @@
 """A small fake Kubernetes API server speaking list/watch, for reflector tests and benchmarks.
 
-It runs on 127.0.0.1 over plain HTTP inside the test's event loop (or in its own process for
-benchmarks), so the real `kubernetes` client (pointed at it through a kubeconfig file)
-exercises its own request, streaming and error paths. Resources: ConfigMaps (namespaced),
-Nodes (cluster-scoped, /api/v1/nodes) and resource.k8s.io/v1 ResourceClaimTemplates
-(namespaced, with the cluster-wide list). Behaviour follows the API server where the
-reflector depends on it:
+It runs on 127.0.0.1 over plain HTTP (or HTTPS with a CA of its own, for in-cluster
+configuration) inside the test's event loop (or in its own process for benchmarks), so the real
+`kubernetes` client (pointed at it through a kubeconfig file, or the in-cluster service-account
+files) exercises its own request, streaming and error paths. Resources: ConfigMaps
+(namespaced), Nodes (cluster-scoped, /api/v1/nodes) and resource.k8s.io/v1
+ResourceClaimTemplates and ResourceClaims (namespaced, with the cluster-wide list). It is as
+strict as kube-apiserver where the reflector depends on it:
 
+- every request must carry `Authorization: Bearer <token>` with a token in `tokens`, parsed as
+  apiserver's authentication/request/bearertoken/bearertoken.go does (scheme case-insensitive,
+  surrounding space trimmed); without one, or with another, the answer is `401` with the Status
+  kube-apiserver writes (endpoints/filters/authentication.go: NewUnauthorized("Unauthorized")).
+  (A real server with anonymous auth on treats a request without credentials as
+  system:anonymous, which RBAC then refuses with 403; either way nothing is listed.);
 - a list returns a `<Kind>List` whose `metadata.resourceVersion` is the current revision (one
   revision counter for every resource, as etcd's); `limit`/`continue` page it, and a continue
   token older than the last `compact()` gets `410 Expired`;
 - a watch from revision N replays every change after N, then streams new ones; from a revision
   older than the last `compact()` it gets an ERROR event with a `410 Expired` Status, exactly
   like etcd compaction in a real cluster;
+- label selectors (equality-based) and field selectors (`metadata.name`, `metadata.namespace`
+  for namespaced kinds, `spec.unschedulable` for Nodes; any other field is `400 BadRequest`)
+  filter lists and watches. A watched object that stops matching (a label removed between
+  two events, or between two watches: the replay too) is sent as DELETED carrying its
+  previous content with the new resourceVersion, and one that starts matching as ADDED: the
+  watch cache's cacheWatcher.convertToWatchEvent
+  (apiserver/pkg/storage/cacher/cache_watcher.go; etcd3/watcher.go's transform likewise);
 - `Accept: application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1` on a list and
   `...;as=PartialObjectMetadata;...` on a watch return metadata only (meta.k8s.io/v1
   PartialObjectMetadataList / PartialObjectMetadata), as the API server's content negotiation
   does (apiserver endpoints/handlers/response.go); asking for the list form on a watch or the
   object form on a list is `406 Not Acceptable`;
-- a label selector filters both lists and watches, and an object that stops matching is
-  sent to the watcher as DELETED (what the API server does for selector watches);
+- `throttle(n, retry_after)` answers the next n requests (lists and watches) `429` with a
+  `Retry-After` header and the plain-text body of apiserver's server/filters/maxinflight.go
+  tooManyRequests, which priority-and-fairness.go uses too;
 - a watch ends after `timeoutSeconds`, or when the test calls `end_watches()`;
+- `hold(resource)` keeps lists of a resource waiting until `release(resource)` (a slow first
+  list, as of a large cluster);
 - `forbid(resource)` answers 403 for one resource (RBAC), `not_served(resource)` 404 (API group
   not served), `fail_requests(status)` fails everything (outage).
 
-Every request is recorded in `requests` so tests can assert what the client asked for.
+Authentication comes first, then throttling, then authorization (RBAC), as in apiserver's
+DefaultBuildHandlerChain. Every request is recorded in `requests` (with its Authorization
+header and arrival time) so tests can assert what the client sent and when.
 """
 
 from __future__ import annotations
@@ -42,15 +61,21 @@ from typing import Any, Protocol
 
 import yaml
 from aiohttp import web
+from kubernetes.aio.client import Configuration
 
 from webhook.core.crl import CRL_NAMESPACE
 from webhook.core.crl import crl_configmap as build_crl_configmap
+from webhook.tls.certs import create_server_ssl_context, write_certificates
 
 NAMESPACE = CRL_NAMESPACE
 CONFIGMAPS, NODES, CLAIM_TEMPLATES = "configmaps", "nodes", "resourceclaimtemplates"
 CLAIMS = "resourceclaims"
 _PARTIAL = "as=PartialObjectMetadata;"
 _PARTIAL_LIST = "as=PartialObjectMetadataList;"
+# The bearer token the fake accepts unless told otherwise; write_kubeconfig puts it in.
+TOKEN = "fake-token-for-tests"
+# apiserver server/filters/maxinflight.go tooManyRequests: http.Error's text body.
+TOO_MANY_REQUESTS = "Too many requests, please try again later.\n"
 
 
 class _Runnable(Protocol):
@@ -62,6 +87,16 @@ class _Resource:
     kind: str
     api_version: str
     namespaced: bool
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """The field selector labels the API server accepts for this kind."""
+        # generic.ObjectMetaFieldsSet (metadata.namespace for namespaced kinds only) plus the
+        # kind's own: pkg/registry/core/node/strategy.go NodeToSelectableFields adds
+        # spec.unschedulable (fmt.Sprint of the bool: "true"/"false").
+        if self.kind == "Node":
+            return ("metadata.name", "spec.unschedulable")
+        return ("metadata.name", "metadata.namespace")
 
 
 RESOURCES = {
@@ -80,6 +115,8 @@ class RecordedRequest:
     path: str
     query: Mapping[str, str]
     accept: str = ""
+    authorization: str = ""  # the Authorization header as sent ("" without one)
+    at: float = 0.0  # arrival, in the event loop's clock
 
     @property
     def is_watch(self) -> bool:
@@ -100,13 +137,22 @@ class _Change:
     type: str
     resource: str
     obj: dict[str, Any]
+    # The object before the change (None for a creation): the watch cache keeps it with every
+    # event so a selector watch can tell an object leaving the selection (DELETED).
+    old: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class _Selectors:
+    labels: str | None = None
+    fields: str | None = None
 
 
 @dataclass
 class _Watcher:
     resource: str
     namespace: str | None
-    selector: str | None
+    selectors: _Selectors
     bookmarks: bool
     metadata_only: bool
     queue: asyncio.Queue[dict[str, Any] | None] = field(default_factory=asyncio.Queue)
@@ -210,24 +256,60 @@ def resource_claim(
     }
 
 
-def _matches(obj: Mapping[str, Any], selector: str | None) -> bool:
-    """Equality-based label selectors (`k=v,k2=v2`, `k==v`, `k!=v`, bare `k`): all we need."""
+def _matches_terms(values: Mapping[str, str], selector: str | None) -> bool:
+    """Equality-based selectors (`k=v,k2=v2`, `k==v`, `k!=v`, bare `k`): all we need."""
     if not selector:
         return True
-    labels: Mapping[str, str] = obj.get("metadata", {}).get("labels") or {}
     for raw_term in selector.split(","):
         term = raw_term.strip()
         if "!=" in term:
             key, value = term.split("!=", 1)
-            if labels.get(key.strip()) == value.strip():
+            if values.get(key.strip()) == value.strip():
                 return False
         elif "=" in term:
             key, value = term.replace("==", "=").split("=", 1)
-            if labels.get(key.strip()) != value.strip():
+            if values.get(key.strip()) != value.strip():
                 return False
-        elif term and term not in labels:
+        elif term and term not in values:
             return False
     return True
+
+
+def _field_values(resource: _Resource, obj: Mapping[str, Any]) -> dict[str, str]:
+    meta = obj.get("metadata") or {}
+    values = {"metadata.name": str(meta.get("name", ""))}
+    if resource.namespaced:
+        values["metadata.namespace"] = str(meta.get("namespace", ""))
+    if resource.kind == "Node":
+        values["spec.unschedulable"] = (
+            "true" if (obj.get("spec") or {}).get("unschedulable") else "false"
+        )
+    return values
+
+
+def _matches(resource: _Resource, obj: Mapping[str, Any] | None, selectors: _Selectors) -> bool:
+    if obj is None:
+        return False
+    labels: Mapping[str, str] = obj.get("metadata", {}).get("labels") or {}
+    return _matches_terms(labels, selectors.labels) and _matches_terms(
+        _field_values(resource, obj), selectors.fields
+    )
+
+
+def _unsupported_field(resource: _Resource, selector: str | None) -> str | None:
+    """The API server's 400 message for a field selector naming a field it cannot select on."""
+    for raw_term in (selector or "").split(","):
+        label = raw_term.split("!=")[0].split("=")[0].strip()
+        if label and label not in resource.fields:
+            if resource.kind == "Node":
+                # pkg/apis/core/v1/conversion.go, the Node field label conversion.
+                return f"field label not supported: {label}"
+            # apimachinery runtime.DefaultMetaV1FieldSelectorConversion.
+            return (
+                f'"{label}" is not a known field selector: only "metadata.name", '
+                '"metadata.namespace"'
+            )
+    return None
 
 
 def _timestamp(revision: int) -> str:
@@ -260,10 +342,26 @@ def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
     return (meta.get("namespace") or "", meta["name"])
 
 
+def bearer_token(header: str) -> str | None:
+    """The token of an Authorization header, parsed as apiserver's
+    authentication/request/bearertoken/bearertoken.go does: TrimSpace, SplitN(" ", 3), the
+    scheme compared lower-cased, an empty token (two spaces) is no token."""
+    parts = header.strip().split(" ", 2)
+    if len(parts) < 2 or parts[0].lower() != "bearer" or not parts[1]:
+        return None
+    return parts[1]
+
+
 class FakeKube:
     """The fake API server; use `async with FakeKube() as kube:` and `kube.write_kubeconfig()`."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, token: str = TOKEN, tls_directory: Path | None = None) -> None:
+        # The token write_kubeconfig hands out, and every token the server accepts (a test
+        # rotates credentials by replacing the set).
+        self.token = token
+        self.tokens = {token}
+        self.tls_directory = tls_directory
+        self.ca_file: Path | None = None
         self.requests: list[RecordedRequest] = []
         self.revision = 1
         self._objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = {r: {} for r in RESOURCES}
@@ -276,6 +374,10 @@ class FakeKube:
         self._fail_message = ""
         self._refused: dict[str, tuple[int, str]] = {}
         self._gone_next_watch: str | None = None
+        # Lists of these resources wait until released: a slow first list (a large cluster).
+        self._held: dict[str, asyncio.Event] = {}
+        self._throttled = 0
+        self._retry_after = 1
         self._runner: web.AppRunner | None = None
         self.port = 0
 
@@ -298,7 +400,14 @@ class FakeKube:
             app, handle_signals=False, handler_cancellation=True, shutdown_timeout=0.1
         )
         await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", port).start()
+        ssl_context = None
+        if self.tls_directory is not None:
+            # A CA of its own and a serving certificate for 127.0.0.1 (Go and Python match the
+            # IP SAN), as a pod's ca.crt verifies the real API server's.
+            paths = write_certificates(self.tls_directory, [], ["127.0.0.1"])
+            self.ca_file = paths.ca_cert
+            ssl_context = create_server_ssl_context(paths.cert, paths.key)
+        await web.TCPSite(self._runner, "127.0.0.1", port, ssl_context=ssl_context).start()
         self.port = int(self._runner.addresses[0][1])
 
     async def stop(self) -> None:
@@ -316,21 +425,33 @@ class FakeKube:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        scheme = "http" if self.tls_directory is None else "https"
+        return f"{scheme}://127.0.0.1:{self.port}"
 
-    def write_kubeconfig(self, directory: Path) -> Path:
-        """A kubeconfig pointing at this server, so tests exercise the client's config loading."""
+    def write_kubeconfig(self, directory: Path, *, token: str | None = None) -> Path:
+        """A kubeconfig pointing at this server, so tests exercise the client's config loading;
+        its user has `token` (default: the one the server accepts)."""
         path = directory / "kubeconfig"
+        cluster: dict[str, str] = {"server": self.url}
+        if self.ca_file is not None:
+            cluster["certificate-authority"] = str(self.ca_file)
         config = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-            "users": [{"name": "tester", "user": {"token": "fake-token"}}],
+            "clusters": [{"name": "fake", "cluster": cluster}],
+            "users": [
+                {"name": "tester", "user": {"token": self.token if token is None else token}}
+            ],
             "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "tester"}}],
             "current-context": "fake",
         }
         path.write_text(yaml.safe_dump(config))
         return path
+
+    def client_configuration(self) -> Configuration:
+        """A client Configuration for this server with the accepted token, built without the
+        config loaders (no client-go-style retries either, unlike load_configuration)."""
+        return Configuration(host=self.url, api_key={"BearerToken": f"Bearer {self.token}"})
 
     # -- test controls ---------------------------------------------------------------------
 
@@ -348,7 +469,7 @@ class FakeKube:
         created = old["metadata"]["creationTimestamp"] if old else _timestamp(self.revision)
         new["metadata"]["creationTimestamp"] = created
         self._objects[resource][key] = new
-        self._record(_Change(self.revision, "MODIFIED" if old else "ADDED", resource, new), old)
+        self._record(_Change(self.revision, "MODIFIED" if old else "ADDED", resource, new, old))
         return str(self.revision)
 
     def delete(self, name: str, *, kind: str = "ConfigMap", namespace: str | None = None) -> str:
@@ -359,7 +480,7 @@ class FakeKube:
         self.revision += 1
         gone = copy.deepcopy(old)
         gone["metadata"]["resourceVersion"] = str(self.revision)
-        self._record(_Change(self.revision, "DELETED", resource, gone), None)
+        self._record(_Change(self.revision, "DELETED", resource, gone, old))
         return str(self.revision)
 
     def touch_unrelated(self) -> str:
@@ -400,6 +521,12 @@ class FakeKube:
         if status is not None:
             self.end_watches()
 
+    def throttle(self, count: int, retry_after: int = 1) -> None:
+        """Answer the next `count` requests 429 Too Many Requests with `Retry-After:
+        retry_after` (seconds), as max-in-flight or priority-and-fairness does under load."""
+        self._throttled = count
+        self._retry_after = retry_after
+
     def forbid(self, resource: str, message: str = "") -> None:
         """403 for one resource only, as RBAC does; `allow(resource)` undoes it."""
         self._refused[resource] = (403, message or f"{resource} is forbidden")
@@ -410,6 +537,15 @@ class FakeKube:
 
     def allow(self, resource: str) -> None:
         self._refused.pop(resource, None)
+
+    def hold(self, resource: str) -> None:
+        """Lists of `resource` wait (as a slow API server's would) until `release(resource)`."""
+        self._held[resource] = asyncio.Event()
+
+    def release(self, resource: str) -> None:
+        event = self._held.pop(resource, None)
+        if event is not None:
+            event.set()
 
     def end_watches(self) -> None:
         """End every open watch stream cleanly, as a server-side timeout does."""
@@ -431,17 +567,22 @@ class FakeKube:
 
     # -- protocol --------------------------------------------------------------------------
 
-    def _record(self, change: _Change, old: Mapping[str, Any] | None) -> None:
+    def _record(self, change: _Change) -> None:
         self._history.append(change)
         for watcher in self._watchers:
-            event = self._event_for(watcher, change, old)
+            event = self._event_for(watcher, change)
             if event is not None:
                 watcher.queue.put_nowait(event)
 
     @staticmethod
-    def _event_for(
-        watcher: _Watcher, change: _Change, old: Mapping[str, Any] | None
-    ) -> dict[str, Any] | None:
+    def _event_for(watcher: _Watcher, change: _Change) -> dict[str, Any] | None:
+        """The event a watcher gets for a change, after apiserver's cacheWatcher
+        .convertToWatchEvent (storage/cacher/cache_watcher.go): the current object passes
+        the selectors unless deleted, the previous one if there was one; current only →
+        ADDED, both → MODIFIED, previous only → DELETED "with the previous object content,
+        but with the event's resource version"; neither → nothing. Replayed events (a watch
+        from an older resourceVersion) go through the same conversion, as the watch cache
+        keeps every event's previous object."""
         if change.resource != watcher.resource:
             return None
         if (
@@ -449,22 +590,33 @@ class FakeKube:
             and change.obj["metadata"].get("namespace") != watcher.namespace
         ):
             return None
-        obj = _partial(change.obj) if watcher.metadata_only else change.obj
-        selector = watcher.selector
-        if _matches(change.obj, selector):
-            kind = (
-                "ADDED"
-                if change.type == "MODIFIED" and not _matches(old or {}, selector)
-                else change.type
-            )
-            return {"type": kind, "object": obj}
-        if change.type == "MODIFIED" and old is not None and _matches(old, selector):
-            return {"type": "DELETED", "object": obj}
-        return None
+        resource = RESOURCES[change.resource]
+        current = change.type != "DELETED" and _matches(resource, change.obj, watcher.selectors)
+        previous = _matches(resource, change.old, watcher.selectors)
+        if current:
+            kind, obj = ("MODIFIED" if previous else "ADDED"), change.obj
+        elif previous and change.old is not None:
+            obj = copy.deepcopy(change.old)
+            obj["metadata"]["resourceVersion"] = str(change.revision)
+            kind = "DELETED"
+        else:
+            return None
+        return {"type": kind, "object": _partial(obj) if watcher.metadata_only else obj}
+
+    def _authenticated(self, header: str) -> bool:
+        token = bearer_token(header)
+        return token is not None and token in self.tokens
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         accept = request.headers.get("Accept", "")
-        recorded = RecordedRequest(request.path, dict(request.query), accept)
+        authorization = request.headers.get("Authorization", "")
+        recorded = RecordedRequest(
+            request.path,
+            dict(request.query),
+            accept,
+            authorization,
+            asyncio.get_running_loop().time(),
+        )
         self.requests.append(recorded)
         if self._fail_status is not None:
             if self._fail_status == 0:
@@ -474,6 +626,16 @@ class FakeKube:
             reason = {401: "Unauthorized", 403: "Forbidden"}.get(self._fail_status, "InternalError")
             return web.json_response(
                 _status(self._fail_status, reason, self._fail_message), status=self._fail_status
+            )
+        # The handler chain's order: authentication, then flow control, then authorization.
+        if not self._authenticated(authorization):
+            return web.json_response(_status(401, "Unauthorized", "Unauthorized"), status=401)
+        if self._throttled > 0:
+            self._throttled -= 1
+            return web.Response(
+                status=429,
+                text=TOO_MANY_REQUESTS,
+                headers={"Retry-After": str(self._retry_after)},
             )
         resource = recorded.resource
         if resource in self._refused:
@@ -486,13 +648,21 @@ class FakeKube:
             message = f"the requested media type is not acceptable for this request: {accept}"
             return web.json_response(_status(406, "NotAcceptable", message), status=406)
         namespace = request.match_info.get("namespace")
-        selector = request.query.get("labelSelector")
+        selectors = _Selectors(
+            request.query.get("labelSelector"), request.query.get("fieldSelector")
+        )
+        unsupported = _unsupported_field(RESOURCES[resource], selectors.fields)
+        if unsupported is not None:
+            return web.json_response(_status(400, "BadRequest", unsupported), status=400)
         if not recorded.is_watch:
-            return self._list(request, resource, namespace, selector, wants_list)
+            held = self._held.get(resource)
+            if held is not None:
+                await held.wait()
+            return self._list(request, resource, namespace, selectors, wants_list)
         watcher = _Watcher(
             resource,
             namespace,
-            selector,
+            selectors,
             request.query.get("allowWatchBookmarks") == "true",
             wants_object,
         )
@@ -503,7 +673,7 @@ class FakeKube:
         request: web.Request,
         resource: str,
         namespace: str | None,
-        selector: str | None,
+        selectors: _Selectors,
         metadata_only: bool,
     ) -> web.Response:
         token = request.query.get("continue")
@@ -520,7 +690,7 @@ class FakeKube:
             items = [
                 o
                 for (ns, _), o in sorted(self._objects[resource].items())
-                if namespace in (None, ns) and _matches(o, selector)
+                if namespace in (None, ns) and _matches(RESOURCES[resource], o, selectors)
             ]
         limit = int(request.query.get("limit") or 0)
         page, rest = (items[:limit], items[limit:]) if limit > 0 else (items, [])
@@ -559,8 +729,7 @@ class FakeKube:
             return response
         for change in self._history:
             if change.revision > since:
-                # Replays cannot know the object's previous state: send what matches now.
-                event = self._event_for(watcher, change, None)
+                event = self._event_for(watcher, change)
                 if event is not None:
                     watcher.queue.put_nowait(event)
         timeout = float(request.query.get("timeoutSeconds") or 3600)

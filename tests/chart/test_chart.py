@@ -153,6 +153,31 @@ def test_default_values_pass_the_values_schema(chart: helm_python.Chart) -> None
         ({"webhooks": {"excludeNamespaces": ["Bad_NS"]}}, "at '/webhooks/excludeNamespaces/0'"),
         ({"imagePullPolicy": "Always"}, "additional properties 'imagePullPolicy' not allowed"),
         ({"drainSeconds": 900}, "at '/drainSeconds': maximum: got 900, want 300"),
+        (
+            {
+                "webhooks": {
+                    "operators": {
+                        "rules": [{"apiGroup": "x.io", "resources": ["as"], "scope": "Global"}]
+                    }
+                }
+            },
+            "at '/webhooks/operators/rules/0/scope': value must be one of 'Namespaced'",
+        ),
+        (
+            {
+                "config": {
+                    "workloads": [
+                        {
+                            "group": "x.io",
+                            "kind": "A",
+                            "templates": [{"path": "spec.t", "form": "container", "container": {}}],
+                        }
+                    ]
+                }
+            },
+            "at '/config/workloads/0/templates/0/container': missing properties 'name', "
+            "'resources'",
+        ),
     ],
 )
 def test_bad_values_fail_with_a_message_naming_the_key(
@@ -408,16 +433,37 @@ def test_operator_rules_come_from_values(render: Render) -> None:
         ("jobset.x-k8s.io", "jobsets"),
         ("batch.volcano.sh", "jobs"),
         ("serving.kserve.io", "inferenceservices"),
+        ("serving.kserve.io", "llminferenceservices"),
+        ("trainer.kubeflow.org", "trainjobs"),
+        ("trainer.kubeflow.org", "trainingruntimes"),
+        ("trainer.kubeflow.org", "clustertrainingruntimes"),
+        ("serving.knative.dev", "services"),
     } <= resources
     assert ("batch", "jobs") not in resources  # batch/v1 Jobs go to the workloads webhook
+    assert ("", "services") not in resources  # core Services are no workload
     assert all(rule["apiVersions"] == ["*"] for rule in hook["rules"])
+    # A rule's scope limits it to namespaced or cluster-scoped objects: ClusterTrainingRuntime
+    # is cluster-scoped (kubebuilder:resource:scope=Cluster), everything else is namespaced.
+    scopes = {r: rule["scope"] for rule in hook["rules"] for r in rule["resources"]}
+    assert scopes.pop("clustertrainingruntimes") == "Cluster"
+    assert set(scopes.values()) == {"Namespaced"}
     custom = {
         "webhooks": {
-            "operators": {"rules": [{"apiGroup": "example.com", "resources": ["trainjobs"]}]}
+            "operators": {
+                "rules": [
+                    {"apiGroup": "example.com", "resources": ["finetunes"]},
+                    {"apiGroup": "example.com", "resources": ["presets"], "scope": "*"},
+                ]
+            }
         }
     }
-    (rule,) = webhooks(render(custom))[(validating, "operators")]["rules"]
-    assert (rule["apiGroups"], rule["resources"]) == (["example.com"], ["trainjobs"])
+    rule, preset = webhooks(render(custom))[(validating, "operators")]["rules"]
+    assert (rule["apiGroups"], rule["resources"], rule["scope"]) == (
+        ["example.com"],
+        ["finetunes"],
+        "Namespaced",
+    )
+    assert (preset["resources"], preset["scope"]) == (["presets"], "*")
     # no rules: no operator webhook at all
     assert (validating, "operators") not in webhooks(
         render({"webhooks": {"operators": {"rules": []}}})

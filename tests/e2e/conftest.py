@@ -29,6 +29,8 @@ import pytest
 
 from webhook.core.config import WebhookConfig, load_config
 from webhook.core.inventory import NodeInventory
+from webhook.core.policyset import PolicySet
+from webhook.sources.files import load_policy_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED_POLICIES = ROOT / "configmaps"
@@ -174,6 +176,13 @@ def api_error(exc: Exception) -> dict[str, Any]:
     body = getattr(exc, "body", None) or "{}"
     status: dict[str, Any] = json.loads(body)
     return status
+
+
+@pytest.fixture(scope="session")
+def policies() -> PolicySet:
+    """The shipped policies (configmaps/), which the cluster must run (shipped_policies_installed):
+    the expected messages of every module are computed from them."""
+    return load_policy_dir(SHIPPED_POLICIES)
 
 
 @pytest.fixture(scope="session")

@@ -23,9 +23,8 @@ from webhook.core.crl import crl_configmap as build_crl_configmap
 from webhook.core.evaluate import evaluate, evaluate_configmap
 from webhook.core.inventory import NodeInventory
 from webhook.core.policyset import PolicySet
-from webhook.sources.files import load_policy_dir
 
-from .conftest import INVENTORY_PROPAGATION_SECONDS, SHIPPED_POLICIES, api_error
+from .conftest import INVENTORY_PROPAGATION_SECONDS, api_error
 
 pytestmark = pytest.mark.e2e
 
@@ -34,11 +33,6 @@ DENIED = re.compile(r'^admission webhook "[^"]+" denied the request: (?P<message
 WARNING_VALUE = re.compile(r'\d{3} \S+ "((?:[^"\\]|\\.)*)"')
 # Bounded wait for a new CRL to reach the webhook through its watch (no restart).
 POLICY_PROPAGATION_SECONDS = 20.0
-
-
-@pytest.fixture(scope="session")
-def policies() -> PolicySet:
-    return load_policy_dir(SHIPPED_POLICIES)
 
 
 def warnings_of(response: Any) -> list[str]:

@@ -136,13 +136,19 @@ def test_label_and_scale_down_still_work_after_the_policy_is_tightened(
     scale, shown = call(
         apps.patch_namespaced_replica_set_scale, rs_name, namespace, {"spec": {"replicas": 0}}
     )
-    assert scale["spec"]["replicas"] == 0
+    # autoscaling/v1 ScaleSpec.Replicas is `json:"replicas,omitempty"`: 0 is left out.
+    assert scale["spec"].get("replicas", 0) == 0
     assert shown == []
 
-    # A change of the template itself is checked against the tightened policy.
-    changed = {"spec": {"template": {"metadata": {"annotations": {"rev": "2"}}}}}
+    # A change of what the evaluation reads (a container's env) is checked against the
+    # tightened policy; a foreign annotation alone would not be (SPEC §6).
+    container = labelled["spec"]["template"]["spec"]["containers"][0]
+    env = [{"name": "NCCL_DEBUG", "value": "INFO"}]
+    changed = {
+        "spec": {"template": {"spec": {"containers": [{"name": container["name"], "env": env}]}}}
+    }
     new_template = copy.deepcopy(labelled)
-    new_template["spec"]["template"]["metadata"]["annotations"] = {"rev": "2"}
+    new_template["spec"]["template"]["spec"]["containers"][0]["env"] = env
     expected_update = evaluate(
         new_template,
         tightened,
@@ -155,3 +161,82 @@ def test_label_and_scale_down_still_work_after_the_policy_is_tightened(
     assert not expected_update.allowed
     message = denial(apps.patch_namespaced_deployment, name, namespace, changed)
     assert message == expected_update.denial_message()
+
+
+def suspended_job(name: str, limits: dict[str, str]) -> dict[str, Any]:
+    """A Job queued by Kueue: created suspended (kueue sets spec.suspend on create)."""
+    pod = gpu_deployment(name, limits)["spec"]["template"]
+    pod["spec"]["restartPolicy"] = "Never"
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "labels": {"kueue.x-k8s.io/queue-name": "gpu"}},
+        "spec": {"suspend": True, "template": pod},
+    }
+
+
+def test_kueue_starts_and_evicts_a_queued_job_after_the_policy_is_tightened(
+    core: Any, namespace: str, widget: str, webhook_config: WebhookConfig
+) -> None:
+    """Issue 18, defect 1: Kueue starts an admitted Job with one UPDATE (suspend: false and
+    its ResourceFlavor's nodeSelector/tolerations in the template: kueue pkg/podset/podset.go
+    Merge) and restores the template on eviction. The API server accepts that change for a
+    suspended Job that never started (pkg/apis/batch/validation, validatePodTemplateUpdate);
+    the webhook must not deny it because a policy was tightened since the Job was created."""
+    from kubernetes import client
+
+    batch = client.BatchV1Api(core.api_client)
+    name = unique("queued")
+    call(batch.create_namespaced_job, namespace, suspended_job(name, {widget: "8"}))
+
+    policy = crl_configmap(f"cf-crl-e2e-{widget.split('/')[1]}", widget, max="4")
+    call(core.create_namespaced_config_map, "kube-public", policy)
+    apps = client.AppsV1Api(core.api_client)
+    probe = gpu_deployment(unique("probe"), {widget: "8"})
+    wait_until_denied(apps, namespace, probe)  # the webhook has the tightened policy now
+
+    start = {
+        "spec": {
+            "suspend": False,
+            "template": {
+                "metadata": {"labels": {"kueue.x-k8s.io/podset": "main"}},
+                "spec": {
+                    "nodeSelector": {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"},
+                    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+                },
+            },
+        }
+    }
+    started, shown = call(batch.patch_namespaced_job, name, namespace, start)
+    assert started["spec"]["suspend"] is False
+    assert started["spec"]["template"]["spec"]["nodeSelector"] == {
+        "cloud.google.com/gke-accelerator": "nvidia-h100-80gb"
+    }
+    assert shown == []
+
+    # Eviction: Kueue suspends the Job, then restores the template's scheduling fields. Two
+    # UPDATEs: the API server allows scheduling changes only when the *old* Job is suspended
+    # and never started (pkg/registry/batch/job/strategy.go, validationOptionsForJob).
+    suspended, shown = call(
+        batch.patch_namespaced_job, name, namespace, {"spec": {"suspend": True}}
+    )
+    assert suspended["spec"]["suspend"] is True
+    assert shown == []
+    # A JSON merge patch: null removes the entries.
+    restore = {
+        "spec": {
+            "template": {
+                "metadata": {"labels": {"kueue.x-k8s.io/podset": None}},
+                "spec": {"nodeSelector": None, "tolerations": None},
+            },
+        }
+    }
+    restored, shown = call(
+        batch.patch_namespaced_job,
+        name,
+        namespace,
+        restore,
+        _content_type="application/merge-patch+json",
+    )
+    assert "nodeSelector" not in restored["spec"]["template"]["spec"]
+    assert shown == []

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from tests.integration.helpers import RunningServer
 from tests.integration.test_admission import admission_review, apply_patch
-from webhook.core.claims import ClaimIndex
+from webhook.core.claims import ClaimClasses, ClaimIndex
 
 TORCH = "pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime"
 UID = "7f0c3b5e-1111-4a4a-9e9e-000000000001"
@@ -107,14 +110,16 @@ def test_dra_pod_placement_follows_the_claim_snapshot(server: RunningServer) -> 
         "ResourceClaimTemplate one-gpu: no DRA claim data here; evaluated without it "
         "(no GPU placement from it)"
     ]
-    store.claims = ClaimIndex(templates={("ml", "one-gpu"): frozenset({"gpu.nvidia.com"})})
+    store.claims = ClaimIndex(
+        templates={("ml", "one-gpu"): ClaimClasses.of({"gpu": frozenset({"gpu.nvidia.com"})})}
+    )
     try:
         response = server.review("/mutate", admission_review(dra_pod()))["response"]
     finally:
         store.claims = None
     assert response["warnings"] == [
-        "required GPU nodes with CUDA ≥ 12.4, preferably < 14.0 "
-        "(annotation features.alauda.io/cuda-version)"
+        "required GPU nodes with CUDA ≥ 12.4 "
+        "(annotation features.alauda.io/cuda-version), preferably < 14.0"
     ]
     mutated = apply_patch(dra_pod(), response)
     terms = mutated["spec"]["affinity"]["nodeAffinity"][
@@ -124,3 +129,88 @@ def test_dra_pod_placement_follows_the_claim_snapshot(server: RunningServer) -> 
         {"key": "cuda-major-version", "operator": "Gt", "values": ["11"]},
         {"key": "cuda-major-version", "operator": "Lt", "values": ["13"]},
     ]
+
+
+# --- Kubeflow Trainer, KServe LLMInferenceService, Knative (upstream manifests, tests/data) ----
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "operators"
+
+
+def data(name: str) -> dict[str, Any]:
+    (obj,) = [d for d in yaml.safe_load_all((DATA / name).read_text(encoding="utf-8")) if d]
+    assert isinstance(obj, dict)
+    obj["metadata"]["namespace"] = "ml"
+    return obj
+
+
+def review_of(obj: dict[str, Any], **kw: Any) -> dict[str, Any]:
+    return admission_review(obj, group=obj["apiVersion"].rpartition("/")[0], **kw)
+
+
+def test_trainjob_above_the_policy_is_denied_naming_the_trainer(server: RunningServer) -> None:
+    obj = data("trainer_trainjob_lammps-train-gpus.yaml")
+    obj["spec"]["trainer"]["resourcesPerNode"] = {"limits": {"nvidia.com/gpu": "16"}}
+    real = server.review("/validate", review_of(obj))
+    assert server.review("/validate", review_of(obj, dry_run=True)) == real
+    assert real["response"]["allowed"] is False
+    assert real["response"]["status"]["message"] == (
+        "TrainJob ml/lammps-flux, trainer, container \"node\": limits.nvidia.com/gpu='16' is "
+        "above the maximum 8 (max: 8 in ConfigMap kube-public/cf-crl-test-nvidia-gpu)."
+    )
+
+
+def test_trainjob_without_image_is_warned_what_its_pods_get_and_not_patched(
+    server: RunningServer,
+) -> None:
+    obj = data("trainer_trainjob_kai-gpu_EXTRACTED.yaml")
+    response = server.review("/mutate", review_of(obj))["response"]
+    assert "patch" not in response
+    # no "CUDA version unknown" advice: the image comes from the runtime
+    assert response["warnings"] == [
+        'will apply to trainer pods: set requests.nvidia.com/gpu=1 from limits in container "node"'
+    ]
+    assert server.review("/validate", review_of(obj))["response"] == {"uid": UID, "allowed": True}
+    old = copy.deepcopy(obj)
+    obj["spec"]["trainer"]["numNodes"] = 8
+    obj["spec"]["suspend"] = True
+    review = review_of(obj, operation="UPDATE")
+    review["request"]["oldObject"] = old
+    for endpoint in ("/mutate", "/validate"):
+        assert server.review(endpoint, review)["response"] == {"uid": UID, "allowed": True}
+
+
+def test_cluster_training_runtime_is_checked_without_a_namespace(server: RunningServer) -> None:
+    obj = data("trainer_clustertrainingruntime_torchtune-qwen2.5-1.5b.yaml")
+    del obj["metadata"]["namespace"]  # cluster-scoped: the request names no namespace
+    response = server.review("/mutate", review_of(obj))["response"]
+    assert "patch" not in response
+    assert response["warnings"] == [
+        "will apply to replicated job node pods: set requests.nvidia.com/gpu=2 from limits in "
+        'container "node"',
+        "CUDA version of torchtune-trainer unknown, no affinity: set "
+        "features.alauda.io/cuda-version or imageCudaTable",
+    ]
+    obj["spec"]["template"]["spec"]["replicatedJobs"][2]["template"]["spec"]["template"]["spec"][
+        "containers"
+    ][0]["resources"]["limits"]["nvidia.com/gpu"] = 9
+    response = server.review("/validate", review_of(obj))["response"]
+    assert response["status"]["message"].startswith(
+        'ClusterTrainingRuntime torchtune-qwen2.5-1.5b, replicated job node, container "node": '
+        "limits.nvidia.com/gpu='9' is above the maximum 8"
+    )
+
+
+def test_llm_inference_service_and_knative_service(server: RunningServer) -> None:
+    llm = data("kserve_llmisvc_pd-qwen2-7b-gpu.yaml")
+    # requests = limits already, and `main` takes its image from the LLMInferenceServiceConfig
+    response = server.review("/mutate", review_of(llm))["response"]
+    assert response == {"uid": UID, "allowed": True}
+    ksvc = data("knative_service_vllm.yaml")
+    response = server.review("/mutate", review_of(ksvc))["response"]
+    assert "patch" not in response
+    assert response["warnings"] == [
+        "CUDA version of vllm:0.1 unknown, no affinity: set features.alauda.io/cuda-version "
+        "or imageCudaTable"
+    ]
+    text = server.request("GET", "/metrics").text
+    assert 'kind="LLMInferenceService"' in text and 'kind="Service"' in text

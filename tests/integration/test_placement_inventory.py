@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import re
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ GFD_MAJOR = "nvidia.com/cuda.runtime-version.major"
 GFD_MINOR = "nvidia.com/cuda.runtime-version.minor"
 NOT_ENFORCED = "CUDA placement is not enforced: no node advertises its CUDA version"
 TOO_OLD = "no node supports CUDA 12.4; highest available is 12.2 (1 node)"
-REQUIRED = "required GPU nodes with CUDA ≥ 12.4, preferably < 14.0 (env CUDA_VERSION=12.4.1)"
+REQUIRED = "required GPU nodes with CUDA ≥ 12.4 (env CUDA_VERSION=12.4.1), preferably < 14.0"
 
 
 def gfd(major: str, minor: str) -> dict[str, str]:
@@ -189,3 +190,83 @@ async def test_no_compatible_node_deny_denies_once_the_node_is_relabelled(
     assert response["allowed"] is False
     assert response["status"]["code"] == 403
     assert response["status"]["message"] == f"Pod ml/train: {TOO_OLD}."
+
+
+# --- start-up: the first Node list still running (issue 18, defect 2) ---------------------------
+
+NOT_YET = "CUDA placement is not enforced yet: the webhook is still listing the cluster's Nodes"
+
+
+async def test_nothing_is_injected_and_not_ready_until_the_first_node_list(
+    kube: FakeKube, tmp_path: Path
+) -> None:
+    # A GFD-only cluster whose Node list is slow: before the fix the webhook answered /readyz
+    # 200 and placed pods on the first scheme (cuda-major-version), which no node carries.
+    kube.hold("nodes")
+    store = PolicyStore()
+    config = WebhookConfig()
+    args = argparse.Namespace(policies=None, kubeconfig=str(kube.write_kubeconfig(tmp_path)))
+    app = create_app(
+        config, store, policy_source=_policy_source(args, store, config), ready_timeout=60
+    )
+    client: TestClient[Any, Any] = TestClient(TestServer(app))
+    await client.start_server()
+    try:
+        webhook = Webhook(client, store)
+        await eventually(lambda: store.ready, "policies synced")
+        await eventually(lambda: bool(kube.lists("nodes")), "the Node list started")
+        ready = await client.get("/readyz")
+        assert ready.status == 503
+        assert re.fullmatch(r"waiting for the first list of Node \(\d+ s\)\n", await ready.text())
+        document = await (await client.get("/inventory")).json()
+        assert document["nodeInventory"] == {
+            "available": False,
+            "reason": "waiting for the first list of Node objects",
+            "effect": (
+                "CUDA and compute-capability placement are not enforced yet: nothing is "
+                "injected until the first list of Nodes arrives"
+            ),
+        }
+        # A review that reaches it anyway (readiness is the API server's business): the pod is
+        # left as it is, with a warning, instead of a guessed scheme.
+        obj, warnings = await webhook.mutated(gpu_pod())
+        assert obj == gpu_pod()
+        assert warnings == [NOT_YET]
+
+        kube.release("nodes")
+        await eventually(lambda: webhook.nodes().keys() == {"gpu-1", "cpu-1"}, "nodes listed")
+        ready = await client.get("/readyz")
+        assert (ready.status, await ready.text()) == (200, "ok\n")
+        obj, warnings = await webhook.mutated(gpu_pod())
+        assert node_terms(obj) == gfd_terms(4)  # GFD's scheme, the one the nodes carry
+        assert warnings == [REQUIRED]
+    finally:
+        kube.release("nodes")
+        await client.close()
+
+
+async def test_ready_after_the_timeout_says_placement_is_not_enforced_yet(
+    kube: FakeKube, tmp_path: Path
+) -> None:
+    kube.hold("nodes")
+    store = PolicyStore()
+    config = WebhookConfig()
+    args = argparse.Namespace(policies=None, kubeconfig=str(kube.write_kubeconfig(tmp_path)))
+    app = create_app(
+        config, store, policy_source=_policy_source(args, store, config), ready_timeout=0
+    )
+    client: TestClient[Any, Any] = TestClient(TestServer(app))
+    await client.start_server()
+    try:
+        await eventually(lambda: store.ready, "policies synced")
+        ready = await client.get("/readyz")
+        assert (ready.status, await ready.text()) == (
+            200,
+            "ok; placement not enforced yet: Node not listed after 0 s\n",
+        )
+        obj, warnings = await Webhook(client, store).mutated(gpu_pod())
+        assert obj == gpu_pod()
+        assert warnings == [NOT_YET]
+    finally:
+        kube.release("nodes")
+        await client.close()

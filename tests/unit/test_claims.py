@@ -59,7 +59,11 @@ SHARED_GPU_CLAIM = {
     "metadata": {"name": "shared-gpu", "namespace": "ml"},
     "spec": {"devices": {"requests": [exactly("gpu", "gpu.nvidia.com")]}},
 }
-INDEX = ClaimIndex.from_objects([SINGLE_GPU, MIG_OR_GPU, NIC, SHARED_GPU_CLAIM])
+# One claim, two requests: a GPU and the NIC next to it (the DRA way to keep them aligned).
+GPU_AND_NIC = claim_template(
+    "gpu-and-nic", exactly("gpu", "gpu.nvidia.com"), exactly("nic", "rdma.example.com")
+)
+INDEX = ClaimIndex.from_objects([SINGLE_GPU, MIG_OR_GPU, NIC, SHARED_GPU_CLAIM, GPU_AND_NIC])
 CUDA_12_4 = "nvidia/cuda:12.4.1-runtime-ubuntu22.04"
 
 
@@ -133,7 +137,7 @@ def test_pod_with_a_gpu_claim_and_a_nic_claim() -> None:
     assert decision.allowed
     assert decision.warnings == ()
     assert decision.notes == (
-        f"required GPU nodes with CUDA ≥ 12.4, preferably < 14.0 (image {CUDA_12_4})",
+        f"required GPU nodes with CUDA ≥ 12.4 (image {CUDA_12_4}), preferably < 14.0",
     )
     mutated = apply(decision)
     assert node_terms(mutated) == REQUIRED_12_4_TERMS
@@ -154,6 +158,75 @@ def test_other_gpu_claim_sources(source: dict[str, str]) -> None:
     )
     decision = evaluate_with(obj)
     assert node_terms(apply(decision)) == REQUIRED_12_4_TERMS
+
+
+def uses_request(claim: str, request: str) -> dict[str, Any]:
+    return {"claims": [{"name": claim, "request": request}]}
+
+
+def test_a_container_naming_one_request_gets_only_that_requests_devices() -> None:
+    # Issue 18, defect 3 (core/v1 ResourceClaim.Request: "If empty, everything from the claim is
+    # made available, otherwise only the result of this request"). The agent's image says
+    # CUDA 10.2: were it a GPU container, its CUDA would change the pod's placement (and with a
+    # hard major-skew bound no driver could run both: a valid pod denied).
+    obj = dra_pod(
+        {"name": "devices", "resourceClaimTemplateName": "gpu-and-nic"},
+        containers=[
+            container("train", CUDA_12_4, resources=uses_request("devices", "gpu")),
+            container(
+                "rdma-agent",
+                "nvidia/cuda:10.2-base-ubuntu18.04",
+                resources=uses_request("devices", "nic"),
+            ),
+        ],
+    )
+    decision = evaluate_with(obj)
+    assert decision.violations == ()
+    assert decision.warnings == ()
+    assert decision.notes == (
+        f"required GPU nodes with CUDA ≥ 12.4 (image {CUDA_12_4}), preferably < 14.0",
+    )
+    assert node_terms(apply(decision)) == REQUIRED_12_4_TERMS
+
+
+@pytest.mark.parametrize(
+    ("request_name", "gpu"),
+    [
+        (None, True),  # the whole claim: GPU and NIC
+        ("gpu", True),
+        ("nic", False),
+        ("missing", False),  # a request the claim does not have gives the container nothing
+    ],
+)
+def test_which_requests_make_a_gpu_container(request_name: str | None, gpu: bool) -> None:
+    ref: dict[str, Any] = {"name": "devices"}
+    if request_name is not None:
+        ref["request"] = request_name
+    obj = dra_pod(
+        {"name": "devices", "resourceClaimTemplateName": "gpu-and-nic"},
+        containers=[container("c", CUDA_12_4, resources={"claims": [ref]})],
+    )
+    decision = evaluate_with(obj)
+    assert node_terms(apply(decision)) == (REQUIRED_12_4_TERMS if gpu else None)
+
+
+def test_a_first_available_subrequest_by_name() -> None:
+    template = claim_template(
+        "gpu-or-nic", first_available("dev", "rdma.example.com", "gpu.nvidia.com")
+    )
+    index = ClaimIndex.from_objects([template])
+    assert device_classes(template).requests == {
+        "dev": frozenset({"rdma.example.com", "gpu.nvidia.com"}),
+        "dev/opt0": frozenset({"rdma.example.com"}),
+        "dev/opt1": frozenset({"gpu.nvidia.com"}),
+    }
+    for request, gpu in (("dev", True), ("dev/opt0", False), ("dev/opt1", True)):
+        obj = dra_pod(
+            {"name": "d", "resourceClaimTemplateName": "gpu-or-nic"},
+            containers=[container("c", CUDA_12_4, resources=uses_request("d", request))],
+        )
+        decision = evaluate_with(obj, claims=index)
+        assert node_terms(apply(decision)) == (REQUIRED_12_4_TERMS if gpu else None), request
 
 
 def test_nic_only_pod_is_untouched() -> None:
@@ -247,8 +320,7 @@ def test_deployment_template_with_a_gpu_claim() -> None:
     decision = evaluate_with(workload("Deployment", the_pod))
     assert decision.patch == []
     assert decision.notes == (
-        "will apply to pods: required GPU nodes with CUDA ≥ 12.4, preferably < 14.0 "
-        "(image nvidia/cuda:12.4.1-runtime-ubuntu22.0…",
+        f"will apply to pods: required GPU nodes with CUDA ≥ 12.4 (image {CUDA_12_4})",
     )
 
 

@@ -3,7 +3,8 @@ ResourceClaims, and what a pod naming a cached claim gets from evaluation."""
 
 from __future__ import annotations
 
-import asyncio
+import copy
+import itertools
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +22,7 @@ from tests.fakekube import (
     running,
 )
 from tests.helpers import (
+    PREFERRED_12_4_TERMS,
     REQUIRED_12_4_TERMS,
     apply,
     container,
@@ -92,14 +94,17 @@ async def test_dra_api_not_readable_leaves_no_cache_logs_once_and_backs_off(
         kube.forbid(CLAIM_TEMPLATES, "resourceclaimtemplates.resource.k8s.io is forbidden")
     else:
         kube.not_served(CLAIM_TEMPLATES)
-    # Back-off doubles from 10 ms up to 0.4 s (with jitter down to half): a spinning loop
-    # would make hundreds of requests in the time window below.
+    # Back-off doubles from 10 ms up to 0.4 s, with jitter down to half: the waits before the
+    # 2nd to 6th attempts are at least 5, 10, 20, 40 and 80 ms; a loop that did not back off
+    # would show gaps of a millisecond or two.
     source = make_source(backoff_initial=0.01, unavailable_backoff_max=0.4)
     async with running(source):
-        await eventually(lambda: store.watched[KIND].errors >= 5, "five failures")
-        await asyncio.sleep(0.5)
-        assert len(kube.requests) <= 10
+        await eventually(lambda: store.watched[KIND].errors >= 6, "six failures")
         assert store.claims is None
+    arrivals = [r.at for r in kube.requests[:6]]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(arrivals)]
+    for gap, least in zip(gaps, [0.005, 0.01, 0.02, 0.04, 0.08], strict=True):
+        assert gap >= least
     last_error = store.watched[KIND].last_error
     assert last_error is not None
     if status == 403:
@@ -170,14 +175,14 @@ async def test_a_pod_naming_a_cached_resource_claim_gets_cuda_placement(
     assert decision.allowed
     assert decision.warnings == ()
     assert decision.notes == (
-        f"required GPU nodes with CUDA ≥ 12.4, preferably < 14.0 (image {CUDA_12_4})",
+        f"required GPU nodes with CUDA ≥ 12.4 (image {CUDA_12_4}), preferably < 14.0",
     )
     mutated = apply(decision)
     assert node_terms(mutated) == REQUIRED_12_4_TERMS
     # Only the affinity is added: the container's claim reference stays as written.
     assert mutated["spec"]["containers"] == obj["spec"]["containers"]
 
-    # A claim the cache does not hold, and one on a NIC class: no placement.
+    # A claim the cache does not hold: no placement, and the warning says why.
     unknown = claim_pod(resourceClaimName="brand-new")
     decision = evaluate(unknown, standard_policies(), WebhookConfig(), claims=store.claims)
     assert decision.patch == []
@@ -185,9 +190,47 @@ async def test_a_pod_naming_a_cached_resource_claim_gets_cuda_placement(
         "ResourceClaim brand-new: not in the DRA cache yet; evaluated without it "
         "(no GPU placement from it)",
     )
-    kube.put(resource_claim("ml", "nic", NIC))
+
+
+async def test_a_cached_claim_on_a_nic_class_gets_no_placement_because_of_its_class(
+    kube: FakeKube, store: PolicyStore, tmp_path: Path
+) -> None:
+    kube.put(resource_claim("ml", "shared-gpu", GPU))
+    async with running(ResourceClaimSource(store, **fast_options(kube, tmp_path))):
+        await eventually(lambda: kube.open_watches_of(CLAIMS) == 1, "the watch is open")
+        # Created while the webhook watches; judged only once the cache holds it, so "no
+        # placement" below comes from its class, not from a claim the cache never saw.
+        kube.put(resource_claim("ml", "nic", NIC))
+        await eventually(lambda: ("ml", "nic") in claims(store), "the NIC claim is cached")
+    assert claims(store) == {
+        ("ml", "shared-gpu"): frozenset({GPU}),
+        ("ml", "nic"): frozenset({NIC}),
+    }
+
     nic = claim_pod(resourceClaimName="nic")
-    assert evaluate(nic, standard_policies(), WebhookConfig(), claims=store.claims).patch == []
+    decision = evaluate(nic, standard_policies(), WebhookConfig(), claims=store.claims)
+    assert decision.allowed
+    assert (decision.patch, decision.warnings, decision.notes) == ([], (), ())
+    assert apply(decision) == nic
+
+    # The control: the same pod naming the GPU claim of the same cache is placed.
+    gpu = claim_pod(resourceClaimName="shared-gpu")
+    decision = evaluate(gpu, standard_policies(), WebhookConfig(), claims=store.claims)
+    assert decision.allowed
+    assert decision.warnings == ()
+    assert decision.notes == (
+        f"required GPU nodes with CUDA ≥ 12.4 (image {CUDA_12_4}), preferably < 14.0",
+    )
+    placed = copy.deepcopy(gpu)
+    placed["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": REQUIRED_12_4_TERMS
+            },
+            "preferredDuringSchedulingIgnoredDuringExecution": PREFERRED_12_4_TERMS,
+        }
+    }
+    assert apply(decision) == placed
 
 
 async def test_templates_and_claims_are_both_kept_when_both_sources_sync(

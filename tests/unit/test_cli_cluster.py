@@ -90,7 +90,7 @@ async def test_review_against_the_cluster_lists_each_kind_once_and_never_watches
     )
     # The DRA pod is a GPU pod through the cluster's template, placed on the scheme nodes carry.
     assert (
-        "  - required GPU nodes with CUDA ≥ 12.6, preferably < 14.0 (image nvidia/cuda:12.6.1)\n"
+        "  - required GPU nodes with CUDA ≥ 12.6 (image nvidia/cuda:12.6.1), preferably < 14.0\n"
         in text
     )
     assert f"warnings:\n  - {NO_NODE}\n" in text
@@ -258,7 +258,7 @@ async def test_policies_and_nodes_flags_win_over_the_cluster(
     )
     assert "warnings:" not in text  # 12.8 on the file's node satisfies 12.6
     assert (
-        "  - required GPU nodes with CUDA ≥ 12.6, preferably < 14.0 (image nvidia/cuda:12.6.1)\n"
+        "  - required GPU nodes with CUDA ≥ 12.6 (image nvidia/cuda:12.6.1), preferably < 14.0\n"
         in text
     )
     # Only the DRA claim cache (templates, claims) was read from the cluster.

@@ -349,7 +349,7 @@ def test_dra_pod_with_its_template_in_the_same_manifest_gets_cuda_placement(tmp_
     )
     assert f"--- Pod ml/train ({manifest}, document 2): ALLOWED\n" in text
     assert (
-        "  - required GPU nodes with CUDA ≥ 12.4, preferably < 14.0 (image nvidia/cuda:12.4.1)\n"
+        "  - required GPU nodes with CUDA ≥ 12.4 (image nvidia/cuda:12.4.1), preferably < 14.0\n"
         in text
     )
     assert "DRA" not in text.split("document 2")[1]  # no "no DRA claim data" warning
@@ -399,7 +399,7 @@ def test_claims_file_and_nodes_together(tmp_path: Path) -> None:
         + f"DRA claims: 2 ResourceClaimTemplate(s), 0 ResourceClaim(s) from {claims}\n"
     )
     assert (
-        "  - required GPU nodes with CUDA ≥ 12.4, preferably < 14.0 (image nvidia/cuda:12.4.1)\n"
+        "  - required GPU nodes with CUDA ≥ 12.4 (image nvidia/cuda:12.4.1), preferably < 14.0\n"
         in text
     )
     assert "warnings:" not in text

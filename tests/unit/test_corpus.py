@@ -117,8 +117,8 @@ def test_tkestack_vcuda_pod_with_declared_cuda_version() -> None:
     # vcuda-core 200 is GPU-Manager's whole-card mode (a multiple of wholeUnit 100): native CUDA
     # compatibility, so the physical-GPU rule applies (SPEC §4), with integer operators.
     assert decision.notes == (
-        "required GPU nodes with CUDA ≥ 11.8, preferably < 13.0 "
-        "(annotation features.alauda.io/cuda-version)",
+        "required GPU nodes with CUDA ≥ 11.8 "
+        "(annotation features.alauda.io/cuda-version), preferably < 13.0",
     )
     assert node_terms(apply(decision)) == [
         {
@@ -217,8 +217,8 @@ def test_verify_gpu_access_deployment_keeps_its_node_selector() -> None:
         documents(name)[0], "spec", "template", "spec", "nodeSelector"
     )
     assert on.notes[-1] == (
-        "required GPU nodes with CUDA ≥ 11.6, preferably < 13.0 "
-        "(image nvidia/cuda:11.6.2-cudnn8-runtime-ubuntu20.04)"
+        "required GPU nodes with CUDA ≥ 11.6 "
+        "(image nvidia/cuda:11.6.2-cudnn8-runtime-ubuntu20.04), preferably < 13.0"
     )
 
 
@@ -247,8 +247,6 @@ def test_non_gpu_workloads_untouched(name: str) -> None:
     [
         "aws-adt_hyperpod-pytorchjob_llama3-1-8b_affinity_envsubst.yaml",  # SageMaker HyperPod
         "ai-on-eks_nimservice_llama3-8b.yaml",
-        "kserve_llminferenceservice_qwen2-7b_no-scheduler.yaml",
-        "kubeflow-trainer_clustertrainingruntime_torch-distributed.yaml",
     ],
 )
 def test_unregistered_custom_resources_are_not_handled(name: str) -> None:
@@ -259,8 +257,11 @@ def test_unregistered_custom_resources_are_not_handled(name: str) -> None:
 
 # --- operator workloads (SPEC §6): roles in every message, never mutated -------------------------
 
-OPERATOR_PREFIXES = ("kubeflow_", "kuberay_", "lws_", "volcano_", "kserve_", "aws-adt_", "paddle-")
-NOT_REGISTERED = {"HyperPodPyTorchJob", "LLMInferenceService"}
+OPERATOR_PREFIXES = (
+    "kubeflow_", "kubeflow-trainer_", "kuberay_", "lws_", "volcano_", "kserve_", "aws-adt_",
+    "paddle-",
+)  # fmt: skip
+NOT_REGISTERED = {"HyperPodPyTorchJob"}
 
 
 def _operator_documents() -> list[tuple[str, int]]:
@@ -288,7 +289,8 @@ def test_the_corpus_has_operator_manifests() -> None:
     kinds = {documents(name)[index]["kind"] for name, index in _operator_documents()}
     assert kinds >= {
         "PyTorchJob", "MPIJob", "PaddleJob", "MXJob", "RayCluster", "RayJob", "RayService",
-        "LeaderWorkerSet", "Job", "InferenceService",
+        "LeaderWorkerSet", "Job", "InferenceService", "LLMInferenceService",
+        "ClusterTrainingRuntime",
     }  # fmt: skip
 
 
@@ -306,15 +308,15 @@ OPERATOR_RESULTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         (
             "will apply to replica Worker pods: set requests.nvidia.com/gpu=2 from limits in "
             'container "paddle"',
-            "will apply to replica Worker pods: required GPU nodes with CUDA ≥ 11.2, preferably "
-            "< 13.0 (image registry.baidubce.com/…",
+            "will apply to replica Worker pods: required GPU nodes with CUDA ≥ 11.2 "
+            "(image registry.baidubce.com/paddlepaddle/paddle…",
         ),
         (),
     ),
     "kuberay_raycluster_verl.yaml": (
         (
-            "will apply to head pods: required GPU nodes with CUDA ≥ 12.6, preferably < 14.0 "
-            "(image hiyouga/verl:ngc-th2.6.0-cu126-v…",
+            "will apply to head pods: required GPU nodes with CUDA ≥ 12.6 "
+            "(image hiyouga/verl:ngc-th2.6.0-cu126-vllm0.8.4-flashinfer…",
         ),
         (),
     ),
@@ -337,12 +339,25 @@ OPERATOR_RESULTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ),
         (unknown("mindspore-gpu-example:0.2.0"),),
     ),
+    # The predictor names no image (the ServingRuntime gives it): no CUDA advice.
     "kserve_isvc_torchserve-gpu.yaml": (
         (
             "will apply to predictor pods: set requests.nvidia.com/gpu=1 from limits in "
             'container "pytorch"',
         ),
-        (unknown("pytorch (no image)"),),
+        (),
+    ),
+    "kserve_isvc_huggingface-llama2.yaml": ((), ()),
+    # `main` names no image (the LLMInferenceServiceConfig gives it); requests = limits.
+    "kserve_llminferenceservice_qwen2-7b_no-scheduler.yaml": ((), ()),
+    # GPUs come from the TrainJob's resourcesPerNode, not from the runtime.
+    "kubeflow-trainer_clustertrainingruntime_torch-distributed.yaml": ((), ()),
+    "kubeflow-trainer_clustertrainingruntime_torchtune-llama3.2-1b.yaml": (
+        (
+            "will apply to replicated job node pods: set requests.nvidia.com/gpu=2 from limits "
+            'in container "node"',
+        ),
+        (unknown("torchtune-trainer"),),
     ),
     "paddle-operator_paddlejob_heter_collective.yaml": (
         (
@@ -421,8 +436,8 @@ def test_dra_pod_with_the_template_from_the_same_manifest() -> None:
     the_pod["metadata"]["annotations"] = {"features.alauda.io/cuda-version": "12.2"}
     placed = evaluate(the_pod, shipped(), DEFAULT, claims=index)
     assert placed.notes == (
-        "required GPU nodes with CUDA ≥ 12.2, preferably < 14.0 "
-        "(annotation features.alauda.io/cuda-version)",
+        "required GPU nodes with CUDA ≥ 12.2 "
+        "(annotation features.alauda.io/cuda-version), preferably < 14.0",
     )
     # Integer operators for the major too (padded label values match): D ≥ 12.2, and a driver
     # major below 14 preferred.

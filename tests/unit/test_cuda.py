@@ -98,6 +98,19 @@ def pgpu(major: int, minor: int, skew: int | None = None) -> list[dict[str, Any]
         (f"nvidia/cuda:12.4.1-base@{DIGEST}", V(12, 4)),  # tag and digest
         ("registry:5000/nvidia/cuda:11.8.0-base", V(11, 8)),  # registry with port
         ("registry.local:5000/cuda:12.2.0-devel", V(12, 2)),
+        # spelled in the repository path (SPEC §4 step 4)
+        ("localhost:5000/cu121/app:latest", V(12, 1)),
+        ("example.com/team/train-cuda-11.8-base:v3", V(11, 8)),
+        ("example.com/team/app_cuda11.8", V(11, 8)),
+        ("example.com/team/app_cuda11.8:2.0", V(11, 8)),
+        (
+            "us-docker.pkg.dev/deeplearning-platform-release/gcr.io/"
+            "huggingface-text-generation-inference-cu124.2-3.ubuntu2204.py311",
+            V(12, 4),
+        ),
+        ("example.com/team/torch-cu118/serve:1.0", V(11, 8)),
+        # the tag first, then the path
+        ("example.com/team/app-cu118:2.1.0-cu121", V(12, 1)),
     ],
 )
 def test_version_from_image(image: str, version: CudaVersion) -> None:
@@ -111,13 +124,14 @@ def test_version_from_image(image: str, version: CudaVersion) -> None:
     "image",
     [
         "nvcr.io/nvidia/k8s/dcgm-exporter:3.3.9-3.6.1-ubuntu22.04",  # DCGM versions, not CUDA
-        "nvcr.io/nvidia/tritonserver:24.06-py3",  # NGC YY.MM
-        "nvcr.io/nvidia/tritonserver:24.06-py3-sdk",
+        "nvcr.io/nvidia/tritonserver:24.09-py3",  # NGC YY.MM with no shipped entry
         "nvcr.io/nvidia/nemo:25.04.01",
         f"nvidia/cuda@{DIGEST}",  # digest only: no tag to read
         "registry:5000/team/trainer",  # port digits are not a version
         "registry:5000/team/trainer:2.1",
-        "localhost:5000/cu121/app:latest",  # cu121 in the path, not the tag
+        "cuda12-registry.corp:5000/x",  # the registry host is never read
+        "cuda-12.4.corp:5000/team/x:1",
+        "registry.cu121.example.com/team/x:1",
         "vllm/vllm-openai:v0.11.0",
         "k8s.gcr.io/cuda-vector-add:v0.1",
         "example.com/cuda-app:12.1",  # a repository that mentions cuda, tag is the app version
@@ -221,7 +235,8 @@ def test_each_config_detects_with_its_own_table_in_turn() -> None:
     for config, version in [
         (TABLE, V(12, 5)),
         (other, V(12, 2)),
-        (WebhookConfig(), None),
+        (WebhookConfig(), V(12, 5)),  # the shipped knowledge (Triton 24.06: CUDA 12.5.0)
+        (WebhookConfig(shipped_image_knowledge=False), None),
         (TABLE, V(12, 5)),
         (same, V(12, 5)),
         (other, V(12, 2)),
@@ -247,8 +262,8 @@ def test_annotation_beats_env_and_image() -> None:
     )
     decision = run(original)
     assert decision.notes == (
-        "required GPU nodes with CUDA ≥ 11.8, preferably < 13.0 "
-        "(annotation features.alauda.io/cuda-version)",
+        "required GPU nodes with CUDA ≥ 11.8 "
+        "(annotation features.alauda.io/cuda-version), preferably < 13.0",
     )
     assert node_terms(apply(decision)) == pgpu(11, 8)
     assert preferred_terms(apply(decision)) == preferred(12)
@@ -415,8 +430,8 @@ def test_pgpu_injection_exact_patch() -> None:
         }
     ]
     assert decision.notes == (
-        "required GPU nodes with CUDA ≥ 12.4, preferably < 14.0 "
-        "(image nvidia/cuda:12.4.1-runtime-ubuntu22.04)",
+        "required GPU nodes with CUDA ≥ 12.4 "
+        "(image nvidia/cuda:12.4.1-runtime-ubuntu22.04), preferably < 14.0",
     )
     assert decision.mutation_kinds == ("cuda-affinity",)
     assert decision.warnings == ()
@@ -449,7 +464,7 @@ def test_gpu_manager_whole_card_mode_follows_the_physical_gpu_rule(cores: str) -
     original = pod(container(image="nvidia/cuda:12.4.1", limits={VCORE: cores, VMEM: "4"}))
     decision = run(original, WHOLE_UNIT)
     assert decision.notes == (
-        "required GPU nodes with CUDA ≥ 12.4, preferably < 14.0 (image nvidia/cuda:12.4.1)",
+        "required GPU nodes with CUDA ≥ 12.4 (image nvidia/cuda:12.4.1), preferably < 14.0",
     )
     assert node_terms(apply(decision)) == pgpu(12, 4)
     assert preferred_terms(apply(decision)) == PREFERRED_12_4_TERMS
@@ -489,8 +504,8 @@ def test_max_major_skew_is_a_preference_by_default(skew: int) -> None:
     assert node_terms(mutated) == terms([expr(MAJOR, "Gt", 11)])
     assert preferred_terms(mutated) == preferred(12 + skew)
     assert decision.notes == (
-        f"required GPU nodes with CUDA ≥ 12.0, preferably < {13 + skew}.0 "
-        "(image nvidia/cuda:12.0.0)",
+        "required GPU nodes with CUDA ≥ 12.0 "
+        f"(image nvidia/cuda:12.0.0), preferably < {13 + skew}.0",
     )
     assert_idempotent(decision, config=config)
 
@@ -692,15 +707,15 @@ def test_bad_annotation_is_reported_and_image_used() -> None:
         "annotation features.alauda.io/cuda-version='latest' is not a version like 12.4; ignored",
     )
     assert decision.notes == (
-        "required GPU nodes with CUDA ≥ 11.8, preferably < 13.0 (image nvidia/cuda:11.8.0)",
+        "required GPU nodes with CUDA ≥ 11.8 (image nvidia/cuda:11.8.0), preferably < 13.0",
     )
 
 
 def test_annotation_major_only_means_minor_zero() -> None:
     decision = run(gpu_pod("busybox:1.36", annotations={ANN_VERSION: "12"}))
     assert decision.notes == (
-        "required GPU nodes with CUDA ≥ 12.0, preferably < 14.0 "
-        "(annotation features.alauda.io/cuda-version)",
+        "required GPU nodes with CUDA ≥ 12.0 "
+        "(annotation features.alauda.io/cuda-version), preferably < 14.0",
     )
     assert node_terms(apply(decision)) == terms([expr(MAJOR, "Gt", 11)])
     assert preferred_terms(apply(decision)) == preferred(13)
@@ -714,7 +729,7 @@ def test_implausible_annotation_is_ignored_with_a_warning(value: str) -> None:
         "ignored",
     )
     assert decision.notes == (
-        "required GPU nodes with CUDA ≥ 11.8, preferably < 13.0 (image nvidia/cuda:11.8.0)",
+        "required GPU nodes with CUDA ≥ 11.8 (image nvidia/cuda:11.8.0), preferably < 13.0",
     )
 
 
@@ -770,8 +785,8 @@ def test_requirement_is_the_intersection_over_gpu_containers() -> None:
     the intersection of their recommended ranges, preferred."""
     decision = run(two_versions_pod())
     assert decision.notes == (
-        "required GPU nodes with CUDA ≥ 12.4, preferably < 13.0 "
-        "(image pytorch/pytorch:2.3.0-cuda12.4-cudnn8-runtime)",
+        "required GPU nodes with CUDA ≥ 12.4 "
+        "(image pytorch/pytorch:2.3.0-cuda12.4-cudnn8-runtime), preferably < 13.0",
     )
     assert node_terms(apply(decision)) == pgpu(12, 4)
     assert preferred_terms(apply(decision)) == preferred(12)
@@ -845,7 +860,7 @@ def test_some_containers_unknown() -> None:
         "CUDA version of busybox unknown; node affinity uses the other containers",
     )
     assert decision.notes == (
-        "required GPU nodes with CUDA ≥ 12.4, preferably < 14.0 (image nvidia/cuda:12.4.1)",
+        "required GPU nodes with CUDA ≥ 12.4 (image nvidia/cuda:12.4.1), preferably < 14.0",
     )
 
 
@@ -853,7 +868,7 @@ def test_gpu_container_by_config_resource_name_without_crl() -> None:
     config = load_config({"gpuResourceNames": ["example.com/npu"]})
     original = pod(container(image="nvidia/cuda:12.0.0", limits={"example.com/npu": "1"}))
     assert run(original, policies(), config).notes == (
-        "required GPU nodes with CUDA ≥ 12.0, preferably < 14.0 (image nvidia/cuda:12.0.0)",
+        "required GPU nodes with CUDA ≥ 12.0 (image nvidia/cuda:12.0.0), preferably < 14.0",
     )
     # without it in the config, and without a CRL, the container is not a GPU container
     assert run(original, policies()).notes == ()
@@ -863,7 +878,7 @@ def test_gpu_container_through_crl_key_without_config() -> None:
     ps = policies(crl("example.com/npu", "npu", name="cf-crl-npu-npu"))
     original = pod(container(image="nvidia/cuda:12.0.0", limits={"example.com/npu": "1"}))
     assert run(original, ps).notes == (
-        "required GPU nodes with CUDA ≥ 12.0, preferably < 14.0 (image nvidia/cuda:12.0.0)",
+        "required GPU nodes with CUDA ≥ 12.0 (image nvidia/cuda:12.0.0), preferably < 14.0",
     )
 
 

@@ -27,7 +27,7 @@ from webhook.core.names import ResourceNames
 
 MAJOR, MINOR = "cuda-major-version", "cuda-minor-version"
 IMAGE = "nvidia/cuda:12.4.1"
-PGPU_NOTE = f"required GPU nodes with CUDA ≥ 12.4, preferably < 14.0 (image {IMAGE})"
+PGPU_NOTE = f"required GPU nodes with CUDA ≥ 12.4 (image {IMAGE}), preferably < 14.0"
 VGPU_NOTE = f"required vGPU nodes with CUDA ≥ 12.4 (image {IMAGE})"
 PGPU_AFFINITY = {
     "nodeAffinity": {

@@ -96,6 +96,9 @@ def test_a_reference_longer_than_any_valid_one_is_not_matched() -> None:
         "a:" + "-" * 700 + "cuda",
         "a:" + "_cu1" * 190,
         "/cuda:1" * 110,
+        "a" + "/_cuda1" * 110,  # the repository path patterns' worst cases
+        "a/" + "-cu1" * 190,
+        "a/" + "x-cuda-1." * 85,
     ],
 )
 def test_pathological_references_review_without_affinity(image: str) -> None:
@@ -108,8 +111,55 @@ def test_pathological_references_review_without_affinity(image: str) -> None:
 
 
 def test_default_patterns_cannot_backtrack_across_segments() -> None:
-    """Linear by construction: after its literal start (`:` or `/cuda:`) a default pattern
-    only spans characters of one `:`/`/`-free segment with bounded repetition, never `.`."""
+    """Linear by construction: after its literal start (`:`, `/` or `/cuda:`) a default
+    pattern only spans characters of one `:`/`/`-free segment with bounded repetition, never
+    `.`, so the segments scanned from two starts never overlap."""
     for pattern in DEFAULT_IMAGE_PATTERNS:
         assert "." not in re.sub(r"\\.|\[[^]]*\]", "", pattern), pattern
-        assert re.match(r"^(\(\?:\^\|/\)cuda:|:)", pattern), pattern
+        assert re.match(r"^(\(\?:\^\|/\)cuda:|:|/\(\?:\[\^:/\]\*)", pattern), pattern
+
+
+# SPEC §4 step 4: every example it gives, with the exact version; the tag or the path.
+@pytest.mark.parametrize(
+    ("image", "version"),
+    [
+        ("nvidia/cuda:12.4.1-runtime-ubuntu22.04", CudaVersion(12, 4)),
+        ("pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime", CudaVersion(12, 1)),
+        ("paddlepaddle/paddle:2.6.1-gpu-cuda12.0-cudnn8.9-trt8.6", CudaVersion(12, 0)),
+        ("example.com/team/app:cu121", CudaVersion(12, 1)),
+        ("example.com/team/app:2.1-cuda-11.8-devel", CudaVersion(11, 8)),
+        ("example.com/team/app-cuda-11.8-devel:2.1", CudaVersion(11, 8)),
+        ("example.com/team/app:torch2_cuda11.8", CudaVersion(11, 8)),
+        ("example.com/team/torch2_cuda11.8:v1", CudaVersion(11, 8)),
+        (
+            "us-docker.pkg.dev/deeplearning-platform-release/gcr.io/"
+            "huggingface-text-generation-inference-cu124.2-3.ubuntu2204",
+            CudaVersion(12, 4),
+        ),
+        (
+            "us-docker.pkg.dev/deeplearning-platform-release/gcr.io/"
+            "huggingface-text-generation-inference-cu124.2-3.ubuntu2204.py311",
+            CudaVersion(12, 4),
+        ),
+    ],
+)
+def test_spec_examples_spelled_in_the_reference(image: str, version: CudaVersion) -> None:
+    req = container_requirement({"image": image}, WebhookConfig(shipped_image_knowledge=False))
+    assert req is not None
+    assert (req.version, req.source) == (version, f"image {image}")
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        "cuda12-registry.corp:5000/x",  # SPEC: the registry host is not CUDA 12
+        "cuda12-registry.corp:5000/x:latest",
+        "cu121.example.com/x:1",
+        "localhost:5000/x:1",
+        "example.com/team/cuda-tools:1.0",  # "cuda" without a version
+        "example.com/team/cu12x/app:1",
+        "example.com/team/scu121/app:1",  # not a separate word
+    ],
+)
+def test_no_version_spelled(image: str) -> None:
+    assert container_requirement({"image": image}, WebhookConfig()) is None

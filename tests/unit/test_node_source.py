@@ -207,3 +207,31 @@ def test_equal_label_values_are_stored_once(store: PolicyStore) -> None:
     assert kept == {MAJOR: "12", MINOR: "4"}
     assert first is second
     assert set(source._project({"metadata": {"labels": "not a map"}})) == {None}
+
+
+async def test_a_wrong_token_leaves_no_inventory_and_says_why(
+    kube: FakeKube,
+    store: PolicyStore,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Not a silent empty inventory: nothing is published, and /inventory says why.
+    kube.put(node("gpu-1", cuda("12", "4")))
+    options = fast_options(kube, tmp_path)
+    kube.write_kubeconfig(tmp_path, token="token-of-a-deleted-service-account")
+    async with running(NodeSource(store, WebhookConfig(), **options)):
+        await eventually(lambda: store.watched["Node"].errors >= 2, "the failures are counted")
+    assert store.inventory is None
+    reason = (
+        f"http://127.0.0.1:{kube.port} rejected the webhook's credentials: 401 Unauthorized: "
+        "Unauthorized; check the service account token (in a cluster) or the user in the "
+        "kubeconfig"
+    )
+    status = store.snapshot_status("Node")
+    assert (status["available"], status["reason"]) == (False, reason)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings and all(w.startswith(f"{reason}; retrying in ") for w in warnings)
+    assert warnings[0].endswith("(no node inventory yet)")
+    assert kube.lists(NODES) and all(
+        r.authorization == "Bearer token-of-a-deleted-service-account" for r in kube.requests
+    )

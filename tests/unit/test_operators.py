@@ -57,12 +57,12 @@ def test_allowed_job_is_never_mutated_and_says_what_pods_get(config: Any) -> Non
     assert decision.notes == (
         "will apply to replica Master pods: set requests.nvidia.com/gpu=1 from limits in "
         'container "pytorch"',
-        "will apply to replica Master pods: required GPU nodes with CUDA ≥ 12.1, preferably "
-        "< 14.0 (image pytorch/pytorch:2.3.0-…",
+        "will apply to replica Master pods: required GPU nodes with CUDA ≥ 12.1 "
+        "(image pytorch/pytorch:2.3.0-cuda12.1-cudnn8-run…",
         "will apply to replica Worker pods: set requests.nvidia.com/gpu=2 from limits in "
         'container "pytorch"',
-        "will apply to replica Worker pods: required GPU nodes with CUDA ≥ 12.1, preferably "
-        "< 14.0 (image pytorch/pytorch:2.3.0-…",
+        "will apply to replica Worker pods: required GPU nodes with CUDA ≥ 12.1 "
+        "(image pytorch/pytorch:2.3.0-cuda12.1-cudnn8-run…",
     )
     assert all(len(n) <= 120 for n in decision.notes)
     assert decision.warnings == ()
@@ -159,8 +159,8 @@ def test_kserve_framework_form_gets_placement_from_the_isvc_annotation() -> None
     assert decision.notes == (
         "will apply to predictor pods: set requests.nvidia.com/gpu=1 from limits in "
         'container "pytorch"',
-        "will apply to predictor pods: required GPU nodes with CUDA ≥ 12.2, preferably < 14.0 "
-        "(annotation features.alauda.io/cud…",
+        "will apply to predictor pods: required GPU nodes with CUDA ≥ 12.2 "
+        "(annotation features.alauda.io/cuda-version)",
     )
 
 

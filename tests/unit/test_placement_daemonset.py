@@ -70,7 +70,7 @@ def test_a_mutated_daemonset_template_restricts_the_nodes_its_pods_run_on() -> N
         }
     }
     assert decision.notes == (
-        "required GPU nodes with CUDA ≥ 12.4, preferably < 14.0 (image nvidia/cuda:12.4.1)",
+        "required GPU nodes with CUDA ≥ 12.4 (image nvidia/cuda:12.4.1), preferably < 14.0",
     )
     assert decision.mutation_kinds == ("cuda-affinity",)
     assert_idempotent(decision, config=config)

@@ -31,7 +31,7 @@ KEPT_CUDA = (
 KEPT_COMPUTE = (
     f"your node affinity on {CMAJ} is kept as is; this pod needs compute capability ≥ 8.0"
 )
-NOTE_CUDA = "required GPU nodes with CUDA ≥ 12.4, preferably < 14.0 (image nvidia/cuda:12.4.1)"
+NOTE_CUDA = "required GPU nodes with CUDA ≥ 12.4 (image nvidia/cuda:12.4.1), preferably < 14.0"
 NOTE_COMPUTE = 'required compute capability ≥ 8.0 (rule bfloat16-servers for container "c")'
 
 

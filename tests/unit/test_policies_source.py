@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes.aio.client import ApiClient, Configuration
+from kubernetes.aio.client import ApiClient
 
 from tests.fakekube import FakeKube, crl_configmap, fast_options, running
 from tests.helpers import eventually
@@ -128,6 +128,29 @@ async def test_configmap_losing_its_label_leaves_the_snapshot(
         kube.put(unlabelled)
         await eventually(lambda: MEMORY not in store.current.by_key, "the policy is removed")
     assert list(store.current.by_key) == [CORE]
+
+
+async def test_configmap_losing_its_label_between_watches_leaves_the_snapshot(
+    kube: FakeKube, store: PolicyStore, make_watcher: Callable[..., ConfigMapWatcher]
+) -> None:
+    # The label is removed while the webhook has no watch open (an API server outage): the
+    # resumed watch replays the change as DELETED, as the API server's watch cache does for an
+    # object that left the selector, so the policy goes without a new list.
+    kube.put(core_cm())
+    kube.put(memory_cm())
+    async with running(make_watcher()):
+        await watching(kube)
+        kube.fail_requests(503)
+        await eventually(lambda: store.stats.errors >= 1, "the outage is seen")
+        unlabelled = memory_cm()
+        del unlabelled["metadata"]["labels"]["features.alauda.io/type"]
+        kube.put(unlabelled)
+        kube.fail_requests(None)
+        await eventually(lambda: MEMORY not in store.current.by_key, "the policy is removed")
+    assert list(store.current.by_key) == [CORE]
+    assert store.current.by_key[CORE].configmap == "kube-public/cf-crl-gpu-manager-vcuda-core"
+    assert len(kube.lists()) == 1
+    assert store.stats.watch_restarts == 0
 
 
 async def test_disabled_configmap_is_inactive(
@@ -336,17 +359,29 @@ async def test_forbidden_explains_the_missing_rbac_and_stays_not_ready(
     assert store.ready
 
 
-async def test_unauthorized_points_at_the_credentials(
-    kube: FakeKube, store: PolicyStore, make_watcher: Callable[..., ConfigMapWatcher]
+async def test_a_wrong_token_is_reported_and_a_corrected_kubeconfig_recovers(
+    kube: FakeKube, store: PolicyStore, tmp_path: Path
 ) -> None:
-    kube.fail_requests(401, "Unauthorized")
-    async with running(make_watcher()):
-        await eventually(lambda: store.stats.errors >= 1, "the failure is counted")
-    assert store.stats.last_error == (
-        f"http://127.0.0.1:{kube.port} rejected the webhook's credentials: 401 Unauthorized: "
-        "Unauthorized; check the service account token (in a cluster) or the user in the "
-        "kubeconfig"
-    )
+    kube.put(core_cm())
+    options = fast_options(kube, tmp_path)
+    # The kubeconfig's user has a token the API server does not accept (expired, revoked).
+    assert options["kubeconfig"] == str(kube.write_kubeconfig(tmp_path, token="revoked-token"))
+    async with running(ConfigMapWatcher(store, **options)):
+        await eventually(lambda: store.stats.errors >= 2, "the failures are counted")
+        assert not store.ready
+        assert store.current.limitations == ()
+        assert store.stats.last_error == (
+            f"http://127.0.0.1:{kube.port} rejected the webhook's credentials: 401 "
+            "Unauthorized: Unauthorized; check the service account token (in a cluster) or the "
+            "user in the kubeconfig"
+        )
+        assert {r.authorization for r in kube.requests} == {"Bearer revoked-token"}
+        # Each attempt loads the kubeconfig again: fixing the file is enough.
+        kube.write_kubeconfig(tmp_path)
+        await watching(kube)
+    assert store.ready
+    assert list(store.current.by_key) == [CORE]
+    assert kube.requests[-1].authorization == f"Bearer {kube.token}"
 
 
 async def test_missing_kubeconfig_is_reported(store: PolicyStore, tmp_path: Path) -> None:
@@ -372,7 +407,7 @@ async def test_api_factory_is_used_instead_of_config_loading(
     async def factory() -> ApiClient:
         nonlocal calls
         calls += 1
-        return ApiClient(Configuration(host=kube.url))
+        return ApiClient(kube.client_configuration())
 
     kube.put(core_cm())
     async with running(ConfigMapWatcher(store, api_factory=factory)):

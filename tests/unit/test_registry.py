@@ -10,11 +10,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.helpers import GPU, VCORE, container, run, standard_policies
-from webhook.core.claims import ClaimIndex
+from webhook.core.claims import ClaimClasses, ClaimIndex
 from webhook.core.config import WebhookConfig, load_config
 from webhook.core.errors import ConfigError, ObjectShapeError, WebhookError
 from webhook.core.evaluate import evaluate
-from webhook.core.registry import BUILTIN_KINDS, parse_path, rule, walk
+from webhook.core.kinds import BUILTIN_KINDS
+from webhook.core.registry import parse_path, rule, walk
 from webhook.core.workloads import find_pod_specs, lookup, registry_for, templates_equal
 
 
@@ -23,6 +24,7 @@ def tpl(*containers: dict[str, Any]) -> dict[str, Any]:
 
 
 GPU_C = container("c", limits={GPU: "1"})
+RUNTIME_JOBS = ("spec", "template", "spec", "replicatedJobs")
 
 
 def roles(api_version: str, kind: str, spec: Any) -> list[tuple[str, tuple[str | int, ...]]]:
@@ -145,10 +147,71 @@ def roles(api_version: str, kind: str, spec: Any) -> list[tuple[str, tuple[str |
             {"predictor": {"model": {"resources": {}}}, "transformer": {"containers": []}},
             [("predictor", ("spec", "predictor")), ("transformer", ("spec", "transformer"))],
         ),
+        (
+            "trainer.kubeflow.org/v1alpha1",
+            "TrainingRuntime",
+            {
+                "template": {
+                    "spec": {
+                        "replicatedJobs": [
+                            {"name": "node", "template": {"spec": {"template": tpl()}}}
+                        ]
+                    }
+                }
+            },
+            [
+                (
+                    "replicated job node",
+                    # JobSetTemplateSpec.spec -> ReplicatedJob.template (JobTemplateSpec)
+                    # .spec.template (PodTemplateSpec).spec
+                    (*RUNTIME_JOBS, 0, "template", "spec", "template", "spec"),
+                )
+            ],
+        ),
+        (
+            "trainer.kubeflow.org/v1alpha1",
+            "ClusterTrainingRuntime",
+            {
+                "template": {
+                    "spec": {"replicatedJobs": [{"template": {"spec": {"template": tpl()}}}]}
+                }
+            },
+            [
+                (
+                    "replicated job #0",
+                    (*RUNTIME_JOBS, 0, "template", "spec", "template", "spec"),
+                )
+            ],
+        ),
+        (
+            "serving.kserve.io/v1alpha1",
+            "LLMInferenceService",
+            {
+                "template": {"containers": []},
+                "worker": {"containers": []},
+                "prefill": {"template": {"containers": []}, "worker": {"containers": []}},
+                "router": {"scheduler": {"template": {"containers": []}}},
+            },
+            [
+                ("main", ("spec", "template")),
+                ("worker", ("spec", "worker")),
+                ("prefill", ("spec", "prefill", "template")),
+                ("prefill worker", ("spec", "prefill", "worker")),
+                ("scheduler", ("spec", "router", "scheduler", "template")),
+            ],
+        ),
+        (
+            "serving.knative.dev/v1",
+            "Service",
+            {"template": tpl(), "traffic": [{"percent": 100}]},
+            [("", ("spec", "template", "spec"))],
+        ),
         # missing or null paths are no template, not an error
         ("kubeflow.org/v1", "PyTorchJob", {"pytorchReplicaSpecs": None}, []),
         ("kubeflow.org/v1", "PyTorchJob", {"pytorchReplicaSpecs": {"Worker": None}}, []),
         ("ray.io/v1", "RayCluster", {}, []),
+        ("trainer.kubeflow.org/v1alpha1", "TrainJob", {"runtimeRef": {"name": "torch"}}, []),
+        ("serving.kserve.io/v1alpha2", "LLMInferenceService", {"model": {"uri": "hf://x"}}, []),
         ("kubeflow.org/v1", "PyTorchJob", None, []),
     ],
 )
@@ -178,6 +241,67 @@ def test_kserve_model_form_is_a_container_of_the_predictor() -> None:
     ]
     # ComponentExtensionSpec.annotations and the object's own annotations reach the pods.
     assert predictor.annotations == {"features.alauda.io/cuda-version": "12.1", "team": "a"}
+
+
+def trainjob(**trainer: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "t", "namespace": "ml", "annotations": {"a": "b"}},
+        "spec": {"runtimeRef": {"name": "torch-distributed"}, "trainer": trainer},
+    }
+
+
+def test_trainjob_trainer_is_one_container_of_the_trainer_pods() -> None:
+    env = [{"name": "NCCL_DEBUG", "value": "INFO"}]
+    obj = trainjob(
+        numNodes=4,
+        image="pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime",
+        env=env,
+        resourcesPerNode={"limits": {GPU: 2}},
+        command=["torchrun"],
+    )
+    entry = lookup("TrainJob", obj)
+    assert entry is not None
+    (trainer,) = find_pod_specs(entry, obj)
+    assert (trainer.role, trainer.template_path, trainer.is_template) == (
+        "trainer",
+        ("spec", "trainer"),
+        True,
+    )
+    # The container the controller fills from spec.trainer: named like the runtime's.
+    assert [(c.list_name, c.index, c.name, c.image_from) for c in trainer.containers] == [
+        ("containers", 0, "node", "the training runtime")
+    ]
+    assert trainer.containers[0].container == {
+        "name": "node",
+        "image": "pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime",
+        "env": env,
+        "resources": {"limits": {GPU: 2}},
+    }
+    # The TrainJob's own annotations do not reach its pods.
+    assert trainer.annotations == {} and not trainer.annotatable
+    assert trainer.scratch == {"spec": trainer.spec}
+
+
+def test_llm_inference_service_pods_get_their_workload_annotations() -> None:
+    obj = {
+        "apiVersion": "serving.kserve.io/v1alpha2",
+        "kind": "LLMInferenceService",
+        "metadata": {"name": "q", "annotations": {"features.alauda.io/cuda-version": "11.8"}},
+        "spec": {
+            "annotations": {"features.alauda.io/cuda-version": "12.4"},
+            "template": {"containers": [{"name": "main"}]},
+            "prefill": {"template": {"containers": [{"name": "main"}]}},
+        },
+    }
+    entry = lookup("LLMInferenceService", obj)
+    assert entry is not None
+    main, prefill = find_pod_specs(entry, obj)
+    # WorkloadSpec.Annotations go to the pods (not the object's own annotations).
+    assert main.annotations == {"features.alauda.io/cuda-version": "12.4"}
+    assert prefill.annotations == {}
+    assert [c.image_from for c in main.containers] == ["the LLMInferenceServiceConfig"]
 
 
 def test_lookup_is_by_group_and_kind() -> None:
@@ -234,6 +358,24 @@ def test_lookup_is_by_group_and_kind() -> None:
             "InferenceService.spec.predictor.model must be an object, got list",
         ),
         ("kubeflow.org/v1", "TFJob", "spec", "TFJob.spec must be an object, got str"),
+        (
+            "trainer.kubeflow.org/v1alpha1",
+            "TrainJob",
+            {"trainer": {"resourcesPerNode": ["nvidia.com/gpu"]}},
+            "TrainJob.spec.trainer.resourcesPerNode must be an object, got list",
+        ),
+        (
+            "trainer.kubeflow.org/v1alpha1",
+            "TrainJob",
+            {"trainer": "node"},
+            "TrainJob.spec.trainer must be an object, got str",
+        ),
+        (
+            "serving.kserve.io/v1alpha1",
+            "LLMInferenceService",
+            {"annotations": ["a"], "template": {"containers": []}},
+            "LLMInferenceService.spec.annotations must be an object, got list",
+        ),
     ],
 )
 def test_wrong_shapes_are_clean_errors(
@@ -310,9 +452,81 @@ def test_admin_adds_a_kind_in_the_config() -> None:
     assert "TrainJob" in registry_for(config).kind_names
 
 
+def test_admin_adds_a_kind_whose_gpus_are_not_in_a_container() -> None:
+    config = load_config(
+        {
+            "workloads": [
+                {
+                    "group": "example.com",
+                    "kind": "FineTune",
+                    "templates": [
+                        {
+                            "path": "spec.workers",
+                            "role": "workers",
+                            "form": "container",
+                            "container": {
+                                "name": "worker",
+                                "resources": "perWorker.resources",
+                                "image": "image",
+                            },
+                            "imageFrom": "the FineTune preset",
+                        }
+                    ],
+                }
+            ]
+        }
+    )
+    obj = {
+        "apiVersion": "example.com/v1",
+        "kind": "FineTune",
+        "metadata": {"name": "f", "namespace": "ml"},
+        "spec": {"workers": {"perWorker": {"resources": {"limits": {VCORE: "150"}}}}},
+    }
+    decision = run(obj, config=config)
+    assert [v.message.split(": ")[0] for v in decision.violations] == [
+        'FineTune ml/f, workers, container "worker"'
+    ]
+    # no image of its own: it comes from the preset, so no CUDA advice
+    assert decision.warnings == ()
+
+
 @pytest.mark.parametrize(
     ("entry", "fragment"),
     [
+        (
+            {"group": "x.io", "kind": "A", "templates": [{"path": "spec.t", "form": "container"}]},
+            "form container needs a container",
+        ),
+        (
+            {
+                "group": "x.io",
+                "kind": "A",
+                "templates": [{"path": "spec.t", "container": {"name": "c", "resources": "r"}}],
+            },
+            "only that form takes one",
+        ),
+        (
+            {
+                "group": "x.io",
+                "kind": "A",
+                "templates": [
+                    {
+                        "path": "spec.t",
+                        "form": "container",
+                        "container": {"name": "c", "resources": "r[*].x"},
+                    }
+                ],
+            },
+            "no wildcard allowed here",
+        ),
+        (
+            {
+                "group": "x.io",
+                "kind": "A",
+                "templates": [{"path": "spec.t", "annotations": ["spec.*.annotations"]}],
+            },
+            "no wildcard allowed here",
+        ),
         ({"group": "x.io", "kind": "A", "templates": []}, "templates"),
         ({"group": "x.io", "kind": "a", "templates": [{"path": "spec.t"}]}, "kind"),
         ({"group": "x.io", "kind": "A", "templates": [{"path": "spec.$"}]}, "not a key"),
@@ -355,6 +569,36 @@ def test_templates_equal_covers_every_template() -> None:
     assert not templates_equal("ray.io", "RayCluster", job("1"), {"spec": "broken"})
 
 
+def test_templates_equal_reads_what_the_evaluation_reads() -> None:
+    group = "trainer.kubeflow.org"
+    old = trainjob(numNodes=2, image="a:1", resourcesPerNode={"limits": {GPU: 1}})
+    scaled = trainjob(numNodes=8, image="a:1", resourcesPerNode={"limits": {GPU: 1}})
+    scaled["spec"]["suspend"] = False
+    assert templates_equal(group, "TrainJob", scaled, old)
+    for changed in (
+        trainjob(numNodes=2, image="a:2", resourcesPerNode={"limits": {GPU: 1}}),
+        trainjob(numNodes=2, image="a:1", resourcesPerNode={"limits": {GPU: 2}}),
+        trainjob(numNodes=2, image="a:1", resourcesPerNode={"limits": {GPU: 1}}, env=[]),
+    ):
+        assert not templates_equal(group, "TrainJob", changed, old)
+
+    def llm(replicas: int, cuda: str) -> dict[str, Any]:
+        return {
+            "apiVersion": "serving.kserve.io/v1alpha2",
+            "kind": "LLMInferenceService",
+            "spec": {
+                "replicas": replicas,
+                "annotations": {"features.alauda.io/cuda-version": cuda},
+                "template": {"containers": [container("main", None, limits={GPU: "1"})]},
+            },
+        }
+
+    kserve = "serving.kserve.io"
+    assert templates_equal(kserve, "LLMInferenceService", llm(3, "12.4"), llm(1, "12.4"))
+    # the pods' annotations are read: changing them is a change
+    assert not templates_equal(kserve, "LLMInferenceService", llm(1, "12.8"), llm(1, "12.4"))
+
+
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=5),
     lambda children: st.lists(children, max_size=3)
@@ -366,6 +610,7 @@ JSON = st.recursive(
                 "workerGroupSpecs", "headGroupSpec", "tasks", "predictor", "model", "metadata",
                 "annotations", "replicatedJobs", "leaderWorkerTemplate", "workerTemplate",
                 "nvidia.com/gpu", "resourceClaimTemplateName", "rayClusterSpec",
+                "trainer", "resourcesPerNode", "image", "env", "prefill", "worker",
             ]
         ),
         children,
@@ -376,7 +621,9 @@ JSON = st.recursive(
 REGISTERED = [(k.group, k.kind) for k in BUILTIN_KINDS]
 
 
-CLAIMS = ClaimIndex(templates={("ml", "x"): frozenset({"gpu.nvidia.com"})})
+CLAIMS = ClaimIndex(
+    templates={("ml", "x"): ClaimClasses.of({"gpu": frozenset({"gpu.nvidia.com"})})}
+)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

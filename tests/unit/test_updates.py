@@ -169,7 +169,7 @@ def test_kueue_start_of_a_queued_job_is_allowed_untouched(
 
 def test_jobset_start_of_child_jobs_is_allowed_untouched() -> None:
     # The JobSet controller starts a suspended JobSet's replicated Jobs the same way.
-    old = {
+    old: dict[str, Any] = {
         "apiVersion": "jobset.x-k8s.io/v1alpha2",
         "kind": "JobSet",
         "metadata": {"name": "train", "namespace": "ml"},

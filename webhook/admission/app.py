@@ -37,9 +37,13 @@ from webhook.admission.state import (
 from webhook.core.config import WebhookConfig
 from webhook.core.errors import WebhookError
 from webhook.core.evaluate import evaluate
-from webhook.core.registry import BUILTIN_KINDS
+from webhook.core.inventory import NodeInventory
+from webhook.core.kinds import BUILTIN_KINDS
 from webhook.sources.store import PolicyStore
 from webhook.tls.certs import CertReloader
+
+# What evaluation sees while the node inventory's first list is still running (SPEC §4).
+NOT_LISTED_YET = NodeInventory.not_listed_yet()
 
 log = logging.getLogger(__name__)
 review_log = logging.getLogger("webhook.review")
@@ -64,7 +68,8 @@ def _decide(state: WebhookState, endpoint: str, req: AdmissionRequest) -> Outcom
         decision = state.evaluator(
             req.object,
             state.store.current,
-            state.config,
+            # The config with a watched ConfigMap's image table, when there is one.
+            state.store.config or state.config,
             kind=req.kind or None,
             group=req.group,
             namespace=req.namespace or None,
@@ -72,7 +77,9 @@ def _decide(state: WebhookState, endpoint: str, req: AdmissionRequest) -> Outcom
             sub_resource=req.sub_resource,
             old_object=req.old_object,
             # Cluster snapshots as they are now (None: not known); never fetched here.
-            inventory=state.store.inventory,
+            inventory=state.store.inventory
+            if not state.store.inventory_pending
+            else NOT_LISTED_YET,
             claims=state.store.claims,
             # /validate returns no Pod or template warnings (the mutating call showed them).
             violations_only=endpoint == "validate",
@@ -185,6 +192,26 @@ async def _readyz(request: web.Request) -> web.Response:
     if not state.store.ready:
         detail = state.store.stats.last_error or "waiting for the first list of CRL ConfigMaps"
         return plain(503, f"policies not synced yet: {detail}")
+    # Every enabled source's first list too (SPEC §4), bounded: a replica that answered before
+    # the Node list arrived would place pods on a guessed label scheme.
+    pending = state.store.pending_kinds()
+    if pending:
+        waited = time.monotonic() - state.started
+        names = ", ".join(pending)
+        if waited < state.ready_timeout:
+            return plain(503, f"waiting for the first list of {names} ({waited:.0f} s)")
+        if not state.ready_timeout_logged:
+            state.ready_timeout_logged = True
+            log.warning(
+                "Ready without the first list of %s after %.0f s: placement is not enforced "
+                "until it arrives",
+                names,
+                state.ready_timeout,
+            )
+        return plain(
+            200,
+            f"ok; placement not enforced yet: {names} not listed after {state.ready_timeout:.0f} s",
+        )
     return plain(200, "ok")
 
 
@@ -290,6 +317,7 @@ def create_app(
     cert_reload_interval: float = CERT_RELOAD_INTERVAL,
     policy_source: PolicySource | None = None,
     review_sink: ReviewSink | None = None,
+    ready_timeout: float = 30.0,
 ) -> web.Application:
     """The admission app; `evaluator` and `policy_source` are seams for tests and serve.
 
@@ -306,6 +334,7 @@ def create_app(
         cert_reload_interval=cert_reload_interval,
         policy_source=policy_source,
         review_sink=review_sink,
+        ready_timeout=ready_timeout,
     )
     # client_max_size also guards chunked bodies that carry no Content-Length.
     app = web.Application(client_max_size=MAX_BODY_BYTES, handler_args=HANDLER_ARGS)

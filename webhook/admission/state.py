@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -45,6 +46,11 @@ class WebhookState:
     policy_source: PolicySource | None = None
     review_sink: ReviewSink | None = None
     shutting_down: bool = False
+    # Readiness waits at most this long for the first list of the optional sources (Nodes, DRA
+    # claims) once the policies are synced (SPEC §4), counted from `started`.
+    ready_timeout: float = 30.0
+    started: float = field(default_factory=time.monotonic)
+    ready_timeout_logged: bool = False
     background: list[asyncio.Task[None]] = field(default_factory=list)
 
 

@@ -54,6 +54,15 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="on SIGTERM: keep answering reviews (Connection: close) this long while /readyz "
         "answers 503, then stop accepting (default: %(default)s)",
     )
+    parser.add_argument(
+        "--ready-timeout",
+        type=_ready_timeout,
+        default=30.0,
+        metavar="SECONDS",
+        help="in a cluster: /readyz waits this long for the first list of Nodes and DRA claims "
+        "after the policies; then ready, with placement not enforced until it arrives "
+        "(default: %(default)s)",
+    )
     parser.add_argument("--tls-cert", metavar="FILE", help="serving certificate (PEM), reloaded")
     parser.add_argument("--tls-key", metavar="FILE", help="serving key (PEM), reloaded")
     parser.add_argument(
@@ -115,6 +124,13 @@ def _port_or_off(text: str) -> int:
     return 0 if text.strip() == "0" else _port(text)
 
 
+def _ready_timeout(text: str) -> float:
+    try:
+        return _number_in(text, float, 0, 3600)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a timeout in seconds: {exc}") from None
+
+
 def _drain(text: str) -> float:
     try:
         return _number_in(text, float, 0, 300)
@@ -160,8 +176,8 @@ def _policy_source(
     """Load file policies now (a bad directory fails the start), or prepare the cluster watches.
 
     In a cluster: the CRL ConfigMaps, and unless switched off in the config the node inventory
-    and the DRA claim cache (templates and claims), each a reflector; only the first gates
-    readiness.
+    and the DRA claim cache (templates and claims), and the image table ConfigMap when the
+    config names one, each a reflector; only the first gates readiness.
     """
     if args.policies:
         # webhook.sources.files imports no kubernetes client (~13 MiB RSS) for a process that never
@@ -182,6 +198,10 @@ def _policy_source(
         reflectors.append(NodeSource(store, config, kubeconfig=args.kubeconfig))
     if config.claim_template_cache:
         reflectors.extend(claim_sources(store, kubeconfig=args.kubeconfig))
+    if config.image_cuda_table_config_map is not None:
+        from webhook.sources.image_table import ImageTableSource  # noqa: PLC0415
+
+        reflectors.append(ImageTableSource(store, config, kubeconfig=args.kubeconfig))
 
     async def watch_cluster() -> None:
         # Each reflector retries on its own and never raises; cancelling cancels them all.
@@ -220,6 +240,7 @@ def _serve(args: argparse.Namespace, scratch: Path | None) -> int:
         cert_reloader=reloader,
         policy_source=source,
         review_sink=functools.partial(log_handler.write, review_log, "review"),
+        ready_timeout=args.ready_timeout,
     )
     try:
         with asyncio.Runner(loop_factory=loop_factory()) as runner:

@@ -29,14 +29,60 @@ def _get(node: Any, *path: str) -> Any:
     return node
 
 
-def _claim_spec_classes(spec: Any) -> frozenset[str]:
+class ClaimClasses(frozenset[str]):
+    """Every device class a claim requests, and (`requests`) the classes per request name.
+
+    A container that names a request in `resources.claims[].request` gets only that request's
+    devices (k8s.io/api core/v1 ResourceClaim.Request: "If empty, everything from the claim is
+    made available, otherwise only the result of this request"), so a NIC-only sidecar of a
+    claim with a GPU request and a NIC request is no GPU container. A `firstAvailable`
+    request's subrequests are also listed as `request/subrequest`.
+    """
+
+    requests: Mapping[str, frozenset[str]]
+
+    # Equal to a plain frozenset of the same classes (what a caller asking "which classes"
+    # compares with), but two ClaimClasses also compare their requests: the claim cache
+    # interns and change-detects projections by equality.
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ClaimClasses):
+            return frozenset.__eq__(self, other) and self.requests == other.requests
+        return frozenset.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __hash__(self) -> int:
+        return frozenset.__hash__(self)
+
+    @classmethod
+    def of(cls, requests: Mapping[str, frozenset[str]]) -> ClaimClasses:
+        top = [classes for name, classes in requests.items() if "/" not in name]
+        made = cls(frozenset().union(*top))
+        made.requests = requests
+        return made
+
+    def on(self, request: str | None, gpu_classes: frozenset[str]) -> bool:
+        """Whether what a container gets from this claim (all of it, or one request) includes
+        a device of one of `gpu_classes`. A request name the claim does not have gives the
+        container nothing of it."""
+        if not request:
+            return not self.isdisjoint(gpu_classes)
+        classes = self.requests.get(request)
+        return classes is not None and not classes.isdisjoint(gpu_classes)
+
+
+def _claim_spec_classes(spec: Any) -> ClaimClasses:
     requests = _get(spec, "devices", "requests")
     if not isinstance(requests, list):
-        return frozenset()
-    classes: set[str] = set()
-    for request in requests:
+        return ClaimClasses.of({})
+    by_request: dict[str, frozenset[str]] = {}
+    for index, request in enumerate(requests):
         if not isinstance(request, Mapping):
             continue
+        name = request.get("name")
+        name = name if isinstance(name, str) and name else f"#{index}"
+        classes: set[str] = set()
         for candidate in (
             _get(request, "exactly", "deviceClassName"),
             request.get("deviceClassName"),
@@ -45,16 +91,19 @@ def _claim_spec_classes(spec: Any) -> frozenset[str]:
                 classes.add(candidate)
         subs = request.get("firstAvailable")
         if isinstance(subs, list):
-            classes.update(
-                sub["deviceClassName"]
-                for sub in subs
-                if isinstance(sub, Mapping) and isinstance(sub.get("deviceClassName"), str)
-            )
-    return frozenset(classes)
+            for sub in subs:
+                if not isinstance(sub, Mapping) or not isinstance(sub.get("deviceClassName"), str):
+                    continue
+                classes.add(sub["deviceClassName"])
+                if isinstance(sub.get("name"), str):
+                    by_request[f"{name}/{sub['name']}"] = frozenset({sub["deviceClassName"]})
+        by_request[name] = frozenset(classes)
+    return ClaimClasses.of(by_request)
 
 
-def device_classes(obj: Mapping[str, Any]) -> frozenset[str]:
-    """Every device class a ResourceClaimTemplate or a ResourceClaim requests (any shape: {})."""
+def device_classes(obj: Mapping[str, Any]) -> ClaimClasses:
+    """Every device class a ResourceClaimTemplate or a ResourceClaim requests (any shape: {}),
+    with the classes of each request (`.requests`)."""
     if obj.get("kind") == "ResourceClaimTemplate":
         return _claim_spec_classes(_get(obj, "spec", "spec"))
     return _claim_spec_classes(obj.get("spec"))
@@ -64,8 +113,8 @@ def device_classes(obj: Mapping[str, Any]) -> frozenset[str]:
 class ClaimIndex:
     """Device classes per ResourceClaimTemplate and per ResourceClaim, by (namespace, name)."""
 
-    templates: Mapping[ClaimKey, frozenset[str]] = field(default_factory=dict)
-    claims: Mapping[ClaimKey, frozenset[str]] = field(default_factory=dict)
+    templates: Mapping[ClaimKey, ClaimClasses] = field(default_factory=dict)
+    claims: Mapping[ClaimKey, ClaimClasses] = field(default_factory=dict)
 
     @classmethod
     def from_objects(cls, objs: Iterable[Mapping[str, Any]]) -> ClaimIndex:
@@ -73,8 +122,8 @@ class ClaimIndex:
 
         A document without a namespace is in "default", as `kubectl apply` would put it.
         """
-        templates: dict[ClaimKey, frozenset[str]] = {}
-        claims: dict[ClaimKey, frozenset[str]] = {}
+        templates: dict[ClaimKey, ClaimClasses] = {}
+        claims: dict[ClaimKey, ClaimClasses] = {}
         for obj in objs:
             if not isinstance(obj, Mapping):
                 continue
@@ -101,11 +150,24 @@ DEFAULT_NAMESPACE = "default"
 class PodClaims:
     """What a pod spec's `resourceClaims` mean for GPU placement."""
 
-    gpu: frozenset[str]  # pod claim names (PodResourceClaim.name) on a GPU device class
+    # Pod claim names (PodResourceClaim.name) whose claim requests a GPU device class, with
+    # what that claim requests, so a container naming one request gets only that request's.
+    gpu: Mapping[str, ClaimClasses]
     warnings: tuple[str, ...]
+    gpu_classes: frozenset[str] = frozenset()
+
+    def uses_gpu(self, container: Mapping[str, Any]) -> bool:
+        """Whether the container gets a GPU device through one of its `resources.claims`."""
+        if not self.gpu:
+            return False
+        for name, request in container_claim_refs(container):
+            classes = self.gpu.get(name)
+            if classes is not None and classes.on(request, self.gpu_classes):
+                return True
+        return False
 
 
-NO_CLAIMS = PodClaims(frozenset(), ())
+NO_CLAIMS = PodClaims({}, ())
 
 
 def pod_claims(
@@ -126,7 +188,7 @@ def pod_claims(
         return NO_CLAIMS
     ns = namespace or DEFAULT_NAMESPACE
     classes = frozenset(gpu_classes)
-    gpu: set[str] = set()
+    gpu: dict[str, ClaimClasses] = {}
     unknown: list[str] = []
     for entry in entries:
         if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str):
@@ -144,22 +206,30 @@ def pod_claims(
         if found is None:
             unknown.append(source)
         elif not found.isdisjoint(classes):
-            gpu.add(entry["name"])
+            gpu[entry["name"]] = found
     warnings: tuple[str, ...] = ()
     if unknown:
         what = "no DRA claim data here" if index is None else "not in the DRA cache yet"
         more = f" (+{len(unknown) - 1} more)" if len(unknown) > 1 else ""
         text = f"{unknown[0]}{more}: {what}; evaluated without it (no GPU placement from it)"
         warnings = (text if len(text) <= 120 else text[:119] + "…",)
-    return PodClaims(frozenset(gpu), warnings)
+    return PodClaims(gpu, warnings, classes)
+
+
+def container_claim_refs(container: Mapping[str, Any]) -> list[tuple[str, str | None]]:
+    """(claim name, request name or None) of each entry of a container's `resources.claims`."""
+    resources = container.get("resources")
+    claims = resources.get("claims") if isinstance(resources, Mapping) else None
+    if not isinstance(claims, list):
+        return []
+    refs: list[tuple[str, str | None]] = []
+    for ref in claims:
+        if isinstance(ref, Mapping) and isinstance(ref.get("name"), str):
+            request = ref.get("request")
+            refs.append((ref["name"], request if isinstance(request, str) and request else None))
+    return refs
 
 
 def container_claims(container: Mapping[str, Any]) -> frozenset[str]:
     """Names of the pod claims a container references in `resources.claims`."""
-    resources = container.get("resources")
-    claims = resources.get("claims") if isinstance(resources, Mapping) else None
-    if not isinstance(claims, list):
-        return frozenset()
-    return frozenset(
-        c["name"] for c in claims if isinstance(c, Mapping) and isinstance(c.get("name"), str)
-    )
+    return frozenset(name for name, _ in container_claim_refs(container))

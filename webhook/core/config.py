@@ -29,6 +29,7 @@ from webhook.core.config_parts import (
     EnvFixRule,
     ImageCudaEntry,
     ImageRules,
+    ImageTableConfigMap,
     WorkloadEntry,
     WorkloadTemplate,
     _Model,
@@ -38,6 +39,7 @@ from webhook.core.config_parts import (
 from webhook.core.errors import ConfigError, ManifestError
 from webhook.core.manifests import load_yaml_documents
 from webhook.core.names import ResourceNames, name_problem
+from webhook.core.rules.knowledge import shipped_knowledge
 
 __all__ = [
     "ANNOTATION_CUDA_AFFINITY",
@@ -54,6 +56,7 @@ __all__ = [
     "EnvFixRule",
     "ImageCudaEntry",
     "ImageRules",
+    "ImageTableConfigMap",
     "WebhookConfig",
     "WorkloadEntry",
     "WorkloadTemplate",
@@ -126,6 +129,12 @@ class WebhookConfig(_Model):
     cuda_affinity: bool = True
     image_patterns: tuple[str, ...] = DEFAULT_IMAGE_PATTERNS
     image_cuda_table: tuple[ImageCudaEntry, ...] = ()
+    # More table entries in a ConfigMap, watched (in a cluster) so they change without a
+    # restart; they come before this file's entries.
+    image_cuda_table_config_map: ImageTableConfigMap | None = None
+    # The CUDA runtime of widely used GPU images shipped with the webhook (webhook/data/
+    # images.yaml, each entry with its source); consulted after the table and the reference.
+    shipped_image_knowledge: bool = True
     env_fixes: tuple[EnvFixRule, ...] = DEFAULT_ENV_FIXES
     # Mutating Deployment/Job/... templates makes GitOps tools see drift: off by default.
     mutate_templates: bool = False
@@ -155,8 +164,10 @@ class WebhookConfig(_Model):
 
     @cached_property
     def image_rules(self) -> ImageRules:
-        """image_patterns and image_cuda_table as one identity-hashed key (see ImageRules)."""
-        return ImageRules(self.image_patterns, self.image_cuda_table)
+        """image_patterns, image_cuda_table and the shipped knowledge as one identity-hashed
+        key (see ImageRules). The knowledge is read and indexed once per process."""
+        knowledge = shipped_knowledge() if self.shipped_image_knowledge else None
+        return ImageRules(self.image_patterns, self.image_cuda_table, knowledge)
 
     @cached_property
     def inventory_label_keys(self) -> frozenset[str]:
@@ -210,6 +221,17 @@ class WebhookConfig(_Model):
             if problem:
                 raise ValueError(problem)
         return value
+
+    def with_image_table(self, entries: tuple[ImageCudaEntry, ...]) -> WebhookConfig:
+        """This config with `entries` (a watched ConfigMap's) before its own table entries.
+
+        Rebuilt from the settings that were set, not copied: derived properties (image rules,
+        label keys) must be computed afresh, and unset fields keep their defaults' meaning."""
+        data = self.model_dump(by_alias=True, exclude_unset=True)
+        data["imageCudaTable"] = [
+            e.model_dump(by_alias=True) for e in (*entries, *self.image_cuda_table)
+        ]
+        return WebhookConfig.model_validate(data)
 
     @field_validator("cuda_label_schemes")
     @classmethod

@@ -8,10 +8,21 @@ from collections.abc import Mapping
 from functools import cached_property
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
-from webhook.core.registry import Form, TemplateRule, WorkloadKind, rule
+from webhook.core.errors import ManifestError
+from webhook.core.manifests import load_yaml_documents
+from webhook.core.registry import Form, TemplateRule, WorkloadKind, rule, virtual_container
+from webhook.core.rules.knowledge import ImageKnowledge
 from webhook.core.rules.versions import CudaVersion
 
 ANNOTATION_CUDA_VERSION = "features.alauda.io/cuda-version"
@@ -22,8 +33,14 @@ ANNOTATION_MIN_COMPUTE = "features.alauda.io/min-compute-capability"
 # Regexes searched in the normalised image reference (registry `docker.io/`, `library/` and the
 # digest removed). Each must define the named groups `major` and `minor`; the first match wins.
 # They are written so a search is linear in the reference length: every candidate start is a
-# literal (`/cuda:` or `:`), and what follows it stays inside one `:`/`/`-free segment, so the
-# segments scanned from different starts never overlap (no `.*` to backtrack over).
+# literal (`/cuda:`, `:` or `/`), and what follows it stays inside one `:`/`/`-free segment, so
+# the segments scanned from different starts never overlap (no `.*` to backtrack over).
+#
+# The tag patterns come first (a tag is the more specific of the two). The repository path
+# patterns start at a `/`, so they only ever read the components after the first one: the
+# registry host (`cuda12-registry.corp:5000/x`, `registry.cu121.example.com/x`) is always the
+# first component (distribution/reference normalize.go splitDockerDomain: a first component
+# with `.` or `:`, or `localhost`, is the domain), and is never taken for a CUDA version.
 DEFAULT_IMAGE_PATTERNS: tuple[str, ...] = (
     # nvidia/cuda:12.4.1-runtime-ubuntu22.04, nvcr.io/nvidia/cuda:11.8.0-base
     # (only repositories named "cuda": other tags like 3.3.9-3.6.1 are not CUDA versions)
@@ -33,6 +50,10 @@ DEFAULT_IMAGE_PATTERNS: tuple[str, ...] = (
     r":(?:[^:/]*[-_.])?cuda[-_]?(?P<major>\d{1,2})\.(?P<minor>\d{1,2})(?:[-_.]|$)",
     # ...:cu121, ...:2.1.0-cu118-py310 (PyTorch wheel-style tags)
     r":(?:[^:/]*[-_.])?cu(?P<major>1\d)(?P<minor>\d)(?:[-_.]|$)",
+    # The same spellings in a repository path component: team/train-cuda-11.8:v3,
+    # team/app_cuda11.8, .../huggingface-text-generation-inference-cu124.2-3.ubuntu2204.py311
+    r"/(?:[^:/]*[-_.])?cuda[-_]?(?P<major>\d{1,2})\.(?P<minor>\d{1,2})(?=[-_./:]|$)",
+    r"/(?:[^:/]*[-_.])?cu(?P<major>1\d)(?P<minor>\d)(?=[-_./:]|$)",
 )
 
 # Label keys (apimachinery pkg/util/validation/validation.go IsQualifiedName): an optional
@@ -155,6 +176,43 @@ class ImageCudaEntry(_Model):
         return value
 
 
+class ImageTableConfigMap(_Model):
+    """A ConfigMap holding more admin table entries, watched so they change without a restart:
+    its data key `key` is a YAML list of {image, cudaVersion}, like imageCudaTable."""
+
+    namespace: str = Field(default="kube-public", pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+    key: str = Field(default="imageCudaTable", pattern=r"^[-._a-zA-Z0-9]{1,253}$")
+
+    @property
+    def ref(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def parse_image_table(text: str, where: str) -> tuple[ImageCudaEntry, ...]:
+    """A YAML list of {image, cudaVersion} (a ConfigMap's image table); ValueError with a
+    one-line reason naming `where` and the entry."""
+    try:
+        documents = load_yaml_documents(text, where)
+    except ManifestError as exc:
+        raise ValueError(str(exc)) from None
+    if len(documents) > 1:
+        raise ValueError(f"{where} holds {len(documents)} YAML documents; expected one list")
+    items = documents[0] if documents else []
+    if not isinstance(items, list):
+        raise ValueError(f"{where} must be a YAML list of {{image, cudaVersion}} entries")
+    entries = []
+    for index, item in enumerate(items):
+        try:
+            entries.append(ImageCudaEntry.model_validate(item))
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'entry'}: {e['msg']}" for e in exc.errors()
+            )
+            raise ValueError(f"{where} entry {index}: {problems}") from None
+    return tuple(entries)
+
+
 class ComputeCapabilityRule(_Model):
     """Containers matching every given condition need `min_compute_capability` (e.g. "8.0")."""
 
@@ -273,18 +331,41 @@ DEFAULT_ENV_FIXES: tuple[EnvFixRule, ...] = (
 )
 
 
+class WorkloadContainer(_Model):
+    """A container an operator builds from fields of its own object (form `container`): paths
+    relative to the template's path, no wildcards."""
+
+    name: str = Field(min_length=1)
+    resources: str
+    image: str = ""
+    env: str = ""
+
+
 class WorkloadTemplate(_Model):
     """Where one pod template of an admin-added kind lives (paths: see webhook/core/registry)."""
 
     path: str
     role: str = ""
-    form: Literal["template", "podSpec"] = "template"
+    form: Literal["template", "podSpec", "container"] = "template"
     name_field: str = "name"
     containers: tuple[str, ...] = ()
+    container: WorkloadContainer | None = None
+    image_from: str = ""
+    annotations: tuple[str, ...] | None = None
 
     def to_rule(self) -> TemplateRule:
-        form: Form = "podspec" if self.form == "podSpec" else "template"
-        return rule(self.path, self.role, form, self.name_field, self.containers)
+        form: Form = "podspec" if self.form == "podSpec" else self.form
+        c = self.container
+        return rule(
+            self.path,
+            self.role,
+            form,
+            self.name_field,
+            self.containers,
+            virtual=virtual_container(c.name, c.resources, c.image, c.env) if c else None,
+            image_from=self.image_from,
+            annotations=self.annotations,
+        )
 
     @model_validator(mode="after")
     def _valid(self) -> WorkloadTemplate:
@@ -306,12 +387,19 @@ class WorkloadEntry(_Model):
 
 
 class ImageRules:
-    """One config's image patterns and table, hashed by identity. The per-image detection cache
-    is keyed on it: a tuple does not keep its hash, and hashing every table entry (a pydantic
-    model) on every GPU container's review costs ~0.15 µs per entry."""
+    """One config's image patterns, admin table and shipped knowledge (None: switched off),
+    hashed by identity. The per-image detection cache is keyed on it: a tuple does not keep its
+    hash, and hashing every table entry (a pydantic model) on every GPU container's review
+    costs ~0.15 µs per entry."""
 
-    __slots__ = ("patterns", "table")
+    __slots__ = ("knowledge", "patterns", "table")
 
-    def __init__(self, patterns: tuple[str, ...], table: tuple[ImageCudaEntry, ...]) -> None:
+    def __init__(
+        self,
+        patterns: tuple[str, ...],
+        table: tuple[ImageCudaEntry, ...],
+        knowledge: ImageKnowledge | None = None,
+    ) -> None:
         self.patterns = patterns
         self.table = table
+        self.knowledge = knowledge

@@ -121,6 +121,11 @@ def short(text: str) -> str:
     return text if len(text) <= NOTE_LIMIT else text[: NOTE_LIMIT - 1] + "…"
 
 
+def template_note(role: str, note: str) -> str:
+    """A note of a template that is not mutated: what its pods will get."""
+    return f"will apply to {role + ' ' if role else ''}pods: {note}"
+
+
 def container_label(ref: ContainerRef) -> str:
     kind = "init container" if ref.list_name == "initContainers" else "container"
     return f'{kind} "{ref.name}"'
@@ -137,6 +142,8 @@ class PodState:
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     kinds: list[str] = field(default_factory=list)
+    # The notes are shown as a template's "will apply to <role> pods: ..." (not mutated).
+    template_notes: bool = False
 
     def container_path(self, c: ContainerRef) -> tuple[str | int, ...]:
         if c.index < 0:  # a container-like field of the spec (KServe `model`), not a list item

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from webhook.core.annotations import parse_opt_out
-from webhook.core.claims import ClaimIndex, container_claims, pod_claims
+from webhook.core.claims import ClaimIndex, pod_claims
 from webhook.core.config import ANNOTATION_ENV_FIXES, WebhookConfig
 from webhook.core.crl import (
     CRL_NAMESPACE,
@@ -23,6 +23,7 @@ from webhook.core.decision import (
     Violation,
     container_label,
     short,
+    template_note,
 )
 from webhook.core.errors import ObjectShapeError
 from webhook.core.inventory import NodeInventory
@@ -234,7 +235,8 @@ def _evaluate_spec(
         keys = _resources(state, c, policies, config)
         # CRL rules govern extended resources only; a DRA claim on a GPU device class makes a
         # GPU container for placement and env fixes (SPEC §6).
-        on_gpu_claim = bool(dra.gpu) and not dra.gpu.isdisjoint(container_claims(c.container))
+        # Only the claims' requests it names (resources.claims[].request) count.
+        on_gpu_claim = dra.uses_gpu(c.container)
         if keys.crl or keys.gpu or on_gpu_claim:
             gpu.append((c, keys.asked))
             if env_fixes_on:
@@ -281,8 +283,13 @@ def _evaluate_pod(
     daemonset = entry.group == "apps" and entry.kind == "DaemonSet" and not mutate_template
     for pod in find_pod_specs(entry, obj):
         # A template with a role names it in every message: `PyTorchJob ml/bert, replica
-        # Worker, container "pytorch": ...`.
-        state = PodState(f"{ref}, {pod.role}" if pod.role else ref, pod, draft)
+        # Worker, container "pytorch": ...`. A pod made up from an operator's fields (TrainJob's
+        # trainer) drafts on its own scratch object: there is nothing of the object to mutate.
+        pod_draft = draft
+        if pod.scratch is not None:
+            pod_draft, mutate_template = Draft(pod.scratch), False
+        state = PodState(f"{ref}, {pod.role}" if pod.role else ref, pod, pod_draft)
+        state.template_notes = pod.is_template and not mutate_template
         _evaluate_spec(state, policies, config, inventory, claims, ns, violations_only, daemonset)
         templates = templates or pod.is_template
         violations += state.violations
@@ -295,7 +302,7 @@ def _evaluate_pod(
     texts = [n for _, n in notes]
     # Operator workloads are never mutated (their operator builds the pods; GitOps drift).
     if templates and not mutate_template:
-        texts = [short(f"will apply to {role + ' ' if role else ''}pods: {n}") for role, n in notes]
+        texts = [short(template_note(role, n)) for role, n in notes]
         mutated = None
     return Decision(
         object_ref=ref,

@@ -120,14 +120,18 @@ def kept_labels(obj: Mapping[str, Any], keys: frozenset[str]) -> dict[str, str]:
 class NodeInventory:
     """Per node name, the kept labels ({key: value}); built once per change, read per review."""
 
-    __slots__ = ("_facts", "_last", "nodes")
+    __slots__ = ("_facts", "_last", "nodes", "pending")
 
     def __init__(
         self,
         nodes: Mapping[str, Mapping[str, str]] | None = None,
         *,
         config: WebhookConfig | None = None,
+        pending: bool = False,
     ) -> None:
+        # pending: the inventory is switched on but its first list has not arrived (SPEC §4):
+        # not "no inventory", so placement injects nothing rather than guess a label scheme.
+        self.pending = pending
         self.nodes: Mapping[str, Mapping[str, str]] = MappingProxyType(
             {
                 name: {key: sys.intern(value) for key, value in labels.items()}
@@ -137,6 +141,11 @@ class NodeInventory:
         self._facts: dict[tuple[Any, ...], InventoryFacts] = {}
         self._last: tuple[WebhookConfig, InventoryFacts] | None = None
         self.facts(config or _DEFAULT_CONFIG)  # precompute now, off the request path
+
+    @classmethod
+    def not_listed_yet(cls) -> NodeInventory:
+        """The stand-in the server hands to evaluation until the first Node list arrives."""
+        return cls(pending=True)
 
     @classmethod
     def from_objects(
@@ -196,4 +205,6 @@ class NodeInventory:
         }
 
     def __repr__(self) -> str:
+        if self.pending:
+            return "NodeInventory(not listed yet)"
         return f"NodeInventory({len(self.nodes)} nodes)"

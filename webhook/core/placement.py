@@ -10,7 +10,14 @@ from typing import Any, NamedTuple
 
 from webhook.core.annotations import parse_opt_out
 from webhook.core.config import ANNOTATION_CUDA_AFFINITY, ANNOTATION_CUDA_VERSION, WebhookConfig
-from webhook.core.decision import PodState, Violation, container_label, short
+from webhook.core.decision import (
+    NOTE_LIMIT,
+    PodState,
+    Violation,
+    container_label,
+    short,
+    template_note,
+)
 from webhook.core.errors import QuantityError
 from webhook.core.injection import Plan, inject
 from webhook.core.inventory import InventoryFacts, NodeInventory
@@ -25,6 +32,9 @@ from webhook.core.workloads import ContainerRef
 
 _V12_4 = CudaVersion(12, 4)
 _V11_4 = CudaVersion(11, 4)
+_NOT_ENFORCED_YET = (
+    "CUDA placement is not enforced yet: the webhook is still listing the cluster's Nodes"
+)
 
 
 class _Need(NamedTuple):
@@ -123,7 +133,11 @@ def _needs(
                 state.warnings += [short(f"{where}: {w}") for w in detection.warnings]
             req = detection.requirement
         if req is None:
-            unknown.append(c)
+            # No image here, and the operator gives one (the ServingRuntime's, the training
+            # runtime's): unknowable now, and the pods are checked when they are created, so
+            # no advice the user could not follow.
+            if not (c.image_from and not c.container.get("image")):
+                unknown.append(c)
             continue
         whole = _whole_card(state, c, keys, policies, config)
         vgpu = not whole and config.vgpu_resources.any_of(keys)
@@ -150,11 +164,13 @@ def _needs(
     return needs, unknown
 
 
-def _unknown_warning(c: ContainerRef, others: bool) -> str:
+def _unknown_warning(c: ContainerRef, others: bool, annotatable: bool) -> str:
     image = c.container.get("image")
     name = display_name(image, 28) if isinstance(image, str) and image else f"{c.name} (no image)"
     if others:
         return short(f"CUDA version of {name} unknown; node affinity uses the other containers")
+    if not annotatable:  # no annotation of this object reaches the pods (TrainJob's trainer)
+        return short(f"CUDA version of {name} unknown, no affinity: add it to imageCudaTable")
     return short(
         f"CUDA version of {name} unknown, no affinity: set {ANNOTATION_CUDA_VERSION} "
         "or imageCudaTable"
@@ -223,7 +239,7 @@ def _cuda_terms(
 ) -> bool:
     """Add the CUDA part to `plan` (`rng`: the needs' intersection); False when denied."""
     for c in unknown:
-        state.warnings.append(_unknown_warning(c, others=bool(needs)))
+        state.warnings.append(_unknown_warning(c, bool(needs), state.pod.annotatable))
     if rng is None:
         return True
     top = max(needs, key=lambda n: n.requirement.version)
@@ -256,9 +272,11 @@ def _cuda_terms(
     if rng.max_major is not None and rng.max_major != top.range.max_major:
         bound = f" and < {rng.max_major + 1}.0"
     mode = "vGPU" if vgpu else "GPU"
-    plan.cuda_note = (
-        f"required {mode} nodes with CUDA ≥ {rng.low}{bound}{preferably} ({top.requirement.source})"
-    )
+    note = f"required {mode} nodes with CUDA ≥ {rng.low}{bound} ({top.requirement.source})"
+    # The preference goes last, and only when the whole note fits in a warning line (also as a
+    # template's "will apply to <role> pods: ..."): never at the cost of the version's source.
+    shown = template_note(state.pod.role, note) if state.template_notes else note
+    plan.cuda_note = note + preferably if len(shown) + len(preferably) <= NOTE_LIMIT else note
     plan.cuda_want = f"CUDA {rng.text()}{preferably}"
     return True
 
@@ -359,6 +377,9 @@ def place(
     intersection check unless an inventory with `noCompatibleNode: deny` is in force.
     `daemonset`: the spec is a DaemonSet's pod template that is not mutated (its pods are
     pinned to their nodes and get no affinity)."""
+    pending = inventory is not None and inventory.pending
+    if pending:
+        inventory = None
     deny_mode = inventory is not None and config.no_compatible_node == "deny"
     if violations_only and len(gpu) < 2 and not deny_mode:
         # One container's compatible set is never empty (some driver ≥ R within the skew, or
@@ -378,6 +399,11 @@ def place(
     if not config.cuda_affinity or opted_out or _intersection_violation(state, needs, rng):
         return
     if violations_only and not deny_mode:
+        return
+    if pending:
+        # Not listed yet is not "no inventory": the first scheme may be one no node carries
+        # (a GFD-only cluster), and the pod would stay Pending forever. Inject nothing.
+        state.warnings.append(_NOT_ENFORCED_YET)
         return
     facts = inventory.facts(config) if inventory is not None else None
     compute = _compute_requirement(state, gpu, config, envs)

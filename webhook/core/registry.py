@@ -4,11 +4,12 @@ A path is dot-separated keys with two wildcards: `*` visits every value of a map
 captured, e.g. a Kubeflow replica type) and `[*]` visits every item of a list (the item's
 name field is captured, e.g. a Volcano task name). A role is a format string over the
 captures (`replica {0}`). Walking never raises anything but ObjectShapeError.
+
+The built-in kinds, each citing the operator's Go types, are in core/kinds.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,18 +19,35 @@ from webhook.core.errors import ObjectShapeError
 from webhook.core.shapes import is_mapping
 
 # template: a PodTemplateSpec (metadata + spec); podspec: an object with PodSpec fields inlined
-# (KServe components). `containers` of a rule name extra keys of the pod spec that hold one
-# container-like object with `resources` which the operator turns into a container (KServe's
-# `model` and framework fields).
-Form = Literal["template", "podspec"]
+# (KServe components, LLMInferenceService workloads). `containers` of a rule name extra keys of
+# the pod spec that hold one container-like object with `resources` which the operator turns
+# into a container (KServe's `model` and framework fields). container: no pod spec at all, only
+# fields from which the operator builds one container of pods it makes from elsewhere (a
+# Kubeflow TrainJob's `spec.trainer`: image, env and resourcesPerNode go into the training
+# runtime's `node` container); the rule's `virtual` says which fields.
+Form = Literal["template", "podspec", "container"]
 MAP_WILDCARD = "*"
 LIST_WILDCARD = "[*]"
 _KEY = re.compile(r"[A-Za-z0-9_.-]+|\*|\[\*\]")
 
+Path = tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class VirtualContainer:
+    """A container an operator builds from fields of its own object, each a path (no wildcard)
+    relative to the rule's path: `resources` a ResourceRequirements, `image` a string, `env` a
+    list of EnvVar. `name` is the container the pods get (for messages)."""
+
+    name: str
+    resources: Path
+    image: Path | None = None
+    env: Path | None = None
+
 
 @dataclass(frozen=True, slots=True)
 class TemplateRule:
-    path: tuple[str, ...]
+    path: Path
     role: str = ""
     form: Form = "template"
     name_field: str = "name"  # what a list wildcard captures from each item
@@ -38,6 +56,15 @@ class TemplateRule:
     # Keys of a podspec-form object that are not pod fields (scaling, traffic): an UPDATE
     # changing only these leaves the template unchanged (SPEC §6 update rules).
     not_pod: frozenset[str] = frozenset()
+    virtual: VirtualContainer | None = None
+    # Where a container of these pods that names no image gets one ("the ServingRuntime"): its
+    # CUDA version is then unknowable here, and the pods are checked when they are created, so
+    # no "CUDA version unknown" advice is given for it. "": an image is the user's to give.
+    image_from: str = ""
+    # Paths (from the object's root, no wildcard) of the annotation maps its pods get, merged
+    # in order; None: the form's own (a template's metadata.annotations; for podspec, the
+    # object's metadata.annotations and the object's own `annotations`; none for container).
+    annotations: tuple[Path, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +87,7 @@ class Found(NamedTuple):
     node: Any
 
 
-def parse_path(text: str) -> tuple[str, ...]:
+def parse_path(text: str) -> Path:
     """`spec.workerGroupSpecs[*].template` -> ("spec", "workerGroupSpecs", "[*]", "template")."""
     parts: list[str] = []
     for raw in text.replace("[*]", ".[*]").split("."):
@@ -74,12 +101,38 @@ def parse_path(text: str) -> tuple[str, ...]:
     return tuple(parts)
 
 
+def plain_path(text: str) -> Path:
+    """A path of keys only (no wildcard): annotation maps and virtual container fields."""
+    parsed = parse_path(text)
+    if MAP_WILDCARD in parsed or LIST_WILDCARD in parsed:
+        raise ValueError(f"path {text!r}: no wildcard allowed here")
+    return parsed
+
+
+def virtual_container(
+    name: str, resources: str, image: str = "", env: str = ""
+) -> VirtualContainer:
+    if not name:
+        raise ValueError("a virtual container needs the name of the container it becomes")
+    return VirtualContainer(
+        name,
+        plain_path(resources),
+        plain_path(image) if image else None,
+        plain_path(env) if env else None,
+    )
+
+
 def rule(
     path: str,
     role: str = "",
     form: Form = "template",
     name_field: str = "name",
     containers: tuple[str, ...] = (),
+    *,
+    virtual: VirtualContainer | None = None,
+    image_from: str = "",
+    annotations: tuple[str, ...] | None = None,
+    not_pod: frozenset[str] = frozenset(),
 ) -> TemplateRule:
     parsed = parse_path(path) if path else ()
     wildcards = sum(p in (MAP_WILDCARD, LIST_WILDCARD) for p in parsed)
@@ -90,7 +143,35 @@ def rule(
             f"role {role!r} of path {path!r} may only use {{0}}..{{{wildcards - 1}}} "
             f"(one per wildcard)"
         ) from exc
-    return TemplateRule(parsed, role, form, name_field, containers, wildcards > 0)
+    if (form == "container") != (virtual is not None):
+        raise ValueError(
+            f"path {path!r}: form container needs a container (name, resources, image, env), "
+            "and only that form takes one"
+        )
+    if form == "container" and containers:
+        raise ValueError(f"path {path!r}: form container takes no containers list")
+    return TemplateRule(
+        parsed,
+        role,
+        form,
+        name_field,
+        containers,
+        wildcards > 0,
+        not_pod,
+        virtual,
+        image_from,
+        None if annotations is None else tuple(plain_path(a) for a in annotations),
+    )
+
+
+def follow(node: Any, path: Path) -> Any:
+    """The value at a wildcard-free `path` below `node`; None when a step is missing or is not
+    an object (the caller checks the shape of what it needs)."""
+    for part in path:
+        if not is_mapping(node):
+            return None
+        node = node.get(part)
+    return node
 
 
 def _where(kind: str, path: tuple[str | int, ...]) -> str:
@@ -154,142 +235,3 @@ def _descend(
         depth += 1
     # Built-in kinds have no wildcard, hence no captures: no role formatting for them.
     found.append(Found(at, tpl.role.format(*captures) if captures else tpl.role, tpl.form, node))
-
-
-def _kubeflow(kind: str, field: str, source: str) -> WorkloadKind:
-    # map[ReplicaType]*ReplicaSpec; ReplicaSpec.Template is a corev1.PodTemplateSpec
-    return WorkloadKind(
-        "kubeflow.org", kind, (rule(f"spec.{field}.*.template", "replica {0}"),), source
-    )
-
-
-_TRAINING = "kubeflow/training-operator pkg/apis/kubeflow.org/v1"
-_RAY = "ray-project/kuberay ray-operator/apis/ray/v1 RayClusterSpec"
-
-
-def _ray(prefix: str) -> tuple[TemplateRule, ...]:
-    # RayClusterSpec.HeadGroupSpec.Template, WorkerGroupSpecs[].Template (role: GroupName)
-    return (
-        rule(f"{prefix}headGroupSpec.template", "head"),
-        rule(f"{prefix}workerGroupSpecs[*].template", "worker group {0}", name_field="groupName"),
-    )
-
-
-# kserve/kserve pkg/apis/serving/v1beta1 ComponentExtensionSpec, inlined next to the PodSpec
-# fields of every component: deployment and autoscaling settings, not what a pod gets.
-_KSERVE_EXTENSION = frozenset(
-    {
-        "minReplicas", "maxReplicas", "scaleTarget", "scaleMetric", "scaleMetricType",
-        "autoScaling", "containerConcurrency", "timeout", "canaryTrafficPercent", "logger",
-        "batcher", "deploymentStrategy", "parallelism",
-    }
-)  # fmt: skip
-
-
-def _kserve_component(component: str, frameworks: tuple[str, ...]) -> TemplateRule:
-    # PredictorSpec / TransformerSpec / ExplainerSpec inline corev1.PodSpec (`json:",inline"`),
-    # so `containers` sit directly under the component; each framework field (and `model`,
-    # a ModelSpec) inlines a corev1.Container through PredictorExtensionSpec.
-    tpl = rule(f"spec.{component}", component, form="podspec", containers=frameworks)
-    return dataclasses.replace(tpl, not_pod=_KSERVE_EXTENSION)
-
-
-_PREDICTORS = (
-    "model", "sklearn", "xgboost", "tensorflow", "pytorch", "triton", "onnx",
-    "huggingface", "pmml", "lightgbm", "paddle",
-)  # fmt: skip
-
-
-def _kserve(group: str) -> WorkloadKind:
-    return WorkloadKind(
-        group,
-        "InferenceService",
-        (
-            _kserve_component("predictor", _PREDICTORS),
-            # PredictorSpec.WorkerSpec (multi-node serving) inlines a PodSpec too.
-            rule("spec.predictor.workerSpec", "predictor worker", form="podspec"),
-            _kserve_component("transformer", ()),
-            _kserve_component("explainer", ("art", "alibi")),
-        ),
-        "kserve/kserve pkg/apis/serving/v1beta1 PredictorSpec, TransformerSpec, ExplainerSpec",
-    )
-
-
-BUILTIN_KINDS: tuple[WorkloadKind, ...] = (
-    # k8s.io/api core/v1 Pod; apps/v1 and batch/v1 *Spec.Template (PodTemplateSpec);
-    # batch/v1 CronJobSpec.JobTemplate (JobTemplateSpec).Spec.Template.
-    WorkloadKind("", "Pod", (rule("", ""),), "k8s.io/api core/v1 Pod"),
-    *(
-        WorkloadKind("apps", k, (rule("spec.template"),), f"k8s.io/api apps/v1 {k}Spec")
-        for k in ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet")
-    ),
-    WorkloadKind("batch", "Job", (rule("spec.template"),), "k8s.io/api batch/v1 JobSpec"),
-    WorkloadKind(
-        "batch",
-        "CronJob",
-        (rule("spec.jobTemplate.spec.template"),),
-        "k8s.io/api batch/v1 CronJobSpec",
-    ),
-    _kubeflow("PyTorchJob", "pytorchReplicaSpecs", f"{_TRAINING} PyTorchJobSpec"),
-    _kubeflow("TFJob", "tfReplicaSpecs", f"{_TRAINING} TFJobSpec"),
-    # MPIJob: kubeflow.org/v1 (training-operator MPIJobSpec) and v2beta1 (kubeflow/mpi-operator
-    # pkg/apis/kubeflow/v2beta1 MPIJobSpec) both keep mpiReplicaSpecs (Launcher, Worker).
-    _kubeflow("MPIJob", "mpiReplicaSpecs", f"{_TRAINING} MPIJobSpec; mpi-operator v2beta1"),
-    _kubeflow("PaddleJob", "paddleReplicaSpecs", f"{_TRAINING} PaddleJobSpec"),
-    _kubeflow("XGBoostJob", "xgbReplicaSpecs", f"{_TRAINING} XGBoostJobSpec"),
-    _kubeflow("JAXJob", "jaxReplicaSpecs", f"{_TRAINING} JAXJobSpec"),
-    # MXJob was removed from training-operator v1.7 but its CRD is still in clusters.
-    _kubeflow("MXJob", "mxReplicaSpecs", f"{_TRAINING} MXJobSpec (v1.6)"),
-    WorkloadKind(
-        # PaddlePaddle/paddle-operator api/v1 PaddleJobSpec: PS, Worker, Heter *ResourceSpec
-        # (Template corev1.PodTemplateSpec); the repo's heter sample uses tasks[] (name,
-        # template) from the operator's later API.
-        "batch.paddlepaddle.org",
-        "PaddleJob",
-        (
-            rule("spec.ps.template", "ps"),
-            rule("spec.worker.template", "worker"),
-            rule("spec.heter.template", "heter"),
-            rule("spec.tasks[*].template", "task {0}"),
-        ),
-        "PaddlePaddle/paddle-operator api/v1 PaddleJobSpec",
-    ),
-    WorkloadKind("ray.io", "RayCluster", _ray("spec."), _RAY),
-    # RayJobSpec.RayClusterSpec `json:"rayClusterSpec"`
-    WorkloadKind("ray.io", "RayJob", _ray("spec.rayClusterSpec."), f"{_RAY} via RayJobSpec"),
-    # RayServiceSpec.RayClusterSpec `json:"rayClusterConfig"`
-    WorkloadKind(
-        "ray.io", "RayService", _ray("spec.rayClusterConfig."), f"{_RAY} via RayServiceSpec"
-    ),
-    WorkloadKind(
-        # kubernetes-sigs/lws api/leaderworkerset/v1 LeaderWorkerTemplate: LeaderTemplate
-        # *PodTemplateSpec (optional: without it the leader uses the worker template), and
-        # WorkerTemplate PodTemplateSpec.
-        "leaderworkerset.x-k8s.io",
-        "LeaderWorkerSet",
-        (
-            rule("spec.leaderWorkerTemplate.leaderTemplate", "leader"),
-            rule("spec.leaderWorkerTemplate.workerTemplate", "worker"),
-        ),
-        "kubernetes-sigs/lws api/leaderworkerset/v1 LeaderWorkerTemplate",
-    ),
-    WorkloadKind(
-        # kubernetes-sigs/jobset api/jobset/v1alpha2 ReplicatedJob{Name, Template
-        # batchv1.JobTemplateSpec}: the pod template is template.spec.template.
-        "jobset.x-k8s.io",
-        "JobSet",
-        (rule("spec.replicatedJobs[*].template.spec.template", "replicated job {0}"),),
-        "kubernetes-sigs/jobset api/jobset/v1alpha2 ReplicatedJob",
-    ),
-    WorkloadKind(
-        # volcano-sh/apis pkg/apis/batch/v1alpha1 JobSpec.Tasks []TaskSpec{Name, Template
-        # v1.PodTemplateSpec}. Group batch.volcano.sh: not the batch/v1 Job.
-        "batch.volcano.sh",
-        "Job",
-        (rule("spec.tasks[*].template", "task {0}"),),
-        "volcano-sh/apis pkg/apis/batch/v1alpha1 TaskSpec",
-    ),
-    _kserve("serving.kserve.io"),
-    # KFServing, KServe's former name, used the same v1beta1 shape under this group.
-    _kserve("serving.kubeflow.org"),
-)

@@ -9,7 +9,8 @@ from typing import Any
 
 from webhook.core.config import WebhookConfig, WorkloadEntry
 from webhook.core.errors import ObjectShapeError
-from webhook.core.registry import BUILTIN_KINDS, Found, TemplateRule, WorkloadKind, walk
+from webhook.core.kinds import BUILTIN_KINDS
+from webhook.core.registry import Found, Path, TemplateRule, WorkloadKind, follow, walk
 from webhook.core.shapes import is_mapping
 
 CONTAINER_LISTS = ("initContainers", "containers")
@@ -25,6 +26,8 @@ class ContainerRef:
     index: int  # -1 for a container-like field (one object, not a list item)
     name: str
     container: Mapping[str, Any]
+    # Where the pods get an image when this container names none (registry rule image_from).
+    image_from: str = ""
 
 
 @dataclass(slots=True)  # not frozen: built per review, and frozen __init__ is ~5x slower
@@ -38,6 +41,12 @@ class PodSpecRef:
     containers: tuple[ContainerRef, ...]
     spec_path: tuple[str | int, ...] = ()
     role: str = ""  # "replica Worker", "head", "task mpiworker"; "" for single-template kinds
+    # A pod made up from an operator's fields (registry form "container"): {"spec": spec}, on
+    # which the rules draft their changes, never on the object (these are never mutated).
+    scratch: Mapping[str, Any] | None = None
+    # False when no annotation of the object reaches these pods (registry `annotations: ()`):
+    # then advice to set a pod annotation here could not be followed.
+    annotatable: bool = True
 
 
 class Registry:
@@ -124,35 +133,86 @@ def _containers(
                     f"{_where(kind, (*at, list_name))}[{index}] must be an object"
                 )
             name = item.get("name")
-            found.append(
-                ContainerRef(list_name, index, name if isinstance(name, str) else f"#{index}", item)
-            )
+            label = name if isinstance(name, str) else f"#{index}"
+            found.append(ContainerRef(list_name, index, label, item, tpl.image_from))
     for key in tpl.containers:
         item = spec.get(key)
         if item is None:
             continue
         item = _mapping(item, kind, (*at, key))
         name = item.get("name")
-        found.append(ContainerRef(key, -1, name if isinstance(name, str) and name else key, item))
+        label = name if isinstance(name, str) and name else key
+        found.append(ContainerRef(key, -1, label, item, tpl.image_from))
     return found
+
+
+def _annotations(kind: str, obj: Mapping[str, Any], paths: tuple[Path, ...]) -> Mapping[str, Any]:
+    """The maps at `paths` (from the object's root) merged in order, the last one winning."""
+    merged: Mapping[str, Any] = _EMPTY
+    for path in paths:
+        found = _mapping(follow(obj, path), kind, path)
+        if found:
+            merged = {**merged, **found} if merged else found
+    return merged
+
+
+def _virtual_pod(kind: str, obj: Mapping[str, Any], tpl: TemplateRule, hit: Found) -> PodSpecRef:
+    """The pod an operator makes around the container it builds from the rule's fields."""
+    virtual = tpl.virtual
+    assert virtual is not None  # rule() refuses form "container" without one
+    node = _mapping(hit.node, kind, hit.path)
+    container: dict[str, Any] = {"name": virtual.name}
+    for field, path in (("image", virtual.image), ("env", virtual.env)):
+        value = follow(node, path) if path is not None else None
+        if value is not None:
+            container[field] = value
+    resources = follow(node, virtual.resources)
+    if resources is not None:
+        container["resources"] = _mapping(resources, kind, (*hit.path, *virtual.resources))
+    spec = {"containers": [container]}
+    annotations = _annotations(kind, obj, tpl.annotations or ())
+    return PodSpecRef(
+        template_path=hit.path,
+        is_template=True,
+        annotations=_strings(annotations),
+        spec=spec,
+        containers=(ContainerRef("containers", 0, virtual.name, container, tpl.image_from),),
+        spec_path=("spec",),
+        role=hit.role,
+        scratch={"spec": spec},
+        annotatable=bool(tpl.annotations),
+    )
+
+
+def _strings(annotations: Mapping[str, Any]) -> Mapping[str, str]:
+    if not annotations:
+        return _EMPTY
+    return {k: v for k, v in annotations.items() if isinstance(v, str)}
 
 
 def _pod_spec(
     kind: str, obj: Mapping[str, Any], tpl: TemplateRule, hit: Found
 ) -> PodSpecRef | None:
     path = hit.path
+    if tpl.form == "container":
+        return _virtual_pod(kind, obj, tpl, hit)
     node = _mapping(hit.node, kind, path)
     if tpl.form == "podspec":
-        # KServe's ComponentExtensionSpec carries the pod annotations as `annotations`; the
-        # object's own annotations reach its pods too (KServe propagates them).
-        meta = _mapping(obj.get("metadata"), kind, ("metadata",))
-        outer = _mapping(meta.get("annotations"), kind, ("metadata", "annotations"))
-        own = _mapping(node.get("annotations"), kind, (*path, "annotations"))
-        annotations: Mapping[str, Any] = {**outer, **own} if own else outer
         spec, spec_path = node, path
+        if tpl.annotations is not None:
+            annotations = _annotations(kind, obj, tpl.annotations)
+        else:
+            # KServe's ComponentExtensionSpec carries the pod annotations as `annotations`;
+            # the object's own annotations reach its pods too (KServe propagates them).
+            meta = _mapping(obj.get("metadata"), kind, ("metadata",))
+            outer = _mapping(meta.get("annotations"), kind, ("metadata", "annotations"))
+            own = _mapping(node.get("annotations"), kind, (*path, "annotations"))
+            annotations = {**outer, **own} if own else outer
     else:
         meta = _mapping(node.get("metadata"), kind, (*path, "metadata"))
         annotations = _mapping(meta.get("annotations"), kind, (*path, "metadata", "annotations"))
+        if tpl.annotations is not None:
+            annotations = _annotations(kind, obj, tpl.annotations)
         raw_spec = node.get("spec")
         if raw_spec is None:
             return None
@@ -161,13 +221,12 @@ def _pod_spec(
     return PodSpecRef(
         template_path=path,
         is_template=bool(tpl.path),
-        annotations={k: v for k, v in annotations.items() if isinstance(v, str)}
-        if annotations
-        else _EMPTY,
+        annotations=_strings(annotations),
         spec=spec,
         containers=tuple(_containers(spec, kind, spec_path, tpl)),
         spec_path=spec_path,
         role=hit.role,
+        annotatable=tpl.annotations != (),
     )
 
 
@@ -212,10 +271,11 @@ def _evaluated_part(pod: PodSpecRef) -> tuple[Any, ...]:
     its ResourceFlavor's nodeSelector/tolerations in the template, and restores them on
     eviction (kueue pkg/podset/podset.go Merge/RestorePodSetsInfo, called from
     pkg/controller/jobs/job/job_controller.go RunWithPodSetsInfo); the JobSet controller does
-    the same to its child Jobs. The API server allows exactly those changes to a suspended
-    Job's template (kubernetes pkg/apis/batch/validation/validation.go,
-    validatePodTemplateUpdate: only the scheduling directives of a never-started suspended
-    Job), so resources and images cannot have changed and re-judging would only wedge a start.
+    the same to its child Jobs. The API server allows those changes to a suspended Job's
+    template (kubernetes pkg/registry/batch/job/strategy.go, validationOptionsForJob:
+    scheduling directives only while the old Job is suspended and never started; in 1.36 the
+    MutablePodResourcesForSuspendedJobs gate also lets resources change, and such a change is
+    judged here like any other). Re-judging unchanged resources would only wedge a start.
     """
     containers = tuple(
         (c.list_name, c.index, c.name, *(c.container.get(f) for f in _READ_CONTAINER_FIELDS))

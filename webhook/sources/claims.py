@@ -1,9 +1,10 @@
 """The DRA claim cache (SPEC §6): ResourceClaimTemplates and ResourceClaims cluster-wide →
 ClaimIndex.
 
-Kept per object: the device classes it requests (`webhook.core.claims.device_classes`), never
-the object. Full objects are listed (the classes are in `spec`), from resource.k8s.io/v1 (GA
-in Kubernetes 1.34). One reflector per kind, each filling its own field of the one ClaimIndex
+Kept per object: the device classes it requests, per request name
+(`webhook.core.claims.device_classes`), never the object. Full objects are listed (the classes
+are in `spec`), from resource.k8s.io/v1 (GA in Kubernetes 1.34). One reflector per kind, each
+filling its own field of the one ClaimIndex
 (`templates` for pods' `resourceClaimTemplateName`, `claims` for `resourceClaimName`). A
 cluster that does not serve that API answers 404 and one without the RBAC 403: that kind's
 field then stays empty (`store.claims` stays None while neither kind has been listed), the
@@ -16,7 +17,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Literal
 
-from webhook.core.claims import ClaimIndex, device_classes
+from webhook.core.claims import ClaimClasses, ClaimIndex, device_classes
 from webhook.sources.reflector import Key, Reflector, Watched
 from webhook.sources.store import PolicyStore
 
@@ -62,23 +63,23 @@ CLAIMS = Watched(
 Field = Literal["templates", "claims"]
 
 
-class ClaimSource(Reflector[frozenset[str]]):
+class ClaimSource(Reflector[ClaimClasses]):
     """Publishes the device classes of every object of one kind into one field of
     `store.claims`, keeping the other field as the other kind's source last published it."""
 
     def __init__(self, store: PolicyStore, watched: Watched, field: Field, **options: Any) -> None:
         self.store = store
         self._field = field
-        self._shared: dict[frozenset[str], frozenset[str]] = {}
+        self._shared: dict[ClaimClasses, ClaimClasses] = {}
         super().__init__(watched, self._intern, self._build, store.watch(watched.kind), **options)
 
-    def _intern(self, obj: Mapping[str, Any]) -> frozenset[str]:
+    def _intern(self, obj: Mapping[str, Any]) -> ClaimClasses:
         # The list's items carry no `kind` (a list names it once) and device_classes reads it
         # (a template's ResourceClaimSpec is at spec.spec, a claim's at spec).
         classes = device_classes({**obj, "kind": self.watched.kind})
         return self._shared.setdefault(classes, classes)
 
-    def _build(self, items: Mapping[Key, frozenset[str]]) -> None:
+    def _build(self, items: Mapping[Key, ClaimClasses]) -> None:
         # Both sources run on the one event loop: read-modify-write of `store.claims` here is
         # not interleaved with the other source's.
         current = self.store.claims if self.store.claims is not None else ClaimIndex()

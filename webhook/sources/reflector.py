@@ -9,7 +9,10 @@ Protocol, after client-go's tools/cache/reflector.go (ListAndWatch) and kopf's
 - `410 Gone` (that version, or the list's continue token, was compacted away) → a fresh list;
 - any other failure is counted, logged and retried with capped exponential back-off and jitter
   while the last good snapshot stays in force; the client is dropped and a new one built on
-  the next attempt (a rotated service-account token or kubeconfig is picked up).
+  the next attempt (a rotated service-account token or kubeconfig is picked up);
+- `429 Too Many Requests` (and a 5xx) with Retry-After is first retried inside the client, as
+  client-go's rest client does (kubeapi.load_configuration); one that still reaches the
+  reflector waits at least the Retry-After seconds (capped like an unavailable kind).
 An event whose projection does not change (a Node's status heartbeat in a metadata watch) costs
 a dict lookup and publishes nothing; changes are debounced into one publish.
 """
@@ -25,6 +28,7 @@ from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
 from kubernetes.aio.client import ApiClient
+from kubernetes.aio.client.exceptions import ApiException
 from kubernetes.aio.config.config_exception import ConfigException
 
 from webhook.sources.kubeapi import (
@@ -32,14 +36,16 @@ from webhook.sources.kubeapi import (
     ApiFactory,
     Backoff,
     RawResponse,
+    ServiceAccount,
     api_error,
+    client_error,
     close,
     load_configuration,
     status_error,
 )
 from webhook.sources.store import SourceStats
 
-__all__ = ["ApiError", "Backoff", "Key", "Reflector", "Watched"]
+__all__ = ["ApiError", "Backoff", "Key", "Reflector", "ServiceAccount", "Watched"]
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +96,7 @@ class Reflector(Generic[V]):
         stats: SourceStats,
         *,
         kubeconfig: str | None = None,
+        service_account: ServiceAccount | None = None,
         api_factory: ApiFactory | None = None,
         backoff_initial: float = 0.5,
         backoff_max: float = 30.0,
@@ -104,6 +111,7 @@ class Reflector(Generic[V]):
         self._project = project
         self._publish = publish
         self._kubeconfig = kubeconfig
+        self._service_account = service_account
         self._api_factory = api_factory
         self._backoff = Backoff(backoff_initial, backoff_max)
         self._unavailable_max = unavailable_backoff_max
@@ -186,10 +194,19 @@ class Reflector(Generic[V]):
         message = self._describe(exc)
         self.stats.errors += 1
         self.stats.last_error = message
-        unavailable = (
+        # An optional kind that cannot be read (403: no RBAC, 404: the group is not served) is
+        # "unavailable", not "not listed yet": readiness stops waiting for it.
+        self.stats.unavailable = (
             self.watched.optional and isinstance(exc, ApiError) and exc.status in (403, 404)
         )
+        unavailable = self.stats.unavailable
         delay = self._backoff.next_delay(self._unavailable_max if unavailable else None)
+        asked = exc.retry_after if isinstance(exc, ApiError) else None
+        # The server said when to come back (429 from max-in-flight or priority and fairness):
+        # sooner only adds to its load.
+        followed = False
+        if asked is not None and asked > delay:
+            delay, followed = min(asked, self._unavailable_max), True
         if self.stats.synced:
             state = f"keeping the last good {self.watched.snapshot}"
         else:
@@ -198,7 +215,8 @@ class Reflector(Generic[V]):
             # Said once already; a missing permission or API group is not news every minute.
             log.debug("%s; retrying in %.1fs (%s)", message, delay, state)
         else:
-            log.warning("%s; retrying in %.1fs (%s)", message, delay, state)
+            why = " as the API server asked (Retry-After)" if followed else ""
+            log.warning("%s; retrying in %.1fs%s (%s)", message, delay, why, state)
         self._logged_unavailable = message if unavailable else None
         if api is not None:
             await close(api)
@@ -228,7 +246,7 @@ class Reflector(Generic[V]):
         if self._api_factory is not None:
             api = await self._api_factory()
         else:
-            api = ApiClient(await load_configuration(self._kubeconfig))
+            api = ApiClient(await load_configuration(self._kubeconfig, self._service_account))
         self._host = str(api.configuration.host)
         return api
 
@@ -255,7 +273,11 @@ class Reflector(Generic[V]):
             header_params={"Accept": accept},
             auth_settings=["BearerToken"],
         )
-        result = await api.call_api(*params, _request_timeout=timeout, _preload_content=False)
+        try:
+            result = await api.call_api(*params, _request_timeout=timeout, _preload_content=False)
+        except ApiException as exc:
+            # Raised only when the client's own Retry-After retries are used up.
+            raise client_error(exc) from None
         response: RawResponse = result.response
         return response
 
@@ -278,7 +300,7 @@ class Reflector(Generic[V]):
             try:
                 body = await response.read()
                 if response.status != 200:
-                    raise api_error(response.status, response.reason, body)
+                    raise api_error(response.status, response.reason, body, response.headers)
             finally:
                 response.close()
             page, token, version = self._parse_page(body)
@@ -292,6 +314,7 @@ class Reflector(Generic[V]):
         self._backoff.reset()
         self._watches_since_list = 0
         self.stats.last_error = None
+        self.stats.unavailable = False
         self._logged_unavailable = None
         log.debug(
             "Listed %d %s at resourceVersion %s",
@@ -340,7 +363,8 @@ class Reflector(Generic[V]):
         response = await self._get(api, query, accept, timeout)
         try:
             if response.status != 200:
-                raise api_error(response.status, response.reason, await response.read())
+                body = await response.read()
+                raise api_error(response.status, response.reason, body, response.headers)
             async for line in response.content:
                 if line.strip():
                     self._apply(json.loads(line))

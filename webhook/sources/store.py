@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.core.claims import ClaimIndex
+from webhook.core.config import WebhookConfig
 from webhook.core.inventory import NodeInventory
 from webhook.core.policyset import PolicySet
 
@@ -29,6 +30,9 @@ class SourceStats:
     source_error: str | None = None
     # Objects kept after the projection (None: not listed yet).
     objects: int | None = None
+    # The kind cannot be read here (403: no RBAC; 404: the API group is not served), as
+    # opposed to "not listed yet": placement then works as without the snapshot (SPEC §4).
+    unavailable: bool = False
 
     @property
     def synced(self) -> bool:
@@ -61,6 +65,11 @@ _WITHOUT = {
     "ResourceClaim": "pods naming a ResourceClaim are evaluated as if it requested no GPU",
 }
 
+_NOT_LISTED_YET = (
+    "CUDA and compute-capability placement are not enforced yet: nothing is injected until "
+    "the first list of Nodes arrives"
+)
+
 # The policy source's stats kept their historical name.
 StoreStats = SourceStats
 
@@ -79,6 +88,8 @@ class PolicyStore:
     # not readable). They never affect readiness.
     inventory: NodeInventory | None = None
     claims: ClaimIndex | None = None
+    # The webhook config with a watched ConfigMap's image table (None: the config as loaded).
+    config: WebhookConfig | None = None
     # Every kind a reflector watches, by kind ("ConfigMap", "Node", "ResourceClaimTemplate"):
     # /inventory, /policies and /metrics show their sync state.
     watched: dict[str, SourceStats] = field(default_factory=dict)
@@ -86,6 +97,28 @@ class PolicyStore:
     @property
     def ready(self) -> bool:
         return self.stats.syncs > 0
+
+    def pending_kinds(self) -> list[str]:
+        """Watched kinds whose first list has not arrived yet, and which are not known to be
+        unreadable (403/404): readiness waits for them, bounded (SPEC §4)."""
+        return [
+            kind
+            for kind, stats in sorted(self.watched.items())
+            if stats is not self.stats and not stats.synced and not stats.unavailable
+        ]
+
+    @property
+    def inventory_pending(self) -> bool:
+        """The node inventory is switched on but not listed yet: "not listed yet" is not
+        "Nodes unreadable" — guessing a label scheme now would place pods on a scheme the
+        nodes may not carry, so nothing is injected until the first list (SPEC §4)."""
+        stats = self.watched.get("Node")
+        return (
+            self.inventory is None
+            and stats is not None
+            and not stats.synced
+            and not stats.unavailable
+        )
 
     def replace(self, policies: PolicySet) -> None:
         # A single attribute assignment is atomic for readers on the event loop and in threads.
@@ -110,7 +143,10 @@ class PolicyStore:
             )
         else:
             reason = stats.last_error or f"waiting for the first list of {kind} objects"
-        return {"available": False, "reason": reason, "effect": _WITHOUT[kind]}
+        effect = _WITHOUT[kind]
+        if kind == "Node" and self.inventory_pending:
+            effect = _NOT_LISTED_YET
+        return {"available": False, "reason": reason, "effect": effect}
 
     def watch(self, kind: str) -> SourceStats:
         """The stats of a watched kind, registered so observability lists it (the CRL source

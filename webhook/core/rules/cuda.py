@@ -114,7 +114,10 @@ def _implausible(what: str, version: CudaVersion) -> str:
 def detect(
     container: Mapping[str, Any], config: WebhookConfig, env: dict[str, str | None] | None = None
 ) -> Detection:
-    """CUDA runtime a container needs: env CUDA_VERSION / NVIDIA_REQUIRE_CUDA, then image.
+    """CUDA runtime a container needs (SPEC §4 steps 2-5; the pod annotation, step 1, is the
+    caller's): env CUDA_VERSION / NVIDIA_REQUIRE_CUDA, then what the image reference says (the
+    admin table, a version in the tag or path, the shipped knowledge). A None requirement means
+    nothing here knows the image: the next step (the image's registry) starts from there.
     `env` is the container's env_values() when the caller has it already."""
     warnings: list[str] = []
     env = env_values(container) if env is None else env
@@ -146,7 +149,7 @@ def _image_detection(image: str, rules: ImageRules) -> Detection:
     """What the image alone says, built once per distinct (image, config): replicas and
     repeated submissions of the same image are most of the reviews. (Immutable: safe to
     share.) Keyed on the config's ImageRules, hashed by identity, not on its table."""
-    guess = image_version(image, rules.patterns, rules.table)
+    guess = image_version(image, rules.patterns, rules.table, rules.knowledge)
     if guess is None:
         return Detection(None)
     warnings = (guess.problem,) if guess.problem else ()

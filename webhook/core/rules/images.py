@@ -1,4 +1,5 @@
-"""Image references: normalisation and the CUDA version an image implies (SPEC §4, step 3).
+"""Image references: normalisation and the CUDA version an image implies (SPEC §4, steps 3-5:
+the admin's table, a version spelled in the tag or repository path, the shipped knowledge).
 
 Every step is linear in the reference length, and a reference longer than any valid one is
 not looked at: the webhook sits on the pod-creation path, and one hostile image string must
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from webhook.core.config import ImageCudaEntry
+from webhook.core.rules.knowledge import ImageKnowledge
 from webhook.core.rules.versions import MIN_IMAGE_GUESS, CudaVersion
 
 # distribution/reference (reference.go, regexp.go): the repository path is at most 255
@@ -62,10 +64,14 @@ def strip_digest(image: str) -> str:
 
 def image_repository(image: str) -> str:
     """`registry:5000/team/paddle:2.6` -> `registry:5000/team/paddle`."""
-    ref = strip_digest(image)
+    return split_tag(strip_digest(image))[0]
+
+
+def split_tag(ref: str) -> tuple[str, str]:
+    """`registry:5000/team/paddle:2.6` -> (`registry:5000/team/paddle`, `2.6`); no tag: ""."""
     slash = ref.rfind("/")
     colon = ref.rfind(":")
-    return ref[:colon] if colon > slash else ref
+    return (ref[:colon], ref[colon + 1 :]) if colon > slash else (ref, "")
 
 
 def display_name(image: str, limit: int) -> str:
@@ -95,23 +101,30 @@ def _compiled_table(
 
 
 def image_version(
-    image: str, patterns: tuple[str, ...], table: tuple[ImageCudaEntry, ...]
+    image: str,
+    patterns: tuple[str, ...],
+    table: tuple[ImageCudaEntry, ...],
+    knowledge: ImageKnowledge | None = None,
 ) -> ImageGuess | None:
-    """The CUDA version an image reference implies (admin table first), or None."""
+    """The CUDA version an image reference implies, or None: the admin table first, then a
+    version spelled in the reference, then the shipped knowledge."""
     # Checked before the cache: 4096 cached megabyte-long keys would be 4 GiB.
     if len(image) > MAX_REFERENCE_LENGTH:
         return None
-    return _image_version(image, patterns, table)
+    return _image_version(image, patterns, table, knowledge)
 
 
 @lru_cache(maxsize=4096)
 def _image_version(
-    image: str, patterns: tuple[str, ...], table: tuple[ImageCudaEntry, ...]
+    image: str,
+    patterns: tuple[str, ...],
+    table: tuple[ImageCudaEntry, ...],
+    knowledge: ImageKnowledge | None,
 ) -> ImageGuess | None:
     ref = normalize(image)
     if not ref:
         return None
-    # The admin table wins over the heuristics: the admin knows their images.
+    # The admin table wins over the rest: the admin knows their images.
     for regex, version in _compiled_table(table):
         if regex.match(ref):
             return ImageGuess(version, f"image table entry for {ref}")
@@ -127,4 +140,9 @@ def _image_version(
                     "ignored",
                 )
             return ImageGuess(version, f"image {ref}")
+    if knowledge is not None:
+        repository, tag = split_tag(ref)
+        known = knowledge.lookup(repository, tag) if tag else None
+        if known is not None:
+            return ImageGuess(known.version, known.text)
     return None

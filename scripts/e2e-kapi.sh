@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# End-to-end run against a real kube-apiserver on loopback (no Docker, no kubelet): start the
+# API server built by shared/tools/kapi, install the shipped policies, run `gpu-webhook serve`
+# on 127.0.0.1 registered by URL, run tests/e2e in url mode, then clean up.
+#
+# Environment:
+#   KAPI_TOOLS   the kapi tools folder (build.sh/start.sh/stop.sh); default ../shared/tools/kapi
+#   KAPI_DIR     where build.sh put the binaries (default ~/.cache/kapi)
+#   KAPI_PORT    API server port (default 6443)      WEBHOOK_PORT  webhook port (default 18443)
+#   E2E_CONFIG   optional webhook config file (e.g. noCompatibleNode: deny); passed to both the
+#                server (--config) and the tests (E2E_WEBHOOK_CONFIG)
+#   KEEP_KAPI=1  leave the API server running afterwards
+#   PYTHON       the dev venv's python (default .venv/bin/python)
+# Extra arguments go to pytest (e.g. -k kueue).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+TOOLS="${KAPI_TOOLS:-../shared/tools/kapi}"
+KAPI_DIR="${KAPI_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kapi}"
+export KAPI_DIR
+PYTHON="${PYTHON:-.venv/bin/python}"
+BIN="$(dirname "$PYTHON")"
+PORT="${WEBHOOK_PORT:-18443}"
+WORK="$(mktemp -d)"
+# Loopback traffic never goes through a proxy.
+export NO_PROXY="127.0.0.1,localhost,::1${NO_PROXY:+,$NO_PROXY}" no_proxy="127.0.0.1,localhost,::1"
+
+if [[ ! -x "$KAPI_DIR/bin/kube-apiserver" || ! -f "$TOOLS/start.sh" ]]; then
+  echo "e2e-kapi: no kube-apiserver at $KAPI_DIR/bin (or no $TOOLS/start.sh)." >&2
+  echo "  Build it once (~10 min): $TOOLS/build.sh MICROSHIFT_GIT_DIR (see its README)." >&2
+  exit 2
+fi
+
+server_pid=""
+cleanup() {
+  set +e
+  "$BIN/python" scripts/register-webhook-url.py --delete --kubeconfig "$KUBECONFIG" >/dev/null 2>&1
+  [[ -n "$server_pid" ]] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
+  [[ "${KEEP_KAPI:-0}" == "1" ]] || bash "$TOOLS/stop.sh" >/dev/null 2>&1
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+bash "$TOOLS/start.sh" --clean
+export KUBECONFIG="$KAPI_DIR/kubeconfig"
+# The shipped policies into kube-public (the etcd is fresh: create; no kubectl needed).
+"$BIN/python" - <<'PY'
+import pathlib, yaml
+from kubernetes import client, config
+api = client.CoreV1Api(config.new_client_from_config())
+for path in sorted(pathlib.Path("configmaps").glob("*.yaml")):
+    for doc in yaml.safe_load_all(path.read_text()):
+        if doc:
+            api.create_namespaced_config_map(doc["metadata"].get("namespace", "kube-public"), doc)
+PY
+
+config_args=()
+if [[ -n "${E2E_CONFIG:-}" ]]; then
+  config_args=(--config "$E2E_CONFIG")
+  export E2E_WEBHOOK_CONFIG="$E2E_CONFIG"
+fi
+"$BIN/gpu-webhook" serve --self-signed --cert-dir "$WORK" --host 127.0.0.1 --port "$PORT" \
+  --kubeconfig "$KUBECONFIG" --log-format text --log-level warning "${config_args[@]}" \
+  >"$WORK/webhook.log" 2>&1 &
+server_pid=$!
+
+# Ready: policies and the first Node list (SPEC §4), answered over TLS with the throwaway CA.
+for _ in $(seq 1 120); do
+  if curl -fsS --cacert "$WORK/ca.crt" "https://127.0.0.1:$PORT/readyz" >/dev/null 2>&1; then
+    break
+  fi
+  if ! kill -0 "$server_pid" 2>/dev/null; then
+    echo "e2e-kapi: the webhook exited:" >&2; cat "$WORK/webhook.log" >&2; exit 1
+  fi
+  sleep 0.5
+done
+"$BIN/python" scripts/register-webhook-url.py --url "https://127.0.0.1:$PORT" \
+  --ca-file "$WORK/ca.crt" --kubeconfig "$KUBECONFIG"
+
+status=0
+E2E_KUBECONFIG="$KUBECONFIG" E2E_MODE=url "$BIN/pytest" -q tests/e2e -rs -p no:cacheprovider "$@" \
+  || status=$?
+if [[ $status -ne 0 ]]; then
+  echo "e2e-kapi: webhook log ($WORK/webhook.log):" >&2
+  tail -n 50 "$WORK/webhook.log" >&2
+fi
+exit $status

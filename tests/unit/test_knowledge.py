@@ -1,0 +1,299 @@
+"""Shipped image knowledge (SPEC §4 step 5): the data file, its loader's checks, the lookups and
+where they stand among the other ways to know an image's CUDA version."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.helpers import GPU, container, pod, run
+from webhook.core.config import DEFAULT_IMAGE_PATTERNS, WebhookConfig, load_config
+from webhook.core.rules.cuda import container_requirement
+from webhook.core.rules.images import image_version
+from webhook.core.rules.knowledge import (
+    ImageKnowledge,
+    KnowledgeError,
+    shipped_knowledge,
+)
+from webhook.core.rules.versions import CudaVersion
+
+V = CudaVersion
+DIGEST = "sha256:" + "c" * 64
+
+
+def test_the_shipped_file_loads_and_every_entry_has_a_source_and_a_plausible_version() -> None:
+    knowledge = shipped_knowledge()
+    assert len(knowledge) >= 200
+    names = [f.name for f in knowledge.families]
+    assert len(names) == len(set(names))
+    for family in knowledge.families:
+        for entry in family.releases:
+            source = (entry.source or family.source or "").replace("{release}", entry.release)
+            assert re.fullmatch(r"https://\S+", source), (family.name, entry.release)
+            version = CudaVersion.parse(entry.cuda)
+            assert version is not None and V(7, 0) <= version < V(20, 0), entry
+            assert re.fullmatch(r"[0-9]+\.[0-9]+", entry.cuda), entry
+
+
+def test_the_knowledge_is_loaded_once_and_shared_by_every_config() -> None:
+    assert shipped_knowledge() is shipped_knowledge()
+    assert WebhookConfig().image_rules.knowledge is load_config({}).image_rules.knowledge
+    assert WebhookConfig(shipped_image_knowledge=False).image_rules.knowledge is None
+
+
+@pytest.mark.parametrize(
+    ("image", "version", "source"),
+    [
+        (
+            "nvcr.io/nvidia/tritonserver:24.05-py3",
+            V(12, 4),
+            "shipped knowledge: NGC Triton 24.05, NVIDIA release notes",
+        ),
+        (
+            "nvcr.io/nvidia/tritonserver:22.01-py3",
+            V(11, 6),
+            "shipped knowledge: NGC Triton 22.01, NVIDIA release notes",
+        ),
+        (
+            "nvcr.io/nvidia/tritonserver:24.06-py3-sdk",
+            V(12, 5),
+            "shipped knowledge: NGC Triton 24.06, NVIDIA release notes",
+        ),
+        (
+            f"nvcr.io/nvidia/tritonserver:25.08-py3-min@{DIGEST}",
+            V(13, 0),
+            "shipped knowledge: NGC Triton 25.08, NVIDIA release notes",
+        ),
+        # the TensorRT-LLM and vLLM containers have their own CUDA (24.05: 12.3, not 12.4)
+        (
+            "nvcr.io/nvidia/tritonserver:25.01-trtllm-python-py3",
+            V(12, 8),
+            "shipped knowledge: NGC Triton TRT-LLM 25.01, Triton compatibility matrix",
+        ),
+        (
+            "nvcr.io/nvidia/tritonserver:24.05-trtllm-python-py3",
+            V(12, 3),
+            "shipped knowledge: NGC Triton TRT-LLM 24.05, Triton compatibility matrix",
+        ),
+        (
+            "nvcr.io/nvidia/tritonserver:24.05-vllm-python-py3",
+            V(12, 4),
+            "shipped knowledge: NGC Triton vLLM 24.05, Triton compatibility matrix",
+        ),
+        (
+            "nvcr.io/nvidia/pytorch:25.12-py3",
+            V(13, 1),
+            "shipped knowledge: NGC PyTorch 25.12, NVIDIA release notes",
+        ),
+        (
+            "nvcr.io/nvidia/tensorflow:21.05-tf2-py3",
+            V(11, 3),
+            "shipped knowledge: NGC TensorFlow 21.05, NVIDIA release notes",
+        ),
+        (
+            "tensorflow/serving:2.13.1-gpu",
+            V(11, 8),
+            "shipped knowledge: TF Serving 2.13.1, release Dockerfile",
+        ),
+        (
+            "docker.io/tensorflow/serving:2.20.0-devel-gpu",
+            V(12, 5),
+            "shipped knowledge: TF Serving 2.20.0, release Dockerfile",
+        ),
+        (
+            "ghcr.io/huggingface/text-generation-inference:2.0.4",
+            V(12, 1),
+            "shipped knowledge: TGI 2.0.4, release Dockerfile",
+        ),
+        (
+            "ghcr.io/huggingface/text-generation-inference:1.1.0",
+            V(11, 8),
+            "shipped knowledge: TGI 1.1.0, release Dockerfile",
+        ),
+        (
+            "ghcr.io/huggingface/text-generation-inference:3.0.1",
+            V(12, 4),
+            "shipped knowledge: TGI 3.0.1, release Dockerfile",
+        ),
+        (
+            "vllm/vllm-openai:v0.9.0",
+            V(12, 8),
+            "shipped knowledge: vLLM 0.9.0, vLLM release notes/issues",
+        ),
+    ],
+)
+def test_shipped_knowledge(image: str, version: CudaVersion, source: str) -> None:
+    req = container_requirement({"image": image}, WebhookConfig())
+    assert req is not None
+    assert (req.version, req.source) == (version, source)
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        "nvcr.io/nvidia/tritonserver:24.09-py3",  # a release whose notes were not read
+        "nvcr.io/nvidia/tritonserver:24.05-py3-igpu",  # a variant not listed
+        f"nvcr.io/nvidia/tritonserver@{DIGEST}",  # no tag: no release to look up
+        "nvcr.io/nvidia/tritonserver",
+        "nvcr.io/nvidia/pytorch:24.05-py3",
+        "tensorflow/serving:2.13.1",  # the CPU image
+        "tensorflow/serving:latest-gpu",
+        "ghcr.io/huggingface/text-generation-inference:3.0.1-rocm",
+        "ghcr.io/huggingface/text-generation-inference:latest",
+        "ghcr.io/huggingface/text-generation-inference:3.3.7",  # its PyTorch CUDA is not stated
+        "vllm/vllm-openai:v0.8.5",
+        "vllm/vllm-openai:0.9.0",  # vLLM tags carry the v
+        "example.com/mirror/nvidia/tritonserver:24.05-py3",  # another registry: not the same
+        "nvcr.io/nvidia/tritonserver:" + "24.05-" * 20 + "py3",  # a long tag, no match
+    ],
+)
+def test_not_in_the_shipped_knowledge(image: str) -> None:
+    assert container_requirement({"image": image}, WebhookConfig()) is None
+
+
+def test_the_note_says_where_the_version_came_from() -> None:
+    triton = "nvcr.io/nvidia/tritonserver:24.05-py3"
+    decision = run(pod(container(image=triton, limits={GPU: "1"}, requests={GPU: "1"})))
+    assert decision.notes == (
+        "required GPU nodes with CUDA ≥ 12.4 "
+        "(shipped knowledge: NGC Triton 24.05, NVIDIA release notes), preferably < 14.0",
+    )
+    assert decision.warnings == ()
+
+
+# --- precedence: annotation, env, admin table, spelled in the reference, shipped ------------
+
+
+def test_admin_table_overrides_the_shipped_knowledge() -> None:
+    config = load_config(
+        {"imageCudaTable": [{"image": "nvcr.io/nvidia/tritonserver:24.05*", "cudaVersion": "12.2"}]}
+    )
+    req = container_requirement({"image": "nvcr.io/nvidia/tritonserver:24.05-py3"}, config)
+    assert req is not None
+    assert (req.version, req.source) == (
+        V(12, 2),
+        "image table entry for nvcr.io/nvidia/tritonserver:24.05-py3",
+    )
+
+
+def test_env_overrides_the_shipped_knowledge() -> None:
+    c = {
+        "image": "nvcr.io/nvidia/tritonserver:24.05-py3",
+        "env": [{"name": "CUDA_VERSION", "value": "12.6.1"}],
+    }
+    req = container_requirement(c, WebhookConfig())
+    assert req is not None and (req.version, req.source) == (V(12, 6), "env CUDA_VERSION=12.6.1")
+
+
+def test_a_version_spelled_in_the_reference_comes_before_the_shipped_knowledge() -> None:
+    knowledge = ImageKnowledge.from_yaml(
+        """
+families:
+- name: Team app
+  cite: team notes
+  repositories: [example.com/team/app]
+  tag: '(?P<release>[0-9.]+)(?:-cu[0-9]+)?'
+  source: https://example.com/notes/{release}
+  releases:
+  - {release: '1.0', cuda: '11.8'}
+""",
+        "test knowledge",
+    )
+    spelled = image_version("example.com/team/app:1.0-cu121", DEFAULT_IMAGE_PATTERNS, (), knowledge)
+    assert spelled is not None
+    assert (spelled.version, spelled.source) == (V(12, 1), "image example.com/team/app:1.0-cu121")
+    shipped = image_version("example.com/team/app:1.0", DEFAULT_IMAGE_PATTERNS, (), knowledge)
+    assert shipped is not None
+    assert (shipped.version, shipped.source) == (
+        V(11, 8),
+        "shipped knowledge: Team app 1.0, team notes",
+    )
+
+
+def test_switched_off_by_config() -> None:
+    config = load_config({"shippedImageKnowledge": False})
+    assert container_requirement({"image": "nvcr.io/nvidia/tritonserver:24.05-py3"}, config) is None
+
+
+# --- the loader refuses what must not ship ---------------------------------------------------
+
+GOOD = """
+families:
+- name: Fam
+  cite: notes
+  repositories: [example.com/fam]
+  tag: 'v(?P<release>[0-9.]+)'
+  releases:
+  - {release: '1.0', cuda: '12.4', source: 'https://example.com/1.0'}
+"""
+
+
+@pytest.mark.parametrize(
+    ("broken", "message"),
+    [
+        (
+            GOOD.replace(", source: 'https://example.com/1.0'", ""),
+            "families[0] (Fam): Value error, release 1.0 has no source (nor has the family)",
+        ),
+        (
+            GOOD.replace("https://example.com/1.0", "see the wiki"),
+            "families[0] (Fam): Value error, release 1.0: source must be an https:// link",
+        ),
+        (
+            GOOD.replace("cuda: '12.4'", "cuda: '6.5'"),
+            "families[0] (Fam): releases.0.cuda: Value error, cuda '6.5' is not a plausible",
+        ),
+        (
+            GOOD.replace("cuda: '12.4'", "cuda: '12'"),
+            "families[0] (Fam): releases.0.cuda: Value error, cuda must look like 12.4, got '12'",
+        ),
+        (
+            GOOD.replace("cuda: '12.4'", "cuda: 12.4"),  # a YAML number: 12.10 would be 12.1
+            "families[0] (Fam): releases.0.cuda: Input should be a valid string",
+        ),
+        (
+            GOOD.replace("release: '1.0'", "release: 1.0"),
+            "families[0] (Fam): releases.0.release: Input should be a valid string",
+        ),
+        (
+            GOOD + "  - {release: '1.0', cuda: '12.6', source: 'https://example.com/b'}\n",
+            "families[0] (Fam): Value error, release 1.0 is listed twice",
+        ),
+        (
+            GOOD.replace("v(?P<release>[0-9.]+)", "v([0-9.]+)"),
+            "families[0] (Fam): tag: Value error, tag must define the named group",
+        ),
+        (
+            GOOD.replace("v(?P<release>[0-9.]+)", "v(?P<release>[0-9.+)"),
+            "families[0] (Fam): tag: Value error, tag is not a valid regular expression",
+        ),
+        (
+            GOOD.replace("[example.com/fam]", "[docker.io/fam/app]"),
+            "families[0] (Fam): repositories: Value error, repository 'docker.io/fam/app' must",
+        ),
+        (GOOD.replace("families:", "family:"), "test file is invalid: families: Field required"),
+        ("- a\n- b\n", "test file must be a YAML mapping with a `families` list"),
+    ],
+)
+def test_the_loader_refuses_a_bad_entry(broken: str, message: str) -> None:
+    with pytest.raises(KnowledgeError) as info:
+        ImageKnowledge.from_yaml(broken, "test file")
+    assert message in str(info.value)
+
+
+def test_a_good_file_loads() -> None:
+    known = ImageKnowledge.from_yaml(GOOD, "test file").lookup("example.com/fam", "v1.0")
+    assert known is not None
+    assert (known.version, known.text, known.source) == (
+        V(12, 4),
+        "shipped knowledge: Fam 1.0, notes",
+        "https://example.com/1.0",
+    )
+
+
+def test_shipped_tag_patterns_have_only_bounded_repetition() -> None:
+    """A tag is matched on every review of an unknown image of a known repository: the shipped
+    patterns repeat nothing unboundedly (no `*`, `+`), so a match costs O(tag length)."""
+    for family in shipped_knowledge().families:
+        assert not re.search(r"(?<!\\)[*+]", family.tag), (family.name, family.tag)
