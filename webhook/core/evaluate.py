@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 from webhook.core.annotations import parse_opt_out
 from webhook.core.claims import ClaimIndex, pod_claims
@@ -26,6 +26,7 @@ from webhook.core.decision import (
     template_note,
 )
 from webhook.core.errors import ObjectShapeError
+from webhook.core.gpu_keys import GpuKeys, says_gpu, unknown_gpu_warning
 from webhook.core.inventory import NodeInventory
 from webhook.core.patches import Draft
 from webhook.core.placement import place
@@ -80,23 +81,9 @@ def _violation(ref: str, where: str, problem: ResourceProblem) -> Violation:
     )
 
 
-class _Keys(NamedTuple):
-    """What a container's resource keys say (SPEC §3, §4 "Which containers")."""
-
-    asked: set[str]  # keys asked for (a key set to zero asks for nothing)
-    crl: bool  # uses a CRL group
-    gpu: bool  # asks for a GPU resource (config names or patterns)
-    unknown: list[str]  # asks for a resource whose name says GPU that no rule knows
-
-
-def _says_gpu(key: str, config: WebhookConfig) -> bool:
-    """An extended resource (domain-prefixed) whose name says GPU and that is not ignored."""
-    return "/" in key and "gpu" in key.lower() and key not in config.ignored_gpu_resources
-
-
 def _resources(
     state: PodState, c: ContainerRef, policies: PolicySet, config: WebhookConfig
-) -> _Keys:
+) -> GpuKeys:
     """Defaults then checks for one container; returns what its keys ask for.
 
     A key set to zero asks for nothing (SPEC §3): it uses no group, is not asked for, makes
@@ -106,14 +93,14 @@ def _resources(
     lists = ResourceLists.of(c.container, f"{state.ref} {where}")
     keys = lists.keys()
     if not keys:
-        return _Keys(keys, False, False, [])
+        return GpuKeys(keys, False, False, [])
     # Only keys that can make a GPU container need their values read (cpu, memory need not).
     gpu_names = config.gpu_resources
     candidates = [
-        key for key in keys if key in policies.by_key or key in gpu_names or _says_gpu(key, config)
+        key for key in keys if key in policies.by_key or key in gpu_names or says_gpu(key, config)
     ]
     if not candidates:
-        return _Keys(keys, False, False, [])
+        return GpuKeys(keys, False, False, [])
     zero_keys = lists.zero_keys(candidates)
     asked = keys - zero_keys if zero_keys else keys
     gpu = False
@@ -138,7 +125,7 @@ def _resources(
             _violation(state.ref, where, p) for p in value_checks(lists, zero, is_pod=is_pod)
         ]
     if not used:
-        return _Keys(asked, False, gpu, unknown)
+        return GpuKeys(asked, False, gpu, unknown)
     changes = defaults(lists, used)
     derived: frozenset[tuple[str, str]] = frozenset()
     if changes:
@@ -158,26 +145,7 @@ def _resources(
     state.violations += [
         _violation(state.ref, where, p) for p in check(lists, used, is_pod=is_pod, derived=derived)
     ]
-    return _Keys(asked, True, gpu, unknown)
-
-
-def _unknown_gpu_warning(keys: list[str]) -> str:
-    """One warning per pod spec for resources that say GPU but that no rule knows, so a new
-    device plugin is never silently unchecked."""
-    names = ", ".join(keys)
-    if len(keys) == 1:
-        text = (
-            f"resource {names} is not a known GPU resource: add it to gpuResourceNames to check it"
-        )
-        short_text = f"unknown GPU resource {names}: add it to gpuResourceNames"
-    else:
-        text = (
-            f"resources {names} are not known GPU resources: add them to gpuResourceNames "
-            "to check them"
-        )
-        short_text = f"unknown GPU resources {names}: add them to gpuResourceNames"
-    # Shorten the fixed words first, so the resource names stay whole when they can.
-    return text if len(text) <= NOTE_LIMIT else short(short_text)
+    return GpuKeys(asked, True, gpu, unknown)
 
 
 def _env(state: PodState, c: ContainerRef, keys: set[str], config: WebhookConfig) -> None:
@@ -243,7 +211,7 @@ def _evaluate_spec(
                 _env(state, c, keys.asked, config)
         unknown += [key for key in keys.unknown if key not in unknown]
     if unknown and not violations_only:
-        state.warnings.append(_unknown_gpu_warning(sorted(unknown)))
+        state.warnings.append(unknown_gpu_warning(sorted(unknown)))
     if gpu:
         place(
             state,

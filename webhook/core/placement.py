@@ -337,26 +337,8 @@ def _daemonset_template(
     """A DaemonSet's template (SPEC §4 "DaemonSet pods"): its pods are pinned to their nodes
     and get no affinity, so say that, and which nodes cannot run them. Notes, not mutations:
     nothing is written into the template."""
-    if rng is not None:
-        if rng.max_major is None:
-            text = (
-                "no CUDA affinity (DaemonSet pods are pinned to their node); "
-                f"nodes below CUDA {rng.low} cannot run them"
-            )
-        else:
-            text = (
-                "no CUDA affinity (DaemonSet pods are pinned); "
-                f"nodes outside CUDA {rng.text()} cannot run them"
-            )
-        state.notes.append(short(text))
     low = compute.version if compute is not None else None
-    if low is not None:
-        state.notes.append(
-            short(
-                "no compute capability affinity (DaemonSet pods are pinned); "
-                f"nodes below {low} cannot run them"
-            )
-        )
+    state.notes += [short(n) for n in fit.daemonset_notes(rng, low)]
     if facts is not None:
         state.warnings += [short(w) for w in fit.daemonset_unfit(facts, rng, low)]
 

@@ -54,6 +54,28 @@ def skew_warning(
     )
 
 
+def daemonset_notes(rng: Range | None, low: CudaVersion | None) -> list[str]:
+    """What a DaemonSet's (unmutated) template says its pods will get: no affinity, and the
+    nodes that cannot run them."""
+    notes = []
+    if rng is not None and rng.max_major is None:
+        notes.append(
+            "no CUDA affinity (DaemonSet pods are pinned to their node); "
+            f"nodes below CUDA {rng.low} cannot run them"
+        )
+    elif rng is not None:
+        notes.append(
+            "no CUDA affinity (DaemonSet pods are pinned); "
+            f"nodes outside CUDA {rng.text()} cannot run them"
+        )
+    if low is not None:
+        notes.append(
+            "no compute capability affinity (DaemonSet pods are pinned); "
+            f"nodes below {low} cannot run them"
+        )
+    return notes
+
+
 def daemonset_unfit(facts: InventoryFacts, rng: Range | None, low: CudaVersion | None) -> list[str]:
     """How many of the nodes that advertise a version cannot run a DaemonSet's pods (its
     template: the pods get no affinity, so each lands on its node whatever that node has)."""
