@@ -94,10 +94,16 @@ def _resources(
     keys = lists.keys()
     if not keys:
         return GpuKeys(keys, False, False, [])
-    # Only keys that can make a GPU container need their values read (cpu, memory need not).
-    gpu_names = config.gpu_resources
+    # Only keys that can make a GPU container need their values read (cpu, memory need not:
+    # an extended resource is always domain-prefixed, so without a "/" only an exact name can
+    # match, and no pattern or name check runs for them).
+    by_key, gpu_names = policies.by_key, config.gpu_resources
     candidates = [
-        key for key in keys if key in policies.by_key or key in gpu_names or says_gpu(key, config)
+        key
+        for key in keys
+        if key in by_key
+        or key in gpu_names.exact
+        or ("/" in key and (key in gpu_names or says_gpu(key, config)))
     ]
     if not candidates:
         return GpuKeys(keys, False, False, [])
@@ -209,7 +215,8 @@ def _evaluate_spec(
             gpu.append((c, keys.asked))
             if env_fixes_on:
                 _env(state, c, keys.asked, config)
-        unknown += [key for key in keys.unknown if key not in unknown]
+        if keys.unknown:
+            unknown += [key for key in keys.unknown if key not in unknown]
     if unknown and not violations_only:
         state.warnings.append(unknown_gpu_warning(sorted(unknown)))
     if gpu:

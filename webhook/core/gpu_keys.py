@@ -21,7 +21,7 @@ class GpuKeys(NamedTuple):
 
 def says_gpu(key: str, config: WebhookConfig) -> bool:
     """An extended resource (domain-prefixed) whose name says GPU and that is not ignored."""
-    return "/" in key and "gpu" in key.lower() and key not in config.ignored_gpu_resources
+    return "gpu" in key.lower() and "/" in key and key not in config.ignored_gpu_resources
 
 
 def unknown_gpu_warning(keys: list[str]) -> str:

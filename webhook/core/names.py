@@ -75,7 +75,14 @@ class ResourceNames:
         """Whether some key matches (one set operation when there are no patterns)."""
         if not self.exact.isdisjoint(keys):
             return True
-        return self._regex is not None and any(key in self for key in keys)
+        regex, prefixes = self._regex, self._prefixes
+        if regex is None:
+            return False
+        # A plain loop: any() over a generator costs more, and this runs for every GPU container.
+        for key in keys:  # noqa: SIM110
+            if key.startswith(prefixes) and regex.fullmatch(key) is not None:
+                return True
+        return False
 
     def __repr__(self) -> str:
         return f"ResourceNames({sorted(self.exact) + list(self.patterns)})"
