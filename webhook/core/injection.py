@@ -5,6 +5,7 @@ nothing written twice (an object we mutated before gives no patch)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +19,6 @@ from webhook.core.rules.terms import (
     mentioned_key,
     merge_preferred,
     merge_terms,
-    preferred_of,
     required_terms,
 )
 
@@ -26,7 +26,7 @@ _REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 _PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 
 
-@dataclass
+@dataclass(slots=True)
 class Plan:
     """What placement decided for one pod spec, by part: CUDA and compute capability."""
 
@@ -100,13 +100,17 @@ def inject(state: PodState, config: WebhookConfig, plan: Plan) -> None:
     merged = merge_terms(existing, injected)
     if merged == existing:
         return  # only empty user terms: they stay empty, and the pod can run nowhere anyway
-    path = (*state.pod.spec_path, "affinity", "nodeAffinity")
-    required = state.draft.writable((*path, _REQUIRED))
-    required["nodeSelectorTerms"] = merged
-    current = preferred_of(spec)
+    node_affinity = state.draft.writable((*state.pod.spec_path, "affinity", "nodeAffinity"))
+    required = node_affinity.get(_REQUIRED)
+    # A new NodeSelector (its other fields kept): nothing of the user's object is changed.
+    node_affinity[_REQUIRED] = {
+        **(required if isinstance(required, Mapping) else {}),
+        "nodeSelectorTerms": merged,
+    }
+    current = node_affinity.get(_PREFERRED)
     if with_cuda and plan.preferred and (current is None or isinstance(current, list)):
         # (A malformed preferred list is the user's to fix; the API server rejects it anyway.)
-        state.draft.writable(path)[_PREFERRED] = merge_preferred(current, plan.preferred)
+        node_affinity[_PREFERRED] = merge_preferred(current, plan.preferred)
     if with_cuda:
         state.note("cuda-affinity", plan.cuda_note)
     if with_compute:
