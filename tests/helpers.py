@@ -226,8 +226,8 @@ def expr(key: str, operator: str, *values: int | str) -> dict[str, Any]:
     return {"key": key, "operator": operator, "values": [str(v) for v in values]}
 
 
-# The manual-label terms for CUDA ≥ 12.4 on a physical GPU with the default skew of 1:
-# 12.4 ≤ D < 14, with integer operators for the major too (SPEC §4).
+# The manual-label terms for CUDA ≥ 12.4 on a physical GPU: required D ≥ 12.4, with integer
+# operators for the major too (SPEC §4); the default skew of 1 is a preference (below).
 REQUIRED_12_4_TERMS = [
     {
         "matchExpressions": [
@@ -236,13 +236,32 @@ REQUIRED_12_4_TERMS = [
             expr("cuda-minor-version", "Gt", 3),
         ]
     },
-    {
-        "matchExpressions": [
-            expr("cuda-major-version", "Gt", 12),
-            expr("cuda-major-version", "Lt", 14),
-        ]
-    },
+    {"matchExpressions": [expr("cuda-major-version", "Gt", 12)]},
 ]
+
+
+def preferred(max_major: int, *keys: str) -> list[dict[str, Any]]:
+    """The major-skew preference: driver major ≤ `max_major`, weight 100, one term per scheme's
+    major label key (default: the manual labels)."""
+    return [
+        {"weight": 100, "preference": {"matchExpressions": [expr(key, "Lt", max_major + 1)]}}
+        for key in keys or ("cuda-major-version",)
+    ]
+
+
+# CUDA ≥ 12.4 with the default skew of 1: nodes with a driver major ≤ 13 are preferred.
+PREFERRED_12_4_TERMS = preferred(13)
+
+
+def preferred_terms(obj: Mapping[str, Any], *spec_path: str) -> Any:
+    """preferredDuringScheduling node affinity of the pod spec at `spec_path` (default spec)."""
+    return get(
+        obj,
+        *(spec_path or ("spec",)),
+        "affinity",
+        "nodeAffinity",
+        "preferredDuringSchedulingIgnoredDuringExecution",
+    )
 
 
 def node_terms(obj: Mapping[str, Any], *spec_path: str) -> Any:

@@ -343,7 +343,8 @@ def test_config_values_reach_the_webhook(render: Render, tmp_path: Path) -> None
     assert config.mutate_templates is True
     assert config.image_cuda_table[0].cuda_version == "12.4"
     # Keys not overridden keep the chart's (= the model's) defaults.
-    assert config.gpu_resource_names == ("nvidia.com/gpu",)
+    assert config.gpu_resource_names == WebhookConfig().gpu_resource_names
+    assert config.major_skew == "prefer"
 
 
 def test_config_change_rolls_the_pods(render: Render) -> None:

@@ -90,11 +90,12 @@ async def test_the_configmap_table_applies_and_changes_without_a_restart(
     await eventually(lambda: store.config is not None, "the image table is loaded")
     # The ConfigMap's entry overrides the shipped knowledge (Triton 24.05: 12.4) ...
     assert await cuda_note(client, TRITON) == (
-        f"required GPU nodes with CUDA ≥ 12.2 (image table entry for {TRITON})"
+        f"required GPU nodes with CUDA ≥ 12.2 (image table entry for {TRITON}), preferably < 14.0"
     )
     # ... and the config file's table still applies to the images it names.
     assert await cuda_note(client, "team/serving:3") == (
-        "required GPU nodes with CUDA ≥ 11.8 (image table entry for team/serving:3)"
+        "required GPU nodes with CUDA ≥ 11.8 (image table entry for team/serving:3), "
+        "preferably < 13.0"
     )
     (listing,) = kube.lists("configmaps")[-1:]
     assert {r.query.get("fieldSelector") for r in kube.requests if r.resource == "configmaps"} >= {
@@ -111,7 +112,7 @@ async def test_the_configmap_table_applies_and_changes_without_a_restart(
         "the edited table is loaded",
     )
     assert await cuda_note(client, TRITON) == (
-        f"required GPU nodes with CUDA ≥ 12.6 (image table entry for {TRITON})"
+        f"required GPU nodes with CUDA ≥ 12.6 (image table entry for {TRITON}), preferably < 14.0"
     )
 
     # A broken edit keeps the last good table, and says why.
@@ -123,7 +124,7 @@ async def test_the_configmap_table_applies_and_changes_without_a_restart(
         "Value error, cudaVersion must look like 12.4 or 12.4.1, got 'twelve'"
     )
     assert await cuda_note(client, TRITON) == (
-        f"required GPU nodes with CUDA ≥ 12.6 (image table entry for {TRITON})"
+        f"required GPU nodes with CUDA ≥ 12.6 (image table entry for {TRITON}), preferably < 14.0"
     )
 
     # Deleted: the config file's table and the shipped knowledge again.
@@ -131,7 +132,7 @@ async def test_the_configmap_table_applies_and_changes_without_a_restart(
     await eventually(lambda: store.config is None, "the table is dropped")
     assert await cuda_note(client, TRITON) == (
         "required GPU nodes with CUDA ≥ 12.4 "
-        "(shipped knowledge: NGC Triton 24.05, NVIDIA release notes)"
+        "(shipped knowledge: NGC Triton 24.05, NVIDIA release notes), preferably < 14.0"
     )
 
 

@@ -119,7 +119,8 @@ def test_dra_pod_placement_follows_the_claim_snapshot(server: RunningServer) -> 
     finally:
         store.claims = None
     assert response["warnings"] == [
-        "required GPU nodes with CUDA ≥ 12.4 (annotation features.alauda.io/cuda-version)"
+        "required GPU nodes with CUDA ≥ 12.4 "
+        "(annotation features.alauda.io/cuda-version), preferably < 14.0"
     ]
     mutated = apply_patch(dra_pod(), response)
     terms = mutated["spec"]["affinity"]["nodeAffinity"][

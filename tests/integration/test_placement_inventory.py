@@ -17,7 +17,15 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from tests.fakekube import FakeKube, crl_configmap, node
-from tests.helpers import REQUIRED_12_4_TERMS, eventually, expr, node_terms
+from tests.helpers import (
+    PREFERRED_12_4_TERMS,
+    REQUIRED_12_4_TERMS,
+    eventually,
+    expr,
+    node_terms,
+    preferred,
+    preferred_terms,
+)
 from tests.integration.test_admission import admission_review
 from webhook.admission.app import create_app
 from webhook.cli.serve import _policy_source
@@ -28,7 +36,7 @@ GFD_MAJOR = "nvidia.com/cuda.runtime-version.major"
 GFD_MINOR = "nvidia.com/cuda.runtime-version.minor"
 NOT_ENFORCED = "CUDA placement is not enforced: no node advertises its CUDA version"
 TOO_OLD = "no node supports CUDA 12.4; highest available is 12.2 (1 node)"
-REQUIRED = "required GPU nodes with CUDA ≥ 12.4 (env CUDA_VERSION=12.4.1)"
+REQUIRED = "required GPU nodes with CUDA ≥ 12.4 (env CUDA_VERSION=12.4.1), preferably < 14.0"
 
 
 def gfd(major: str, minor: str) -> dict[str, str]:
@@ -125,7 +133,7 @@ def gfd_terms(low_minor: int) -> list[dict[str, Any]]:
                 expr(GFD_MINOR, "Gt", low_minor - 1),
             ]
         },
-        {"matchExpressions": [expr(GFD_MAJOR, "Gt", 12), expr(GFD_MAJOR, "Lt", 14)]},
+        {"matchExpressions": [expr(GFD_MAJOR, "Gt", 12)]},
     ]
 
 
@@ -139,6 +147,7 @@ async def test_placement_follows_node_relabelling_and_deletion(
     # reference's cuda-major-version (the first scheme, used without an inventory).
     result, warnings = await webhook.mutated(pod)
     assert node_terms(result) == gfd_terms(4)
+    assert preferred_terms(result) == preferred(13, GFD_MAJOR)
     assert warnings == [REQUIRED]
     assert result["spec"]["containers"] == pod["spec"]["containers"]
 
@@ -164,6 +173,7 @@ async def test_placement_follows_node_relabelling_and_deletion(
     result, warnings = await webhook.mutated(pod)
     assert warnings == [REQUIRED]
     assert node_terms(result) == REQUIRED_12_4_TERMS
+    assert preferred_terms(result) == PREFERRED_12_4_TERMS
 
 
 async def test_no_compatible_node_deny_denies_once_the_node_is_relabelled(

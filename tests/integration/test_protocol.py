@@ -14,7 +14,7 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from tests.helpers import CORPUS, CORPUS_MISSING, DATA
+from tests.helpers import CORPUS, CORPUS_MISSING, DATA, PREFERRED_12_4_TERMS, REQUIRED_12_4_TERMS
 from tests.integration.helpers import (
     Reply,
     RunningServer,
@@ -228,25 +228,13 @@ OWN_PAYLOADS = {
         "allowed": True,
     },
 }
+# Required: a driver for CUDA ≥ 12.4; preferred (weight 100): at most one major newer (SPEC §4).
 CUDA_12_4_AFFINITY = {
     "nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": [
-                {
-                    "matchExpressions": [
-                        {"key": "cuda-major-version", "operator": "Gt", "values": ["11"]},
-                        {"key": "cuda-major-version", "operator": "Lt", "values": ["13"]},
-                        {"key": "cuda-minor-version", "operator": "Gt", "values": ["3"]},
-                    ]
-                },
-                {
-                    "matchExpressions": [
-                        {"key": "cuda-major-version", "operator": "Gt", "values": ["12"]},
-                        {"key": "cuda-major-version", "operator": "Lt", "values": ["14"]},
-                    ]
-                },
-            ]
-        }
+            "nodeSelectorTerms": REQUIRED_12_4_TERMS
+        },
+        "preferredDuringSchedulingIgnoredDuringExecution": PREFERRED_12_4_TERMS,
     }
 }
 
@@ -276,7 +264,8 @@ def test_a_gpu_pod_from_its_replicaset_gets_cuda_placement(server: RunningServer
     assert response["allowed"] is True
     assert response["patchType"] == "JSONPatch"
     assert response["warnings"] == [
-        "required GPU nodes with CUDA ≥ 12.4 (image nvidia/cuda:12.4.1-runtime-ubuntu22.04)"
+        "required GPU nodes with CUDA ≥ 12.4 (image nvidia/cuda:12.4.1-runtime-ubuntu22.04), "
+        "preferably < 14.0"
     ]
     expected = copy.deepcopy(sent["request"]["object"])
     expected["spec"]["affinity"] = CUDA_12_4_AFFINITY

@@ -115,7 +115,7 @@ async def test_an_image_whose_config_names_cuda_gets_its_affinity(
     assert node_terms(stored) == REQUIRED_12_4_TERMS
     assert warnings == [
         'set requests.nvidia.com/gpu=1 from limits in container "main"',
-        "required GPU nodes with CUDA ≥ 12.4 (image config CUDA_VERSION=12.4.1)",
+        "required GPU nodes with CUDA ≥ 12.4 (image config CUDA_VERSION=12.4.1), preferably < 14.0",
     ]
 
 
@@ -188,7 +188,10 @@ async def test_a_digest_reference(registry: FakeRegistry, webhook_for: Any) -> N
         gpu_pod(f"{registry.host}/public/trainer@{built.digest}")
     )
     assert node_terms(stored) == REQUIRED_12_4_TERMS
-    assert "required GPU nodes with CUDA ≥ 12.4 (image config NVIDIA_REQUIRE_CUDA)" in warnings
+    assert (
+        "required GPU nodes with CUDA ≥ 12.4 (image config NVIDIA_REQUIRE_CUDA), preferably < 14.0"
+        in warnings
+    )
 
 
 async def test_a_registry_that_never_answers_costs_one_budget_then_none(

@@ -136,7 +136,9 @@ def test_pod_with_a_gpu_claim_and_a_nic_claim() -> None:
     decision = evaluate_with(obj)
     assert decision.allowed
     assert decision.warnings == ()
-    assert decision.notes == (f"required GPU nodes with CUDA ≥ 12.4 (image {CUDA_12_4})",)
+    assert decision.notes == (
+        f"required GPU nodes with CUDA ≥ 12.4 (image {CUDA_12_4}), preferably < 14.0",
+    )
     mutated = apply(decision)
     assert node_terms(mutated) == REQUIRED_12_4_TERMS
     # CRL rules govern extended resources only: no defaults written next to the claims
@@ -181,7 +183,9 @@ def test_a_container_naming_one_request_gets_only_that_requests_devices() -> Non
     decision = evaluate_with(obj)
     assert decision.violations == ()
     assert decision.warnings == ()
-    assert decision.notes == (f"required GPU nodes with CUDA ≥ 12.4 (image {CUDA_12_4})",)
+    assert decision.notes == (
+        f"required GPU nodes with CUDA ≥ 12.4 (image {CUDA_12_4}), preferably < 14.0",
+    )
     assert node_terms(apply(decision)) == REQUIRED_12_4_TERMS
 
 
@@ -316,7 +320,7 @@ def test_deployment_template_with_a_gpu_claim() -> None:
     decision = evaluate_with(workload("Deployment", the_pod))
     assert decision.patch == []
     assert decision.notes == (
-        f"will apply to pods: required GPU nodes with CUDA ≥ 12.4 (image {CUDA_12_4})",
+        f"for pods: required GPU nodes with CUDA ≥ 12.4 (image {CUDA_12_4}), preferably < 14.0",
     )
 
 

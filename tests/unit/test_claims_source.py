@@ -22,6 +22,7 @@ from tests.fakekube import (
     running,
 )
 from tests.helpers import (
+    PREFERRED_12_4_TERMS,
     REQUIRED_12_4_TERMS,
     apply,
     container,
@@ -173,7 +174,9 @@ async def test_a_pod_naming_a_cached_resource_claim_gets_cuda_placement(
     decision = evaluate(obj, standard_policies(), WebhookConfig(), claims=store.claims)
     assert decision.allowed
     assert decision.warnings == ()
-    assert decision.notes == (f"required GPU nodes with CUDA ≥ 12.4 (image {CUDA_12_4})",)
+    assert decision.notes == (
+        f"required GPU nodes with CUDA ≥ 12.4 (image {CUDA_12_4}), preferably < 14.0",
+    )
     mutated = apply(decision)
     assert node_terms(mutated) == REQUIRED_12_4_TERMS
     # Only the affinity is added: the container's claim reference stays as written.
@@ -215,13 +218,16 @@ async def test_a_cached_claim_on_a_nic_class_gets_no_placement_because_of_its_cl
     decision = evaluate(gpu, standard_policies(), WebhookConfig(), claims=store.claims)
     assert decision.allowed
     assert decision.warnings == ()
-    assert decision.notes == (f"required GPU nodes with CUDA ≥ 12.4 (image {CUDA_12_4})",)
+    assert decision.notes == (
+        f"required GPU nodes with CUDA ≥ 12.4 (image {CUDA_12_4}), preferably < 14.0",
+    )
     placed = copy.deepcopy(gpu)
     placed["spec"]["affinity"] = {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {
                 "nodeSelectorTerms": REQUIRED_12_4_TERMS
-            }
+            },
+            "preferredDuringSchedulingIgnoredDuringExecution": PREFERRED_12_4_TERMS,
         }
     }
     assert apply(decision) == placed

@@ -45,7 +45,7 @@ MAX_4 = (
 OLD_CHANGE = (
     "--- Pod research/old (the pod)\n"
     "  - gpu-admission-webhook (cuda-affinity): required GPU nodes with CUDA ≥ 12.4 "
-    "(image nvidia/cuda:12.4.1-runtime-ubuntu22.04)\n"
+    "(image nvidia/cuda:12.4.1-runtime-ubuntu22.04), preferably < 14.0\n"
 )
 
 

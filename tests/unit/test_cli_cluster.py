@@ -89,7 +89,10 @@ async def test_review_against_the_cluster_lists_each_kind_once_and_never_watches
         f"--- Pod ml/train ({manifest}, document 1): ALLOWED\n"
     )
     # The DRA pod is a GPU pod through the cluster's template, placed on the scheme nodes carry.
-    assert "  - required GPU nodes with CUDA ≥ 12.6 (image nvidia/cuda:12.6.1)\n" in text
+    assert (
+        "  - required GPU nodes with CUDA ≥ 12.6 (image nvidia/cuda:12.6.1), preferably < 14.0\n"
+        in text
+    )
     assert f"warnings:\n  - {NO_NODE}\n" in text
     assert cluster.watches() == []
     assert [(r.resource, r.accept) for r in cluster.lists()] == [
@@ -254,7 +257,10 @@ async def test_policies_and_nodes_flags_win_over_the_cluster(
         "DRA claims: 1 ResourceClaimTemplate(s), 0 ResourceClaim(s) from the cluster\n"
     )
     assert "warnings:" not in text  # 12.8 on the file's node satisfies 12.6
-    assert "  - required GPU nodes with CUDA ≥ 12.6 (image nvidia/cuda:12.6.1)\n" in text
+    assert (
+        "  - required GPU nodes with CUDA ≥ 12.6 (image nvidia/cuda:12.6.1), preferably < 14.0\n"
+        in text
+    )
     # Only the DRA claim cache (templates, claims) was read from the cluster.
     assert [r.resource for r in cluster.lists()] == [CLAIM_TEMPLATES, CLAIMS]
 

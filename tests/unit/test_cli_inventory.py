@@ -348,7 +348,10 @@ def test_dra_pod_with_its_template_in_the_same_manifest_gets_cuda_placement(tmp_
         f"--- ResourceClaimTemplate ml/single-gpu ({manifest}, document 1): SKIPPED"
     )
     assert f"--- Pod ml/train ({manifest}, document 2): ALLOWED\n" in text
-    assert "  - required GPU nodes with CUDA ≥ 12.4 (image nvidia/cuda:12.4.1)\n" in text
+    assert (
+        "  - required GPU nodes with CUDA ≥ 12.4 (image nvidia/cuda:12.4.1), preferably < 14.0\n"
+        in text
+    )
     assert "DRA" not in text.split("document 2")[1]  # no "no DRA claim data" warning
     code, out = cli("review", "-f", str(manifest), "--policies", POLICIES, "-o", "json")
     template_result, pod_result = json.loads(out)
@@ -395,7 +398,10 @@ def test_claims_file_and_nodes_together(tmp_path: Path) -> None:
         HEADER.format(nodes=nodes)
         + f"DRA claims: 2 ResourceClaimTemplate(s), 0 ResourceClaim(s) from {claims}\n"
     )
-    assert "  - required GPU nodes with CUDA ≥ 12.4 (image nvidia/cuda:12.4.1)\n" in text
+    assert (
+        "  - required GPU nodes with CUDA ≥ 12.4 (image nvidia/cuda:12.4.1), preferably < 14.0\n"
+        in text
+    )
     assert "warnings:" not in text
     code, result = review_json("-f", str(manifest), "--claims", str(claims), "--nodes", str(nodes))
     assert node_keys(result["mutated"]) == {GFD_MAJOR, GFD_MINOR}

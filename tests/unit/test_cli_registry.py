@@ -186,7 +186,7 @@ def test_review_looks_up_only_when_asked(
         "values": ["11"],
     }
     assert (
-        "required GPU nodes with CUDA ≥ 12.4 (image config CUDA_VERSION=12.4.1)"
+        "required GPU nodes with CUDA ≥ 12.4 (image config CUDA_VERSION=12.4.1), preferably < 14.0"
         in public["changes"]
     )
     assert private["mutated"] is None or "affinity" not in private["mutated"]["spec"]

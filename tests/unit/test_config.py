@@ -39,16 +39,30 @@ def test_defaults() -> None:
         "nvidia.com/gpu.compute.major",
         "nvidia.com/gpu.compute.minor",
     }
-    assert config.gpu_resource_names == ("nvidia.com/gpu",)
-    # HAMi's keys are vGPU too (SPEC §4).
+    # MIG mixed-strategy profiles and time-slicing/MPS renamed resources: pGPU rule (SPEC §4).
+    assert config.gpu_resource_names == (
+        "nvidia.com/gpu",
+        "nvidia.com/gpu.shared",
+        "nvidia.com/mig-*",
+    )
+    # GPU-Manager's, HAMi's and Volcano's keys are vGPU (and GPU resources too).
     assert config.vgpu_resource_names == (
         "tencent.com/vcuda-core",
         "tencent.com/vcuda-memory",
-        "nvidia.com/gpumem",
+        "nvidia.com/gpumem*",
         "nvidia.com/gpucores",
-        "nvidia.com/gpumem-percentage",
+        "volcano.sh/vgpu-*",
+    )
+    assert config.ignored_gpu_resource_names == (
+        "amd.com/*",
+        "gpu.intel.com/*",
+        "mthreads.com/*",
+        "birentech.com/*",
+        "metax-tech.com/*",
+        "iluvatar.ai/*",
     )
     assert config.max_major_skew == 1
+    assert config.major_skew == "prefer"  # the reference's "Unstable" is not "Blocked"
     assert config.cuda_affinity is True
     assert config.mutate_templates is False  # GitOps drift: off by default (SPEC §6)
     assert config.exempt_namespaces == ("kube-system",)

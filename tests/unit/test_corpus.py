@@ -22,6 +22,8 @@ from tests.helpers import (
     expr,
     get,
     node_terms,
+    preferred,
+    preferred_terms,
 )
 from webhook.cli import main
 from webhook.core.claims import ClaimIndex
@@ -127,7 +129,8 @@ def test_tkestack_vcuda_pod_with_declared_cuda_version() -> None:
     # vcuda-core 200 is GPU-Manager's whole-card mode (a multiple of wholeUnit 100): native CUDA
     # compatibility, so the physical-GPU rule applies (SPEC §4), with integer operators.
     assert decision.notes == (
-        "required GPU nodes with CUDA ≥ 11.8 (annotation features.alauda.io/cuda-version)",
+        "required GPU nodes with CUDA ≥ 11.8 "
+        "(annotation features.alauda.io/cuda-version), preferably < 13.0",
     )
     assert node_terms(apply(decision)) == [
         {
@@ -137,13 +140,9 @@ def test_tkestack_vcuda_pod_with_declared_cuda_version() -> None:
                 expr("cuda-minor-version", "Gt", 7),
             ]
         },
-        {
-            "matchExpressions": [
-                expr("cuda-major-version", "Gt", 11),
-                expr("cuda-major-version", "Lt", 13),
-            ]
-        },
+        {"matchExpressions": [expr("cuda-major-version", "Gt", 11)]},
     ]
+    assert preferred_terms(apply(decision)) == preferred(12)
 
 
 def test_hami_gpumem_gpucores_pod() -> None:
@@ -231,7 +230,8 @@ def test_verify_gpu_access_deployment_keeps_its_node_selector() -> None:
         documents(name)[0], "spec", "template", "spec", "nodeSelector"
     )
     assert on.notes[-1] == (
-        "required GPU nodes with CUDA ≥ 11.6 (image nvidia/cuda:11.6.2-cudnn8-runtime-ubuntu20.04)"
+        "required GPU nodes with CUDA ≥ 11.6 "
+        "(image nvidia/cuda:11.6.2-cudnn8-runtime-ubuntu20.04), preferably < 13.0"
     )
 
 
@@ -243,7 +243,8 @@ def test_verify_gpu_access_deployment_keeps_its_node_selector() -> None:
         "ai-on-gke_parallelstore-backup_cronjob_nongpu.yaml",
         "triton-tutorials_trtllm-client_nongpu_deployment.yaml",
         "kai-scheduler_gpu-memory_annotation_pod.yaml",
-        "hami_amd_use_memory.yaml",  # amd.com/gpu is neither a CRL key nor a configured GPU name
+        # amd.com/gpu is no CUDA device: ignoredGpuResourceNames (no CUDA check, no warning)
+        "hami_amd_use_memory.yaml",
     ],
 )
 def test_non_gpu_workloads_untouched(name: str) -> None:
@@ -474,9 +475,11 @@ def test_dra_pod_with_the_template_from_the_same_manifest() -> None:
     the_pod["metadata"]["annotations"] = {"features.alauda.io/cuda-version": "12.2"}
     placed = evaluate(the_pod, shipped(), DEFAULT, claims=index)
     assert placed.notes == (
-        "required GPU nodes with CUDA ≥ 12.2 (annotation features.alauda.io/cuda-version)",
+        "required GPU nodes with CUDA ≥ 12.2 "
+        "(annotation features.alauda.io/cuda-version), preferably < 14.0",
     )
-    # Integer operators for the major too (padded label values match): 12 ≤ D < 14, D ≥ 12.2.
+    # Integer operators for the major too (padded label values match): D ≥ 12.2, and a driver
+    # major below 14 preferred.
     assert node_terms(apply(placed)) == [
         {
             "matchExpressions": [
@@ -485,13 +488,9 @@ def test_dra_pod_with_the_template_from_the_same_manifest() -> None:
                 expr("cuda-minor-version", "Gt", 1),
             ]
         },
-        {
-            "matchExpressions": [
-                expr("cuda-major-version", "Gt", 12),
-                expr("cuda-major-version", "Lt", 14),
-            ]
-        },
+        {"matchExpressions": [expr("cuda-major-version", "Gt", 12)]},
     ]
+    assert preferred_terms(apply(placed)) == preferred(13)
 
 
 # --- unparseable files ---------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from tests.helpers import (
     GPU,
     GPUCORES,
     GPUMEM,
+    PREFERRED_12_4_TERMS,
     VCORE,
     VMEM,
     apply,
@@ -21,13 +22,18 @@ from tests.helpers import (
     node_terms,
     pod,
     policies,
+    preferred,
+    preferred_terms,
     run,
 )
 from webhook.core.config import CudaLabels, WebhookConfig, load_config
+from webhook.core.errors import ConfigError
 from webhook.core.rules.cuda import (
     CudaVersion,
+    Range,
     compatible,
     container_requirement,
+    cuda_range,
     detect,
     image_repository,
 )
@@ -60,11 +66,13 @@ def major_is(major: int, key: str = MAJOR) -> list[dict[str, Any]]:
     return [expr(key, "Gt", major - 1), expr(key, "Lt", major + 1)]
 
 
-def pgpu(major: int, minor: int, skew: int = 1) -> list[dict[str, Any]]:
-    """Terms for physical GPUs needing CUDA major.minor (minor > 0), driver up to major+skew."""
+def pgpu(major: int, minor: int, skew: int | None = None) -> list[dict[str, Any]]:
+    """Required terms for physical GPUs needing CUDA major.minor (minor > 0): any newer driver,
+    or (majorSkew: require) a driver at most `skew` majors newer."""
+    upper = [] if skew is None else [expr(MAJOR, "Lt", major + skew + 1)]
     return terms(
         [*major_is(major), expr(MINOR, "Gt", minor - 1)],
-        [expr(MAJOR, "Gt", major), expr(MAJOR, "Lt", major + skew + 1)],
+        [expr(MAJOR, "Gt", major), *upper],
     )
 
 
@@ -256,9 +264,11 @@ def test_annotation_beats_env_and_image() -> None:
     )
     decision = run(original)
     assert decision.notes == (
-        "required GPU nodes with CUDA ≥ 11.8 (annotation features.alauda.io/cuda-version)",
+        "required GPU nodes with CUDA ≥ 11.8 "
+        "(annotation features.alauda.io/cuda-version), preferably < 13.0",
     )
     assert node_terms(apply(decision)) == pgpu(11, 8)
+    assert preferred_terms(apply(decision)) == preferred(12)
 
 
 def test_custom_image_pattern() -> None:
@@ -321,6 +331,41 @@ def test_compatible(
     assert compatible(driver, runtime, vgpu=vgpu, skew=skew) is ok
 
 
+@pytest.mark.parametrize(
+    ("runtime", "vgpu", "skew", "expected"),
+    [
+        (V(12, 4), False, 1, Range(V(12, 4), 13)),
+        (V(12, 4), False, None, Range(V(12, 4), None)),  # the skew as a preference
+        (V(12, 4), False, 0, Range(V(12, 4), 12)),
+        (V(12, 4), True, None, Range(V(12, 4), 12)),  # vGPU: the same major, always
+        (V(12, 4), True, 3, Range(V(12, 4), 12)),
+    ],
+)
+def test_cuda_range(runtime: CudaVersion, vgpu: bool, skew: int | None, expected: Range) -> None:
+    assert cuda_range(runtime, vgpu=vgpu, skew=skew) == expected
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "expected", "empty"),
+    [
+        (Range(V(11, 8), None), Range(V(12, 4), None), Range(V(12, 4), None), False),
+        (Range(V(11, 8), 12), Range(V(12, 4), None), Range(V(12, 4), 12), False),
+        (Range(V(11, 8), 12), Range(V(13, 1), 14), Range(V(13, 1), 12), True),
+    ],
+)
+def test_range_intersection(a: Range, b: Range, expected: Range, empty: bool) -> None:
+    assert a & b == expected == b & a
+    assert expected.empty is empty
+
+
+@pytest.mark.parametrize(
+    ("rng", "text"),
+    [(Range(V(12, 4), None), "≥ 12.4"), (Range(V(12, 4), 13), "≥ 12.4 and < 14.0")],
+)
+def test_range_text(rng: Range, text: str) -> None:
+    assert rng.text() == text
+
+
 LABELS = CudaLabels()
 
 
@@ -356,6 +401,7 @@ def test_range_terms(
 
 
 def test_pgpu_injection_exact_patch() -> None:
+    """Required D ≥ R; the major skew (default 1) as a preference of weight 100 (SPEC §4)."""
     decision = run(gpu_pod("nvidia/cuda:12.4.1-runtime-ubuntu22.04"))
     assert decision.patch == [
         {
@@ -364,14 +410,30 @@ def test_pgpu_injection_exact_patch() -> None:
             "value": {
                 "nodeAffinity": {
                     "requiredDuringSchedulingIgnoredDuringExecution": {
-                        "nodeSelectorTerms": pgpu(12, 4)
-                    }
+                        "nodeSelectorTerms": [
+                            {
+                                "matchExpressions": [
+                                    expr(MAJOR, "Gt", 11),
+                                    expr(MAJOR, "Lt", 13),
+                                    expr(MINOR, "Gt", 3),
+                                ]
+                            },
+                            {"matchExpressions": [expr(MAJOR, "Gt", 12)]},
+                        ]
+                    },
+                    "preferredDuringSchedulingIgnoredDuringExecution": [
+                        {
+                            "weight": 100,
+                            "preference": {"matchExpressions": [expr(MAJOR, "Lt", 14)]},
+                        }
+                    ],
                 }
             },
         }
     ]
     assert decision.notes == (
-        "required GPU nodes with CUDA ≥ 12.4 (image nvidia/cuda:12.4.1-runtime-ubuntu22.04)",
+        "required GPU nodes with CUDA ≥ 12.4 "
+        "(image nvidia/cuda:12.4.1-runtime-ubuntu22.04), preferably < 14.0",
     )
     assert decision.mutation_kinds == ("cuda-affinity",)
     assert decision.warnings == ()
@@ -403,8 +465,11 @@ WHOLE_UNIT = policies(
 def test_gpu_manager_whole_card_mode_follows_the_physical_gpu_rule(cores: str) -> None:
     original = pod(container(image="nvidia/cuda:12.4.1", limits={VCORE: cores, VMEM: "4"}))
     decision = run(original, WHOLE_UNIT)
-    assert decision.notes == ("required GPU nodes with CUDA ≥ 12.4 (image nvidia/cuda:12.4.1)",)
+    assert decision.notes == (
+        "required GPU nodes with CUDA ≥ 12.4 (image nvidia/cuda:12.4.1), preferably < 14.0",
+    )
     assert node_terms(apply(decision)) == pgpu(12, 4)
+    assert preferred_terms(apply(decision)) == PREFERRED_12_4_TERMS
     assert decision.warnings == ()  # whole cards: native CUDA, no "< 12.4" warning
 
 
@@ -432,6 +497,21 @@ def test_vgpu_names_are_configurable() -> None:
     assert node_terms(apply(decision)) == terms(major_is(12))
 
 
+@pytest.mark.parametrize("skew", [0, 1, 2])
+def test_max_major_skew_is_a_preference_by_default(skew: int) -> None:
+    """The reference calls a driver beyond the skew "Unstable", not "Blocked" (SPEC §4)."""
+    config = load_config({"maxMajorSkew": skew})
+    decision = run(gpu_pod("nvidia/cuda:12.0.0"), config=config)
+    mutated = apply(decision)
+    assert node_terms(mutated) == terms([expr(MAJOR, "Gt", 11)])
+    assert preferred_terms(mutated) == preferred(12 + skew)
+    assert decision.notes == (
+        "required GPU nodes with CUDA ≥ 12.0 "
+        f"(image nvidia/cuda:12.0.0), preferably < {13 + skew}.0",
+    )
+    assert_idempotent(decision, config=config)
+
+
 @pytest.mark.parametrize(
     ("skew", "expected"),
     [
@@ -440,9 +520,29 @@ def test_vgpu_names_are_configurable() -> None:
         (2, terms([expr(MAJOR, "Gt", 11), expr(MAJOR, "Lt", 15)])),
     ],
 )
-def test_max_major_skew_from_config(skew: int, expected: list[dict[str, Any]]) -> None:
-    decision = run(gpu_pod("nvidia/cuda:12.0.0"), config=load_config({"maxMajorSkew": skew}))
-    assert node_terms(apply(decision)) == expected
+def test_max_major_skew_required_by_config(skew: int, expected: list[dict[str, Any]]) -> None:
+    config = load_config({"maxMajorSkew": skew, "majorSkew": "require"})
+    decision = run(gpu_pod("nvidia/cuda:12.0.0"), config=config)
+    mutated = apply(decision)
+    assert node_terms(mutated) == expected
+    assert preferred_terms(mutated) is None
+    assert decision.notes == ("required GPU nodes with CUDA ≥ 12.0 (image nvidia/cuda:12.0.0)",)
+    assert_idempotent(decision, config=config)
+
+
+def test_required_skew_with_a_minor() -> None:
+    config = load_config({"majorSkew": "require"})
+    decision = run(gpu_pod("nvidia/cuda:12.4.1"), config=config)
+    assert node_terms(apply(decision)) == pgpu(12, 4, skew=1)
+    assert decision.warnings == ()
+
+
+def test_major_skew_setting_is_checked() -> None:
+    with pytest.raises(ConfigError) as exc:
+        load_config({"majorSkew": "always"})
+    assert str(exc.value) == (
+        "webhook config is invalid: majorSkew: Input should be 'prefer' or 'require'"
+    )
 
 
 def test_cross_product_with_user_terms_keeps_match_fields() -> None:
@@ -473,17 +573,13 @@ def test_cross_product_with_user_terms_keeps_match_fields() -> None:
         {"matchFields": fields, "matchExpressions": same},
         {"matchFields": fields, "matchExpressions": newer},
     ]
-    # everything else in the affinity is untouched
+    # the user's preferred terms are kept, ours follow; everything else is untouched
     affinity = mutated["spec"]["affinity"]
     assert affinity["podAntiAffinity"] == {"x": 1}
-    assert (
-        affinity["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
-        == (
-            original["spec"]["affinity"]["nodeAffinity"][
-                "preferredDuringSchedulingIgnoredDuringExecution"
-            ]
-        )
-    )
+    assert preferred_terms(mutated) == [
+        {"weight": 1, "preference": {"matchExpressions": [expr("zone", "In", "a")]}},
+        *PREFERRED_12_4_TERMS,
+    ]
     assert_idempotent(decision)
 
 
@@ -524,18 +620,17 @@ def test_user_affinity_mentioning_cuda_labels_is_kept_with_a_warning() -> None:
     assert decision.notes == ()
     assert decision.warnings == (
         "your node affinity on cuda-major-version is kept as is; "
-        "this pod needs CUDA ≥ 12.4 and < 14.0",
+        "this pod needs CUDA ≥ 12.4, preferably < 14.0",
     )
 
 
-@pytest.mark.parametrize(
-    "label", [MAJOR, MINOR, "nvidia.com/cuda.runtime-version.major", "nvidia.com/gpu.compute.major"]
-)
-def test_node_selector_with_a_placement_label_is_kept(label: str) -> None:
+@pytest.mark.parametrize("label", [MAJOR, MINOR, "nvidia.com/cuda.runtime-version.major"])
+def test_node_selector_with_a_cuda_label_is_kept(label: str) -> None:
     decision = run(gpu_pod("nvidia/cuda:12.4.1", nodeSelector={label: "12"}))
     assert decision.patch == []
     assert decision.warnings == (
-        f"your node affinity on {label} is kept as is; this pod needs CUDA ≥ 12.4 and < 14.0",
+        f"your node affinity on {label} is kept as is; this pod needs CUDA ≥ 12.4, "
+        "preferably < 14.0",
     )
 
 
@@ -557,7 +652,8 @@ def test_unrecognised_opt_out_value_warns_and_keeps_the_affinity() -> None:
     expected = copy.deepcopy(original)
     expected["spec"]["affinity"] = {
         "nodeAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": pgpu(12, 4)}
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": pgpu(12, 4)},
+            "preferredDuringSchedulingIgnoredDuringExecution": PREFERRED_12_4_TERMS,
         }
     }
     assert apply(decision) == expected
@@ -577,9 +673,9 @@ def test_single_legacy_label_scheme_by_config() -> None:
     config = load_config({"cudaLabels": {"major": gmaj, "minor": gmin}})
     decision = run(gpu_pod("nvidia/cuda:12.4.1"), config=config)
     assert node_terms(apply(decision)) == terms(
-        [*major_is(12, gmaj), expr(gmin, "Gt", 3)],
-        [expr(gmaj, "Gt", 12), expr(gmaj, "Lt", 14)],
+        [*major_is(12, gmaj), expr(gmin, "Gt", 3)], [expr(gmaj, "Gt", 12)]
     )
+    assert preferred_terms(apply(decision)) == preferred(13, gmaj)
     assert_idempotent(decision, config=config)
 
 
@@ -593,9 +689,8 @@ def test_without_inventory_the_first_scheme_is_used() -> None:
         }
     )
     decision = run(gpu_pod("nvidia/cuda:12.0.0"), config=config)
-    assert node_terms(apply(decision)) == terms(
-        [expr("corp.io/cuda-major", "Gt", 11), expr("corp.io/cuda-major", "Lt", 14)]
-    )
+    assert node_terms(apply(decision)) == terms([expr("corp.io/cuda-major", "Gt", 11)])
+    assert preferred_terms(apply(decision)) == preferred(13, "corp.io/cuda-major")
 
 
 def test_unknown_version_warns_and_injects_nothing() -> None:
@@ -658,15 +753,19 @@ def test_bad_annotation_is_reported_and_image_used() -> None:
     assert decision.warnings == (
         "annotation features.alauda.io/cuda-version='latest' is not a version like 12.4; ignored",
     )
-    assert decision.notes == ("required GPU nodes with CUDA ≥ 11.8 (image nvidia/cuda:11.8.0)",)
+    assert decision.notes == (
+        "required GPU nodes with CUDA ≥ 11.8 (image nvidia/cuda:11.8.0), preferably < 13.0",
+    )
 
 
 def test_annotation_major_only_means_minor_zero() -> None:
     decision = run(gpu_pod("busybox:1.36", annotations={ANN_VERSION: "12"}))
     assert decision.notes == (
-        "required GPU nodes with CUDA ≥ 12.0 (annotation features.alauda.io/cuda-version)",
+        "required GPU nodes with CUDA ≥ 12.0 "
+        "(annotation features.alauda.io/cuda-version), preferably < 14.0",
     )
-    assert node_terms(apply(decision)) == terms([expr(MAJOR, "Gt", 11), expr(MAJOR, "Lt", 14)])
+    assert node_terms(apply(decision)) == terms([expr(MAJOR, "Gt", 11)])
+    assert preferred_terms(apply(decision)) == preferred(13)
 
 
 @pytest.mark.parametrize("value", ["0.5", "100.0", "123"])
@@ -676,7 +775,9 @@ def test_implausible_annotation_is_ignored_with_a_warning(value: str) -> None:
         f"annotation features.alauda.io/cuda-version={value!r} is not plausible (1.0 to 99.x); "
         "ignored",
     )
-    assert decision.notes == ("required GPU nodes with CUDA ≥ 11.8 (image nvidia/cuda:11.8.0)",)
+    assert decision.notes == (
+        "required GPU nodes with CUDA ≥ 11.8 (image nvidia/cuda:11.8.0), preferably < 13.0",
+    )
 
 
 def test_implausible_env_version_is_ignored_with_a_warning() -> None:
@@ -719,9 +820,8 @@ def test_last_duplicate_env_entry_wins() -> None:
     assert req is not None and req.source == "env NVIDIA_REQUIRE_CUDA"
 
 
-def test_requirement_is_the_intersection_over_gpu_containers() -> None:
-    """11.8 and 12.4 with skew 1: only 12.4 ≤ D < 13 serves both (SPEC §4)."""
-    original = pod(
+def two_versions_pod() -> dict[str, Any]:
+    return pod(
         container("a", "nvidia/cuda:11.8.0", limits={GPU: "1"}, requests={GPU: "1"}),
         container(
             "b",
@@ -731,13 +831,60 @@ def test_requirement_is_the_intersection_over_gpu_containers() -> None:
         ),
         container("sidecar", "nvidia/cuda:13.0.0", limits={"cpu": "1"}),  # not a GPU container
     )
-    decision = run(original)
+
+
+def test_requirement_is_the_intersection_over_gpu_containers() -> None:
+    """11.8 and 12.4: both need D ≥ 12.4; within the skew of 1 of both is D < 13 (SPEC §4),
+    the intersection of their recommended ranges, preferred."""
+    decision = run(two_versions_pod())
+    assert decision.notes == (
+        "required GPU nodes with CUDA ≥ 12.4 "
+        "(image pytorch/pytorch:2.3.0-cuda12.4-cudnn8-runtime), preferably < 13.0",
+    )
+    assert node_terms(apply(decision)) == pgpu(12, 4)
+    assert preferred_terms(apply(decision)) == preferred(12)
+    assert decision.warnings == ()
+    assert_idempotent(decision)
+
+
+def test_required_skew_intersection_over_gpu_containers() -> None:
+    """With majorSkew: require, only 12.4 ≤ D < 13 serves both."""
+    config = load_config({"majorSkew": "require"})
+    decision = run(two_versions_pod(), config=config)
     assert decision.notes == (
         "required GPU nodes with CUDA ≥ 12.4 and < 13.0 "
         "(image pytorch/pytorch:2.3.0-cuda12.4-cudnn8-runtime)",
     )
     assert node_terms(apply(decision)) == terms([*major_is(12), expr(MINOR, "Gt", 3)])
-    assert_idempotent(decision)
+    assert preferred_terms(apply(decision)) is None
+    assert_idempotent(decision, config=config)
+
+
+def test_containers_more_than_the_skew_apart_are_admitted_with_a_warning() -> None:
+    """11.8 and 13.1: every driver that runs 13.1 is 2 majors ahead of 11.8 ("Unstable")."""
+    original = pod(
+        container("old", "nvidia/cuda:11.8.0", limits={GPU: "1"}, requests={GPU: "1"}),
+        container("new", "nvidia/cuda:13.1.0", limits={GPU: "1"}, requests={GPU: "1"}),
+    )
+    decision = run(original)
+    assert decision.allowed
+    assert decision.warnings == (
+        'container "old" needs CUDA 11.8 and container "new" CUDA 13.1, more than 1 major '
+        "apart: the application may malfunction",
+    )
+    mutated = apply(decision)
+    assert node_terms(mutated) == terms(
+        [*major_is(13), expr(MINOR, "Gt", 0)], [expr(MAJOR, "Gt", 13)]
+    )
+    assert preferred_terms(mutated) is None  # no driver is within the skew of both
+    assert decision.notes == ("required GPU nodes with CUDA ≥ 13.1 (image nvidia/cuda:13.1.0)",)
+    # required: an empty intersection, a violation
+    required = run(original, config=load_config({"majorSkew": "require"}))
+    assert required.denial_message() == (
+        'Pod ml/train: no node driver can run all GPU containers: container "old" needs CUDA '
+        '11.8 (driver ≥ 11.8 and < 13.0); container "new" needs CUDA 13.1 (driver ≥ 13.1 and '
+        "< 15.0); align their CUDA versions or split them into separate pods."
+    )
 
 
 def test_empty_intersection_is_a_violation_naming_the_containers() -> None:
@@ -749,7 +896,7 @@ def test_empty_intersection_is_a_violation_naming_the_containers() -> None:
     assert decision.denial_message() == (
         'Pod ml/train: no node driver can run all GPU containers: container "old" needs CUDA '
         '11.8 on vGPU (driver ≥ 11.8 and < 12.0); container "new" needs CUDA 12.2 (driver ≥ '
-        "12.2 and < 14.0); align their CUDA versions or split them into separate pods."
+        "12.2); align their CUDA versions or split them into separate pods."
     )
     assert decision.patch == []
     # /validate (violations only) denies the same way
@@ -765,14 +912,16 @@ def test_some_containers_unknown() -> None:
     assert decision.warnings == (
         "CUDA version of busybox unknown; node affinity uses the other containers",
     )
-    assert decision.notes == ("required GPU nodes with CUDA ≥ 12.4 (image nvidia/cuda:12.4.1)",)
+    assert decision.notes == (
+        "required GPU nodes with CUDA ≥ 12.4 (image nvidia/cuda:12.4.1), preferably < 14.0",
+    )
 
 
 def test_gpu_container_by_config_resource_name_without_crl() -> None:
     config = load_config({"gpuResourceNames": ["example.com/npu"]})
     original = pod(container(image="nvidia/cuda:12.0.0", limits={"example.com/npu": "1"}))
     assert run(original, policies(), config).notes == (
-        "required GPU nodes with CUDA ≥ 12.0 (image nvidia/cuda:12.0.0)",
+        "required GPU nodes with CUDA ≥ 12.0 (image nvidia/cuda:12.0.0), preferably < 14.0",
     )
     # without it in the config, and without a CRL, the container is not a GPU container
     assert run(original, policies()).notes == ()
@@ -782,7 +931,7 @@ def test_gpu_container_through_crl_key_without_config() -> None:
     ps = policies(crl("example.com/npu", "npu", name="cf-crl-npu-npu"))
     original = pod(container(image="nvidia/cuda:12.0.0", limits={"example.com/npu": "1"}))
     assert run(original, ps).notes == (
-        "required GPU nodes with CUDA ≥ 12.0 (image nvidia/cuda:12.0.0)",
+        "required GPU nodes with CUDA ≥ 12.0 (image nvidia/cuda:12.0.0), preferably < 14.0",
     )
 
 

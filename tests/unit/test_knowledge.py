@@ -157,7 +157,7 @@ def test_the_note_says_where_the_version_came_from() -> None:
     decision = run(pod(container(image=triton, limits={GPU: "1"}, requests={GPU: "1"})))
     assert decision.notes == (
         "required GPU nodes with CUDA ≥ 12.4 "
-        "(shipped knowledge: NGC Triton 24.05, NVIDIA release notes)",
+        "(shipped knowledge: NGC Triton 24.05, NVIDIA release notes), preferably < 14.0",
     )
     assert decision.warnings == ()
 

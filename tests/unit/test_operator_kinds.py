@@ -237,7 +237,8 @@ def test_trainjob_env_is_the_trainer_containers_env() -> None:
     env = [{"name": "CUDA_VERSION", "value": "12.4.1"}]
     decision = run(trainjob(env=env, resourcesPerNode={"limits": {GPU: 1}, "requests": {GPU: 1}}))
     assert decision.notes == (
-        "will apply to trainer pods: required GPU nodes with CUDA ≥ 12.4 (env CUDA_VERSION=12.4.1)",
+        "will apply to trainer pods: required GPU nodes with CUDA ≥ 12.4 (env CUDA_VERSION=12.4.1)"
+        ", preferably < 14.0",
     )
     assert decision.warnings == ()
 
@@ -279,8 +280,8 @@ def test_kserve_predictor_without_an_image_gets_no_cuda_advice() -> None:
     # The annotation still reaches the pods (KServe propagates it): placement is said.
     decision = run(isvc(model, **{"features.alauda.io/cuda-version": "12.4"}))
     assert decision.notes[1:] == (
-        "will apply to predictor pods: required GPU nodes with CUDA ≥ 12.4 "
-        "(annotation features.alauda.io/cuda-version)",
+        "for predictor pods: required GPU nodes with CUDA ≥ 12.4 "
+        "(annotation features.alauda.io/cuda-version), preferably < 14.0",
     )
 
 
@@ -290,8 +291,8 @@ def test_llm_inference_service_placement_from_its_workload_annotations() -> None
     llm["spec"]["prefill"]["annotations"] = {"features.alauda.io/cuda-version": "12.4"}
     decision = run(llm)
     assert decision.notes == (
-        "will apply to prefill pods: required GPU nodes with CUDA ≥ 12.4 "
-        "(annotation features.alauda.io/cuda-version)",
+        "for prefill pods: required GPU nodes with CUDA ≥ 12.4 "
+        "(annotation features.alauda.io/cuda-version), preferably < 14.0",
     )
     assert decision.warnings == () and decision.patch == []
 
@@ -303,7 +304,7 @@ def test_knative_service_template_gets_placement_and_a_violation_names_no_role()
     decision = run(ksvc)
     assert decision.notes == (
         "will apply to pods: required GPU nodes with CUDA ≥ 12.4 "
-        "(image vllm/vllm-openai:v0.8.5-cu124)",
+        "(image vllm/vllm-openai:v0.8.5-cu124), preferably < 14.0",
     )
     assert (decision.warnings, decision.patch) == ((), [])
     container["resources"]["limits"][GPU] = container["resources"]["requests"][GPU] = 2

@@ -183,8 +183,8 @@ def test_kserve_framework_form_gets_placement_from_the_isvc_annotation() -> None
     assert decision.notes == (
         "will apply to predictor pods: set requests.nvidia.com/gpu=1 from limits in "
         'container "pytorch"',
-        "will apply to predictor pods: required GPU nodes with CUDA ≥ 12.2 "
-        "(annotation features.alauda.io/cuda-version)",
+        "for predictor pods: required GPU nodes with CUDA ≥ 12.2 "
+        "(annotation features.alauda.io/cuda-version), preferably < 14.0",
     )
 
 

@@ -17,6 +17,8 @@ from tests.helpers import (
     expr,
     node_terms,
     pod,
+    preferred,
+    preferred_terms,
     run,
 )
 from webhook.core.config import WebhookConfig, load_config
@@ -53,15 +55,18 @@ def gfd(major: str, minor: str) -> dict[str, str]:
     return {GMAJ: major, GMIN: minor}
 
 
-def cuda_terms(major: str, minor: str, low: tuple[int, int], top: int) -> list[list[Any]]:
-    """Expressions for CUDA ≥ low with a driver major ≤ top on one scheme."""
+def cuda_terms(
+    major: str, minor: str, low: tuple[int, int], top: int | None = None
+) -> list[list[Any]]:
+    """Expressions for CUDA ≥ low (with a driver major ≤ top when set) on one scheme."""
+    upper = [] if top is None else [expr(major, "Lt", top + 1)]
     return [
         [
             expr(major, "Gt", low[0] - 1),
             expr(major, "Lt", low[0] + 1),
             expr(minor, "Gt", low[1] - 1),
         ],
-        [expr(major, "Gt", low[0]), expr(major, "Lt", top + 1)],
+        [expr(major, "Gt", low[0]), *upper],
     ]
 
 
@@ -109,8 +114,8 @@ def test_one_inventory_reviewed_under_configs_with_other_schemes_in_turn() -> No
     # config reload with other schemes must get its own facts, and then the first ones again.
     corp = load_config({"cudaLabelSchemes": [{"name": "corp", "major": "c/maj", "minor": "c/min"}]})
     inventory = nodes(gfd("12", "4"), {"c/maj": "12", "c/min": "6"})
-    default_terms = as_terms(cuda_terms(GMAJ, GMIN, (12, 4), 13))
-    corp_terms = as_terms(cuda_terms("c/maj", "c/min", (12, 4), 13))
+    default_terms = as_terms(cuda_terms(GMAJ, GMIN, (12, 4)))
+    corp_terms = as_terms(cuda_terms("c/maj", "c/min", (12, 4)))
     for config, terms in [
         (None, default_terms),
         (corp, corp_terms),
@@ -139,7 +144,8 @@ def test_some_compatible_nodes_inject_silently_on_the_scheme_in_use() -> None:
     assert decision.warnings == ()
     assert decision.allowed
     # only the GFD scheme is carried: no terms on the manual labels nobody has
-    assert node_terms(apply(decision)) == as_terms(cuda_terms(GMAJ, GMIN, (12, 4), 13))
+    assert node_terms(apply(decision)) == as_terms(cuda_terms(GMAJ, GMIN, (12, 4)))
+    assert preferred_terms(apply(decision)) == preferred(13, GMAJ)
     assert_idempotent(decision, inventory=inventory)
 
 
@@ -147,10 +153,12 @@ def test_mixed_schemes_get_the_union_of_their_terms() -> None:
     inventory = nodes(manual("12", "4"), gfd("12", "8"), {OMAJ: "13", OMIN: "0"})
     decision = run(gpu_pod(), inventory=inventory)
     assert node_terms(apply(decision)) == as_terms(
-        cuda_terms(MAJOR, MINOR, (12, 4), 13)
-        + cuda_terms(GMAJ, GMIN, (12, 4), 13)
-        + cuda_terms(OMAJ, OMIN, (12, 4), 13)
+        cuda_terms(MAJOR, MINOR, (12, 4))
+        + cuda_terms(GMAJ, GMIN, (12, 4))
+        + cuda_terms(OMAJ, OMIN, (12, 4))
     )
+    # the skew preference on each scheme carried
+    assert preferred_terms(apply(decision)) == preferred(13, MAJOR, GMAJ, OMAJ)
     assert decision.warnings == ()
     assert_idempotent(decision, inventory=inventory)
 
@@ -170,7 +178,7 @@ def test_no_compatible_node_warns_by_default() -> None:
         "no node supports CUDA 12.6; highest available is 12.4 (12 nodes)",
     )
     # an autoscaler may still add such a node: the affinity is injected anyway
-    assert node_terms(apply(decision)) == as_terms(cuda_terms(MAJOR, MINOR, (12, 6), 13))
+    assert node_terms(apply(decision)) == as_terms(cuda_terms(MAJOR, MINOR, (12, 6)))
 
 
 def test_no_compatible_node_denies_by_config() -> None:
@@ -198,9 +206,10 @@ def test_no_compatible_vgpu_node() -> None:
     ]
 
 
-def test_too_new_drivers_only_are_not_compatible_either() -> None:
+def test_too_new_drivers_only_are_not_compatible_when_the_skew_is_required() -> None:
     inventory = nodes(manual("14", "0"))  # 11.8 with skew 1 needs a driver below 13
-    decision = run(gpu_pod("nvidia/cuda:11.8.0"), inventory=inventory)
+    config = load_config({"majorSkew": "require"})
+    decision = run(gpu_pod("nvidia/cuda:11.8.0"), config=config, inventory=inventory)
     assert decision.warnings == ("no node supports CUDA 11.8; highest available is 14.0 (1 node)",)
 
 
@@ -230,10 +239,11 @@ def test_bfloat16_servers_need_compute_capability_8(args: list[str]) -> None:
     )
     cc = [expr(CMAJ, "Gt", 7)]
     assert node_terms(apply(decision)) == as_terms(
-        [[*t, *cc] for t in cuda_terms(MAJOR, MINOR, (12, 4), 13)]
+        [[*t, *cc] for t in cuda_terms(MAJOR, MINOR, (12, 4))]
     )
     assert decision.notes == (
-        "required GPU nodes with CUDA ≥ 12.4 (annotation features.alauda.io/cuda-version)",
+        "required GPU nodes with CUDA ≥ 12.4 "
+        "(annotation features.alauda.io/cuda-version), preferably < 14.0",
         'required compute capability ≥ 8.0 (rule bfloat16-servers for container "c")',
     )
     assert_idempotent(decision)
@@ -317,10 +327,10 @@ def test_cuda_and_compute_capability_met_on_different_nodes_only() -> None:
     )
     obj = gpu_pod("nvidia/cuda:12.4.1", args=BF16)
     assert run(obj, inventory=inventory).warnings == (
-        "no node supports CUDA ≥ 12.4 and < 14.0 with compute capability ≥ 8.0",
+        "no node supports CUDA ≥ 12.4 with compute capability ≥ 8.0",
     )
     assert run(obj, config=DENY, inventory=inventory).denial_message() == (
-        "Pod ml/train: no node supports CUDA ≥ 12.4 and < 14.0 with compute capability ≥ 8.0."
+        "Pod ml/train: no node supports CUDA ≥ 12.4 with compute capability ≥ 8.0."
     )
     both = nodes(
         manual("12", "4") | {CMAJ: "7", CMIN: "0"}, manual("13", "0") | {CMAJ: "9", CMIN: "0"}
@@ -333,7 +343,7 @@ def test_no_node_advertises_compute_capability() -> None:
     assert decision.warnings == (
         "compute capability placement is not enforced: no node advertises it",
     )
-    assert node_terms(apply(decision)) == as_terms(cuda_terms(MAJOR, MINOR, (12, 4), 13))
+    assert node_terms(apply(decision)) == as_terms(cuda_terms(MAJOR, MINOR, (12, 4)))
 
 
 # --- DaemonSet pods -----------------------------------------------------------------------------
@@ -385,12 +395,11 @@ def test_daemonset_pod_on_an_incompatible_node_warns_or_denies() -> None:
     warned = run(daemon_pod("node-0"), inventory=inventory)
     assert warned.patch == []
     assert warned.warnings == (
-        "node node-0 supports CUDA 12.2; this DaemonSet pod needs CUDA ≥ 12.4 and < 14.0",
+        "node node-0 supports CUDA 12.2; this DaemonSet pod needs CUDA ≥ 12.4",
     )
     denied = run(daemon_pod("node-0"), config=DENY, inventory=inventory)
     assert denied.denial_message() == (
-        "Pod ml/train: node node-0 supports CUDA 12.2; this DaemonSet pod needs CUDA ≥ 12.4 "
-        "and < 14.0."
+        "Pod ml/train: node node-0 supports CUDA 12.2; this DaemonSet pod needs CUDA ≥ 12.4."
     )
 
 
@@ -407,7 +416,7 @@ def test_daemonset_pod_pinned_by_node_name_and_unknown_nodes() -> None:
     obj["metadata"]["ownerReferences"] = [{"kind": "DaemonSet", "name": "d", "controller": True}]
     obj["spec"]["nodeName"] = "node-0"
     assert run(obj, inventory=nodes(manual("11", "8"))).warnings == (
-        "node node-0 supports CUDA 11.8; this DaemonSet pod needs CUDA ≥ 12.4 and < 14.0",
+        "node node-0 supports CUDA 11.8; this DaemonSet pod needs CUDA ≥ 12.4",
     )
     # a node the inventory does not know (or that advertises nothing): nothing to say
     assert run(daemon_pod("elsewhere"), inventory=nodes(manual("11", "8"))).warnings == ()
@@ -416,4 +425,6 @@ def test_daemonset_pod_pinned_by_node_name_and_unknown_nodes() -> None:
 def test_a_pod_merely_owned_by_a_daemonset_without_controller_flag_is_placed() -> None:
     obj = gpu_pod()
     obj["metadata"]["ownerReferences"] = [{"kind": "DaemonSet", "name": "d"}]
-    assert run(obj).notes == ("required GPU nodes with CUDA ≥ 12.4 (image nvidia/cuda:12.4.1)",)
+    assert run(obj).notes == (
+        "required GPU nodes with CUDA ≥ 12.4 (image nvidia/cuda:12.4.1), preferably < 14.0",
+    )

@@ -39,6 +39,7 @@ from webhook.core.config_parts import (
 from webhook.core.config_registry import PUBLIC_REGISTRIES, RegistryLookups
 from webhook.core.errors import ConfigError, ManifestError
 from webhook.core.manifests import load_yaml_documents
+from webhook.core.names import ResourceNames, name_problem
 from webhook.core.rules.knowledge import shipped_knowledge
 
 __all__ = [
@@ -77,16 +78,44 @@ class WebhookConfig(_Model):
     cuda_labels: CudaLabels = CudaLabels()
     compute_capability_labels: CudaLabels = DEFAULT_COMPUTE_LABELS
     compute_capability_rules: tuple[ComputeCapabilityRule, ...] = DEFAULT_COMPUTE_RULES
-    # Resources that make a container a GPU container besides every CRL key.
-    gpu_resource_names: tuple[str, ...] = ("nvidia.com/gpu",)
-    # Resources that mean virtual GPU (stricter CUDA rule: same major as the driver):
-    # GPU-Manager's and HAMi's (the reference lists both under the virtualization constraints).
+    # Resources that make a container a GPU container besides every CRL key and the vGPU names
+    # below: exact names or glob patterns (`*`, `?`), SPEC §4 "Which containers".
+    # - nvidia.com/gpu: NVIDIA's device plugin;
+    # - nvidia.com/gpu.shared: time-slicing or MPS sharing with renameByDefault (the plugin
+    #   appends ".shared", NVIDIA/k8s-device-plugin api/config/v1 resources.go
+    #   DefaultSharedRename and consts.go DefaultSharedResourceNameSuffix);
+    # - nvidia.com/mig-*: MIG mixed strategy, one resource per profile (nvidia.com/mig-1g.5gb).
+    # A MIG instance or a shared GPU runs on the node's driver like a whole GPU: pGPU rule.
+    gpu_resource_names: tuple[str, ...] = (
+        "nvidia.com/gpu",
+        "nvidia.com/gpu.shared",
+        "nvidia.com/mig-*",
+    )
+    # Resources that mean virtual GPU (stricter CUDA rule: same major as the driver), GPU
+    # containers too: GPU-Manager's, HAMi's (charts/hami/values.yaml resourceMem
+    # nvidia.com/gpumem, resourceMemPercentage nvidia.com/gpumem-percentage, resourceCores
+    # nvidia.com/gpucores) and Volcano's vGPU plugin's (volcano-sh/volcano
+    # pkg/scheduler/api/devices/config/vgpu.go: volcano.sh/vgpu-number, vgpu-memory,
+    # vgpu-memory-percentage, vgpu-cores; volcano-sh/devices --resource-name default).
     vgpu_resource_names: tuple[str, ...] = (
         "tencent.com/vcuda-core",
         "tencent.com/vcuda-memory",
-        "nvidia.com/gpumem",
+        "nvidia.com/gpumem*",
         "nvidia.com/gpucores",
-        "nvidia.com/gpumem-percentage",
+        "volcano.sh/vgpu-*",
+    )
+    # Resources whose name says GPU but that are no CUDA device: neither checked nor warned
+    # about. Any other unknown `*gpu*` resource gets one warning per pod. AMD's device plugin
+    # (amd.com/gpu) and Intel's (gpu.intel.com/i915, gpu.intel.com/xe); the other vendors
+    # HAMi schedules (charts/hami/values.yaml devices: amd.com/gpumem, mthreads.com/vgpu,
+    # birentech.com/gpu, metax-tech.com/sgpu, iluvatar.ai/BI-V100-vgpu, ...).
+    ignored_gpu_resource_names: tuple[str, ...] = (
+        "amd.com/*",
+        "gpu.intel.com/*",
+        "mthreads.com/*",
+        "birentech.com/*",
+        "metax-tech.com/*",
+        "iluvatar.ai/*",
     )
     # GPU-Manager resources: CUDA >= 12.4 is flagged with a warning.
     gpu_manager_resource_names: tuple[str, ...] = (
@@ -96,6 +125,10 @@ class WebhookConfig(_Model):
     # MPS memory limits need CUDA >= 11.4: flagged with a warning.
     mps_memory_resource_names: tuple[str, ...] = ("nvidia.com/mps-memory",)
     max_major_skew: int = Field(default=1, ge=0, le=5)
+    # The reference calls a driver more than maxMajorSkew majors ahead "Unstable", not
+    # "Blocked": by default the bound is a scheduling preference (a CUDA 11 image still runs
+    # on a cluster upgraded to CUDA 13 drivers); "require" makes it a hard bound.
+    major_skew: Literal["prefer", "require"] = "prefer"
     cuda_affinity: bool = True
     image_patterns: tuple[str, ...] = DEFAULT_IMAGE_PATTERNS
     image_cuda_table: tuple[ImageCudaEntry, ...] = ()
@@ -144,14 +177,55 @@ class WebhookConfig(_Model):
     @cached_property
     def inventory_label_keys(self) -> frozenset[str]:
         """Node label keys the node inventory keeps: everything placement reads, nothing else."""
-        keys = {k for s in self.schemes for k in (s.major, s.minor)}
-        keys.update((self.compute_capability_labels.major, self.compute_capability_labels.minor))
-        return frozenset(keys)
+        return self.cuda_label_keys | self.compute_label_keys
 
-    @property
-    def placement_keys(self) -> frozenset[str]:
-        """Label keys whose presence in a pod's affinity means placement was already decided."""
-        return self.inventory_label_keys
+    @cached_property
+    def cuda_label_keys(self) -> frozenset[str]:
+        """CUDA label keys: a pod whose nodeSelector or affinity names one keeps its CUDA
+        placement as the user wrote it."""
+        return frozenset(k for s in self.schemes for k in (s.major, s.minor))
+
+    @cached_property
+    def compute_label_keys(self) -> frozenset[str]:
+        """Compute-capability label keys: naming one leaves only the compute part alone."""
+        labels = self.compute_capability_labels
+        return frozenset((labels.major, labels.minor))
+
+    @cached_property
+    def gpu_resources(self) -> ResourceNames:
+        """Names and patterns that make a GPU container besides CRL keys: GPU and vGPU names."""
+        return ResourceNames((*self.gpu_resource_names, *self.vgpu_resource_names))
+
+    @cached_property
+    def vgpu_resources(self) -> ResourceNames:
+        return ResourceNames(self.vgpu_resource_names)
+
+    @cached_property
+    def gpu_manager_resources(self) -> ResourceNames:
+        return ResourceNames(self.gpu_manager_resource_names)
+
+    @cached_property
+    def mps_memory_resources(self) -> ResourceNames:
+        return ResourceNames(self.mps_memory_resource_names)
+
+    @cached_property
+    def ignored_gpu_resources(self) -> ResourceNames:
+        return ResourceNames(self.ignored_gpu_resource_names)
+
+    @field_validator(
+        "gpu_resource_names",
+        "vgpu_resource_names",
+        "ignored_gpu_resource_names",
+        "gpu_manager_resource_names",
+        "mps_memory_resource_names",
+    )
+    @classmethod
+    def _resource_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for name in value:
+            problem = name_problem(name)
+            if problem:
+                raise ValueError(problem)
+        return value
 
     def with_image_table(self, entries: tuple[ImageCudaEntry, ...]) -> WebhookConfig:
         """This config with `entries` (a watched ConfigMap's) before its own table entries.

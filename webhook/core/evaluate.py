@@ -24,6 +24,7 @@ from webhook.core.decision import (
     short,
 )
 from webhook.core.errors import ObjectShapeError
+from webhook.core.gpu_keys import GpuKeys, says_gpu, unknown_gpu_warning
 from webhook.core.inventory import NodeInventory
 from webhook.core.patches import Draft
 from webhook.core.placement import place
@@ -81,24 +82,42 @@ def _violation(ref: str, where: str, problem: ResourceProblem) -> Violation:
 
 
 def _resources(
-    state: PodState, c: ContainerRef, policies: PolicySet, gpu_names: tuple[str, ...]
-) -> tuple[set[str], bool]:
-    """Defaults then checks for one container; returns (keys asked for, uses a CRL group).
+    state: PodState, c: ContainerRef, policies: PolicySet, config: WebhookConfig
+) -> GpuKeys:
+    """Defaults then checks for one container; returns what its keys ask for.
 
-    A key set to zero asks for nothing (SPEC §3): it uses no group and is not returned, and
-    only its own value checks run.
+    A key set to zero asks for nothing (SPEC §3): it uses no group, is not asked for, makes
+    no GPU container, and only its own value checks run.
     """
     where = container_label(c)
     lists = ResourceLists.of(c.container, f"{state.ref} {where}")
     keys = lists.keys()
     if not keys:
-        return keys, False
-    # Only keys that can make a GPU container need their values read (cpu, memory need not).
-    candidates = [key for key in keys if key in policies.by_key or key in gpu_names]
+        return GpuKeys(keys, False, False, [])
+    # Only keys that can make a GPU container need their values read (cpu, memory need not:
+    # an extended resource is always domain-prefixed, so without a "/" only an exact name can
+    # match, and no pattern or name check runs for them).
+    by_key, gpu_names = policies.by_key, config.gpu_resources
+    candidates = [
+        key
+        for key in keys
+        if key in by_key
+        or key in gpu_names.exact
+        or ("/" in key and (key in gpu_names or says_gpu(key, config)))
+    ]
     if not candidates:
-        return keys, False
+        return GpuKeys(keys, False, False, [])
     zero_keys = lists.zero_keys(candidates)
     asked = keys - zero_keys if zero_keys else keys
+    gpu = False
+    unknown: list[str] = []
+    for key in candidates:
+        if key in zero_keys or key in policies.by_key:
+            continue
+        if key in gpu_names:
+            gpu = True
+        else:
+            unknown.append(key)
     used = used_policies(asked, policies)
     is_pod = not state.pod.is_template
     if zero_keys:
@@ -112,7 +131,7 @@ def _resources(
             _violation(state.ref, where, p) for p in value_checks(lists, zero, is_pod=is_pod)
         ]
     if not used:
-        return asked, False
+        return GpuKeys(asked, False, gpu, unknown)
     changes = defaults(lists, used)
     derived: frozenset[tuple[str, str]] = frozenset()
     if changes:
@@ -132,7 +151,7 @@ def _resources(
     state.violations += [
         _violation(state.ref, where, p) for p in check(lists, used, is_pod=is_pod, derived=derived)
     ]
-    return asked, True
+    return GpuKeys(asked, True, gpu, unknown)
 
 
 def _env(state: PodState, c: ContainerRef, keys: set[str], config: WebhookConfig) -> None:
@@ -168,6 +187,7 @@ def _evaluate_spec(
     namespace: str | None,
     violations_only: bool,
     images: ImageFacts | None = None,
+    daemonset: bool = False,
 ) -> None:
     pod = state.pod
     # Env fixes only ever add changes and warnings: a violations-only caller skips them.
@@ -183,19 +203,31 @@ def _evaluate_spec(
     dra = pod_claims(pod.spec, namespace, claims, config.gpu_device_classes)
     state.warnings += dra.warnings
     gpu: list[tuple[ContainerRef, set[str]]] = []
+    unknown: list[str] = []
     for c in pod.containers:
-        keys, crl = _resources(state, c, policies, config.gpu_resource_names)
+        keys = _resources(state, c, policies, config)
         # CRL rules govern extended resources only; a DRA claim on a GPU device class makes a
         # GPU container for placement and env fixes (SPEC §6).
         # Only the claims' requests it names (resources.claims[].request) count.
         on_gpu_claim = dra.uses_gpu(c.container)
-        if crl or on_gpu_claim or not keys.isdisjoint(config.gpu_resource_names):
-            gpu.append((c, keys))
+        if keys.crl or keys.gpu or on_gpu_claim:
+            gpu.append((c, keys.asked))
             if env_fixes_on:
-                _env(state, c, keys, config)
+                _env(state, c, keys.asked, config)
+        if keys.unknown:
+            unknown += [key for key in keys.unknown if key not in unknown]
+    if unknown and not violations_only:
+        state.warnings.append(unknown_gpu_warning(sorted(unknown)))
     if gpu:
         place(
-            state, gpu, config, inventory, policies, violations_only=violations_only, images=images
+            state,
+            gpu,
+            config,
+            inventory,
+            policies,
+            violations_only=violations_only,
+            images=images,
+            daemonset=daemonset,
         )
 
 
@@ -221,6 +253,11 @@ def _evaluate_pod(
     kinds: list[str] = []
     unresolved: list[ImageQuery] = []
     templates = False
+    # A DaemonSet's pods are pinned to their nodes and get no affinity (SPEC §4): its template
+    # says so. Unless the template itself is mutated: the controller runs pods only on the
+    # nodes its required affinity matches (pkg/controller/daemon NodeShouldRunDaemonPod ->
+    # predicates -> nodeaffinity.GetRequiredNodeAffinity(pod).Match(node)).
+    daemonset = entry.group == "apps" and entry.kind == "DaemonSet" and not mutate_template
     for pod in find_pod_specs(entry, obj):
         # A template with a role names it in every message: `PyTorchJob ml/bert, replica
         # Worker, container "pytorch": ...`. A pod made up from an operator's fields (TrainJob's
@@ -229,7 +266,9 @@ def _evaluate_pod(
         if pod.scratch is not None:
             pod_draft, mutate_template = Draft(pod.scratch), False
         state = PodState(f"{ref}, {pod.role}" if pod.role else ref, pod, pod_draft)
-        _evaluate_spec(state, policies, config, inventory, claims, ns, violations_only, images)
+        _evaluate_spec(
+            state, policies, config, inventory, claims, ns, violations_only, images, daemonset
+        )
         templates = templates or pod.is_template
         if state.unresolved:
             unresolved += state.unresolved

@@ -43,8 +43,9 @@ class InventoryFacts:
     cuda: Mapping[CudaVersion, int]  # per node: the version of the first scheme it carries
     compute: Mapping[CudaVersion, int]
     nodes: Mapping[str, NodeFacts]
-    # Distinct (CUDA versions per scheme, compute capability) pairs, for "both on one node".
-    combos: frozenset[tuple[tuple[tuple[int, CudaVersion], ...], CudaVersion | None]]
+    # Distinct (CUDA versions per scheme, compute capability) pairs and how many nodes have
+    # each, for "both on one node" and "how many nodes cannot run a DaemonSet's pods".
+    combos: Mapping[tuple[tuple[tuple[int, CudaVersion], ...], CudaVersion | None], int]
     # Schemes at least one node carries, in config order: what every GPU review's terms use,
     # so worked out with the snapshot rather than per review.
     carried: tuple[CudaLabels, ...]
@@ -68,6 +69,7 @@ def _facts(
     facts: dict[str, NodeFacts] = {}
     # One shared NodeFacts per distinct combination: 10,000 nodes hold a handful of objects.
     shared: dict[tuple[tuple[tuple[int, CudaVersion], ...], CudaVersion | None], NodeFacts] = {}
+    combos: Counter[tuple[tuple[tuple[int, CudaVersion], ...], CudaVersion | None]] = Counter()
     for name, labels in nodes.items():
         found: list[tuple[int, CudaVersion]] = []
         for index, scheme in enumerate(schemes):
@@ -86,6 +88,7 @@ def _facts(
             if node is None:
                 node = shared[key] = NodeFacts(*key)
             facts[name] = node
+            combos[key] += 1
     return InventoryFacts(
         carried=tuple(s for s, counts in zip(schemes, by_scheme, strict=True) if counts),
         schemes=schemes,
@@ -95,7 +98,7 @@ def _facts(
         cuda=MappingProxyType(dict(per_node_cuda)),
         compute=MappingProxyType(dict(compute_counts)),
         nodes=MappingProxyType(facts),
-        combos=frozenset(shared),
+        combos=MappingProxyType(dict(combos)),
     )
 
 

@@ -4,7 +4,6 @@ against the node inventory when there is one, and injected as required node affi
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from fractions import Fraction
 from functools import reduce
 from typing import Any, NamedTuple
@@ -13,30 +12,21 @@ from webhook.core.annotations import parse_opt_out
 from webhook.core.config import ANNOTATION_CUDA_AFFINITY, ANNOTATION_CUDA_VERSION, WebhookConfig
 from webhook.core.decision import PodState, Violation, container_label, short
 from webhook.core.errors import QuantityError
+from webhook.core.injection import Plan, inject
 from webhook.core.inventory import InventoryFacts, NodeInventory
 from webhook.core.policyset import PolicySet
 from webhook.core.quantity import parse_quantity
 from webhook.core.rules import cuda, fit
 from webhook.core.rules.imagefacts import ImageFacts, ImageQuery, facts_for_arch, pod_arch
 from webhook.core.rules.images import shown_image
-from webhook.core.rules.terms import (
-    Term,
-    already_injected,
-    cross,
-    mentioned_key,
-    merge_terms,
-    range_terms,
-    required_terms,
-    union_terms,
-)
+from webhook.core.rules.terms import preferred_terms, range_terms, union_terms
 from webhook.core.rules.versions import CudaVersion
 from webhook.core.shapes import is_mapping
-from webhook.core.wording import Message, Wording, after
+from webhook.core.wording import Wording, after
 from webhook.core.workloads import ContainerRef
 
 _V12_4 = CudaVersion(12, 4)
 _V11_4 = CudaVersion(11, 4)
-_REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 _NOT_ENFORCED_YET = (
     "CUDA placement is not enforced yet: the webhook is still listing the cluster's Nodes"
 )
@@ -46,7 +36,8 @@ class _Need(NamedTuple):
     container: ContainerRef
     requirement: cuda.Requirement
     vgpu: bool
-    range: cuda.Range
+    range: cuda.Range  # required
+    recommended: cuda.Range  # within maxMajorSkew: required, or preferred (majorSkew: prefer)
 
 
 def _value_in(resources: Any, key: str) -> Any:
@@ -73,9 +64,9 @@ def _whole_card(
 ) -> bool:
     """GPU-Manager whole-card mode: a vGPU key at a positive multiple of its CRL wholeUnit
     (vcuda-core 100, 200, ...) hands the container whole GPUs, with native CUDA support."""
-    for key in keys.intersection(config.vgpu_resource_names):
+    for key in keys:
         policy = policies.by_key.get(key)
-        if policy is None or not policy.whole_unit:
+        if policy is None or not policy.whole_unit or key not in config.vgpu_resources:
             continue
         raw = _resource_value(state, c, key)
         if isinstance(raw, str) and raw.isascii() and raw.isdigit():
@@ -128,6 +119,7 @@ def _needs(
     needs: list[_Need] = []
     unknown: list[ContainerRef] = []
     skew = config.max_major_skew
+    require = config.major_skew == "require"
     for c, keys in gpu:
         req = pod_req
         if req is None:
@@ -144,8 +136,8 @@ def _needs(
                 unknown.append(c)
             continue
         whole = _whole_card(state, c, keys, policies, config)
-        vgpu = not whole and not keys.isdisjoint(config.vgpu_resource_names)
-        gpu_manager = not whole and not keys.isdisjoint(config.gpu_manager_resource_names)
+        vgpu = not whole and config.vgpu_resources.any_of(keys)
+        gpu_manager = not whole and config.gpu_manager_resources.any_of(keys)
         if gpu_manager and req.version >= _V12_4:
             state.warnings.append(
                 short(
@@ -153,14 +145,18 @@ def _needs(
                     "GPU-Manager vGPU supports CUDA < 12.4"
                 )
             )
-        if not keys.isdisjoint(config.mps_memory_resource_names) and req.version < _V11_4:
+        if req.version < _V11_4 and config.mps_memory_resources.any_of(keys):
             state.warnings.append(
                 short(
                     f"{container_label(c)} needs CUDA {req.version}: "
                     "MPS memory limits need CUDA ≥ 11.4"
                 )
             )
-        needs.append(_Need(c, req, vgpu, cuda.cuda_range(req.version, vgpu=vgpu, skew=skew)))
+        recommended = cuda.cuda_range(req.version, vgpu=vgpu, skew=skew)
+        required = (
+            recommended if vgpu or require else cuda.cuda_range(req.version, vgpu=False, skew=None)
+        )
+        needs.append(_Need(c, req, vgpu, required, recommended))
     return needs, unknown
 
 
@@ -193,10 +189,10 @@ def _unknown_warning(c: ContainerRef, others: bool, annotatable: bool) -> Wordin
     )
 
 
-def _intersection(needs: list[_Need]) -> cuda.Range:
-    if len(needs) == 1:
-        return needs[0].range
-    return reduce(lambda a, b: a & b, (n.range for n in needs))
+def _intersection(ranges: list[cuda.Range]) -> cuda.Range:
+    if len(ranges) == 1:
+        return ranges[0]
+    return reduce(lambda a, b: a & b, ranges)
 
 
 def _intersection_violation(state: PodState, needs: list[_Need], rng: cuda.Range | None) -> bool:
@@ -219,13 +215,29 @@ def _intersection_violation(state: PodState, needs: list[_Need], rng: cuda.Range
     return True
 
 
-@dataclass
-class _Plan:
-    terms: list[Term]
-    notes: list[tuple[str, Message]]
-    wants: list[str]  # "CUDA ≥ 12.4", for the kept-affinity warning
-    cuda: cuda.Range | None = None  # set when some inventory node meets it (or no inventory)
-    compute: CudaVersion | None = None
+def _preference(
+    state: PodState, needs: list[_Need], rng: cuda.Range, config: WebhookConfig
+) -> cuda.Range | None:
+    """The major-skew range to prefer within the required `rng` (None: nothing to prefer).
+    When the containers' recommended ranges do not meet, every node is beyond the skew of
+    one of them: admitted with a warning, as the reference calls that "Unstable"."""
+    if config.major_skew == "require":
+        return None
+    recommended = _intersection([n.recommended for n in needs])
+    if recommended.empty:
+        behind = min(needs, key=lambda n: n.recommended.max_major or 0)
+        ahead = max(needs, key=lambda n: n.requirement.version)
+        skew = config.max_major_skew
+        state.warnings.append(
+            short(
+                f"{container_label(behind.container)} needs CUDA {behind.requirement.version} "
+                f"and {container_label(ahead.container)} CUDA {ahead.requirement.version}, more "
+                f"than {skew} major{'s' if skew != 1 else ''} apart: the application may "
+                "malfunction"
+            )
+        )
+        return None
+    return recommended if recommended.max_major != rng.max_major else None
 
 
 def _cuda_terms(
@@ -235,7 +247,7 @@ def _cuda_terms(
     unknown: list[ContainerRef],
     config: WebhookConfig,
     facts: InventoryFacts | None,
-    plan: _Plan,
+    plan: Plan,
 ) -> bool:
     """Add the CUDA part to `plan` (`rng`: the needs' intersection); False when denied."""
     for c in unknown:
@@ -244,6 +256,7 @@ def _cuda_terms(
         return True
     top = max(needs, key=lambda n: n.requirement.version)
     vgpu = any(n.vgpu for n in needs)
+    prefer = _preference(state, needs, rng, config)
     if facts is not None:
         if not facts.labelled:
             state.warnings.append(
@@ -253,26 +266,38 @@ def _cuda_terms(
         text = fit.cuda_problem(facts, rng, vgpu)
         if text and _problem(state, config, text, "cuda"):
             return False
-        plan.cuda = None if text else rng
+        plan.fits = None if text else rng
+        if not text and prefer is not None:
+            runtime = min(n.requirement.version for n in needs)
+            warning = fit.skew_warning(facts, rng, prefer, runtime)
+            if warning:
+                state.warnings.append(short(warning))
     schemes = config.schemes[:1] if facts is None else facts.carried
-    plan.terms = union_terms(schemes, rng.low, rng.max_major)
+    plan.cuda = union_terms(schemes, rng.low, rng.max_major)
+    preferably = ""
+    if prefer is not None and prefer.max_major is not None:
+        plan.preferred = preferred_terms(schemes, prefer.max_major)
+        preferably = f", preferably < {prefer.max_major + 1}.0"
+    # The upper bound is said when the other containers set it: "vGPU" already says "the
+    # same major", and a physical GPU alone has none.
     bound = ""
     if rng.max_major is not None and rng.max_major != top.range.max_major:
         bound = f" and < {rng.max_major + 1}.0"
     mode, source = "vGPU" if vgpu else "GPU", top.requirement.source  # source: the image whole
-    plan.notes.append(
+    note = f"required {mode} nodes with CUDA ≥ {rng.low}{bound} ({source})"
+    # The preference goes last, and is the first thing left out when the note must be shorter
+    # (decision.fit, behind the template's "will apply to <role> pods: "); the version's source
+    # (the image) is never cut.
+    wordings = (note + preferably,) if preferably else ()
+    plan.cuda_note = Wording(
         (
-            "cuda-affinity",
-            Wording(
-                (
-                    f"required {mode} nodes with CUDA ≥ {rng.low}{bound} ({source})",
-                    f"required CUDA ≥ {rng.low}{bound} ({source})",
-                    f"CUDA ≥ {rng.low}{bound} ({source})",
-                )
-            ),
+            *wordings,
+            note,
+            f"required CUDA ≥ {rng.low}{bound} ({source})",
+            f"CUDA ≥ {rng.low}{bound} ({source})",
         )
     )
-    plan.wants.append(f"CUDA {rng.text()}")
+    plan.cuda_want = f"CUDA {rng.text()}{preferably}"
     return True
 
 
@@ -298,7 +323,7 @@ def _compute_terms(
     req: cuda.Requirement | None,
     config: WebhookConfig,
     facts: InventoryFacts | None,
-    plan: _Plan,
+    plan: Plan,
 ) -> bool:
     if req is None:
         return True
@@ -312,17 +337,30 @@ def _compute_terms(
         text = fit.compute_problem(facts, low)
         if text and _problem(state, config, text, "compute capability"):
             return False
-        if not text and plan.cuda is not None:
+        if not text and plan.fits is not None:
             # Each is met somewhere; check that some node meets both.
-            text = fit.joint_problem(facts, plan.cuda, low)
+            text = fit.joint_problem(facts, plan.fits, low)
             if text and _problem(state, config, text, "compute capability"):
                 return False
-    plan.terms = cross(plan.terms, range_terms(config.compute_capability_labels, low, None))
-    plan.notes.append(
-        ("compute-capability-affinity", f"required compute capability ≥ {low} ({req.source})")
-    )
-    plan.wants.append(f"compute capability ≥ {low}")
+    plan.compute = range_terms(config.compute_capability_labels, low, None)
+    plan.compute_note = f"required compute capability ≥ {low} ({req.source})"
+    plan.compute_want = f"compute capability ≥ {low}"
     return True
+
+
+def _daemonset_template(
+    state: PodState,
+    rng: cuda.Range | None,
+    compute: cuda.Requirement | None,
+    facts: InventoryFacts | None,
+) -> None:
+    """A DaemonSet's template (SPEC §4 "DaemonSet pods"): its pods are pinned to their nodes
+    and get no affinity, so say that, and which nodes cannot run them. Notes, not mutations:
+    nothing is written into the template."""
+    low = compute.version if compute is not None else None
+    state.notes += [short(n) for n in fit.daemonset_notes(rng, low)]
+    if facts is not None:
+        state.warnings += [short(w) for w in fit.daemonset_unfit(facts, rng, low)]
 
 
 def place(
@@ -333,12 +371,15 @@ def place(
     policies: PolicySet | None = None,
     *,
     violations_only: bool = False,
+    daemonset: bool = False,
     images: ImageFacts | None = None,
 ) -> None:
     """Placement for a pod spec whose GPU containers are `gpu` (container, resource keys).
 
     `violations_only` (/validate): stop once nothing else can deny, i.e. after the
     intersection check unless an inventory with `noCompatibleNode: deny` is in force.
+    `daemonset`: the spec is a DaemonSet's pod template that is not mutated (its pods are
+    pinned to their nodes and get no affinity).
     `images`: CUDA versions read from the images' registries (last resort, SPEC §4 step 6)."""
     pending = inventory is not None and inventory.pending
     if pending:
@@ -357,8 +398,9 @@ def place(
     envs: Envs = {}
     known = facts_for_arch(images, pod_arch(state.pod.spec)) if images else None
     needs, unknown = _needs(state, gpu, config, policies or PolicySet.empty(), envs, known)
-    # None: no container with a known CUDA version. Computed once for every step below.
-    rng = _intersection(needs) if needs else None
+    # The required intersection; None: no container with a known CUDA version. Computed once
+    # for every step below.
+    rng = _intersection([n.range for n in needs]) if needs else None
     if not config.cuda_affinity or opted_out:
         return
     if unknown:
@@ -380,7 +422,13 @@ def place(
         return
     facts = inventory.facts(config) if inventory is not None else None
     compute = _compute_requirement(state, gpu, config, envs)
-    pinned = None if state.pod.is_template else fit.daemonset_node(meta(state), state.pod.spec)
+    if state.pod.is_template:
+        if daemonset:
+            _daemonset_template(state, rng, compute, facts)
+            return
+        pinned = None
+    else:
+        pinned = fit.daemonset_node(meta(state), state.pod.spec)
     if pinned is not None:
         # Pinned to one node by the controller, and created for every node the DaemonSet
         # selects: an affinity would only leave the pods on unfit nodes Pending.
@@ -390,34 +438,8 @@ def place(
                 if _problem(state, config, text, rule):
                     break
         return
-    plan = _Plan([], [], [])
+    plan = Plan()
     if not _cuda_terms(state, needs, rng, unknown, config, facts, plan):
         return
-    if not _compute_terms(state, compute, config, facts, plan) or not plan.terms:
-        return
-    spec = state.pod.spec
-    keys = config.placement_keys
-    # Most pods carry no node constraints at all: skip the inspection of their terms.
-    constrained = bool(spec.get("affinity") or spec.get("nodeSelector"))
-    mentioned = mentioned_key(spec, keys) if constrained else ""
-    # Our own earlier injection always names a placement key, so only then can the terms be
-    # it. (Terms naming none can only "equal" it when all are empty; the merge below then
-    # leaves them as they are and returns just the same, without a change or a note.)
-    if mentioned and already_injected(spec, keys, plan.terms):
-        return
-    if mentioned:
-        state.warnings.append(
-            short(
-                f"your node affinity on {mentioned} is kept as is; "
-                f"this pod needs {' and '.join(plan.wants)}"
-            )
-        )
-        return
-    existing = required_terms(spec) if constrained else None
-    merged = merge_terms(existing, plan.terms)
-    if merged == existing:
-        return  # only empty user terms: they stay empty, and the pod can run nowhere anyway
-    required = state.draft.writable((*state.pod.spec_path, "affinity", "nodeAffinity", _REQUIRED))
-    required["nodeSelectorTerms"] = merged
-    for kind, message in plan.notes:
-        state.note(kind, message)
+    if _compute_terms(state, compute, config, facts, plan):
+        inject(state, config, plan)

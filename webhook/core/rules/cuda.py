@@ -81,9 +81,13 @@ class Range(NamedTuple):
         return f"≥ {self.low} and < {self.max_major + 1}.0"
 
 
-def cuda_range(runtime: CudaVersion, *, vgpu: bool, skew: int) -> Range:
-    """NVIDIA: driver ≥ runtime, at most `skew` majors newer; vGPU: the same major too."""
-    return Range(runtime, runtime.major if vgpu else runtime.major + skew)
+def cuda_range(runtime: CudaVersion, *, vgpu: bool, skew: int | None) -> Range:
+    """Node driver versions D for a container needing CUDA `runtime` R (SPEC §4, the
+    reference's rules): D ≥ R always; vGPU: D.major = R.major too; a physical GPU: at most
+    `skew` majors newer, or no upper bound when `skew` is None (the skew as a preference)."""
+    if vgpu:
+        return Range(runtime, runtime.major)
+    return Range(runtime, None if skew is None else runtime.major + skew)
 
 
 def compatible(driver: CudaVersion, runtime: CudaVersion, *, vgpu: bool, skew: int) -> bool:

@@ -32,6 +32,75 @@ def cuda_problem(facts: InventoryFacts, rng: Range, vgpu: bool) -> str:
     )
 
 
+def _span(low: int | CudaVersion, high: int | CudaVersion) -> str:
+    return str(low) if low == high else f"{low} to {high}"
+
+
+def skew_warning(
+    facts: InventoryFacts, required: Range, preferred: Range, runtime: CudaVersion
+) -> str:
+    """Some node meets `required` but none the recommended `preferred` skew range: the pod
+    runs on a driver more majors ahead of `runtime` than recommended (the reference's
+    "Unstable": may malfunction, not blocked)."""
+    fitting = {v for counts in facts.by_scheme for v in counts if required.holds(v)}
+    if not fitting or any(preferred.holds(v) for v in fitting):
+        return ""
+    low, high = min(fitting), max(fitting)
+    ahead = _span(low.major - runtime.major, high.major - runtime.major)
+    plural = "s" if ahead != "1" else ""
+    return (
+        f"only CUDA {_span(low, high)} nodes, {ahead} major{plural} ahead of {runtime}: "
+        "the application may malfunction"
+    )
+
+
+def daemonset_notes(rng: Range | None, low: CudaVersion | None) -> list[str]:
+    """What a DaemonSet's (unmutated) template says its pods will get: no affinity, and the
+    nodes that cannot run them."""
+    notes = []
+    if rng is not None and rng.max_major is None:
+        notes.append(
+            "no CUDA affinity (DaemonSet pods are pinned to their node); "
+            f"nodes below CUDA {rng.low} cannot run them"
+        )
+    elif rng is not None:
+        notes.append(
+            "no CUDA affinity (DaemonSet pods are pinned); "
+            f"nodes outside CUDA {rng.text()} cannot run them"
+        )
+    if low is not None:
+        notes.append(
+            "no compute capability affinity (DaemonSet pods are pinned); "
+            f"nodes below {low} cannot run them"
+        )
+    return notes
+
+
+def daemonset_unfit(facts: InventoryFacts, rng: Range | None, low: CudaVersion | None) -> list[str]:
+    """How many of the nodes that advertise a version cannot run a DaemonSet's pods (its
+    template: the pods get no affinity, so each lands on its node whatever that node has)."""
+    problems = []
+    if rng is not None and facts.labelled:
+        unfit = sum(
+            n
+            for (cuda, _), n in facts.combos.items()
+            if cuda and not any(rng.holds(v) for _, v in cuda)
+        )
+        if unfit:
+            problems.append(
+                f"{unfit} of {facts.labelled} CUDA nodes cannot run these DaemonSet pods: "
+                f"they need CUDA {rng.text()}"
+            )
+    if low is not None and facts.compute:
+        unfit = sum(n for (_, cc), n in facts.combos.items() if cc is not None and cc < low)
+        if unfit:
+            problems.append(
+                f"{unfit} of {sum(facts.compute.values())} GPU nodes cannot run these DaemonSet "
+                f"pods: they need compute capability ≥ {low}"
+            )
+    return problems
+
+
 def compute_problem(facts: InventoryFacts, low: CudaVersion) -> str:
     if any(v >= low for v in facts.compute):
         return ""

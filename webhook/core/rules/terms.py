@@ -51,6 +51,38 @@ def union_terms(
     return [term for scheme in schemes for term in range_terms(scheme, low, max_major)]
 
 
+# The weight of the major-skew preference: the highest the API server accepts (k8s.io/api
+# core/v1 PreferredSchedulingTerm "in the range 1-100"; pkg/apis/core/validation
+# ValidatePreferredSchedulingTerms rejects anything outside), so the scheduler's NodeAffinity
+# score favours a recommended driver over other preferences when one has room.
+PREFERRED_WEIGHT = 100
+_PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
+
+
+def preferred_terms(schemes: Iterable[CudaLabels], max_major: int) -> list[dict[str, Any]]:
+    """Preferred scheduling terms for nodes whose driver major is at most `max_major`, one per
+    scheme (a node carrying a scheme's label matches that scheme's term)."""
+    return [
+        {
+            "weight": PREFERRED_WEIGHT,
+            "preference": {"matchExpressions": [_expr(scheme.major, "Lt", max_major + 1)]},
+        }
+        for scheme in schemes
+    ]
+
+
+def preferred_of(spec: Mapping[str, Any]) -> Any:
+    """The pod's preferredDuringScheduling node affinity as written (None when absent)."""
+    affinity = spec.get("affinity")
+    node = affinity.get("nodeAffinity") if is_mapping(affinity) else None
+    return node.get(_PREFERRED) if is_mapping(node) else None
+
+
+def merge_preferred(existing: Sequence[Any] | None, ours: list[dict[str, Any]]) -> list[Any]:
+    """The user's preferred terms, then ours (an earlier copy of ours is not kept twice)."""
+    return [term for term in existing or () if term not in ours] + ours
+
+
 def cross(left: list[Term], right: list[Term]) -> list[Term]:
     """Both conditions: every left term AND every right term (either side empty: the other)."""
     if not left:
@@ -134,9 +166,19 @@ def mentioned_key(spec: Mapping[str, Any], keys: frozenset[str]) -> str:
     return ""
 
 
-def already_injected(spec: Mapping[str, Any], keys: frozenset[str], injected: list[Term]) -> bool:
+def already_injected(
+    spec: Mapping[str, Any],
+    keys: frozenset[str],
+    injected: list[Term],
+    preferred: list[dict[str, Any]] | None = None,
+) -> bool:
     """True when the pod's terms are exactly what merging `injected` into the user's own
-    terms gives: the object was mutated by us already (idempotence, reinvocation)."""
+    terms gives, and its preferred terms end with `preferred`: the object was mutated by us
+    already (idempotence, reinvocation). `keys`: the label keys of what `injected` holds."""
+    if preferred:
+        current = preferred_of(spec)
+        if not isinstance(current, list) or current != merge_preferred(current, preferred):
+            return False
     terms = required_terms(spec)
     if not terms:
         return False
