@@ -1,7 +1,7 @@
 """Cost of knowing a container's CUDA version from its image (SPEC §4 steps 3-5), per call.
 
 Run: .venv/bin/python bench/bench_detect.py [--tree DIR] [--rounds N] [--json]
-  --tree DIR   import the webhook from another checkout (e.g. /work/main), to compare
+  --tree DIR   import the webhook from another checkout (a previous release), to compare
 
 Two paths: `cached` is what a review pays for an image already seen (replicas, resubmissions:
 most reviews), `first` what it pays the first time (the per-image caches cleared before every

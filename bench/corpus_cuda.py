@@ -2,7 +2,7 @@
 where: the measure of issue 17 ("placement decided for 11 of 78 documents").
 
 Run: .venv/bin/python bench/corpus_cuda.py [--corpus DIR] [--tree DIR] [--list] [--json]
-  --tree DIR   import the webhook from another checkout (e.g. /work/main) to measure "before"
+  --tree DIR   import the webhook from another checkout (a previous release) to measure "before"
   --list       one line per GPU container: file, container, image, version, where it came from
 
 Counts every container of every pod spec the webhook finds (built-in and operator kinds),

@@ -70,6 +70,12 @@ from webhook.tls.certs import create_server_ssl_context, write_certificates
 NAMESPACE = CRL_NAMESPACE
 CONFIGMAPS, NODES, CLAIM_TEMPLATES = "configmaps", "nodes", "resourceclaimtemplates"
 CLAIMS = "resourceclaims"
+# What `gpu-webhook audit` lists, and the policy reports the server's audit writes.
+PODS, DEPLOYMENTS, REPLICASETS, JOBS = "pods", "deployments", "replicasets", "jobs"
+STATEFULSETS, DAEMONSETS, CRONJOBS = "statefulsets", "daemonsets", "cronjobs"
+PYTORCHJOBS = "pytorchjobs"
+POLICYREPORTS, OPENREPORTS = "policyreports", "reports"
+LEASES = "leases"  # the lease the server's audit takes, so one replica audits at a time
 _PARTIAL = "as=PartialObjectMetadata;"
 _PARTIAL_LIST = "as=PartialObjectMetadataList;"
 # The bearer token the fake accepts unless told otherwise; write_kubeconfig puts it in.
@@ -104,6 +110,18 @@ RESOURCES = {
     NODES: _Resource("Node", "v1", False),
     CLAIM_TEMPLATES: _Resource("ResourceClaimTemplate", "resource.k8s.io/v1", True),
     CLAIMS: _Resource("ResourceClaim", "resource.k8s.io/v1", True),
+    # The audit's kinds (served through discovery, see _discovery) and the report kinds.
+    PODS: _Resource("Pod", "v1", True),
+    DEPLOYMENTS: _Resource("Deployment", "apps/v1", True),
+    REPLICASETS: _Resource("ReplicaSet", "apps/v1", True),
+    STATEFULSETS: _Resource("StatefulSet", "apps/v1", True),
+    DAEMONSETS: _Resource("DaemonSet", "apps/v1", True),
+    JOBS: _Resource("Job", "batch/v1", True),
+    CRONJOBS: _Resource("CronJob", "batch/v1", True),
+    PYTORCHJOBS: _Resource("PyTorchJob", "kubeflow.org/v1", True),
+    POLICYREPORTS: _Resource("PolicyReport", "wgpolicyk8s.io/v1alpha2", True),
+    OPENREPORTS: _Resource("Report", "openreports.io/v1alpha1", True),
+    LEASES: _Resource("Lease", "coordination.k8s.io/v1", True),
 }
 _BY_KIND = {resource.kind: name for name, resource in RESOURCES.items()}
 
@@ -117,6 +135,7 @@ class RecordedRequest:
     accept: str = ""
     authorization: str = ""  # the Authorization header as sent ("" without one)
     at: float = 0.0  # arrival, in the event loop's clock
+    method: str = "GET"
 
     @property
     def is_watch(self) -> bool:
@@ -374,6 +393,7 @@ class FakeKube:
         self._fail_message = ""
         self._refused: dict[str, tuple[int, str]] = {}
         self._gone_next_watch: str | None = None
+        self._uninstalled: set[str] = set()
         # Lists of these resources wait until released: a slow first list (a large cluster).
         self._held: dict[str, asyncio.Event] = {}
         self._throttled = 0
@@ -394,6 +414,7 @@ class FakeKube:
                 prefix = f"/apis/{resource.api_version}"
                 app.router.add_get(f"{prefix}/{name}", self._handle)
                 app.router.add_get(f"{prefix}/namespaces/{{namespace}}/{name}", self._handle)
+        self._add_audit_routes(app)
         # handler_cancellation: a client that hangs up ends its watch here, so `open_watches`
         # tells the tests whether the watcher really closed its connection.
         self._runner = web.AppRunner(
@@ -468,6 +489,8 @@ class FakeKube:
         # "oldest wins" conflict ordering deterministic.
         created = old["metadata"]["creationTimestamp"] if old else _timestamp(self.revision)
         new["metadata"]["creationTimestamp"] = created
+        # Like the API server: a uid on create, kept on update (ownerReferences name it).
+        new["metadata"].setdefault("uid", old["metadata"]["uid"] if old else f"uid-{self.revision}")
         self._objects[resource][key] = new
         self._record(_Change(self.revision, "MODIFIED" if old else "ADDED", resource, new, old))
         return str(self.revision)
@@ -565,6 +588,165 @@ class FakeKube:
     def open_watches_of(self, resource: str) -> int:
         return sum(1 for w in self._watchers if w.resource == resource)
 
+    # -- the audit's kinds: Pods, discovery, object reads and writes (the policy reports) ------
+
+    def fail_resource(self, resource: str, status: int, message: str) -> None:
+        """One resource answers `status` (e.g. 500 while etcd elects a leader); `allow` undoes."""
+        self._refused[resource] = (status, message)
+
+    def not_installed(self, group: str) -> None:
+        """The group's CRDs are not installed: absent from discovery, its lists 404."""
+        self._uninstalled.add(group)
+        for name, resource in RESOURCES.items():
+            if resource.api_version.partition("/")[0] == group:
+                self.not_served(name)
+
+    def objects(self, resource: str) -> list[dict[str, Any]]:
+        """Every stored object of a resource (a test reads what a client wrote)."""
+        return [copy.deepcopy(o) for _, o in sorted(self._objects[resource].items())]
+
+    def _add_audit_routes(self, app: web.Application) -> None:
+        app.router.add_get("/api/v1/pods", self._handle)
+        app.router.add_get("/api/v1/namespaces/{namespace}/pods", self._handle)
+        app.router.add_get("/apis", self._group_list)
+        app.router.add_get("/apis/{group}/{version}", self._resource_list)
+        for name, resource in RESOURCES.items():
+            if "/" not in resource.api_version:
+                continue
+            collection = f"/apis/{resource.api_version}/namespaces/{{namespace}}/{name}"
+            app.router.add_post(collection, self._write)
+            for method in ("GET", "PUT", "DELETE"):
+                app.router.add_route(method, f"{collection}/{{name}}", self._write)
+
+    def _admitted(self, request: web.Request) -> web.Response | None:
+        """Record the request; the answer when the handler chain stops it before the resource
+        (an outage, authentication), as `_handle` does; None to go on."""
+        authorization = request.headers.get("Authorization", "")
+        now = asyncio.get_running_loop().time()
+        self.requests.append(
+            RecordedRequest(
+                request.path, dict(request.query), "", authorization, now, request.method
+            )
+        )
+        if self._fail_status is not None:
+            if self._fail_status == 0:
+                assert request.transport is not None
+                request.transport.close()
+                raise web.HTTPInternalServerError
+            reason = {401: "Unauthorized", 403: "Forbidden"}.get(self._fail_status, "InternalError")
+            return web.json_response(
+                _status(self._fail_status, reason, self._fail_message), status=self._fail_status
+            )
+        if not self._authenticated(authorization):
+            return web.json_response(_status(401, "Unauthorized", "Unauthorized"), status=401)
+        return None
+
+    def _served_groups(self) -> dict[str, list[str]]:
+        groups: dict[str, list[str]] = {}
+        for resource in RESOURCES.values():
+            group, _, version = resource.api_version.partition("/")
+            if version and group not in self._uninstalled:
+                groups.setdefault(group, [])
+                if version not in groups[group]:
+                    groups[group].append(version)
+        return groups
+
+    async def _group_list(self, request: web.Request) -> web.Response:
+        """meta/v1 APIGroupList, as GET /apis answers (apimachinery discovery types)."""
+        if (stopped := self._admitted(request)) is not None:
+            return stopped
+        groups = [
+            {
+                "name": group,
+                "versions": [{"groupVersion": f"{group}/{v}", "version": v} for v in versions],
+                "preferredVersion": {
+                    "groupVersion": f"{group}/{versions[0]}",
+                    "version": versions[0],
+                },
+            }
+            for group, versions in sorted(self._served_groups().items())
+        ]
+        body = {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
+        return web.json_response(body)
+
+    async def _resource_list(self, request: web.Request) -> web.Response:
+        """meta/v1 APIResourceList of one group-version."""
+        if (stopped := self._admitted(request)) is not None:
+            return stopped
+        group_version = f"{request.match_info['group']}/{request.match_info['version']}"
+        if request.match_info["group"] in self._uninstalled:
+            message = "the server could not find the requested resource"
+            return web.json_response(_status(404, "NotFound", message), status=404)
+        resources = [
+            {
+                "name": name,
+                "singularName": resource.kind.lower(),
+                "namespaced": resource.namespaced,
+                "kind": resource.kind,
+                "verbs": ["create", "delete", "get", "list", "update", "watch"],
+            }
+            for name, resource in RESOURCES.items()
+            if resource.api_version == group_version
+        ]
+        if not resources:
+            message = "the server could not find the requested resource"
+            return web.json_response(_status(404, "NotFound", message), status=404)
+        # A status subresource, as CRDs with one advertise it: never a kind to list.
+        resources += [{**r, "name": f"{r['name']}/status", "verbs": ["get"]} for r in resources]
+        body = {
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": group_version,
+            "resources": resources,
+        }
+        return web.json_response(body)
+
+    async def _write(self, request: web.Request) -> web.Response:
+        """GET/PUT/DELETE of one object and POST to a collection, with the API server's
+        create (409 AlreadyExists), optimistic concurrency (409 Conflict on a stale
+        resourceVersion) and 404 NotFound answers."""
+        parts = request.path.split("/")
+        name = request.match_info.get("name")
+        resource = parts[-2] if name else parts[-1]
+        namespace = request.match_info["namespace"]
+        if (stopped := self._admitted(request)) is not None:
+            return stopped
+        refused = self._refused.get(resource)
+        if refused is not None:
+            code, message = refused
+            reason = {403: "Forbidden", 404: "NotFound"}.get(code, "InternalError")
+            return web.json_response(_status(code, reason, message), status=code)
+        kind = RESOURCES[resource]
+        held = self._objects[resource].get((namespace, name or ""))
+        if request.method == "POST":
+            obj = await request.json()
+            name = obj.get("metadata", {}).get("name", "")
+            if (namespace, name) in self._objects[resource]:
+                message = f'{resource} "{name}" already exists'
+                return web.json_response(_status(409, "AlreadyExists", message), status=409)
+        elif held is None:
+            message = f'{resource} "{name}" not found'
+            return web.json_response(_status(404, "NotFound", message), status=404)
+        if request.method == "GET":
+            return web.json_response(held)
+        if request.method == "DELETE":
+            self.delete(name or "", kind=kind.kind, namespace=namespace)
+            return web.json_response(_status(200, "", "deleted") | {"status": "Success"})
+        if request.method == "PUT":
+            obj = await request.json()
+            sent = obj.get("metadata", {}).get("resourceVersion")
+            if sent and held is not None and sent != held["metadata"]["resourceVersion"]:
+                message = (
+                    "the object has been modified; please apply your changes to the latest "
+                    "version and try again"
+                )
+                return web.json_response(_status(409, "Conflict", message), status=409)
+        obj = {**obj, "kind": kind.kind, "apiVersion": kind.api_version}
+        obj["metadata"] = {**obj.get("metadata", {}), "namespace": namespace}
+        self.put(obj)
+        stored = self._objects[resource][(namespace, obj["metadata"]["name"])]
+        return web.json_response(stored, status=201 if request.method == "POST" else 200)
+
     # -- protocol --------------------------------------------------------------------------
 
     def _record(self, change: _Change) -> None:
@@ -640,7 +822,7 @@ class FakeKube:
         resource = recorded.resource
         if resource in self._refused:
             code, message = self._refused[resource]
-            reason = "Forbidden" if code == 403 else "NotFound"
+            reason = {403: "Forbidden", 404: "NotFound"}.get(code, "InternalError")
             return web.json_response(_status(code, reason, message), status=code)
         # The API server's negotiation: the list form for lists, the object form for watches.
         wants_list, wants_object = _PARTIAL_LIST in accept, _PARTIAL in accept

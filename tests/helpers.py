@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -17,8 +18,15 @@ from webhook.core.policyset import PolicySet
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGMAPS = ROOT / "configmaps"
 EXAMPLES = ROOT / "examples"
-# The repository is cloned with shared/ beside it (locally /work/main + /work/shared, and in CI).
-CORPUS = ROOT.parent / "shared" / "corpus"
+# The product's own fixtures: small manifests and AdmissionReviews written for these tests.
+DATA = ROOT / "tests" / "data"
+# The external corpus of upstream manifests and AdmissionReviews (not part of the repository):
+# $GPU_WEBHOOK_CORPUS, else shared/corpus beside the clone. Tests that read it skip without it.
+CORPUS = Path(os.environ.get("GPU_WEBHOOK_CORPUS") or ROOT.parent / "shared" / "corpus")
+CORPUS_MISSING = (
+    f"external corpus not found at {CORPUS}: set GPU_WEBHOOK_CORPUS=DIR or put shared/corpus "
+    "beside the clone (the repository's own fixtures in tests/data run without it)"
+)
 
 VCORE = "tencent.com/vcuda-core"
 VMEM = "tencent.com/vcuda-memory"
@@ -281,7 +289,26 @@ def assert_idempotent(
     assert again.notes == ()
 
 
-async def eventually(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+def assert_stable(doc: Mapping[str, Any], policy_set: PolicySet, config: WebhookConfig) -> None:
+    """evaluate() of a manifest document: its patch yields `mutated`, a second pass changes nothing.
+
+    A WebhookError propagates: a document that cannot be evaluated fails the caller's test
+    unless the caller expects exactly that error.
+    """
+    decision = evaluate(doc, policy_set, config)
+    assert decision.handled or decision.patch == []
+    if decision.mutated is None:
+        assert decision.patch == []
+        return
+    mutated = apply(decision)
+    assert mutated == decision.mutated
+    again = evaluate(mutated, policy_set, config)
+    assert again.patch == []
+    assert again.notes == ()
+    assert again.allowed == decision.allowed
+
+
+async def eventually(check: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
     """Poll until `check()` holds; the deadline only bounds a failing test."""
     deadline = asyncio.get_running_loop().time() + timeout
     while not check():

@@ -82,6 +82,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "cert-manager": {"certManager": {"enabled": True}},
     "policies": {"policies": {"install": True}},
     "single-replica": {"replicaCount": 1},
+    "registry": {
+        "registryAuth": {"secretName": "registry-pull"},
+        "registryCA": {"configMapName": "corp-ca", "key": "bundle.pem"},
+        "extraEnv": [{"name": "HTTPS_PROXY", "value": "http://proxy.corp:3128"}],
+    },
     "servicemonitor": {
         "metrics": {"serviceMonitor": {"enabled": True}},
         "priorityClassName": "system-cluster-critical",
@@ -273,6 +278,12 @@ def test_container_args_are_the_serve_contract_pointing_at_mounted_files(render:
         "5",
         "--log-format",
         "json",
+        "--audit-interval",
+        "3600",
+        "--audit-reports",
+        "wgpolicyk8s",
+        "--audit-lease",
+        f"{NAMESPACE}/{FULLNAME}-audit",
     ]
     pod = one(objects, "Deployment")["spec"]["template"]["spec"]
     volumes = {v["name"]: v for v in pod["volumes"]}
@@ -585,12 +596,14 @@ def test_cert_manager_issues_the_serving_certificate_and_injects_the_ca(render: 
 
 
 def test_rbac_reads_configmaps_in_kube_public_only(render: Render) -> None:
-    # With the node inventory and the claim cache off; their ClusterRole: test_chart_rbac.py.
+    # With the node inventory, the claim cache and the audit off; their ClusterRoles:
+    # test_chart_rbac.py and test_chart_audit.py.
     objects = render(
         {
             "policies": {"install": True},
             "metrics": {"serviceMonitor": {"enabled": True}},
             "config": {"nodeInventory": False, "claimTemplateCache": False},
+            "audit": {"enabled": False},
         }
     )
     kinds = {obj["kind"] for obj in objects}

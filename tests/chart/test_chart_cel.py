@@ -14,13 +14,13 @@ import cel
 import pytest
 import yaml
 
+from tests.helpers import CORPUS, CORPUS_MISSING, DATA
 from webhook.core.workloads import find_pod_specs, lookup
 
 from .conftest import Render
 
-CORPUS = Path("/work/shared/corpus/manifests")
-if not CORPUS.is_dir():  # the repository's copy when shared/ is beside the clone
-    CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus" / "manifests"
+# The repository's own manifests, and the external corpus of upstream ones when it is there.
+MANIFESTS = {"repository": DATA / "manifests", "corpus": CORPUS / "manifests"}
 POD_SPEC_PATHS = {
     "Pod": ("spec",),
     "Deployment": ("spec", "template", "spec"),
@@ -56,10 +56,19 @@ def uses_extended_resource(pod_spec: dict[str, Any]) -> bool:
     return False
 
 
-def corpus_objects() -> list[tuple[str, dict[str, Any]]]:
-    """Every Pod and workload of the corpus, with an id naming its file."""
+@pytest.fixture(params=sorted(MANIFESTS))
+def manifests(request: pytest.FixtureRequest) -> Path:
+    """A folder of manifests: the repository's (always there) or the external corpus."""
+    folder = MANIFESTS[request.param]
+    if not folder.is_dir():
+        pytest.skip(CORPUS_MISSING)
+    return folder
+
+
+def corpus_objects(folder: Path) -> list[tuple[str, dict[str, Any]]]:
+    """Every Pod and workload of the folder's manifests, with an id naming its file."""
     found = []
-    for path in sorted(CORPUS.glob("*.yaml")):
+    for path in sorted(folder.glob("*.yaml")):
         for index, doc in enumerate(yaml.safe_load_all(path.read_text(encoding="utf-8"))):
             # Only the built-in kinds the webhook rules select (a volcano "Job" is not one).
             if (
@@ -84,8 +93,8 @@ def matches(expression: str, obj: dict[str, Any]) -> bool:
     return result
 
 
-def test_corpus_has_gpu_and_non_gpu_workloads() -> None:
-    objects = corpus_objects()
+def test_manifests_have_gpu_and_non_gpu_workloads(manifests: Path) -> None:
+    objects = corpus_objects(manifests)
     kinds = {obj["kind"] for _, obj in objects}
     assert {"Pod", "Deployment", "Job", "CronJob", "StatefulSet", "DaemonSet"} <= kinds
     answers = {uses_extended_resource(pod_spec(obj)) for _, obj in objects}
@@ -96,10 +105,10 @@ def test_corpus_has_gpu_and_non_gpu_workloads() -> None:
     "configuration", ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"]
 )
 def test_conditions_select_exactly_the_objects_asking_for_extended_resources(
-    render: Render, configuration: str
+    render: Render, configuration: str, manifests: Path
 ) -> None:
     exprs = expressions(render)
-    for name, obj in corpus_objects():
+    for name, obj in corpus_objects(manifests):
         purpose = "pods" if obj["kind"] == "Pod" else "workloads"
         expected = uses_extended_resource(pod_spec(obj))
         assert matches(exprs[(configuration, purpose)], obj) is expected, name
@@ -195,10 +204,10 @@ def test_crl_condition_selects_crl_candidates_only(
 # --- operator workloads (SPEC §6) ----------------------------------------------------------------
 
 
-def operator_objects() -> list[tuple[str, dict[str, Any]]]:
-    """Every corpus document of a kind in the webhook's registry that is not a built-in kind."""
+def operator_objects(folder: Path) -> list[tuple[str, dict[str, Any]]]:
+    """Every document of a kind in the webhook's registry that is not a built-in kind."""
     found = []
-    for path in sorted(CORPUS.glob("*.yaml")):
+    for path in sorted(folder.glob("*.yaml")):
         for index, doc in enumerate(yaml.safe_load_all(path.read_text(encoding="utf-8"))):
             if not isinstance(doc, dict) or not isinstance(doc.get("kind"), str):
                 continue
@@ -222,8 +231,8 @@ def operator_asks(obj: dict[str, Any]) -> bool:
     return False
 
 
-def test_corpus_has_gpu_and_non_gpu_operator_workloads() -> None:
-    objects = operator_objects()
+def test_manifests_have_gpu_and_non_gpu_operator_workloads(manifests: Path) -> None:
+    objects = operator_objects(manifests)
     kinds = {obj["kind"] for _, obj in objects}
     assert {"PyTorchJob", "MPIJob", "RayCluster", "RayJob", "RayService"} <= kinds
     assert {"LeaderWorkerSet", "Job", "InferenceService", "PaddleJob"} <= kinds
@@ -233,11 +242,11 @@ def test_corpus_has_gpu_and_non_gpu_operator_workloads() -> None:
 @pytest.mark.parametrize(
     "configuration", ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"]
 )
-def test_operator_condition_matches_the_registry_on_every_corpus_manifest(
-    render: Render, configuration: str
+def test_operator_condition_matches_the_registry_on_every_manifest(
+    render: Render, configuration: str, manifests: Path
 ) -> None:
     expression = expressions(render)[(configuration, "operators")]
-    for name, obj in operator_objects():
+    for name, obj in operator_objects(manifests):
         assert matches(expression, obj) is operator_asks(obj), name
 
 

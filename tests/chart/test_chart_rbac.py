@@ -1,6 +1,6 @@
 """Chart RBAC for the watched kinds (SPEC §10): CRL ConfigMaps in kube-public (Role), Nodes and
 DRA ResourceClaimTemplates and ResourceClaims cluster-wide (ClusterRole), each switched with its
-config value."""
+config value. The audit's own ClusterRole (FULLNAME-audit): test_chart_audit.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from tests.chart.conftest import NAMESPACE, Render
-from tests.chart.test_chart import find, one
+from tests.chart.test_chart import FULLNAME, find, one
 
 READ = ["get", "list", "watch"]
 NODES_RULE = {"apiGroups": [""], "resources": ["nodes"], "verbs": READ}
@@ -34,9 +34,9 @@ def test_default_install_reads_nodes_and_dra_claims_cluster_wide_and_nothing_els
     render: Render,
 ) -> None:
     objects = render()
-    role = one(objects, "ClusterRole")
+    role = one(objects, "ClusterRole", FULLNAME)
     assert role["rules"] == [NODES_RULE, CLAIMS_RULE]
-    binding = one(objects, "ClusterRoleBinding")
+    binding = one(objects, "ClusterRoleBinding", FULLNAME)
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
         "kind": "ClusterRole",
@@ -47,7 +47,7 @@ def test_default_install_reads_nodes_and_dra_claims_cluster_wide_and_nothing_els
         {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": NAMESPACE}
     ]
     # The namespaced Role stays what it was: ConfigMaps in kube-public.
-    assert one(objects, "Role")["rules"] == [
+    assert one(objects, "Role", FULLNAME)["rules"] == [
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": READ}
     ]
     config = rendered_config(objects)
@@ -66,16 +66,21 @@ def test_each_switch_removes_its_permission_and_reaches_the_webhook_config(
     render: Render, values: dict[str, bool], rules: list[dict[str, Any]]
 ) -> None:
     objects = render({"config": values})
-    assert one(objects, "ClusterRole")["rules"] == rules
+    assert one(objects, "ClusterRole", FULLNAME)["rules"] == rules
     config = rendered_config(objects)
     for key, value in values.items():
         assert config[key] is value
 
 
 def test_both_switches_off_leave_no_cluster_wide_permission(render: Render) -> None:
-    objects = render({"config": {"nodeInventory": False, "claimTemplateCache": False}})
+    off = {"nodeInventory": False, "claimTemplateCache": False}
+    objects = render({"config": off, "audit": {"enabled": False}})
     assert find(objects, "ClusterRole") == []
     assert find(objects, "ClusterRoleBinding") == []
+    # With the audit on, its role is the only cluster-wide one left.
+    objects = render({"config": off})
+    names = [o["metadata"]["name"] for o in find(objects, "ClusterRole")]
+    assert names == [f"{FULLNAME}-audit"]
 
 
 def test_the_values_schema_rejects_a_non_boolean_switch(render: Render) -> None:

@@ -14,9 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from aiohttp import web
 
+from webhook.admission.jsoncodec import JsonCodec, json_codec
 from webhook.admission.state import STATE, WebhookState
 from webhook.core.crl import crl_configmap as build_crl_configmap
 from webhook.sources.files import load_policy_dir
@@ -51,6 +53,19 @@ TEST_POLICIES: dict[str, dict[str, str]] = {
         "max": "8",
     },
 }
+
+
+# The request path's JSON codecs: orjson (the `fast` extra, the default install) and the
+# standard library (`pip install .`). The integration servers run under both.
+CODECS = ("orjson", "json")
+
+
+def codec_named(name: str) -> JsonCodec:
+    """The codec called `name`; skips the test when orjson is not installed."""
+    codec = json_codec(prefer_orjson=name == "orjson")
+    if codec.name != name:
+        pytest.skip("orjson is not installed (the `fast` extra): only the json codec runs")
+    return codec
 
 
 def crl_configmap(name: str, data: dict[str, str], *, enabled: str = "true") -> dict[str, Any]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import http.client
 import json
 import signal
 import socket
@@ -20,30 +19,41 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_serve import (
+from tests.integration.helpers import CODECS, codec_named
+from tests.integration.serving import (
     EXAMPLE,
+    Served,
+    assert_no_errors,
     environment,
     get,
     gpu_webhook,
+    poll,
     run_to_exit,
     serve_process,
 )
 from webhook.admission.body import MAX_BODY_BYTES
 from webhook.admission.limits import BODY_TIMEOUT, HEADER_TIMEOUT, TLS_HANDSHAKE_TIMEOUT
 
-Served = tuple[subprocess.Popen[str], int, int, Path]
 
-
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory, policy_dir: Path) -> Iterator[Served]:
-    with serve_process(tmp_path_factory.mktemp("edges"), policy_dir) as running:
+@pytest.fixture(scope="module", params=CODECS)
+def served(
+    tmp_path_factory: pytest.TempPathFactory, policy_dir: Path, request: pytest.FixtureRequest
+) -> Iterator[Served]:
+    """One server per codec for the tests of what a body holds."""
+    codec_named(request.param)
+    with serve_process(
+        tmp_path_factory.mktemp("edges"), policy_dir, codec=request.param
+    ) as running:
         yield running
 
 
-def tls_socket(port: int, cert_dir: Path) -> ssl.SSLSocket:
-    context = ssl.create_default_context(cafile=str(cert_dir / "ca.crt"))
-    raw = socket.create_connection(("127.0.0.1", port), timeout=HEADER_TIMEOUT + 5)
-    return context.wrap_socket(raw, server_hostname="localhost")
+@pytest.fixture(scope="module")
+def slow_clients_server(
+    tmp_path_factory: pytest.TempPathFactory, policy_dir: Path
+) -> Iterator[Served]:
+    """One server for the deadline tests, which never get as far as JSON."""
+    with serve_process(tmp_path_factory.mktemp("deadlines"), policy_dir) as running:
+        yield running
 
 
 def read_until_closed(sock: ssl.SSLSocket) -> bytes:
@@ -54,30 +64,48 @@ def read_until_closed(sock: ssl.SSLSocket) -> bytes:
     return data
 
 
-def post(
-    port: int, cert_dir: Path, body: bytes, headers: dict[str, str]
-) -> tuple[int, dict[str, str], bytes]:
-    context = ssl.create_default_context(cafile=str(cert_dir / "ca.crt"))
-    conn = http.client.HTTPSConnection("localhost", port, context=context, timeout=10)
+def read_response(sock: ssl.SSLSocket, ending: bytes) -> bytes:
+    """Read from a kept-alive connection until the data ends with `ending`."""
+    data = b""
+    while not data.endswith(ending):
+        chunk = sock.recv(65536)
+        assert chunk, data
+        data += chunk
+    return data
+
+
+def refuses_connections(port: int) -> bool:
     try:
-        conn.request("POST", "/mutate", body, {"Content-Type": "application/json", **headers})
-        response = conn.getresponse()
-        return response.status, dict(response.getheaders()), response.read()
-    finally:
-        conn.close()
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    except ConnectionRefusedError:
+        return True
+    return False
 
 
-def test_partial_headers_are_closed_within_the_header_timeout(served: Served) -> None:
-    _, port, _, cert_dir = served
-    with tls_socket(port, cert_dir) as sock:
+def headers_expecting_continue(path: str, length: int) -> bytes:
+    """Request headers with `Expect: 100-continue`: aiohttp answers `100 Continue` once the
+    handler runs, which tells the test that the review is in flight."""
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+        f"Expect: 100-continue\r\nContent-Length: {length}\r\n\r\n"
+    ).encode()
+
+
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+
+
+def test_partial_headers_are_closed_within_the_header_timeout(
+    slow_clients_server: Served,
+) -> None:
+    with slow_clients_server.tls_socket(HEADER_TIMEOUT + 5) as sock:
         started = time.monotonic()
         sock.sendall(b"POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: app")
         assert read_until_closed(sock) == b""
         assert time.monotonic() - started < HEADER_TIMEOUT + 2
 
 
-def test_a_stalled_tls_handshake_is_closed_within_its_timeout(served: Served) -> None:
-    _, port, _, _ = served
+def test_a_stalled_tls_handshake_is_closed_within_its_timeout(slow_clients_server: Served) -> None:
+    port = slow_clients_server.port
     with socket.create_connection(("127.0.0.1", port), timeout=TLS_HANDSHAKE_TIMEOUT + 5) as raw:
         started = time.monotonic()
         raw.sendall(b"\x16\x03\x01")  # the first bytes of a ClientHello, then nothing
@@ -86,9 +114,8 @@ def test_a_stalled_tls_handshake_is_closed_within_its_timeout(served: Served) ->
         assert time.monotonic() - started < TLS_HANDSHAKE_TIMEOUT + 2
 
 
-def test_a_trickled_body_is_answered_408_and_closed(served: Served) -> None:
-    _, port, _, cert_dir = served
-    with tls_socket(port, cert_dir) as sock:
+def test_a_trickled_body_is_answered_408_and_closed(slow_clients_server: Served) -> None:
+    with slow_clients_server.tls_socket(HEADER_TIMEOUT + 5) as sock:
         started = time.monotonic()
         sock.sendall(
             b"POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
@@ -120,8 +147,7 @@ def test_a_trickled_body_is_answered_408_and_closed(served: Served) -> None:
 def test_a_body_that_cannot_be_decoded_is_a_400_with_the_reason(
     served: Served, encoding: str, body: bytes, reason: bytes
 ) -> None:
-    _, port, _, cert_dir = served
-    status, _, text = post(port, cert_dir, body, {"Content-Encoding": encoding})
+    status, _, text = served.post(body, {"Content-Encoding": encoding})
     assert status == 400
     assert text.startswith(reason)
 
@@ -139,17 +165,18 @@ def test_a_body_that_cannot_be_decoded_is_a_400_with_the_reason(
 def test_compressed_bodies_are_reviewed(
     served: Served, encoding: str, compress: Callable[[bytes], bytes]
 ) -> None:
-    _, port, _, cert_dir = served
-    body = compress(EXAMPLE.read_bytes())
-    status, _, text = post(port, cert_dir, body, {"Content-Encoding": encoding})
+    status, _, plain = served.post(EXAMPLE.read_bytes())
     assert status == 200
+    status, _, text = served.post(compress(EXAMPLE.read_bytes()), {"Content-Encoding": encoding})
+    assert status == 200
+    # The same answer as for the body sent as it is (a patch, so the review was evaluated).
+    assert json.loads(text) == json.loads(plain)
     assert json.loads(text)["response"]["patchType"] == "JSONPatch"
 
 
 def test_a_decompression_bomb_is_413_not_memory(served: Served) -> None:
-    _, port, _, cert_dir = served
     bomb = gzip.compress(b" " * (MAX_BODY_BYTES + 1024))  # ~8 KB on the wire
-    status, _, text = post(port, cert_dir, bomb, {"Content-Encoding": "gzip"})
+    status, _, text = served.post(bomb, {"Content-Encoding": "gzip"})
     assert status == 413
     assert text.endswith(b"(after decompression)\n")
 
@@ -157,50 +184,50 @@ def test_a_decompression_bomb_is_413_not_memory(served: Served) -> None:
 def test_a_client_leaving_mid_body_is_no_error_in_the_logs(
     tmp_path: Path, policy_dir: Path
 ) -> None:
-    with serve_process(tmp_path, policy_dir, "--drain-seconds", "0") as (process, port, _, cert):
-        with tls_socket(port, cert) as sock:
-            sock.sendall(
-                b"POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json"
-                b'\r\nContent-Length: 5000\r\n\r\n{"kind": '
-            )
-            time.sleep(0.3)
-        time.sleep(0.3)
-        status, _, _ = post(port, cert, EXAMPLE.read_bytes(), {})
+    with serve_process(
+        tmp_path, policy_dir, "--drain-seconds", "0", "--log-level", "debug"
+    ) as served:
+        with served.tls_socket(10) as sock:
+            sock.sendall(headers_expecting_continue("/validate", 5000) + b'{"kind": ')
+            assert sock.recv(100) == CONTINUE  # the review is in flight
+        # The server saw the client leave (a debug line, nothing louder) and goes on serving.
+        served.log.wait_for(
+            lambda line: "client disconnected before sending the whole body of /validate" in line,
+            "saying the client left",
+        )
+        status, _, _ = served.post(EXAMPLE.read_bytes())
         assert status == 200
-        process.send_signal(signal.SIGTERM)
-        _, stderr = process.communicate(timeout=30)
-    assert process.returncode == 0
-    assert "Traceback" not in stderr
-    assert '"level": "ERROR"' not in stderr.replace('"level":"ERROR"', '"level": "ERROR"')
+        served.signal(signal.SIGTERM)
+        _, stderr = served.finish()
+    assert served.process.returncode == 0
+    assert_no_errors(stderr)
 
 
 def test_sigterm_drains_then_exits_zero(tmp_path: Path, policy_dir: Path) -> None:
     drain = 3.0
-    with serve_process(tmp_path, policy_dir, "--drain-seconds", str(drain)) as running:
-        process, port, metrics_port, cert_dir = running
-        assert get(metrics_port, "/readyz")[0] == 200
-        process.send_signal(signal.SIGTERM)
-        signalled = time.monotonic()
-        time.sleep(0.3)
+    with serve_process(tmp_path, policy_dir, "--drain-seconds", str(drain)) as served:
+        assert get(served.metrics_port, "/readyz")[0] == 200
+        signalled = served.signal(signal.SIGTERM)
         # During the drain delay: not ready, but reviews are still answered, with
         # Connection: close so the API server's keep-alive connections move elsewhere.
-        assert get(metrics_port, "/readyz") == (
+        poll(lambda: get(served.metrics_port, "/readyz")[0] == 503, "/readyz answers 503")
+        assert get(served.metrics_port, "/readyz") == (
             503,
             "shutting down: draining connections, send reviews to other replicas\n",
         )
-        status, headers, body = post(port, cert_dir, EXAMPLE.read_bytes(), {})
+        status, headers, body = served.post(EXAMPLE.read_bytes())
         assert status == 200
         assert headers["Connection"] == "close"
         assert json.loads(body)["response"]["allowed"] is True
         assert time.monotonic() - signalled < drain
-        assert process.poll() is None
-        process.communicate(timeout=30)
+        assert served.process.poll() is None
+        _, stderr = served.finish()
         exited = time.monotonic()
-    assert process.returncode == 0
+    assert served.process.returncode == 0
     assert drain - 0.5 < exited - signalled < drain + 10
     # After the drain the listener is closed.
-    with pytest.raises(ConnectionRefusedError):
-        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    assert refuses_connections(served.port)
+    assert_no_errors(stderr)
 
 
 def test_self_signed_without_cert_dir_leaves_no_ca_key_when_start_up_fails(
@@ -234,15 +261,14 @@ def test_self_signed_without_cert_dir_removes_its_ca_at_exit(
         "0",
         temp_cert_dir=True,
         env={"TMPDIR": str(scratch)},
-    ) as (process, _, metrics_port, _):
-        assert get(metrics_port, "/readyz")[0] == 200
-        assert process.stdout is not None
-        ca = Path(process.stdout.readline().split()[2])
+    ) as served:
+        assert served.process.stdout is not None
+        ca = Path(served.process.stdout.readline().split()[2])
         assert ca.parent.parent == scratch
         assert (ca.parent / "ca.key").exists()
-        process.send_signal(signal.SIGTERM)
-        process.communicate(timeout=30)
-    assert process.returncode == 0
+        served.signal(signal.SIGTERM)
+        served.finish()
+    assert served.process.returncode == 0
     assert list(scratch.iterdir()) == []
 
 
@@ -270,17 +296,20 @@ def test_out_of_range_ports_are_refused_with_exit_2(
 
 
 def test_connections_past_the_cap_are_closed_at_once(tmp_path: Path, policy_dir: Path) -> None:
-    with serve_process(tmp_path, policy_dir, "--max-connections", "2") as running:
-        process, port, _, cert_dir = running
-        held = [tls_socket(port, cert_dir) for _ in range(2)]
+    with serve_process(
+        tmp_path, policy_dir, "--max-connections", "2", "--drain-seconds", "0"
+    ) as served:
+        held = [served.tls_socket(HEADER_TIMEOUT + 5) for _ in range(2)]
         try:
             for sock in held:
-                sock.sendall(b"POST /mutate HTTP/1.1\r\nHost: localhost\r\n")
-            time.sleep(0.3)  # both registered by the server
+                # An answered request: the server has counted this connection, which stays
+                # open (keep-alive) for HEADER_TIMEOUT seconds.
+                sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+                assert read_response(sock, b"\r\n\r\nok\n").startswith(b"HTTP/1.1 200 ")
             started = time.monotonic()
             with (
                 contextlib.suppress(ssl.SSLError, ConnectionError),
-                tls_socket(port, cert_dir) as extra,
+                served.tls_socket(HEADER_TIMEOUT + 5) as extra,
             ):
                 extra.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
                 assert read_until_closed(extra) == b""
@@ -288,15 +317,14 @@ def test_connections_past_the_cap_are_closed_at_once(tmp_path: Path, policy_dir:
         finally:
             for sock in held:
                 sock.close()
+
         # Once the held connections are gone, the server accepts again.
-        deadline = time.monotonic() + 10
-        while True:
+        def accepts() -> bool:
             with contextlib.suppress(OSError, ssl.SSLError):
-                status, _, _ = post(port, cert_dir, EXAMPLE.read_bytes(), {})
-                if status == 200:
-                    break
-            assert time.monotonic() < deadline, "the server did not accept again"
-            time.sleep(0.1)
-        process.send_signal(signal.SIGTERM)
-        _, stderr = process.communicate(timeout=30)
+                return served.post(EXAMPLE.read_bytes())[0] == 200
+            return False
+
+        poll(accepts, "the server accepts connections again")
+        served.signal(signal.SIGTERM)
+        _, stderr = served.finish()
     assert "refusing connections: 2 are open (--max-connections); 1 refused so far" in stderr

@@ -60,8 +60,9 @@ def test_good_pytorchjob_is_not_patched_but_warned(server: RunningServer) -> Non
     assert response["warnings"] == [
         "will apply to replica Worker pods: defaulted tencent.com/vcuda-memory=8 in container "
         '"pytorch"',
-        "will apply to replica Worker pods: required vGPU nodes with CUDA ≥ 12.1 "
-        "(image pytorch/pytorch:2.3.0-cuda12.1-cudnn8-ru…",
+        # The shorter prefix keeps the image whole (issue 17 item 6).
+        "for replica Worker pods: required vGPU nodes with CUDA ≥ 12.1 "
+        "(image pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime)",
     ]
     validate = server.review("/validate", job_review(obj))["response"]
     assert validate == {"uid": UID, "allowed": True}
@@ -187,8 +188,8 @@ def test_cluster_training_runtime_is_checked_without_a_namespace(server: Running
     assert response["warnings"] == [
         "will apply to replicated job node pods: set requests.nvidia.com/gpu=2 from limits in "
         'container "node"',
-        "CUDA version of torchtune-trainer unknown, no affinity: set "
-        "features.alauda.io/cuda-version or imageCudaTable",
+        "replicated job node: CUDA of ghcr.io/kubeflow/trainer/torchtune-trainer unknown: "
+        "set features.alauda.io/cuda-version",
     ]
     obj["spec"]["template"]["spec"]["replicatedJobs"][2]["template"]["spec"]["template"]["spec"][
         "containers"
@@ -209,8 +210,8 @@ def test_llm_inference_service_and_knative_service(server: RunningServer) -> Non
     response = server.review("/mutate", review_of(ksvc))["response"]
     assert "patch" not in response
     assert response["warnings"] == [
-        "CUDA version of vllm:0.1 unknown, no affinity: set features.alauda.io/cuda-version "
-        "or imageCudaTable"
+        "CUDA version of rtalaricw/vllm:0.1 unknown, no affinity: set "
+        "features.alauda.io/cuda-version or imageCudaTable"
     ]
     text = server.request("GET", "/metrics").text
     assert 'kind="LLMInferenceService"' in text and 'kind="Service"' in text

@@ -194,6 +194,12 @@ async def test_no_compatible_node_deny_denies_once_the_node_is_relabelled(
 
 # --- start-up: the first Node list still running (issue 18, defect 2) ---------------------------
 
+
+def claims_listed(store: PolicyStore) -> bool:
+    """Both DRA kinds listed: only the held Node list is left for readiness to wait for."""
+    return all(store.watched[k].synced for k in ("ResourceClaim", "ResourceClaimTemplate"))
+
+
 NOT_YET = "CUDA placement is not enforced yet: the webhook is still listing the cluster's Nodes"
 
 
@@ -213,7 +219,7 @@ async def test_nothing_is_injected_and_not_ready_until_the_first_node_list(
     await client.start_server()
     try:
         webhook = Webhook(client, store)
-        await eventually(lambda: store.ready, "policies synced")
+        await eventually(lambda: store.ready and claims_listed(store), "policies, claims listed")
         await eventually(lambda: bool(kube.lists("nodes")), "the Node list started")
         ready = await client.get("/readyz")
         assert ready.status == 503
@@ -258,7 +264,7 @@ async def test_ready_after_the_timeout_says_placement_is_not_enforced_yet(
     client: TestClient[Any, Any] = TestClient(TestServer(app))
     await client.start_server()
     try:
-        await eventually(lambda: store.ready, "policies synced")
+        await eventually(lambda: store.ready and claims_listed(store), "policies, claims listed")
         ready = await client.get("/readyz")
         assert (ready.status, await ready.text()) == (
             200,

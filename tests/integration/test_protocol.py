@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import logging
 import threading
@@ -10,8 +11,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jsonpatch
 import pytest
 
+from tests.helpers import CORPUS, CORPUS_MISSING, DATA
 from tests.integration.helpers import (
     Reply,
     RunningServer,
@@ -28,8 +31,6 @@ from webhook.core.policyset import PolicySet
 from webhook.sources.store import PolicyStore
 from webhook.tls.certs import CertPaths, CertReloader
 
-CORPUS = Path("/work/shared/corpus/admissionreviews")
-REPO_CORPUS = Path(__file__).resolve().parents[1] / "data" / "admissionreviews"
 EMPTY = "request body is empty; expected an AdmissionReview JSON object"
 UID = "0d9c2f4e-2222-4b4b-8c8c-000000000002"
 
@@ -119,6 +120,41 @@ def test_bad_input_is_a_400_with_a_reason(
     assert reply.text.endswith("\n")
 
 
+NOT_FINITE = "is not a JSON value (JSON numbers are finite: no NaN or Infinity)"
+
+
+# A number JSON cannot hold -> what orjson says (and where), what the json codec says.
+NOT_JSON_NUMBERS = {
+    "NaN": ("unexpected character, expected a JSON value", f"NaN {NOT_FINITE}"),
+    "Infinity": ("unexpected character, expected a JSON value", f"Infinity {NOT_FINITE}"),
+    "-Infinity": ("no digit after sign", f"-Infinity {NOT_FINITE}"),
+    "1e400": (
+        "number is infinity when parsed as double",
+        "the number 1e400 is beyond the range of a double",
+    ),
+}
+
+
+@pytest.mark.parametrize("endpoint", ["/mutate", "/validate"])
+@pytest.mark.parametrize("literal", sorted(NOT_JSON_NUMBERS))
+def test_a_limit_json_cannot_hold_is_a_400_under_both_codecs(
+    server: RunningServer, endpoint: str, literal: str
+) -> None:
+    orjson_says, json_says = NOT_JSON_NUMBERS[literal]
+    # The standard library reads NaN and 1e400 (as inf); its codec once put them into the patch
+    # (requests from limits), which is not JSON. Both codecs refuse the body instead.
+    text = json.dumps(gpu_pod_review())
+    body = text.replace('"nvidia.com/gpu": "1"', f'"nvidia.com/gpu": {literal}').encode()
+    assert body != text.encode()
+    reply = post(server, endpoint, body)
+    if server.app_state().codec.name == "orjson":
+        at = body.index(literal.encode()) + (1 if literal == "-Infinity" else 0)
+        reason = f"{orjson_says}: line 1 column {at + 1} (char {at})"
+    else:
+        reason = json_says
+    assert (reply.status, reply.text) == (400, f"request body is not valid JSON: {reason}\n")
+
+
 def test_charset_parameter_is_accepted(server: RunningServer) -> None:
     reply = post(
         server,
@@ -151,37 +187,128 @@ def test_a_large_but_legal_update_review_is_answered(server: RunningServer) -> N
     assert reply.json()["response"] == {"uid": UID, "allowed": True}
 
 
-def corpus_files() -> list[Path]:
-    return sorted(CORPUS.glob("*.json")) + sorted(REPO_CORPUS.glob("*.json"))
+def payload_files(folder: Path) -> list[Path]:
+    return sorted(folder.glob("*.json"))
 
 
-@pytest.mark.skipif(not corpus_files(), reason="no AdmissionReview corpus on this machine")
+def answer_of(server: RunningServer, endpoint: str, path: Path) -> tuple[Reply, dict[str, Any]]:
+    """POST the file as it is; the reply and the review that was sent."""
+    body = path.read_bytes()
+    return post(server, endpoint, body), json.loads(body)
+
+
+NO_UID = (
+    "request body is not an AdmissionReview: request.uid is missing; "
+    "the API server always sends one\n"
+)
+
+
+def assert_answers(reply: Reply, sent: dict[str, Any], name: str) -> dict[str, Any]:
+    """A 200 whose uid and apiVersion are the request's; returns the response part."""
+    assert reply.status == 200, (name, reply.text)
+    answer = reply.json()
+    assert answer["apiVersion"] == sent.get("apiVersion", "admission.k8s.io/v1"), name
+    assert answer["kind"] == "AdmissionReview", name
+    response: dict[str, Any] = answer["response"]
+    assert response["uid"] == sent["request"]["uid"], name
+    return response
+
+
+# The repository's own AdmissionReviews (tests/data), in the shapes the API server sends:
+# what /mutate answers for each (allowed, the object after the patch is checked below).
+OWN_PAYLOADS = {
+    "BROKEN-no-uid.json": None,
+    "deployment-applied-v1beta1.json": {
+        "uid": "3b4c5d6e-7f80-4912-a3b4-c5d6e7f80912",
+        "allowed": True,
+    },
+    "pod-deleted-by-user.json": {"uid": "2a3b4c5d-6e7f-4809-9a1b-2c3d4e5f6071", "allowed": True},
+    "replicaset-scaled-by-deployment-controller.json": {
+        "uid": "c4f1e2d3-5a6b-4c7d-8e9f-0a1b2c3d4e5f",
+        "allowed": True,
+    },
+}
+CUDA_12_4_AFFINITY = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {
+                    "matchExpressions": [
+                        {"key": "cuda-major-version", "operator": "Gt", "values": ["11"]},
+                        {"key": "cuda-major-version", "operator": "Lt", "values": ["13"]},
+                        {"key": "cuda-minor-version", "operator": "Gt", "values": ["3"]},
+                    ]
+                },
+                {
+                    "matchExpressions": [
+                        {"key": "cuda-major-version", "operator": "Gt", "values": ["12"]},
+                    ]
+                },
+            ]
+        },
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {
+                "weight": 100,
+                "preference": {
+                    "matchExpressions": [
+                        {"key": "cuda-major-version", "operator": "Lt", "values": ["14"]}
+                    ]
+                },
+            }
+        ],
+    }
+}
+
+
+def test_the_repository_payloads_are_all_listed() -> None:
+    names = {p.name for p in payload_files(DATA / "admissionreviews")}
+    assert names == {*OWN_PAYLOADS, "pod-created-by-replicaset-controller.json"}
+
+
 @pytest.mark.parametrize("endpoint", ["/mutate", "/validate"])
-def test_every_real_payload_gets_an_answer(server: RunningServer, endpoint: str) -> None:
-    answered: dict[str, int] = {}
-    for path in corpus_files():
-        body = path.read_bytes()
-        reply = post(server, endpoint, body)
-        answered[path.name] = reply.status
+@pytest.mark.parametrize("name", sorted(OWN_PAYLOADS))
+def test_repository_payloads_get_their_answer(
+    server: RunningServer, endpoint: str, name: str
+) -> None:
+    reply, sent = answer_of(server, endpoint, DATA / "admissionreviews" / name)
+    expected = OWN_PAYLOADS[name]
+    if expected is None:
+        assert (reply.status, reply.text) == (400, NO_UID)
+    else:
+        assert assert_answers(reply, sent, name) == expected
+
+
+def test_a_gpu_pod_from_its_replicaset_gets_cuda_placement(server: RunningServer) -> None:
+    path = DATA / "admissionreviews" / "pod-created-by-replicaset-controller.json"
+    reply, sent = answer_of(server, "/mutate", path)
+    response = assert_answers(reply, sent, path.name)
+    assert response["allowed"] is True
+    assert response["patchType"] == "JSONPatch"
+    assert response["warnings"] == [
+        "required GPU nodes with CUDA ≥ 12.4 (image nvidia/cuda:12.4.1-runtime-ubuntu22.04), "
+        "preferably < 14.0"
+    ]
+    expected = copy.deepcopy(sent["request"]["object"])
+    expected["spec"]["affinity"] = CUDA_12_4_AFFINITY
+    assert jsonpatch.apply_patch(sent["request"]["object"], decode_patch(response)) == expected
+    reply, sent = answer_of(server, "/validate", path)
+    assert assert_answers(reply, sent, path.name) == {
+        "uid": sent["request"]["uid"],
+        "allowed": True,
+    }
+
+
+@pytest.mark.skipif(not payload_files(CORPUS / "admissionreviews"), reason=CORPUS_MISSING)
+@pytest.mark.parametrize("endpoint", ["/mutate", "/validate"])
+def test_every_corpus_payload_gets_an_answer(server: RunningServer, endpoint: str) -> None:
+    for path in payload_files(CORPUS / "admissionreviews"):
+        reply, sent = answer_of(server, endpoint, path)
         if "BROKEN" in path.name:
-            assert reply.status == 400, path.name
-            assert reply.text == (
-                "request body is not an AdmissionReview: request.uid is missing; "
-                "the API server always sends one\n"
-            )
+            assert (reply.status, reply.text) == (400, NO_UID), path.name
             continue
-        sent = json.loads(body)
-        if reply.status == 400:
-            assert reply.text.startswith("request body is not an AdmissionReview: "), path.name
-            continue
-        assert reply.status == 200, (path.name, reply.text)
-        answer = reply.json()
-        assert answer["response"]["uid"] == sent["request"]["uid"]
-        assert answer["apiVersion"] == sent.get("apiVersion", "admission.k8s.io/v1")
-        # None of the real payloads asks for a GPU: none may be denied or patched.
-        assert answer["response"]["allowed"] is True, path.name
-        assert "patch" not in answer["response"], path.name
-    assert 500 not in answered.values()
+        response = assert_answers(reply, sent, path.name)
+        # None of the upstream payloads asks for a GPU: none may be denied, patched or warned.
+        assert response == {"uid": sent["request"]["uid"], "allowed": True}, path.name
 
 
 def test_healthz_and_policies(server: RunningServer) -> None:
@@ -203,7 +330,21 @@ def test_healthz_and_policies(server: RunningServer) -> None:
     assert document["conflicts"] == []
 
 
+COUNTED = (
+    "gpu_webhook_reviews_total{",
+    "gpu_webhook_mutations_total{",
+    "gpu_webhook_rejected_requests_total{",
+    "gpu_webhook_review_duration_seconds_count{",
+)
+
+
+def counted(samples: dict[str, float]) -> dict[str, float]:
+    return {k: v for k, v in samples.items() if k.startswith(COUNTED)}
+
+
 def test_metrics_after_some_reviews(server: RunningServer) -> None:
+    # The module's server is shared: what these requests add is compared, not the totals.
+    before = counted(metric_samples(server.request("GET", "/metrics").text))
     server.review("/mutate", gpu_pod_review())
     server.review("/validate", gpu_pod_review())
     post(server, "/mutate", b"nope")
@@ -211,23 +352,19 @@ def test_metrics_after_some_reviews(server: RunningServer) -> None:
     assert reply.status == 200
     assert reply.headers["Content-Type"].startswith("text/plain; version=")
     samples = metric_samples(reply.text)
-    assert (
-        samples[
-            'gpu_webhook_reviews_total{endpoint="mutate",kind="Pod",operation="CREATE",'
-            'result="patched"}'
-        ]
-        >= 1
-    )
-    assert (
-        samples[
-            'gpu_webhook_reviews_total{endpoint="validate",kind="Pod",operation="CREATE",'
-            'result="allowed"}'
-        ]
-        >= 1
-    )
-    assert samples['gpu_webhook_mutations_total{type="cuda-affinity"}'] >= 1
-    assert samples['gpu_webhook_rejected_requests_total{endpoint="mutate",status="400"}'] >= 1
-    assert samples['gpu_webhook_review_duration_seconds_count{endpoint="mutate"}'] >= 1
+    after = counted(samples)
+    added = {k: v - before.get(k, 0.0) for k, v in after.items() if v != before.get(k, 0.0)}
+    assert added == {
+        'gpu_webhook_reviews_total{endpoint="mutate",kind="Pod",operation="CREATE",'
+        'result="patched"}': 1.0,
+        'gpu_webhook_reviews_total{endpoint="validate",kind="Pod",operation="CREATE",'
+        'result="allowed"}': 1.0,
+        'gpu_webhook_mutations_total{type="cuda-affinity"}': 1.0,
+        'gpu_webhook_mutations_total{type="requests-from-limits"}': 1.0,
+        'gpu_webhook_rejected_requests_total{endpoint="mutate",status="400"}': 1.0,
+        'gpu_webhook_review_duration_seconds_count{endpoint="mutate"}': 1.0,
+        'gpu_webhook_review_duration_seconds_count{endpoint="validate"}': 1.0,
+    }
     assert samples["gpu_webhook_policies_loaded"] == 3
     assert samples["gpu_webhook_invalid_configmaps"] == 0
     assert samples["gpu_webhook_policy_conflicts"] == 0
@@ -401,4 +538,9 @@ def test_a_hostile_image_reference_neither_stalls_the_server_nor_is_matched(
     assert "patch" not in response or all(
         "affinity" not in op["path"] for op in decode_patch(response)
     )
-    assert any("unknown, no affinity" in w for w in response["warnings"])
+    # Named by its start and length: a string this long is no image reference.
+    assert response["warnings"] == [
+        'set requests.nvidia.com/gpu=1 from limits in container "c"',
+        f"CUDA of {image[:40]}… ({len(image)} characters) unknown: set "
+        "features.alauda.io/cuda-version",
+    ]

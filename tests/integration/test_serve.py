@@ -2,16 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
-import http.client
-import json
 import os
 import shutil
 import signal
-import ssl
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,148 +12,70 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.integration.helpers import TEST_POLICIES, crl_configmap, free_port
-
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLE = REPO / "examples" / "admissionreview-pod.json"
-
-
-def gpu_webhook(*args: str) -> list[str]:
-    return [
-        sys.executable,
-        "-c",
-        "import sys; from webhook.cli import main; sys.exit(main())",
-        *args,
-    ]
-
-
-def environment() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    return env
+from tests.integration.helpers import (
+    CODECS,
+    TEST_POLICIES,
+    codec_named,
+    crl_configmap,
+    free_port,
+)
+from tests.integration.serving import (
+    EXAMPLE,
+    Served,
+    assert_no_errors,
+    get,
+    json_lines,
+    poll,
+    run_to_exit,
+    serve_process,
+)
 
 
-def run_to_exit(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """`gpu-webhook ARGS` run until it exits (startup failures), output captured."""
-    return subprocess.run(
-        gpu_webhook(*args),
-        cwd=cwd,
-        env=environment(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
-def get(port: int, path: str) -> tuple[int, str]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-    try:
-        conn.request("GET", path)
-        response = conn.getresponse()
-        return response.status, response.read().decode()
-    finally:
-        conn.close()
-
-
-@contextlib.contextmanager
-def serve_process(
-    tmp_path: Path,
-    policy_dir: Path,
-    *extra: str,
-    temp_cert_dir: bool = False,
-    env: dict[str, str] | None = None,
-) -> Iterator[tuple[subprocess.Popen[str], int, int, Path]]:
-    """`gpu-webhook serve --self-signed` on free ports; yields once /readyz answers 200.
-
-    The certificates go to tmp_path/certs, or with `temp_cert_dir` to the server's own temp dir.
-    """
-    port, metrics_port = free_port(), free_port()
-    cert_dir = tmp_path / "certs"
-    cert_args = [] if temp_cert_dir else ["--cert-dir", str(cert_dir)]
-    process = subprocess.Popen(
-        gpu_webhook(
-            "serve",
-            "--self-signed",
-            *cert_args,
-            "--policies",
-            str(policy_dir),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--metrics-port",
-            str(metrics_port),
-            "--log-format",
-            "json",
-            *extra,
-        ),
-        cwd=tmp_path,
-        env={**environment(), **(env or {})},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and process.poll() is None:
-            try:
-                if get(metrics_port, "/readyz")[0] == 200:
-                    break
-            except OSError:
-                time.sleep(0.1)
-        yield process, port, metrics_port, cert_dir
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
-
-
-@pytest.fixture
-def served(
-    tmp_path: Path, policy_dir: Path
-) -> Iterator[tuple[subprocess.Popen[str], int, int, Path]]:
-    with serve_process(tmp_path, policy_dir) as running:
+@pytest.fixture(params=CODECS)
+def served(tmp_path: Path, policy_dir: Path, request: pytest.FixtureRequest) -> Iterator[Served]:
+    """A server per test, under each JSON codec (json: installed without the `fast` extra)."""
+    codec_named(request.param)  # skips the orjson run when orjson is not installed
+    with serve_process(
+        tmp_path, policy_dir, "--drain-seconds", "0.5", codec=request.param
+    ) as running:
         yield running
 
 
-def https_json(port: int, cert_dir: Path, method: str, path: str, body: bytes = b"") -> Any:
-    context = ssl.create_default_context(cafile=str(cert_dir / "ca.crt"))
-    conn = http.client.HTTPSConnection("localhost", port, context=context, timeout=10)
-    try:
-        conn.request(method, path, body or None, {"Content-Type": "application/json"})
-        return json.loads(conn.getresponse().read())
-    finally:
-        conn.close()
-
-
-def test_serve_answers_reviews_and_stops_cleanly_on_sigterm(
-    served: tuple[subprocess.Popen[str], int, int, Path],
-) -> None:
-    process, port, metrics_port, cert_dir = served
+def test_serve_answers_reviews_and_stops_cleanly_on_sigterm(served: Served) -> None:
+    metrics_port, cert_dir = served.metrics_port, served.cert_dir
     assert get(metrics_port, "/readyz") == (200, "ok\n")
     assert get(metrics_port, "/healthz") == (200, "ok\n")
     # The metrics listener serves only the probes and /metrics, never admission.
     assert get(metrics_port, "/policies")[0] == 404
 
-    answer = https_json(port, cert_dir, "POST", "/mutate", EXAMPLE.read_bytes())
+    answer = served.https_json("POST", "/mutate", EXAMPLE.read_bytes())
     assert answer["response"]["uid"] == "5b5e0c2a-4a5e-4d1c-9f3e-8e2d1f0a7c11"
     assert answer["response"]["patchType"] == "JSONPatch"
     assert "gpu_webhook_reviews_total" in get(metrics_port, "/metrics")[1]
 
-    process.send_signal(signal.SIGTERM)
-    stdout, stderr = process.communicate(timeout=30)
-    assert process.returncode == 0, stderr
+    served.signal(signal.SIGTERM)
+    stdout, stderr = served.finish()
+    assert served.process.returncode == 0, stderr
     assert (
         stdout
         == f"CA certificate: {cert_dir / 'ca.crt'} (curl --cacert {cert_dir / 'ca.crt'} ...)\n"
     )
-    lines = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+    lines = json_lines(stderr)
+    # Without the `fast` extra: the standard library's json and asyncio's own loop (also what
+    # the GPU_WEBHOOK_DISABLE_* switches of the benchmarks select).
+    fast = served.codec == "orjson"
+    codec = "orjson" if fast and not os.environ.get("GPU_WEBHOOK_DISABLE_ORJSON") else "json"
+    loop = "uvloop" if fast and not os.environ.get("GPU_WEBHOOK_DISABLE_UVLOOP") else "asyncio"
+    assert (
+        f"serving admission reviews on https://127.0.0.1:{served.port} (json={codec}, "
+        f"loop={loop}, metrics port {metrics_port})"
+    ) in [line["msg"] for line in lines]
     reviews = [line for line in lines if line["msg"] == "review"]
     assert len(reviews) == 1
     assert reviews[0]["uid"] == "5b5e0c2a-4a5e-4d1c-9f3e-8e2d1f0a7c11"
     assert reviews[0]["result"] == "patched"
     assert any(line["msg"].startswith("shutting down") for line in lines)
+    assert_no_errors(stderr)
 
 
 @pytest.mark.parametrize(
@@ -210,31 +125,37 @@ def test_serve_reloads_changed_policy_files_without_restart(
 ) -> None:
     policies = tmp_path / "policies"
     shutil.copytree(policy_dir, policies)
-    with serve_process(tmp_path, policies, "--policies-poll", "0.05") as (_, port, _, cert_dir):
+    name = "cf-crl-test-vcuda-core"
+    with serve_process(tmp_path, policies, "--policies-poll", "0.05") as served:
+
+        def listed() -> Any:
+            return served.https_json("GET", "/policies")
 
         def default_vcuda_core() -> Any:
-            loaded = https_json(port, cert_dir, "GET", "/policies")["policies"]
-            return {p["key"]: p for p in loaded}["tencent.com/vcuda-core"]["defaultValue"]
+            loaded = {p["key"]: p for p in listed()["policies"]}
+            return loaded["tencent.com/vcuda-core"]["defaultValue"]
 
         assert default_vcuda_core() == "10"
-        data = {**TEST_POLICIES["cf-crl-test-vcuda-core"], "defaultValue": "30"}
-        name = "cf-crl-test-vcuda-core"
+        data = {**TEST_POLICIES[name], "defaultValue": "30"}
         (policies / f"{name}.yaml").write_text(yaml.safe_dump(crl_configmap(name, data)))
-        deadline = time.monotonic() + 20
-        while default_vcuda_core() != "30":
-            assert time.monotonic() < deadline, "the changed policy file was not reloaded"
-            time.sleep(0.05)
-        # A broken edit keeps the last good policies in force.
+        poll(lambda: default_vcuda_core() == "30", "the changed policy file is reloaded")
+        # A broken edit: once the reload has run (/policies names the error), the last good
+        # policies are still in force.
         (policies / f"{name}.yaml").write_text("data: [unclosed\n")
-        time.sleep(0.5)
-        assert default_vcuda_core() == "30"
-        # /policies says the files are broken now and what is in force; fixed, it says nothing.
-        broken = https_json(port, cert_dir, "GET", "/policies")
+        poll(lambda: "sourceError" in listed(), "the broken policy file is read")
+        broken = listed()
         assert broken["sourceError"].startswith(f"cannot reload policies from {policies}: ")
         assert name in broken["sourceError"]
         assert broken["inForce"] == "the last policies loaded successfully"
+        assert default_vcuda_core() == "30"
+        # Fixed: the error is gone, and the fixed file's values are in force.
+        data = {**TEST_POLICIES[name], "defaultValue": "40"}
         (policies / f"{name}.yaml").write_text(yaml.safe_dump(crl_configmap(name, data)))
-        deadline = time.monotonic() + 20
-        while "sourceError" in https_json(port, cert_dir, "GET", "/policies"):
-            assert time.monotonic() < deadline, "the fixed policy file was not reloaded"
-            time.sleep(0.05)
+        poll(
+            lambda: "sourceError" not in listed() and default_vcuda_core() == "40",
+            "the fixed policy file is reloaded",
+        )
+        served.signal(signal.SIGTERM)
+        _, stderr = served.finish()
+    assert served.process.returncode == 0
+    assert "Traceback" not in stderr

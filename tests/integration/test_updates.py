@@ -8,21 +8,19 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import CORPUS
+from tests.helpers import DATA
 from tests.integration.helpers import RunningServer, crl_configmap
 from tests.integration.test_admission import admission_review, apply_patch
 
-CORPUS_RS_UPDATE = (
-    CORPUS / "admissionreviews" / "connaisseur_v1_replicaset_UPDATE_with-oldObject.json"
-)
+RS_UPDATE = DATA / "admissionreviews" / "replicaset-scaled-by-deployment-controller.json"
 GPU = "nvidia.com/gpu"
 # The test policies allow at most 8 nvidia.com/gpu: 16 is what a tightened policy now denies.
 TOO_MANY = "16"
 
 
-def corpus_review() -> dict[str, Any]:
-    """The deployment controller scaling a ReplicaSet (captured by Connaisseur)."""
-    review: dict[str, Any] = json.loads(CORPUS_RS_UPDATE.read_text())
+def scale_review() -> dict[str, Any]:
+    """The deployment controller scaling a ReplicaSet of a GPU Deployment from 1 to 2."""
+    review: dict[str, Any] = json.loads(RS_UPDATE.read_text())
     return review
 
 
@@ -47,7 +45,7 @@ def assert_untouched(response: dict[str, Any]) -> None:
 def test_deployment_controller_scaling_its_replicaset_is_allowed(
     server: RunningServer, endpoint: str
 ) -> None:
-    review = corpus_review()
+    review = scale_review()
     request = review["request"]
     assert request["userInfo"]["username"].endswith(":deployment-controller")
     for obj in (request["object"], request["oldObject"]):
@@ -60,7 +58,7 @@ def test_deployment_controller_scaling_its_replicaset_is_allowed(
 def test_unowned_replicaset_with_unchanged_template_is_allowed(
     server: RunningServer, endpoint: str
 ) -> None:
-    review = corpus_review()
+    review = scale_review()
     request = review["request"]
     for obj in (request["object"], request["oldObject"]):
         obj["metadata"].pop("ownerReferences")
@@ -69,7 +67,7 @@ def test_unowned_replicaset_with_unchanged_template_is_allowed(
 
 
 def test_unowned_replicaset_with_changed_template_is_denied(server: RunningServer) -> None:
-    review = corpus_review()
+    review = scale_review()
     request = review["request"]
     request["object"]["metadata"].pop("ownerReferences")
     request["oldObject"]["metadata"].pop("ownerReferences")
@@ -78,7 +76,7 @@ def test_unowned_replicaset_with_changed_template_is_denied(server: RunningServe
     response = answer(server, "/validate", review)
     assert response["allowed"] is False
     assert response["status"]["message"] == (
-        "ReplicaSet default/test-58d59c69bf, container \"nginx\": limits.nvidia.com/gpu='16' "
+        "ReplicaSet ml/train-7c9f8d6b5c, container \"train\": limits.nvidia.com/gpu='16' "
         "is above the maximum 8 (max: 8 in ConfigMap kube-public/cf-crl-test-nvidia-gpu)."
     )
 

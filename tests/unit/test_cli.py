@@ -334,6 +334,124 @@ def test_console_script_bad_file_has_no_traceback(tmp_path: Path) -> None:
     assert proc.stderr.startswith(f"gpu-webhook review: {bad} is not valid YAML: ")
 
 
+def _pod_yaml(name: str, vcore: str) -> str:
+    doc = pod(container(limits={VCORE: vcore}), name=name)
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+def test_console_script_reviews_a_directory_despite_unreadable_files(tmp_path: Path) -> None:
+    # Issue 17 item 6: each unreadable file is one line; the others are reviewed; exit 2.
+    (tmp_path / "a-good.yaml").write_text(_pod_yaml("good", "50"), encoding="utf-8")
+    (tmp_path / "b-binary.yaml").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00")
+    (tmp_path / "c-broken.yaml").write_text("a: [\n", encoding="utf-8")
+    (tmp_path / "d-folder.yaml").mkdir()
+    (tmp_path / "e-bad.yaml").write_text(_pod_yaml("bad", "150"), encoding="utf-8")
+    proc = subprocess.run(
+        [_script(), "review", "-f", str(tmp_path), "--policies", POLICIES, "-o", "summary"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "PYTHONIOENCODING": "utf-8"},
+    )
+    assert proc.returncode == 2  # not 1: the review is incomplete
+    assert proc.stdout == (
+        f"ALLOWED  {tmp_path}/a-good.yaml#1 Pod ml/good: 0 violation(s), 1 change(s), "
+        "1 warning(s)\n"
+        f"DENIED   {tmp_path}/e-bad.yaml#1 Pod ml/bad: 1 violation(s), 1 change(s), "
+        "1 warning(s)\n"
+    )
+    assert proc.stderr == (
+        f"gpu-webhook review: cannot read {tmp_path}/b-binary.yaml: not UTF-8 text (byte 0x89 "
+        "at offset 0); a manifest is YAML or JSON\n"
+        f"gpu-webhook review: {tmp_path}/c-broken.yaml is not valid YAML: expected the node "
+        "content, but found '<stream end>' (while parsing a flow node) at line 2, column 1\n"
+        f"gpu-webhook review: cannot read {tmp_path}/d-folder.yaml: [Errno 21] Is a directory: "
+        f"'{tmp_path}/d-folder.yaml'\n"
+    )
+
+
+def test_review_of_a_directory_says_how_many_files_were_not_read(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text(_pod_yaml("good", "50"), encoding="utf-8")
+    (tmp_path / "b.yaml").write_text("a: [\n", encoding="utf-8")
+    code, text = cli("review", "-f", str(tmp_path), "--policies", POLICIES)
+    assert code == 2
+    assert f"--- Pod ml/good ({tmp_path}/a.yaml, document 1): ALLOWED\n" in text
+    assert text.endswith(
+        "\n1 document(s): 0 denied, 1 with changes, 0 skipped; 1 file(s) not readable, "
+        "listed on stderr\n"
+    )
+
+
+@pytest.mark.skipif(
+    hasattr(os, "geteuid") and os.geteuid() == 0,
+    reason="running as root: a file without read permission is still readable",
+)
+def test_review_of_a_directory_reports_a_file_without_permission(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "a.yaml").write_text(_pod_yaml("good", "50"), encoding="utf-8")
+    locked = tmp_path / "b.yaml"
+    locked.write_text(_pod_yaml("locked", "50"), encoding="utf-8")
+    locked.chmod(0)
+    code, text = cli("review", "-f", str(tmp_path), "--policies", POLICIES, "-o", "summary")
+    assert code == 2
+    assert text.startswith(f"ALLOWED  {tmp_path}/a.yaml#1 Pod ml/good")
+    assert capsys.readouterr().err == (
+        f"gpu-webhook review: cannot read {locked}: [Errno 13] Permission denied: '{locked}'\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        # Kubernetes rejects these (issue 18): the webhook would write them into every pod.
+        ("Pi", "no digit before 'Pi'"),
+        ("e-10", "no digit before 'e-10'"),
+        ("+Pi", "no digit before 'Pi'"),
+    ],
+)
+def test_console_script_lint_rejects_a_default_kubernetes_cannot_parse(
+    tmp_path: Path, value: str, why: str
+) -> None:
+    path = tmp_path / "cf-crl-gpu-manager-vcuda-core.yaml"
+    path.write_text(
+        "apiVersion: v1\n"
+        "kind: ConfigMap\n"
+        "metadata:\n"
+        "  name: cf-crl-gpu-manager-vcuda-core\n"
+        "  namespace: kube-public\n"
+        "  labels:\n"
+        "    features.alauda.io/type: CustomResourceLimitation\n"
+        "    features.alauda.io/group: gpu-manager\n"
+        '    features.alauda.io/enabled: "true"\n'
+        "data:\n"
+        "  key: tencent.com/vcuda-core\n"
+        "  group: gpu-manager\n"
+        "  dataType: integer\n"
+        "  limits: optional\n"
+        "  requests: disabled\n"
+        f'  defaultValue: "{value}"\n',
+        encoding="utf-8",
+    )
+    proc = subprocess.run(
+        [_script(), "lint", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "PYTHONIOENCODING": "utf-8"},
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr == ""
+    assert proc.stdout == (
+        f"ERROR {path}: kube-public/cf-crl-gpu-manager-vcuda-core\n"
+        f"  error: data.defaultValue: {value!r} is not a Kubernetes quantity: {why} (expected a "
+        "number with an optional suffix such as 1, 100, 1k, 500m, 1e3 or 2Gi)\n"
+        "\n1 ConfigMap(s), 1 error(s)\n"
+    )
+
+
 # --- skipped documents, quoting, summary, version -------------------------------------------------
 
 

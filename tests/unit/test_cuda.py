@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -37,6 +38,7 @@ from webhook.core.rules.cuda import (
     image_repository,
 )
 from webhook.core.rules.terms import range_terms
+from webhook.core.wording import after, fit
 
 V = CudaVersion
 MAJOR, MINOR = "cuda-major-version", "cuda-minor-version"
@@ -634,20 +636,27 @@ def test_node_selector_with_a_cuda_label_is_kept(label: str) -> None:
 
 @pytest.mark.parametrize("value", ["false", "FALSE", "No", "0", "off", " Off "])
 def test_opt_out_annotation(value: str) -> None:
-    decision = run(
-        gpu_pod("nvidia/cuda:12.4.1", annotations={"features.alauda.io/cuda-affinity": value})
+    original = gpu_pod(
+        "nvidia/cuda:12.4.1", annotations={"features.alauda.io/cuda-affinity": value}
     )
-    assert decision.patch == []
-    assert decision.notes == ()
-    assert decision.warnings == ()
+    decision = run(original)
+    assert apply(decision) == original
+    assert (decision.patch, decision.notes, decision.warnings) == ([], (), ())
 
 
 def test_unrecognised_opt_out_value_warns_and_keeps_the_affinity() -> None:
-    decision = run(
-        gpu_pod("nvidia/cuda:12.4.1", annotations={"features.alauda.io/cuda-affinity": "nope"})
+    original = gpu_pod(
+        "nvidia/cuda:12.4.1", annotations={"features.alauda.io/cuda-affinity": "nope"}
     )
-    assert node_terms(apply(decision)) == pgpu(12, 4)
-    assert preferred_terms(apply(decision)) == PREFERRED_12_4_TERMS
+    decision = run(original)
+    expected = copy.deepcopy(original)
+    expected["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": pgpu(12, 4)},
+            "preferredDuringSchedulingIgnoredDuringExecution": PREFERRED_12_4_TERMS,
+        }
+    }
+    assert apply(decision) == expected
     assert decision.warnings == (
         "annotation features.alauda.io/cuda-affinity='nope' not understood: "
         "use false/no/0/off to opt out",
@@ -690,15 +699,53 @@ def test_unknown_version_warns_and_injects_nothing() -> None:
     assert decision.warnings == (UNKNOWN,)
 
 
-def test_unknown_version_warning_names_a_long_image_within_120_characters() -> None:
-    image = "registry.example.com/team/very-long-repository-name-for-serving:2024.06.01-build7"
+# Issue 17 item 6: a warning that must be shortened keeps the image reference whole and
+# shortens its fixed words; the shortest wording still says what fixes it (SPEC §4).
+# As long as a real Vertex AI serving image (the TGI one, 119 characters, whose CUDA the shipped
+# knowledge now reads from its repository name), but one nothing knows.
+LONG = (
+    "us-docker.pkg.dev/example-ml-platform/serving-images/"
+    "text-generation-server-nightly-2025.11.20.ubuntu2204.py311-slim"
+)
+
+
+@pytest.mark.parametrize(
+    ("image", "warning"),
+    [
+        # Fits in the longest wording.
+        (
+            "busybox:1.36",
+            "CUDA version of busybox:1.36 unknown, no affinity: set "
+            "features.alauda.io/cuda-version or imageCudaTable",
+        ),
+        # Too long for it: "no affinity" goes first.
+        (
+            "registry.example.com/team/srv:2024.06",
+            "CUDA version of registry.example.com/team/srv:2024.06 unknown: set "
+            "features.alauda.io/cuda-version or imageCudaTable",
+        ),
+        # Then "version" and "or imageCudaTable"; the annotation to set stays.
+        (
+            "registry.example.com/ml-team/inference-server:2.4.0",
+            "CUDA of registry.example.com/ml-team/inference-server:2.4.0 unknown: set "
+            "features.alauda.io/cuda-version",
+        ),
+        # The image alone takes 116 characters: the shortest wording, whole, 169 characters.
+        (LONG, f"CUDA of {LONG} unknown: set features.alauda.io/cuda-version"),
+    ],
+)
+def test_unknown_version_warning_keeps_the_image_whole(image: str, warning: str) -> None:
     decision = run(gpu_pod(image))
-    (warning,) = decision.warnings
-    assert len(warning) <= 120
-    assert warning == (
-        "CUDA version of very-long-repository-name-f… unknown, no affinity: "
-        "set features.alauda.io/cuda-version or imageCudaTable"
-    )
+    assert decision.warnings == (warning,)
+    assert decision.patch == []
+
+
+def test_a_warning_passes_120_characters_only_because_of_the_image() -> None:
+    image = "registry.example.com/team/very-long-repository-name-for-serving:2024.06.01-build7"
+    (warning,) = run(gpu_pod(image)).warnings
+    assert warning == f"CUDA of {image} unknown: set features.alauda.io/cuda-version"
+    assert len(warning) == 134
+    assert len(warning) - len(image) == 53  # the fixed words, at their shortest
 
 
 def test_bad_annotation_is_reported_and_image_used() -> None:
@@ -745,8 +792,14 @@ def test_implausible_env_version_is_ignored_with_a_warning() -> None:
 def test_image_guess_below_7_is_ignored_with_a_warning() -> None:
     detection = detect({"image": "example.com/app:1.0-cuda-6.5-devel"}, WebhookConfig())
     assert detection.requirement is None
-    assert detection.warnings == (
-        "CUDA 6.5 read from image app:1.0-cuda-6.5-devel is implausible; ignored",
+    (warning,) = detection.warnings
+    assert fit(warning) == (
+        "CUDA 6.5 read from image example.com/app:1.0-cuda-6.5-devel is implausible; ignored"
+    )
+    # Behind a long container name the image stays whole and the fixed words get shorter.
+    assert fit(after(f'container "{"c" * 40}": ', warning)) == (
+        f'container "{"c" * 40}": image example.com/app:1.0-cuda-6.5-devel: implausible '
+        "CUDA 6.5 ignored"
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from tests.helpers import (
     apply,
     assert_idempotent,
     container,
+    expr,
     pod,
     run,
 )
@@ -28,6 +30,19 @@ def vgpu_pod(
     image: str = PADDLE, env: list[dict[str, Any]] | None = None, **kw: Any
 ) -> dict[str, Any]:
     return pod(container(image=image, limits={VCORE: "50", VMEM: "4"}, env=env), **kw)
+
+
+def with_env(original: dict[str, Any], *env: dict[str, Any], index: int = 0) -> dict[str, Any]:
+    """`original` with `env` as the env of its container `index`: what a fix should produce."""
+    expected = copy.deepcopy(original)
+    expected["spec"]["containers"][index]["env"] = list(env)
+    return expected
+
+
+def assert_untouched(decision: Any, original: dict[str, Any]) -> None:
+    """Nothing changed: the object after the (empty) patch is the original, and nothing is said."""
+    assert apply(decision) == original
+    assert (decision.patch, decision.notes, decision.warnings) == ([], (), ())
 
 
 @pytest.mark.parametrize(
@@ -62,8 +77,13 @@ def test_flag_appended_after_existing_env() -> None:
 
 
 def test_vcuda_memory_alone_is_enough() -> None:
-    decision = run(pod(container(image=PADDLE, limits={VMEM: "4", VCORE: "10"})), config=NO_CUDA)
-    assert NOTE in decision.notes
+    original = pod(container(image=PADDLE, limits={VMEM: "4"}))
+    decision = run(original, config=NO_CUDA)
+    # vcuda-core gets its default (10) as well; the fix needs any GPU-Manager vGPU key.
+    expected = with_env(original, FLAG)
+    expected["spec"]["containers"][0]["resources"]["limits"][VCORE] = "10"
+    assert apply(decision) == expected
+    assert decision.notes == ('defaulted tencent.com/vcuda-core=10 in container "c"', NOTE)
 
 
 @pytest.mark.parametrize(
@@ -71,9 +91,8 @@ def test_vcuda_memory_alone_is_enough() -> None:
     [{GPU: "1"}, {"nvidia.com/gpumem": "1000"}, {"cpu": "1"}],
 )
 def test_not_without_vcuda_keys(limits: dict[str, str]) -> None:
-    decision = run(pod(container(image=PADDLE, limits=limits, requests=limits)), config=NO_CUDA)
-    assert "env" not in apply(decision)["spec"]["containers"][0]
-    assert all("FLAGS_allocator_strategy" not in n for n in decision.notes)
+    original = pod(container(image=PADDLE, limits=limits, requests=limits))
+    assert_untouched(run(original, config=NO_CUDA), original)
 
 
 @pytest.mark.parametrize(
@@ -86,14 +105,13 @@ def test_not_without_vcuda_keys(limits: dict[str, str]) -> None:
 )
 def test_not_for_non_paddle_images(image: str) -> None:
     # The tag ("paddle") is not the repository: only the repository name counts.
-    decision = run(vgpu_pod(image), config=NO_CUDA)
-    assert "env" not in apply(decision)["spec"]["containers"][0]
+    original = vgpu_pod(image)
+    assert_untouched(run(original, config=NO_CUDA), original)
 
 
 def test_user_value_equal_is_left_alone() -> None:
-    decision = run(vgpu_pod(env=[FLAG]), config=NO_CUDA)
-    assert decision.patch == []
-    assert (decision.notes, decision.warnings) == ((), ())
+    original = vgpu_pod(env=[FLAG])
+    assert_untouched(run(original, config=NO_CUDA), original)
 
 
 def test_user_conflicting_value_is_kept_with_a_warning() -> None:
@@ -122,15 +140,38 @@ def test_user_value_from_is_kept_with_a_warning() -> None:
 
 
 def test_opt_out_annotation() -> None:
-    decision = run(vgpu_pod(annotations={"features.alauda.io/env-fixes": "false"}), config=NO_CUDA)
-    assert "env" not in apply(decision)["spec"]["containers"][0]
-    assert all("FLAGS" not in n for n in decision.notes)
+    original = vgpu_pod(annotations={"features.alauda.io/env-fixes": "false"})
+    assert_untouched(run(original, config=NO_CUDA), original)
+
+
+def test_opt_out_keeps_the_other_mutations() -> None:
+    # The annotation switches off the env fixes only: the CUDA affinity is still added.
+    original = vgpu_pod(annotations={"features.alauda.io/env-fixes": "false"})
+    decision = run(original)
+    expected = copy.deepcopy(original)
+    expected["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                # vGPU (vcuda-core 50, a share of a card): the driver's major must be 12.
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            expr("cuda-major-version", "Gt", 11),
+                            expr("cuda-major-version", "Lt", 13),
+                        ]
+                    }
+                ]
+            }
+        }
+    }
+    assert apply(decision) == expected
+    assert decision.notes == (f"required vGPU nodes with CUDA ≥ 12.0 (image {PADDLE})",)
 
 
 def test_env_fixes_off_by_empty_config_list() -> None:
     config = load_config({"cudaAffinity": False, "envFixes": []})
-    decision = run(vgpu_pod(), config=config)
-    assert "env" not in apply(decision)["spec"]["containers"][0]
+    original = vgpu_pod()
+    assert_untouched(run(original, config=config), original)
 
 
 CUSTOM = load_config(
@@ -172,30 +213,32 @@ def test_custom_rule_matches_container_name_and_resources() -> None:
     [
         ("worker-x", {GPU: "1"}),  # regex is a full match
         ("my-worker-1", {GPU: "1"}),
-        ("worker-1", {VCORE: "50"}),  # resources condition not met
+        ("worker-1", {VCORE: "50", VMEM: "4"}),  # resources condition not met
     ],
 )
 def test_custom_rule_does_not_match(name: str, limits: dict[str, str]) -> None:
-    decision = run(
-        pod(container(name, "img", limits=limits, requests=limits if GPU in limits else None)),
-        config=CUSTOM,
+    original = pod(
+        container(name, "img", limits=limits, requests=limits if GPU in limits else None)
     )
-    assert "env" not in apply(decision)["spec"]["containers"][0]
+    decision = run(original, config=CUSTOM)
+    assert apply(decision) == original
+    assert decision.notes == ()
 
 
 def test_first_rule_wins_for_the_same_variable() -> None:
     original = pod(container("trainer", "img", limits={GPU: "1"}, requests={GPU: "1"}))
     decision = run(original, config=CUSTOM)
-    assert apply(decision)["spec"]["containers"][0]["env"] == [
+    assert apply(decision) == with_env(
+        original,
         {"name": "NCCL_DEBUG", "value": "INFO"},
         {"name": "OMP_NUM_THREADS", "value": "1"},
-    ]
+    )
 
 
 def test_env_fixes_only_for_gpu_containers() -> None:
     # A rule without a resources condition still only applies to GPU containers.
-    decision = run(pod(container("trainer", "img", limits={"cpu": "1"})), config=CUSTOM)
-    assert decision.patch == []
+    original = pod(container("trainer", "img", limits={"cpu": "1"}))
+    assert_untouched(run(original, config=CUSTOM), original)
 
 
 def test_env_fix_in_init_container() -> None:
@@ -204,7 +247,9 @@ def test_env_fix_in_init_container() -> None:
         init=[container("c", PADDLE, limits={VCORE: "50", VMEM: "4"})],
     )
     decision = run(original, config=NO_CUDA)
-    assert apply(decision)["spec"]["initContainers"][0]["env"] == [FLAG]
+    expected = copy.deepcopy(original)
+    expected["spec"]["initContainers"][0]["env"] = [FLAG]
+    assert apply(decision) == expected
     assert decision.notes == (
         "set FLAGS_allocator_strategy=naive_best_fit in "
         'init container "c" (paddle-on-gpu-manager fix)',
@@ -267,8 +312,9 @@ def test_env_from_with_the_variable_in_env_is_judged_by_env() -> None:
 def test_last_duplicate_env_entry_wins(
     env: list[dict[str, Any]], warnings: tuple[str, ...]
 ) -> None:
-    decision = run(vgpu_pod(env=env), config=NO_CUDA)
-    assert decision.patch == []
+    original = vgpu_pod(env=env)
+    decision = run(original, config=NO_CUDA)
+    assert apply(decision) == original
     assert decision.warnings == warnings
 
 
@@ -284,9 +330,9 @@ def test_last_duplicate_env_entry_wins(
     ],
 )
 def test_image_patterns_match_the_repository_path(image: str, fixed: bool) -> None:
-    decision = run(vgpu_pod(image), config=NO_CUDA)
-    env = apply(decision)["spec"]["containers"][0].get("env")
-    assert env == ([FLAG] if fixed else None)
+    original = vgpu_pod(image)
+    decision = run(original, config=NO_CUDA)
+    assert apply(decision) == (with_env(original, FLAG) if fixed else original)
 
 
 # --- the opt-out annotation (shared reading: webhook/core/annotations.py) ----------------------
@@ -296,22 +342,23 @@ OPT = "features.alauda.io/env-fixes"
 
 @pytest.mark.parametrize("value", ["false", "FALSE", "No", "0", "off", "Off", " false "])
 def test_opt_out_values(value: str) -> None:
-    decision = run(vgpu_pod(annotations={OPT: value}), config=NO_CUDA)
-    assert decision.patch == []
-    assert decision.warnings == ()
+    original = vgpu_pod(annotations={OPT: value})
+    assert_untouched(run(original, config=NO_CUDA), original)
 
 
 @pytest.mark.parametrize("value", ["true", "Yes", "1", "ON"])
 def test_opt_in_values_keep_the_fix_silently(value: str) -> None:
-    decision = run(vgpu_pod(annotations={OPT: value}), config=NO_CUDA)
-    assert apply(decision)["spec"]["containers"][0]["env"] == [FLAG]
-    assert decision.warnings == ()
+    original = vgpu_pod(annotations={OPT: value})
+    decision = run(original, config=NO_CUDA)
+    assert apply(decision) == with_env(original, FLAG)
+    assert (decision.notes, decision.warnings) == ((NOTE,), ())
 
 
 @pytest.mark.parametrize("value", ["disabled", "", "nope"])
 def test_unrecognised_opt_out_value_warns_and_keeps_the_fix(value: str) -> None:
-    decision = run(vgpu_pod(annotations={OPT: value}), config=NO_CUDA)
-    assert apply(decision)["spec"]["containers"][0]["env"] == [FLAG]
+    original = vgpu_pod(annotations={OPT: value})
+    decision = run(original, config=NO_CUDA)
+    assert apply(decision) == with_env(original, FLAG)
     assert decision.warnings == (
         f"annotation {OPT}={value!r} not understood: use false/no/0/off to opt out",
     )

@@ -50,9 +50,10 @@ def doc(name: str) -> dict[str, Any]:
 EXPECTED: dict[tuple[str, int], tuple[tuple[str, ...], tuple[str, ...]]] = {
     ("trainer_trainjob_lammps-train-gpus.yaml", 0): (
         (),
-        # the image is the TrainJob's own, but no TrainJob annotation reaches the pods
+        # the image is the TrainJob's own, but no TrainJob annotation reaches the pods; the
+        # image whole, the role kept: the shorter wording (issue 17 item 6)
         (
-            "trainer: CUDA version of tutorials:gpu-lammps-hwloc unknown, no affinity: "
+            "trainer: CUDA of ghcr.io/flux-framework/tutorials:gpu-lammps-hwloc unknown: "
             "add it to imageCudaTable",
         ),
     ),
@@ -71,8 +72,8 @@ EXPECTED: dict[tuple[str, int], tuple[tuple[str, ...], tuple[str, ...]]] = {
             'in container "node"',
         ),
         (
-            "CUDA version of torchtune-trainer unknown, no affinity: set "
-            "features.alauda.io/cuda-version or imageCudaTable",
+            "replicated job node: CUDA of ghcr.io/kubeflow/trainer/torchtune-trainer unknown: "
+            "set features.alauda.io/cuda-version",
         ),
     ),
     ("kserve_llmisvc_pd-qwen2-7b-gpu.yaml", 0): ((), ()),
@@ -88,7 +89,7 @@ EXPECTED: dict[tuple[str, int], tuple[tuple[str, ...], tuple[str, ...]]] = {
     ("knative_service_vllm.yaml", 0): (
         (),
         (
-            "CUDA version of vllm:0.1 unknown, no affinity: set "
+            "CUDA version of rtalaricw/vllm:0.1 unknown, no affinity: set "
             "features.alauda.io/cuda-version or imageCudaTable",
         ),
     ),
@@ -226,8 +227,8 @@ def test_trainjob_image_gives_the_trainer_pods_their_placement() -> None:
     assert decision.allowed and decision.patch == []
     assert decision.notes == (
         'will apply to trainer pods: set requests.nvidia.com/gpu=1 from limits in container "node"',
-        "will apply to trainer pods: required GPU nodes with CUDA ≥ 12.1 "
-        "(image pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime)",
+        "for trainer pods: required CUDA ≥ 12.1 "
+        "(image pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime), preferably < 14.0",
     )
     assert decision.warnings == ()
 
@@ -273,14 +274,14 @@ def test_kserve_predictor_without_an_image_gets_no_cuda_advice() -> None:
     # The same predictor naming its own image: that image is the user's to describe.
     decision = run(isvc({**model, "image": "example.com/llm-server:7"}))
     assert decision.warnings == (
-        "predictor: CUDA version of llm-server:7 unknown, no affinity: set "
+        "predictor: CUDA version of example.com/llm-server:7 unknown: set "
         "features.alauda.io/cuda-version or imageCudaTable",
     )
     # The annotation still reaches the pods (KServe propagates it): placement is said.
     decision = run(isvc(model, **{"features.alauda.io/cuda-version": "12.4"}))
     assert decision.notes[1:] == (
-        "will apply to predictor pods: required GPU nodes with CUDA ≥ 12.4 "
-        "(annotation features.alauda.io/cuda-version)",
+        "for predictor pods: required GPU nodes with CUDA ≥ 12.4 "
+        "(annotation features.alauda.io/cuda-version), preferably < 14.0",
     )
 
 
@@ -290,8 +291,8 @@ def test_llm_inference_service_placement_from_its_workload_annotations() -> None
     llm["spec"]["prefill"]["annotations"] = {"features.alauda.io/cuda-version": "12.4"}
     decision = run(llm)
     assert decision.notes == (
-        "will apply to prefill pods: required GPU nodes with CUDA ≥ 12.4 "
-        "(annotation features.alauda.io/cuda-version)",
+        "for prefill pods: required GPU nodes with CUDA ≥ 12.4 "
+        "(annotation features.alauda.io/cuda-version), preferably < 14.0",
     )
     assert decision.warnings == () and decision.patch == []
 

@@ -57,18 +57,20 @@ def test_allowed_job_is_never_mutated_and_says_what_pods_get(config: Any) -> Non
     assert decision.notes == (
         "will apply to replica Master pods: set requests.nvidia.com/gpu=1 from limits in "
         'container "pytorch"',
-        "will apply to replica Master pods: required GPU nodes with CUDA ≥ 12.1 "
-        "(image pytorch/pytorch:2.3.0-cuda12.1-cudnn8-run…",
+        # Too long behind "will apply to": the shorter "for" and "required CUDA" keep role,
+        # image and the skew preference whole.
+        "for replica Master pods: required CUDA ≥ 12.1 "
+        "(image pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime), preferably < 14.0",
         "will apply to replica Worker pods: set requests.nvidia.com/gpu=2 from limits in "
         'container "pytorch"',
-        "will apply to replica Worker pods: required GPU nodes with CUDA ≥ 12.1 "
-        "(image pytorch/pytorch:2.3.0-cuda12.1-cudnn8-run…",
+        "for replica Worker pods: required CUDA ≥ 12.1 "
+        "(image pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime), preferably < 14.0",
     )
     assert all(len(n) <= 120 for n in decision.notes)
     assert decision.warnings == ()
 
 
-def test_warnings_name_the_role_when_they_fit() -> None:
+def test_warnings_keep_the_role_and_shorten_the_fixed_words() -> None:
     paddle = container(
         "paddle",
         "paddlepaddle/paddle:2.6.1-gpu-cuda12.0-cudnn8.9-trt8.6",
@@ -80,10 +82,33 @@ def test_warnings_name_the_role_when_they_fit() -> None:
     assert decision.warnings == (
         'replica Master: container "pytorch" needs CUDA 12.4: '
         "GPU-Manager vGPU supports CUDA < 12.4",
-        # with the role this one would pass 120 characters and lose the recommended value
-        "container \"paddle\": FLAGS_allocator_strategy='auto_growth' kept; "
-        "the paddle-on-gpu-manager fix recommends naive_best_fit",
+        # Issue 17 item 6: the role stays; the fixed words shrink, the recommended value stays.
+        "replica Worker: container \"paddle\": FLAGS_allocator_strategy='auto_growth' kept; "
+        "recommended: naive_best_fit",
     )
+
+
+# As long as a real Vertex AI serving image (the TGI one, 119 characters, whose CUDA the shipped
+# knowledge now reads from its repository name), but one nothing knows.
+LONG = (
+    "us-docker.pkg.dev/example-ml-platform/serving-images/"
+    "text-generation-server-nightly-2025.11.20.ubuntu2204.py311-slim"
+)
+
+
+def test_a_warning_keeps_both_the_role_and_the_image_whole() -> None:
+    # Issue 17 item 6: the fixed words get shorter; the role and the image never do.
+    worker = container("tgi", LONG, limits={GPU: "1"}, requests={GPU: "1"})
+    master = container("app", "library/busybox:1.36", limits={GPU: "1"}, requests={GPU: "1"})
+    decision = run(pytorchjob(worker, master))
+    assert decision.warnings == (
+        # 128 characters in the longest wording: the next one fits.
+        "replica Master: CUDA version of library/busybox:1.36 unknown: set "
+        "features.alauda.io/cuda-version or imageCudaTable",
+        # The image alone is 116 characters: the shortest wording, whole (185 characters).
+        f"replica Worker: CUDA of {LONG} unknown: set features.alauda.io/cuda-version",
+    )
+    assert len(decision.warnings[1]) == 185
 
 
 def test_update_with_unchanged_templates_is_allowed_untouched() -> None:
@@ -159,8 +184,8 @@ def test_kserve_framework_form_gets_placement_from_the_isvc_annotation() -> None
     assert decision.notes == (
         "will apply to predictor pods: set requests.nvidia.com/gpu=1 from limits in "
         'container "pytorch"',
-        "will apply to predictor pods: required GPU nodes with CUDA ≥ 12.2 "
-        "(annotation features.alauda.io/cuda-version)",
+        "for predictor pods: required GPU nodes with CUDA ≥ 12.2 "
+        "(annotation features.alauda.io/cuda-version), preferably < 14.0",
     )
 
 

@@ -252,16 +252,22 @@ def test_bfloat16_servers_need_compute_capability_8(args: list[str]) -> None:
 def test_opt_out_skips_compute_capability_too() -> None:
     obj = gpu_pod(VLLM, args=BF16, annotations={"features.alauda.io/cuda-affinity": "Off"})
     decision = run(obj)
+    assert apply(decision) == obj
     assert (decision.patch, decision.notes, decision.warnings) == ([], (), ())
 
 
 def test_opt_out_also_skips_the_intersection_check() -> None:
-    obj = pod(
+    containers = (
         container("old", "nvidia/cuda:11.8.0", limits={VCORE: "50", VMEM: "4"}),
         container("new", "nvidia/cuda:12.2.0", limits={GPU: "1"}, requests={GPU: "1"}),
-        annotations={"features.alauda.io/cuda-affinity": "false"},
     )
-    assert run(obj).allowed
+    # Without the annotation no driver suits both (vGPU 11.x and CUDA ≥ 12.2): denied.
+    assert not run(pod(*containers)).allowed
+    obj = pod(*containers, annotations={"features.alauda.io/cuda-affinity": "false"})
+    decision = run(obj)
+    assert decision.allowed
+    assert apply(decision) == obj
+    assert (decision.violations, decision.notes, decision.warnings) == ((), (), ())
 
 
 def test_float16_server_needs_no_compute_capability() -> None:
@@ -281,8 +287,8 @@ def test_tgi_dtype_env_rule() -> None:
     assert node_terms(apply(decision)) == as_terms([[expr(CMAJ, "Gt", 7)]])
     # the CUDA version is unknown (warned), the compute capability still placed
     assert decision.warnings == (
-        "CUDA version of text-generation-inference:l… unknown, no affinity: set "
-        "features.alauda.io/cuda-version or imageCudaTable",
+        "CUDA of ghcr.io/huggingface/text-generation-inference:latest unknown: set "
+        "features.alauda.io/cuda-version",
     )
 
 

@@ -341,6 +341,30 @@ def test_not_a_quantity(value: Any) -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        # Kubernetes rejects a number without a digit where its slow path reads it (issue 18).
+        ("Pi", "is not a valid quantity"),
+        ("e-10", "is not a valid quantity"),
+        # Kubernetes keeps 1e4000 exactly; the webhook does not build a 4001-digit number.
+        ("1e4000", "is too large to evaluate"),
+    ],
+)
+def test_values_kubernetes_rejects_or_too_large(value: str, problem: str) -> None:
+    decision = run(pod(container(limits={VMEM: value, VCORE: "10"})), config=NO_CUDA)
+    assert messages(decision) == [
+        violation(
+            "limits.tencent.com/vcuda-memory",
+            value,
+            problem,
+            "dataType: integer",
+            CM_VMEM,
+            description=VMEM_DESC,
+        )
+    ]
+
+
 WHOLE_UNIT_PROBLEM = (
     "is above 100 but not a multiple of 100 (values up to 100 are fractional shares; above it "
     "only whole units 100, 200, 300… are allowed)"

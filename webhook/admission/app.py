@@ -7,7 +7,7 @@ import contextlib
 import logging
 import time
 import traceback
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -36,9 +36,10 @@ from webhook.admission.state import (
 )
 from webhook.core.config import WebhookConfig
 from webhook.core.errors import WebhookError
-from webhook.core.evaluate import evaluate
+from webhook.core.evaluate import Decision, evaluate
 from webhook.core.inventory import NodeInventory
 from webhook.core.kinds import BUILTIN_KINDS
+from webhook.registry.resolver import ImageResolver
 from webhook.sources.store import PolicyStore
 from webhook.tls.certs import CertReloader
 
@@ -59,31 +60,42 @@ def _label(value: str, known: frozenset[str]) -> str:
     return value if value in known else "other"
 
 
-def _decide(state: WebhookState, endpoint: str, req: AdmissionRequest) -> Outcome:
+def _evaluate(state: WebhookState, endpoint: str, req: AdmissionRequest, **images: Any) -> Decision:
+    return state.evaluator(
+        req.object,
+        state.store.current,
+        # The config with a watched ConfigMap's image table, when there is one.
+        state.store.config or state.config,
+        kind=req.kind or None,
+        group=req.group,
+        namespace=req.namespace or None,
+        operation=req.operation,
+        sub_resource=req.sub_resource,
+        old_object=req.old_object,
+        # Cluster snapshots as they are now (None: not known); never fetched here.
+        inventory=state.store.inventory if not state.store.inventory_pending else NOT_LISTED_YET,
+        claims=state.store.claims,
+        # /validate returns no Pod or template warnings (the mutating call showed them).
+        violations_only=endpoint == "validate",
+        **images,
+    )
+
+
+async def _decide(state: WebhookState, endpoint: str, req: AdmissionRequest) -> Outcome:
     """Evaluate and build the response; every exception becomes a denial, never an HTTP 500."""
     if req.object is None or req.operation not in ("CREATE", "UPDATE"):
         return Outcome(allowed_response(req), "allowed", 0, 0)
     what = f"{req.kind or 'object'} {req.ref or '(unnamed)'}"
+    lookup_warnings: list[str] = []
     try:
-        decision = state.evaluator(
-            req.object,
-            state.store.current,
-            # The config with a watched ConfigMap's image table, when there is one.
-            state.store.config or state.config,
-            kind=req.kind or None,
-            group=req.group,
-            namespace=req.namespace or None,
-            operation=req.operation,
-            sub_resource=req.sub_resource,
-            old_object=req.old_object,
-            # Cluster snapshots as they are now (None: not known); never fetched here.
-            inventory=state.store.inventory
-            if not state.store.inventory_pending
-            else NOT_LISTED_YET,
-            claims=state.store.claims,
-            # /validate returns no Pod or template warnings (the mutating call showed them).
-            violations_only=endpoint == "validate",
-        )
+        decision = _evaluate(state, endpoint, req)
+        # Only images whose CUDA nothing else told reach a registry (SPEC §4 step 6), within
+        # the budget; the evaluation runs again with what the lookups found.
+        if decision.unresolved_images and state.images is not None:
+            found = await state.images.resolve(decision.unresolved_images)
+            lookup_warnings = found.warnings
+            if found.facts:
+                decision = _evaluate(state, endpoint, req, images=found.facts)
     except WebhookError as exc:
         # The object does not have the shape its kind requires: say so, as the API server would.
         return Outcome(denied_response(req, f"cannot evaluate {what}: {exc}"), "denied", 0, 0)
@@ -101,7 +113,7 @@ def _decide(state: WebhookState, endpoint: str, req: AdmissionRequest) -> Outcom
         return Outcome(allowed_response(req), "allowed", 0, 0)
     is_configmap = req.kind == "ConfigMap"
     if endpoint == "mutate":
-        warnings = [*decision.notes, *decision.warnings]
+        warnings = [*decision.notes, *decision.warnings, *lookup_warnings]
         patch = decision.patch
         if patch:
             for kind in decision.mutation_kinds:
@@ -126,6 +138,13 @@ def _make_review_handler(
 ) -> Callable[[web.Request], Coroutine[Any, Any, web.Response]]:
     async def handle(request: web.Request) -> web.Response:
         state = request.app[STATE]
+        state.in_flight += 1
+        try:
+            return await _review(request, state)
+        finally:
+            state.in_flight -= 1
+
+    async def _review(request: web.Request, state: WebhookState) -> web.Response:
         body = await read_body(request, state.metrics, endpoint)
         if isinstance(body, web.Response):
             return body
@@ -141,7 +160,7 @@ def _make_review_handler(
         except ReviewDecodeError as exc:
             state.metrics.rejected.labels(endpoint, "400").inc()
             return plain(400, f"request body is not an AdmissionReview: {exc}")
-        outcome = _decide(state, endpoint, req)
+        outcome = await _decide(state, endpoint, req)
         try:
             payload = state.codec.dumps(outcome.response)
         except (TypeError, ValueError) as exc:
@@ -267,11 +286,29 @@ async def _inventory(request: web.Request) -> web.Response:
     return web.Response(body=std_dumps(document), content_type="application/json")
 
 
+async def _audit(request: web.Request) -> web.Response:
+    """The periodic audit's last outcome (SPEC §6); the findings are in the policy reports."""
+    audit = request.app[STATE].store.audit
+    document: dict[str, Any] = {"enabled": audit is not None}
+    if audit is not None:
+        document.update(audit.to_json())
+    return web.Response(body=std_dumps(document), content_type="application/json")
+
+
+async def _images(request: web.Request) -> web.Response:
+    """The registry lookup cache: image → CUDA, where it came from, age (SPEC §4 step 6)."""
+    resolver = request.app[STATE].images
+    document: Any = {"enabled": False} if resolver is None else resolver.to_json()
+    return web.Response(body=std_dumps(document), content_type="application/json")
+
+
 async def _background(app: web.Application) -> AsyncIterator[None]:
     """Run the policy source and the certificate reload loop for the app's lifetime."""
     state = app[STATE]
     if state.policy_source is not None:
         state.background.append(asyncio.create_task(_guarded(state.policy_source)))
+    for extra in state.tasks:
+        state.background.append(asyncio.create_task(_guarded(extra, "a background task")))
     reloader = state.cert_reloader
     if reloader is not None and state.cert_reload_interval > 0:
         state.background.append(
@@ -285,17 +322,20 @@ async def _background(app: web.Application) -> AsyncIterator[None]:
         with contextlib.suppress(asyncio.CancelledError):
             await task
     state.background.clear()
+    if state.images is not None:
+        await state.images.close()
 
 
-async def _guarded(source: PolicySource) -> None:
-    # A policy source is designed never to raise; if it does anyway, admission keeps the last
-    # snapshot and the error is visible in logs and /readyz rather than killing the process.
+async def _guarded(source: PolicySource, what: str = "the policy source") -> None:
+    # A policy source (and the audit) is designed never to raise; if it does anyway, admission
+    # keeps the last snapshot and the error is visible in logs and /readyz rather than killing
+    # the process.
     try:
         await source()
     except asyncio.CancelledError:
         raise
     except Exception:
-        log.exception("the policy source stopped; serving the last policies loaded")
+        log.exception("%s stopped; admission goes on with the last policies loaded", what)
 
 
 async def _reload_certificates(reloader: CertReloader, interval: float) -> None:
@@ -317,25 +357,32 @@ def create_app(
     cert_reload_interval: float = CERT_RELOAD_INTERVAL,
     policy_source: PolicySource | None = None,
     review_sink: ReviewSink | None = None,
+    tasks: Sequence[PolicySource] = (),
+    images: ImageResolver | None = None,
     ready_timeout: float = 30.0,
 ) -> web.Application:
     """The admission app; `evaluator` and `policy_source` are seams for tests and serve.
 
     `review_sink` replaces `review_log.info` for the per-review line (serve passes the batched
     handler's direct writer); the default goes through logging, where tests capture it.
+    `images` looks up the CUDA version of images nothing else tells (None: no lookups).
     """
     state = WebhookState(
         config=config,
         store=store,
         evaluator=evaluator,
         codec=codec or json_codec(),
-        metrics=Metrics.create(store, cert_reloader, config),
+        metrics=Metrics.create(store, cert_reloader, config, images),
         cert_reloader=cert_reloader,
         cert_reload_interval=cert_reload_interval,
         policy_source=policy_source,
         review_sink=review_sink,
+        tasks=tuple(tasks),
+        images=images,
         ready_timeout=ready_timeout,
     )
+    if images is not None:
+        images.observe = state.metrics.image_lookup_done
     # client_max_size also guards chunked bodies that carry no Content-Length.
     app = web.Application(client_max_size=MAX_BODY_BYTES, handler_args=HANDLER_ARGS)
     app[STATE] = state
@@ -344,6 +391,8 @@ def create_app(
     _add_probe_routes(app)
     app.router.add_get("/policies", _policies)
     app.router.add_get("/inventory", _inventory)
+    app.router.add_get("/audit", _audit)
+    app.router.add_get("/images", _images)
     app.cleanup_ctx.append(_background)
     app.on_response_prepare.append(_close_when_draining)
     return app

@@ -25,6 +25,8 @@ DEFAULT_DRAIN_SECONDS = 5.0
 # Then reviews in flight get this long to finish: the API server's timeoutSeconds is a few
 # seconds, so a review still running after 10 s has already been given up on.
 SHUTDOWN_GRACE_SECONDS = 10.0
+# Then the connections are closed, each once its last answer is written, within this long.
+CLOSE_SECONDS = 2.0
 # Open admission connections at most; past it a new connection is closed at once. Each slow
 # client costs ~220 KiB (TLS and socket buffers plus what it sent, bench/bench_slow_clients.py),
 # so 2,000 stay well inside the chart's 640 Mi memory limit whatever an attacker opens; an API

@@ -12,23 +12,31 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from webhook.core.config import WebhookConfig
-from webhook.sources.store import PolicyStore
+from webhook.registry.resolver import ImageResolver
+from webhook.registry.results import STATUSES
+from webhook.sources.store import AuditStatus, PolicyStore
 from webhook.tls.certs import CertReloader
 
 log = logging.getLogger(__name__)
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+LOOKUP_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 
 
 class _StateCollector(Collector):
     """Gauges read from the store and the certificate at scrape time, never stale."""
 
     def __init__(
-        self, store: PolicyStore, reloader: CertReloader | None, config: WebhookConfig | None
+        self,
+        store: PolicyStore,
+        reloader: CertReloader | None,
+        config: WebhookConfig | None,
+        images: ImageResolver | None = None,
     ) -> None:
         self._store = store
         self._reloader = reloader
         self._config = config
+        self._images = images
 
     def collect(self) -> Iterable[Metric]:
         policies = self._store.current
@@ -74,6 +82,19 @@ class _StateCollector(Collector):
                 value=since,
             )
         yield from _reflector_metrics(self._store, self._config)
+        if self._store.audit is not None:
+            yield from _audit_metrics(self._store.audit)
+        if self._images is not None:
+            yield GaugeMetricFamily(
+                "gpu_webhook_image_cache_entries",
+                "Images (and digests) in the registry lookup cache, answers and failures.",
+                value=self._images.size,
+            )
+            yield GaugeMetricFamily(
+                "gpu_webhook_image_lookups_in_flight",
+                "Registry lookups running now.",
+                value=self._images.in_flight,
+            )
         if self._reloader is not None:
             yield GaugeMetricFamily(
                 "gpu_webhook_serving_certificate_expiry_timestamp_seconds",
@@ -124,6 +145,54 @@ def _reflector_metrics(store: PolicyStore, config: WebhookConfig | None) -> Iter
         yield nodes
 
 
+def _audit_metrics(audit: AuditStatus) -> Iterable[Metric]:
+    """The periodic audit (SPEC §6): findings by policy, namespace and result (labels capped
+    with an "other" bucket when the audit counted them), runs, last success and duration."""
+    findings = GaugeMetricFamily(
+        "gpu_webhook_audit_findings",
+        "Owners (Deployments, jobs, standalone pods) with a finding in the last audit, by CRL "
+        "policy, namespace and result (fail: would be denied; warn: pods would change).",
+        labels=["policy", "namespace", "result"],
+    )
+    for (policy, namespace, result), count in sorted(audit.findings.items()):
+        findings.add_metric([policy, namespace, result], count)
+    yield findings
+    yield CounterMetricFamily("gpu_webhook_audit_runs", "Audits started.", value=audit.runs)
+    yield CounterMetricFamily(
+        "gpu_webhook_audit_skipped_runs",
+        "Audits left to the replica holding the audit lease.",
+        value=audit.skipped_runs,
+    )
+    yield CounterMetricFamily(
+        "gpu_webhook_audit_failures",
+        "Audits that could not list the cluster (see the logs and /audit).",
+        value=audit.failures,
+    )
+    if audit.last_success_unix is not None:
+        yield GaugeMetricFamily(
+            "gpu_webhook_audit_last_success_timestamp_seconds",
+            "Unix time when the last audit finished.",
+            value=audit.last_success_unix,
+        )
+    if audit.last_duration is not None:
+        yield GaugeMetricFamily(
+            "gpu_webhook_audit_duration_seconds",
+            "How long the last audit took (listing and evaluation).",
+            value=audit.last_duration,
+        )
+    objects = GaugeMetricFamily(
+        "gpu_webhook_audit_objects", "Objects evaluated by the last audit.", labels=["type"]
+    )
+    objects.add_metric(["workload"], audit.workloads)
+    objects.add_metric(["pod"], audit.pods)
+    yield objects
+    yield GaugeMetricFamily(
+        "gpu_webhook_audit_report_errors",
+        "Policy reports the last audit could not write or delete.",
+        value=len(audit.report_errors),
+    )
+
+
 @dataclass
 class Metrics:
     """A per-app registry: two apps in one process (tests) never share counters."""
@@ -133,6 +202,8 @@ class Metrics:
     latency: Histogram
     mutations: Counter
     rejected: Counter
+    image_lookups: Counter
+    image_lookup_latency: Histogram
     # labels() hashes and validates its arguments on every call; the label sets of the
     # per-review metrics are bounded (see _label), so their children are cached here.
     _children: dict[tuple[str, ...], Any] = field(default_factory=dict)
@@ -155,15 +226,22 @@ class Metrics:
         children[0].inc()
         children[1].observe(seconds)
 
+    def image_lookup_done(self, result: str, seconds: float) -> None:
+        """One registry lookup ended with `result` (a LookupResult status: a bounded set)."""
+        self.image_lookups.labels(result if result in STATUSES else "other").inc()
+        if seconds > 0:
+            self.image_lookup_latency.observe(seconds)
+
     @classmethod
     def create(
         cls,
         store: PolicyStore,
         reloader: CertReloader | None,
         config: WebhookConfig | None = None,
+        images: ImageResolver | None = None,
     ) -> Metrics:
         registry = CollectorRegistry(auto_describe=True)
-        registry.register(_StateCollector(store, reloader, config))
+        registry.register(_StateCollector(store, reloader, config, images))
         return cls(
             registry=registry,
             reviews=Counter(
@@ -189,6 +267,19 @@ class Metrics:
                 "gpu_webhook_rejected_requests",
                 "Requests refused before evaluation (HTTP 400/413), by endpoint and status.",
                 ["endpoint", "status"],
+                registry=registry,
+            ),
+            image_lookups=Counter(
+                "gpu_webhook_image_lookups",
+                "Registry lookups of image configurations, by result (found, no-cuda, refused, "
+                "unauthorized, not-found, unreachable, timeout, invalid, busy).",
+                ["result"],
+                registry=registry,
+            ),
+            image_lookup_latency=Histogram(
+                "gpu_webhook_image_lookup_duration_seconds",
+                "Time one registry lookup took (token, manifests, config), cache misses only.",
+                buckets=LOOKUP_BUCKETS,
                 registry=registry,
             ),
         )

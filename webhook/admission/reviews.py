@@ -11,15 +11,19 @@ from webhook.admission.jsoncodec import std_dumps
 from webhook.core.decision import clean_text
 from webhook.core.errors import WebhookError
 from webhook.core.shapes import is_mapping
+from webhook.core.wording import MAX_MESSAGE_CHARS
 
 API_V1 = "admission.k8s.io/v1"
 API_V1BETA1 = "admission.k8s.io/v1beta1"
 SUPPORTED_API_VERSIONS = (API_V1, API_V1BETA1)
 
-# The API server truncates each warning past 256 characters and drops every warning past
-# 4 KiB in total (k8s.io/apiserver/pkg/admission/plugin/webhook: "maxWarningLength" and the
-# warning recorder's total budget). We stay well inside both so nothing the user needs is cut.
-MAX_WARNING_CHARS = 120
+# The API server passes admission warnings on as they are until one response's warnings pass
+# 4096 characters in total; from then on it cuts each at 256 and drops the rest
+# (k8s.io/apiserver pkg/endpoints/filters/warning.go: truncateAtTotalRunes = 4 * 1024,
+# truncateItemRunes = 256). We send at most 3 KiB, so what we send arrives whole. The core
+# keeps each warning within 120 characters except when the image or role it names is longer
+# (core/wording.py); MAX_MESSAGE_CHARS only bounds what no valid name reaches.
+MAX_WARNING_CHARS = MAX_MESSAGE_CHARS
 MAX_WARNINGS = 20
 MAX_WARNINGS_BYTES = 3 * 1024
 _ELLIPSIS = "…"

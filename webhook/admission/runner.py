@@ -15,9 +15,9 @@ from collections.abc import Callable
 from aiohttp import web
 
 from webhook.admission.app import create_metrics_app
-from webhook.admission.limits import SHUTDOWN_GRACE_SECONDS, TLS_HANDSHAKE_TIMEOUT
+from webhook.admission.limits import CLOSE_SECONDS, SHUTDOWN_GRACE_SECONDS, TLS_HANDSHAKE_TIMEOUT
 from webhook.admission.logs import BatchedStreamHandler
-from webhook.admission.state import STATE
+from webhook.admission.state import STATE, WebhookState
 from webhook.tls.certs import CertReloader
 
 log = logging.getLogger(__name__)
@@ -76,8 +76,26 @@ class _CappedFactory:
 
 
 def _runner(app: web.Application) -> web.AppRunner:
-    # The per-connection deadlines are the app's handler_args (webhook.admission.body).
-    return web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_SECONDS)
+    # The per-connection deadlines are the app's handler_args (webhook.admission.body). The
+    # reviews in flight were waited for already (_finish_reviews): the runner's own shutdown
+    # only closes the connections once their answers are written.
+    return web.AppRunner(app, access_log=None, shutdown_timeout=CLOSE_SECONDS)
+
+
+async def _finish_reviews(state: WebhookState, seconds: float) -> None:
+    """Wait until no review handler runs, at most `seconds` (the listener is closed already).
+
+    aiohttp's shutdown (AppRunner.cleanup: Server.pre_shutdown, then RequestHandler.shutdown)
+    closes every connection first, and a closed RequestHandler drops the bytes that still
+    arrive (aiohttp 3.14 web_protocol.py data_received returns when _close is set): a review
+    whose body was still on the wire would wait for its body deadline and get a 408. So the
+    connections stay open until their reviews are answered; answers carry Connection: close.
+    """
+    deadline = time.monotonic() + seconds
+    while state.in_flight and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    if state.in_flight:
+        log.warning("%d reviews still in flight after %g s; closing them", state.in_flight, seconds)
 
 
 async def _wait_for(event: asyncio.Event, seconds: float) -> None:
@@ -139,6 +157,9 @@ async def serve_app(
         stop.clear()
         await _wait_for(stop, args.drain_seconds)
         log.info("drain over: no longer accepting connections; finishing reviews in flight")
+        for server in servers:
+            server.close()
+        await _finish_reviews(state, SHUTDOWN_GRACE_SECONDS)
     finally:
         state.shutting_down = True
         for server in servers:

@@ -15,6 +15,7 @@ from webhook.admission.jsoncodec import JsonCodec
 from webhook.admission.metrics import Metrics
 from webhook.core.config import WebhookConfig
 from webhook.core.evaluate import Decision
+from webhook.registry.resolver import ImageResolver
 from webhook.sources.store import PolicyStore
 from webhook.tls.certs import CertReloader
 
@@ -44,13 +45,19 @@ class WebhookState:
     cert_reloader: CertReloader | None = None
     cert_reload_interval: float = CERT_RELOAD_INTERVAL
     policy_source: PolicySource | None = None
+    # Other background tasks of the app's lifetime (the periodic audit), each guarded.
+    tasks: tuple[PolicySource, ...] = ()
     review_sink: ReviewSink | None = None
+    # Registry lookups of images' CUDA versions (None: switched off, SPEC §4 step 6).
+    images: ImageResolver | None = None
     shutting_down: bool = False
     # Readiness waits at most this long for the first list of the optional sources (Nodes, DRA
     # claims) once the policies are synced (SPEC §4), counted from `started`.
     ready_timeout: float = 30.0
     started: float = field(default_factory=time.monotonic)
     ready_timeout_logged: bool = False
+    # Reviews whose handler runs (reading the body, evaluating): shutdown waits for them.
+    in_flight: int = 0
     background: list[asyncio.Task[None]] = field(default_factory=list)
 
 

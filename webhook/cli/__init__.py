@@ -1,4 +1,4 @@
-"""`gpu-webhook` command line: serve, review (offline, for CI), lint, certs."""
+"""`gpu-webhook` command line: serve, review (offline, for CI), audit, images, lint, certs."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import TextIO
 
+from webhook.cli.audit import add_audit_arguments, cmd_audit
 from webhook.cli.exits import EXIT_OK, EXIT_USAGE, CommandError
+from webhook.cli.images import add_images_parser, add_registry_arguments, cmd_images
 from webhook.cli.lint import cmd_lint
 from webhook.cli.review import cmd_review
 from webhook.core.errors import ConfigError, ManifestError
@@ -65,6 +67,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--config", type=Path, help="webhook config YAML (default: built-in defaults)"
     )
     review.add_argument(
+        "--resolve-images",
+        action="store_true",
+        help="look up in their registries the CUDA version of GPU images nothing else tells "
+        "(the offline review never asks a registry otherwise)",
+    )
+    add_registry_arguments(review)
+    review.add_argument(
         "-o",
         "--output",
         choices=("text", "json", "yaml", "summary"),
@@ -72,6 +81,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="text (default), json or yaml (with mutated objects), or summary: one line per "
         "document for pipelines",
     )
+
+    audit = sub.add_parser(
+        "audit",
+        help="read-only: what the policies (or a proposed folder) deny among the cluster's "
+        "running workloads (exit 1 if anything would be denied)",
+    )
+    add_audit_arguments(audit)
+
+    add_images_parser(sub)
 
     lint = sub.add_parser("lint", help="validate CRL ConfigMaps offline (exit 1 on errors)")
     lint.add_argument("path", help="a CRL ConfigMap YAML file or a directory of them")
@@ -95,8 +113,12 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     try:
         if args.command == "review":
             return cmd_review(args, out)
+        if args.command == "audit":
+            return cmd_audit(args, out)
         if args.command == "lint":
             return cmd_lint(args, out)
+        if args.command == "images":
+            return cmd_images(args, out)
         if args.command == "serve":
             from webhook.cli.serve import serve_command
 

@@ -13,7 +13,7 @@ from webhook.core.claims import ClaimIndex
 from webhook.core.config import WebhookConfig
 from webhook.core.errors import ManifestError
 from webhook.core.inventory import NodeInventory
-from webhook.sources.files import read_documents
+from webhook.sources.files import policy_files, read_documents
 
 NODES_HINT = "pass the output of `kubectl get nodes -o yaml` (or -o json)"
 CLAIM_KINDS = ("ResourceClaimTemplate", "ResourceClaim")
@@ -21,6 +21,30 @@ CLAIMS_HINT = (
     "pass ResourceClaimTemplates or ResourceClaims, "
     "e.g. `kubectl get resourceclaimtemplates -A -o yaml`"
 )
+
+
+@dataclass
+class Manifests:
+    """The documents of each readable file, and one line for each file that is not."""
+
+    sources: list[tuple[str, list[Any]]] = field(default_factory=list)
+    unreadable: list[str] = field(default_factory=list)
+
+
+def read_manifests(path: Path) -> Manifests:
+    """`review -f FILE|DIR`: one file that cannot be read (binary, invalid YAML, no
+    permission) is an error (exit 2); in a directory it is reported and the others are still
+    reviewed, and the review ends with exit 2."""
+    found = Manifests()
+    if not path.is_dir():
+        found.sources.append((str(path), read_documents(path)))
+        return found
+    for file in policy_files(path):
+        try:
+            found.sources.append((str(file), read_documents(file)))
+        except ManifestError as exc:
+            found.unreadable.append(" ".join(str(exc).split()))  # one line per file
+    return found
 
 
 @dataclass

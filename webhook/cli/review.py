@@ -13,14 +13,17 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import yaml
 
-from webhook.cli.exits import EXIT_DENIED, EXIT_OK, CommandError
+from webhook.cli.exits import EXIT_DENIED, EXIT_OK, EXIT_USAGE, CommandError
+from webhook.cli.images import resolve_images
 from webhook.cli.inputs import (
     Context,
+    Manifests,
     claim_index,
     inventory_line,
     is_claim_object,
     load_claim_objects,
     load_nodes,
+    read_manifests,
 )
 from webhook.cli.quoting import unquoted_values
 from webhook.core.claims import ClaimIndex
@@ -31,6 +34,7 @@ from webhook.core.evaluate import Decision, evaluate
 from webhook.core.inventory import NodeInventory
 from webhook.core.manifests import parse_documents
 from webhook.core.policyset import PolicySet
+from webhook.core.rules.imagefacts import ImageFacts, ImageQuery
 from webhook.sources.files import policy_files, read_documents
 
 if TYPE_CHECKING:
@@ -65,6 +69,8 @@ class DocumentResult:
     changes: list[str] = field(default_factory=list)
     patch: list[dict[str, Any]] = field(default_factory=list)
     mutated: Mapping[str, Any] | None = None
+    # GPU images whose CUDA nothing offline tells (what --resolve-images looks up).
+    unresolved: tuple[ImageQuery, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -99,6 +105,7 @@ def review_document(
     *,
     inventory: NodeInventory | None = None,
     claims: ClaimIndex | None = None,
+    images: ImageFacts | None = None,
 ) -> DocumentResult:
     if not isinstance(doc, Mapping) or not isinstance(doc.get("kind"), str):
         return DocumentResult(
@@ -115,6 +122,7 @@ def review_document(
             group=_group(doc),
             inventory=inventory,
             claims=claims,
+            images=images,
         )
     except WebhookError as exc:
         violations = [*unquoted, f"cannot evaluate: {exc}"]
@@ -140,10 +148,11 @@ def review_document(
         changes=list(decision.notes),
         patch=decision.patch,
         mutated=decision.mutated,
+        unresolved=decision.unresolved_images,
     )
 
 
-def _print_text(results: Sequence[DocumentResult], out: TextIO) -> None:
+def _print_text(results: Sequence[DocumentResult], out: TextIO, unreadable: int = 0) -> None:
     for result in results:
         where = f"{result.file}, document {result.index}"
         reason = f" ({result.reason})" if result.reason else ""
@@ -163,9 +172,10 @@ def _print_text(results: Sequence[DocumentResult], out: TextIO) -> None:
             out.write("".join(f"  {line}\n" for line in text.splitlines()))
     denied = sum(r.verdict == "denied" for r in results)
     changed = sum(bool(r.changes) for r in results)
+    files = f"; {unreadable} file(s) not readable, listed on stderr" if unreadable else ""
     out.write(
         f"\n{len(results)} document(s): {denied} denied, {changed} with changes, "
-        f"{sum(r.verdict == 'skipped' for r in results)} skipped\n"
+        f"{sum(r.verdict == 'skipped' for r in results)} skipped{files}\n"
     )
 
 
@@ -182,7 +192,7 @@ def _print_summary(results: Sequence[DocumentResult], out: TextIO) -> None:
         out.write(f"{r.verdict.upper():<8} {r.file}#{r.index} {r.ref}: {detail}\n")
 
 
-def _load_policies(path: Path | None) -> PolicySet:
+def load_policies(path: Path | None) -> PolicySet:
     if path is None:
         if not DEFAULT_POLICIES.is_dir():
             raise ManifestError(
@@ -263,29 +273,53 @@ def cmd_review(args: argparse.Namespace, out: TextIO) -> int:
             f"policies: {cluster.configmaps} CRL ConfigMap(s) from the cluster at {cluster.server}"
         )
     else:
-        policies = _load_policies(args.policies)
+        policies = load_policies(args.policies)
         policy_line = None
     for note in cluster.notes if cluster is not None else ():
         sys.stderr.write(f"gpu-webhook review: note: {note}\n")
     if args.file == "-":
-        sources = [("<stdin>", parse_documents(sys.stdin.read(), "<stdin>"))]
+        manifests = Manifests([("<stdin>", parse_documents(sys.stdin.read(), "<stdin>"))])
     else:
-        path = Path(args.file)
-        files = policy_files(path) if path.is_dir() else [path]
-        sources = [(str(file), read_documents(file)) for file in files]
+        manifests = read_manifests(Path(args.file))
+    sources = manifests.sources
     context = _context(args, config, cluster, sources)
+    documents = [(name, i, doc) for name, docs in sources for i, doc in enumerate(docs, 1)]
     results = [
         review_document(
             name, i, doc, policies, config, inventory=context.inventory, claims=context.claims
         )
-        for name, docs in sources
-        for i, doc in enumerate(docs, 1)
+        for name, i, doc in documents
     ]
+    if args.resolve_images and any(r.unresolved for r in results):
+        resolutions = resolve_images(args, config, [r.unresolved for r in results])
+        asked = {q for r in results for q in r.unresolved}
+        found = {q for res in resolutions if res is not None for q in res.facts}
+        context.lines.append(
+            f"image lookups: {len(asked)} image(s) asked their registries, "
+            f"{len(found)} with a CUDA version"
+        )
+        for index, ((name, i, doc), resolution) in enumerate(
+            zip(documents, resolutions, strict=True)
+        ):
+            if resolution is None:
+                continue
+            again = review_document(
+                name,
+                i,
+                doc,
+                policies,
+                config,
+                inventory=context.inventory,
+                claims=context.claims,
+                images=resolution.facts,
+            )
+            again.warnings += resolution.warnings
+            results[index] = again
     header = [policy_line, *context.lines] if policy_line else context.lines
     if args.output == "text":
         # What the answers depend on besides the manifest, before them.
         out.writelines(f"{line}\n" for line in header)
-        _print_text(results, out)
+        _print_text(results, out, len(manifests.unreadable))
     else:
         # Machine formats keep their shape (a list of results; one line per document): the
         # same lines go to stderr.
@@ -297,4 +331,8 @@ def cmd_review(args: argparse.Namespace, out: TextIO) -> int:
             out.write(_dump_yaml([r.to_json() for r in results]))
         else:
             _print_summary(results, out)
+    # Each unreadable file of a directory on one line, after the others' results; exit 2.
+    sys.stderr.writelines(f"gpu-webhook review: {line}\n" for line in manifests.unreadable)
+    if manifests.unreadable:
+        return EXIT_USAGE
     return EXIT_DENIED if any(r.verdict == "denied" for r in results) else EXIT_OK

@@ -36,6 +36,7 @@ from webhook.core.config_parts import (
     _regex_problem,
     label_key_problem,
 )
+from webhook.core.config_registry import PUBLIC_REGISTRIES, RegistryLookups
 from webhook.core.errors import ConfigError, ManifestError
 from webhook.core.manifests import load_yaml_documents
 from webhook.core.names import ResourceNames, name_problem
@@ -51,12 +52,14 @@ __all__ = [
     "DEFAULT_CUDA_SCHEMES",
     "DEFAULT_ENV_FIXES",
     "DEFAULT_IMAGE_PATTERNS",
+    "PUBLIC_REGISTRIES",
     "ComputeCapabilityRule",
     "CudaLabels",
     "EnvFixRule",
     "ImageCudaEntry",
     "ImageRules",
     "ImageTableConfigMap",
+    "RegistryLookups",
     "WebhookConfig",
     "WorkloadEntry",
     "WorkloadTemplate",
@@ -152,6 +155,8 @@ class WebhookConfig(_Model):
     # resourceclaimtemplates and resourceclaims; one switch, the name kept for compatibility).
     node_inventory: bool = True
     claim_template_cache: bool = True
+    # Read an image's CUDA version from its registry when nothing else tells it (SPEC §4).
+    registry_lookups: RegistryLookups = RegistryLookups()
 
     # cached_property: derived once per config, read by every GPU pod's review (a pydantic
     # private attribute would go through BaseModel.__getattr__ on every read).

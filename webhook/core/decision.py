@@ -10,9 +10,10 @@ from functools import cached_property
 from typing import Any
 
 from webhook.core.patches import Draft, diff
+from webhook.core.rules.imagefacts import ImageQuery
+from webhook.core.wording import NOTE_LIMIT, Message
 from webhook.core.workloads import ContainerRef, PodSpecRef
 
-NOTE_LIMIT = 120
 # A denial lists every violation up to this many, then says how many more (SPEC §7): 5,000
 # broken containers must not make a 1 MB message that no one reads and that logs truncate.
 MAX_LISTED_VIOLATIONS = 20
@@ -53,6 +54,9 @@ class Decision:
     mutation_kinds: tuple[str, ...] = ()
     # Why the object was allowed without evaluation ("the pod template is unchanged", ...).
     reason: str = ""
+    # GPU containers' images whose CUDA version nothing told (env, table, reference, shipped
+    # knowledge): what a registry lookup could still answer (SPEC §4 step 6).
+    unresolved_images: tuple[ImageQuery, ...] = ()
     original: Mapping[str, Any] | None = field(default=None, repr=False)
     mutated: Mapping[str, Any] | None = field(default=None, repr=False)
 
@@ -121,11 +125,6 @@ def short(text: str) -> str:
     return text if len(text) <= NOTE_LIMIT else text[: NOTE_LIMIT - 1] + "…"
 
 
-def template_note(role: str, note: str) -> str:
-    """A note of a template that is not mutated: what its pods will get."""
-    return f"will apply to {role + ' ' if role else ''}pods: {note}"
-
-
 def container_label(ref: ContainerRef) -> str:
     kind = "init container" if ref.list_name == "initContainers" else "container"
     return f'{kind} "{ref.name}"'
@@ -139,17 +138,17 @@ class PodState:
     pod: PodSpecRef
     draft: Draft
     violations: list[Violation] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
+    # Fitted to 120 characters when the pod's role is put in front (evaluate.py).
+    notes: list[Message] = field(default_factory=list)
+    warnings: list[Message] = field(default_factory=list)
     kinds: list[str] = field(default_factory=list)
-    # The notes are shown as a template's "will apply to <role> pods: ..." (not mutated).
-    template_notes: bool = False
+    unresolved: list[ImageQuery] = field(default_factory=list)
 
     def container_path(self, c: ContainerRef) -> tuple[str | int, ...]:
         if c.index < 0:  # a container-like field of the spec (KServe `model`), not a list item
             return (*self.pod.spec_path, c.list_name)
         return (*self.pod.spec_path, c.list_name, c.index)
 
-    def note(self, kind: str, text: str) -> None:
+    def note(self, kind: str, text: Message) -> None:
         self.kinds.append(kind)
-        self.notes.append(short(text))
+        self.notes.append(text)

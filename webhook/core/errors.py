@@ -19,5 +19,9 @@ class QuantityError(WebhookError, ValueError):
     """A string is not a valid Kubernetes resource quantity."""
 
 
+class QuantityRangeError(QuantityError):
+    """A valid Kubernetes quantity too large for the webhook to evaluate (10^4000 or more)."""
+
+
 class ObjectShapeError(WebhookError):
     """An admitted object does not have the shape its kind requires (e.g. containers not a list)."""

@@ -17,13 +17,11 @@ from webhook.core.crl import (
     parse_configmap,
 )
 from webhook.core.decision import (
-    NOTE_LIMIT,
     Decision,
     PodState,
     Violation,
     container_label,
     short,
-    template_note,
 )
 from webhook.core.errors import ObjectShapeError
 from webhook.core.gpu_keys import GpuKeys, says_gpu, unknown_gpu_warning
@@ -34,6 +32,7 @@ from webhook.core.policyset import PolicySet
 from webhook.core.quantity import format_quantity
 from webhook.core.registry import WorkloadKind
 from webhook.core.rules.envfix import env_fixes
+from webhook.core.rules.imagefacts import ImageFacts, ImageQuery
 from webhook.core.rules.resources import (
     MISSING,
     ResourceLists,
@@ -44,6 +43,7 @@ from webhook.core.rules.resources import (
     value_checks,
 )
 from webhook.core.updates import allowed_untouched, may_mutate_template
+from webhook.core.wording import Message, after, fit
 from webhook.core.workloads import (
     ContainerRef,
     find_pod_specs,
@@ -157,7 +157,7 @@ def _resources(
 def _env(state: PodState, c: ContainerRef, keys: set[str], config: WebhookConfig) -> None:
     additions, warnings = env_fixes(c.container, keys, config.env_fixes)
     where = container_label(c)
-    state.warnings += [short(f"{where}: {w}") for w in warnings]
+    state.warnings += [after(f"{where}: ", w) for w in warnings]
     if not additions:
         return
     container = state.draft.writable(state.container_path(c))
@@ -171,13 +171,11 @@ def _env(state: PodState, c: ContainerRef, keys: set[str], config: WebhookConfig
     container["env"] = new_env
 
 
-def _with_role(role: str, warning: str) -> str:
-    """`replica Worker: <warning>` when it fits in a warning; else the warning alone, since its
-    advice (the annotation to set, ...) matters more than the role and must not be cut."""
+def _note_prefixes(role: str) -> tuple[str, ...]:
+    """What a template's notes start with, longest first (the role is never left out)."""
     if not role:
-        return warning
-    text = f"{role}: {warning}"
-    return text if len(text) <= NOTE_LIMIT else warning
+        return ("will apply to pods: ", "for pods: ")
+    return (f"will apply to {role} pods: ", f"for {role} pods: ")
 
 
 def _evaluate_spec(
@@ -188,6 +186,7 @@ def _evaluate_spec(
     claims: ClaimIndex | None,
     namespace: str | None,
     violations_only: bool,
+    images: ImageFacts | None = None,
     daemonset: bool = False,
 ) -> None:
     pod = state.pod
@@ -227,6 +226,7 @@ def _evaluate_spec(
             inventory,
             policies,
             violations_only=violations_only,
+            images=images,
             daemonset=daemonset,
         )
 
@@ -243,13 +243,15 @@ def _evaluate_pod(
     *,
     mutate_template: bool,
     violations_only: bool = False,
+    images: ImageFacts | None = None,
 ) -> Decision:
     """`ref` and `ns` are the object reference and namespace evaluate() already worked out."""
     draft = Draft(obj)
     violations: list[Violation] = []
-    notes: list[tuple[str, str]] = []  # (role, note)
+    notes: list[tuple[str, Message]] = []  # (role, note)
     warnings: list[str] = []
     kinds: list[str] = []
+    unresolved: list[ImageQuery] = []
     templates = False
     # A DaemonSet's pods are pinned to their nodes and get no affinity (SPEC §4): its template
     # says so. Unless the template itself is mutated: the controller runs pods only on the
@@ -264,21 +266,30 @@ def _evaluate_pod(
         if pod.scratch is not None:
             pod_draft, mutate_template = Draft(pod.scratch), False
         state = PodState(f"{ref}, {pod.role}" if pod.role else ref, pod, pod_draft)
-        state.template_notes = pod.is_template and not mutate_template
-        _evaluate_spec(state, policies, config, inventory, claims, ns, violations_only, daemonset)
+        _evaluate_spec(
+            state, policies, config, inventory, claims, ns, violations_only, images, daemonset
+        )
         templates = templates or pod.is_template
+        if state.unresolved:
+            unresolved += state.unresolved
         violations += state.violations
         kinds += state.kinds
         notes += [(pod.role, n) for n in state.notes]
-        warnings += [_with_role(pod.role, w) for w in state.warnings]
+        # `replica Worker: <warning>`: the role stays whole, the wording gets shorter (fit).
+        prefixes = (f"{pod.role}: ",) if pod.role else ("",)
+        warnings += [fit(w, prefixes) for w in state.warnings]
+    unresolved_images = tuple(dict.fromkeys(unresolved)) if unresolved else ()
     if violations_only:
-        return Decision(object_ref=ref, violations=tuple(violations))
+        return Decision(
+            object_ref=ref, violations=tuple(violations), unresolved_images=unresolved_images
+        )
     mutated: Mapping[str, Any] | None = draft.root if draft.changed else None
-    texts = [n for _, n in notes]
     # Operator workloads are never mutated (their operator builds the pods; GitOps drift).
     if templates and not mutate_template:
-        texts = [short(template_note(role, n)) for role, n in notes]
+        texts = [fit(n, _note_prefixes(role)) for role, n in notes]
         mutated = None
+    else:
+        texts = [fit(n) for _, n in notes]
     return Decision(
         object_ref=ref,
         violations=tuple(violations),
@@ -287,6 +298,7 @@ def _evaluate_pod(
         mutation_kinds=tuple(kinds) if mutated is not None else (),
         original=obj,
         mutated=mutated,
+        unresolved_images=unresolved_images,
     )
 
 
@@ -304,6 +316,7 @@ def evaluate(
     inventory: NodeInventory | None = None,
     claims: ClaimIndex | None = None,
     violations_only: bool = False,
+    images: ImageFacts | None = None,
 ) -> Decision:
     """Evaluate one admitted object. Raises only WebhookError subclasses on malformed input.
 
@@ -313,7 +326,9 @@ def evaluate(
 
     `group` is the object's API group ("" for the core group, None when unknown: then it is
     taken from the object's apiVersion); `sub_resource` and `old_object` come from the
-    AdmissionReview; `inventory` and `claims` are the cluster snapshots (None: not known).
+    AdmissionReview; `inventory` and `claims` are the cluster snapshots (None: not known);
+    `images` the CUDA versions read from images' registries, for the images an earlier
+    evaluation listed in `Decision.unresolved_images` (SPEC §4 step 6).
     """
     if not isinstance(obj, Mapping):
         raise ObjectShapeError(f"the object must be a JSON object, got {type(obj).__name__}")
@@ -363,6 +378,7 @@ def evaluate(
         claims,
         mutate_template=mutate_template,
         violations_only=violations_only,
+        images=images,
     )
 
 

@@ -21,6 +21,7 @@ from webhook.core.rules.terms import (
     merge_terms,
     required_terms,
 )
+from webhook.core.wording import Message
 
 _REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 _PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
@@ -33,8 +34,8 @@ class Plan:
     cuda: list[Term] = field(default_factory=list)  # required terms of the CUDA part
     preferred: list[dict[str, Any]] = field(default_factory=list)  # and its preferred terms
     compute: list[Term] = field(default_factory=list)
-    cuda_note: str = ""  # "required GPU nodes with CUDA ≥ 12.4, preferably < 14.0 (...)"
-    compute_note: str = ""
+    cuda_note: Message = ""  # "required GPU nodes with CUDA ≥ 12.4 (...), preferably < 14.0"
+    compute_note: Message = ""
     cuda_want: str = ""  # "CUDA ≥ 12.4, preferably < 14.0", for the kept-affinity warning
     compute_want: str = ""
     fits: Range | None = None  # set when some inventory node meets it (or no inventory)

@@ -10,24 +10,19 @@ from typing import Any, NamedTuple
 
 from webhook.core.annotations import parse_opt_out
 from webhook.core.config import ANNOTATION_CUDA_AFFINITY, ANNOTATION_CUDA_VERSION, WebhookConfig
-from webhook.core.decision import (
-    NOTE_LIMIT,
-    PodState,
-    Violation,
-    container_label,
-    short,
-    template_note,
-)
+from webhook.core.decision import PodState, Violation, container_label, short
 from webhook.core.errors import QuantityError
 from webhook.core.injection import Plan, inject
 from webhook.core.inventory import InventoryFacts, NodeInventory
 from webhook.core.policyset import PolicySet
 from webhook.core.quantity import parse_quantity
 from webhook.core.rules import cuda, fit
-from webhook.core.rules.images import display_name
+from webhook.core.rules.imagefacts import ImageFacts, ImageQuery, facts_for_arch, pod_arch
+from webhook.core.rules.images import shown_image
 from webhook.core.rules.terms import preferred_terms, range_terms, union_terms
 from webhook.core.rules.versions import CudaVersion
 from webhook.core.shapes import is_mapping
+from webhook.core.wording import Wording, after
 from webhook.core.workloads import ContainerRef
 
 _V12_4 = CudaVersion(12, 4)
@@ -116,6 +111,7 @@ def _needs(
     config: WebhookConfig,
     policies: PolicySet,
     envs: Envs,
+    facts: dict[str, cuda.Requirement] | None = None,
 ) -> tuple[list[_Need], list[ContainerRef]]:
     pod_req, warning = cuda.annotation_requirement(state.pod.annotations)
     if warning:
@@ -127,10 +123,10 @@ def _needs(
     for c, keys in gpu:
         req = pod_req
         if req is None:
-            detection = cuda.detect(c.container, config, _env(envs, c))
+            detection = cuda.detect(c.container, config, _env(envs, c), facts)
             if detection.warnings:
                 where = container_label(c)
-                state.warnings += [short(f"{where}: {w}") for w in detection.warnings]
+                state.warnings += [after(f"{where}: ", w) for w in detection.warnings]
             req = detection.requirement
         if req is None:
             # No image here, and the operator gives one (the ServingRuntime's, the training
@@ -164,16 +160,32 @@ def _needs(
     return needs, unknown
 
 
-def _unknown_warning(c: ContainerRef, others: bool, annotatable: bool) -> str:
+def _unknown_warning(c: ContainerRef, others: bool, annotatable: bool) -> Wording:
+    """Names the image whole in every wording (SPEC §4); the fixed words get shorter."""
     image = c.container.get("image")
-    name = display_name(image, 28) if isinstance(image, str) and image else f"{c.name} (no image)"
+    name = shown_image(image) if isinstance(image, str) and image else f"{c.name} (no image)"
     if others:
-        return short(f"CUDA version of {name} unknown; node affinity uses the other containers")
+        return Wording(
+            (
+                f"CUDA version of {name} unknown; node affinity uses the other containers",
+                f"CUDA of {name} unknown; affinity from the other containers",
+                f"CUDA of {name} unknown; affinity from others",
+            )
+        )
     if not annotatable:  # no annotation of this object reaches the pods (TrainJob's trainer)
-        return short(f"CUDA version of {name} unknown, no affinity: add it to imageCudaTable")
-    return short(
-        f"CUDA version of {name} unknown, no affinity: set {ANNOTATION_CUDA_VERSION} "
-        "or imageCudaTable"
+        return Wording(
+            (
+                f"CUDA version of {name} unknown, no affinity: add it to imageCudaTable",
+                f"CUDA of {name} unknown: add it to imageCudaTable",
+            )
+        )
+    return Wording(
+        (
+            f"CUDA version of {name} unknown, no affinity: set {ANNOTATION_CUDA_VERSION} "
+            "or imageCudaTable",
+            f"CUDA version of {name} unknown: set {ANNOTATION_CUDA_VERSION} or imageCudaTable",
+            f"CUDA of {name} unknown: set {ANNOTATION_CUDA_VERSION}",
+        )
     )
 
 
@@ -271,12 +283,17 @@ def _cuda_terms(
     bound = ""
     if rng.max_major is not None and rng.max_major != top.range.max_major:
         bound = f" and < {rng.max_major + 1}.0"
-    mode = "vGPU" if vgpu else "GPU"
-    note = f"required {mode} nodes with CUDA ≥ {rng.low}{bound} ({top.requirement.source})"
-    # The preference goes last, and only when the whole note fits in a warning line (also as a
-    # template's "will apply to <role> pods: ..."): never at the cost of the version's source.
-    shown = template_note(state.pod.role, note) if state.template_notes else note
-    plan.cuda_note = note + preferably if len(shown) + len(preferably) <= NOTE_LIMIT else note
+    mode, source = "vGPU" if vgpu else "GPU", top.requirement.source  # source: the image whole
+    # The preference goes last and goes first when a wording must be shorter (a long image, a
+    # template's "will apply to replica Worker pods: "): never the version's source.
+    wordings: tuple[str, ...] = (
+        f"required {mode} nodes with CUDA ≥ {rng.low}{bound} ({source})",
+        f"required CUDA ≥ {rng.low}{bound} ({source})",
+        f"CUDA ≥ {rng.low}{bound} ({source})",
+    )
+    if preferably:
+        wordings = (wordings[0] + preferably, wordings[1] + preferably, *wordings)
+    plan.cuda_note = Wording(wordings)
     plan.cuda_want = f"CUDA {rng.text()}{preferably}"
     return True
 
@@ -338,7 +355,7 @@ def _daemonset_template(
     and get no affinity, so say that, and which nodes cannot run them. Notes, not mutations:
     nothing is written into the template."""
     low = compute.version if compute is not None else None
-    state.notes += [short(n) for n in fit.daemonset_notes(rng, low)]
+    state.notes += fit.daemonset_notes(rng, low)
     if facts is not None:
         state.warnings += [short(w) for w in fit.daemonset_unfit(facts, rng, low)]
 
@@ -351,12 +368,14 @@ def place(
     policies: PolicySet | None = None,
     *,
     violations_only: bool = False,
+    images: ImageFacts | None = None,
     daemonset: bool = False,
 ) -> None:
     """Placement for a pod spec whose GPU containers are `gpu` (container, resource keys).
 
     `violations_only` (/validate): stop once nothing else can deny, i.e. after the
     intersection check unless an inventory with `noCompatibleNode: deny` is in force.
+    `images`: CUDA versions read from the images' registries (last resort, SPEC §4 step 6).
     `daemonset`: the spec is a DaemonSet's pod template that is not mutated (its pods are
     pinned to their nodes and get no affinity)."""
     pending = inventory is not None and inventory.pending
@@ -374,11 +393,22 @@ def place(
     if warning:
         state.warnings.append(short(warning))
     envs: Envs = {}
-    needs, unknown = _needs(state, gpu, config, policies or PolicySet.empty(), envs)
+    known = facts_for_arch(images, pod_arch(state.pod.spec)) if images else None
+    needs, unknown = _needs(state, gpu, config, policies or PolicySet.empty(), envs, known)
     # The required intersection; None: no container with a known CUDA version. Computed once
     # for every step below.
     rng = _intersection([n.range for n in needs]) if needs else None
-    if not config.cuda_affinity or opted_out or _intersection_violation(state, needs, rng):
+    if not config.cuda_affinity or opted_out:
+        return
+    if unknown:
+        # What a registry lookup could still tell (only when placement would use the answer).
+        arch = pod_arch(state.pod.spec)
+        state.unresolved += [
+            ImageQuery(image, arch)
+            for c in unknown
+            if isinstance(image := c.container.get("image"), str) and image
+        ]
+    if _intersection_violation(state, needs, rng):
         return
     if violations_only and not deny_mode:
         return

@@ -24,7 +24,13 @@ def read_documents(path: Path) -> list[Any]:
     """Every YAML/JSON document in a file; raises ManifestError with the file and reason."""
     try:
         text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:
+        byte = exc.object[exc.start]
+        raise ManifestError(
+            f"cannot read {path}: not UTF-8 text (byte 0x{byte:02x} at offset {exc.start}); "
+            "a manifest is YAML or JSON"
+        ) from exc
+    except OSError as exc:
         raise ManifestError(f"cannot read {path}: {exc}") from exc
     return parse_documents(text, str(path))
 

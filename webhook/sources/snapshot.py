@@ -63,8 +63,22 @@ def _failure(reflector: Reflector[Any], exc: BaseException) -> str:
     return f"cannot list {what} at {host}: {type(exc).__name__}: {exc}"
 
 
+async def connect(kubeconfig: str | None) -> ApiClient:
+    """A client for `kubeconfig` (None: in-cluster, else like kubectl); ClusterReadError (one
+    line) when it cannot be used."""
+    try:
+        configuration = await load_configuration(kubeconfig)
+    except Exception as exc:  # ConfigException, the client's yaml/OS errors: all one line
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        where = (
+            f"the kubeconfig {kubeconfig}" if kubeconfig else "a Kubernetes client configuration"
+        )
+        raise ClusterReadError(f"cannot use {where}: {reason}") from None
+    return ApiClient(configuration)
+
+
 async def read_cluster(
-    kubeconfig: str,
+    kubeconfig: str | None,
     config: WebhookConfig,
     *,
     policies: bool = True,
@@ -75,35 +89,48 @@ async def read_cluster(
     """List each kind once through `kubeconfig`; raises ClusterReadError (one line) when the
     cluster cannot be read. `nodes`/`config.node_inventory` and `config.claim_template_cache`
     say which optional kinds to read, as the server's config does."""
+    api = await connect(kubeconfig)
     try:
-        configuration = await load_configuration(kubeconfig)
-    except Exception as exc:  # ConfigException, the client's yaml/OS errors: all one line
-        reason = " ".join(str(exc).split()) or type(exc).__name__
-        raise ClusterReadError(f"cannot use the kubeconfig {kubeconfig}: {reason}") from None
-    store = PolicyStore()
-    options: dict[str, Any] = {"request_timeout": REQUEST_TIMEOUT}
-    api = ApiClient(configuration)
-    snapshot = ClusterSnapshot(server=str(configuration.host))
-    try:
-        if policies:
-            crls = ConfigMapWatcher(
-                store, namespace=namespace, label_selector=label_selector, **options
-            )
-            await _list(crls, api, without=None, notes=snapshot.notes)
-            snapshot.policies = store.current
-            snapshot.configmaps = crls.stats.objects or 0
-        optional: list[tuple[Reflector[Any], str]] = []
-        if nodes and config.node_inventory:
-            optional.append((NodeSource(store, config, **options), "a node inventory"))
-        if config.claim_template_cache:
-            optional.append(
-                (ClaimTemplateSource(store, **options), "the cluster's claim templates")
-            )
-            optional.append((ResourceClaimSource(store, **options), "the cluster's claims"))
-        for reflector, without in optional:
-            await _list(reflector, api, without=without, notes=snapshot.notes)
+        return await read_snapshot(
+            api,
+            config,
+            policies=policies,
+            nodes=nodes,
+            namespace=namespace,
+            label_selector=label_selector,
+        )
     finally:
         await close(api)
+
+
+async def read_snapshot(
+    api: ApiClient,
+    config: WebhookConfig,
+    *,
+    policies: bool = True,
+    nodes: bool = True,
+    namespace: str = CRL_NAMESPACE,
+    label_selector: str = DEFAULT_LABEL_SELECTOR,
+) -> ClusterSnapshot:
+    """read_cluster over a connected client (left open, for the caller's further requests)."""
+    store = PolicyStore()
+    options: dict[str, Any] = {"request_timeout": REQUEST_TIMEOUT}
+    snapshot = ClusterSnapshot(server=str(api.configuration.host))
+    if policies:
+        crls = ConfigMapWatcher(
+            store, namespace=namespace, label_selector=label_selector, **options
+        )
+        await _list(crls, api, without=None, notes=snapshot.notes)
+        snapshot.policies = store.current
+        snapshot.configmaps = crls.stats.objects or 0
+    optional: list[tuple[Reflector[Any], str]] = []
+    if nodes and config.node_inventory:
+        optional.append((NodeSource(store, config, **options), "a node inventory"))
+    if config.claim_template_cache:
+        optional.append((ClaimTemplateSource(store, **options), "the cluster's claim templates"))
+        optional.append((ResourceClaimSource(store, **options), "the cluster's claims"))
+    for reflector, without in optional:
+        await _list(reflector, api, without=without, notes=snapshot.notes)
     snapshot.inventory = store.inventory
     snapshot.claims = store.claims
     return snapshot

@@ -58,6 +58,52 @@ class SourceStats:
         }
 
 
+@dataclass
+class AuditStatus:
+    """The server's periodic audit as /metrics and /audit show it (SPEC §6)."""
+
+    interval: float = 0.0
+    report_format: str | None = None  # None: reports are not written
+    runs: int = 0
+    failures: int = 0
+    skipped_runs: int = 0  # another replica held the audit lease
+    lease_holder: str | None = None
+    last_success_unix: float | None = None
+    last_duration: float | None = None
+    last_error: str | None = None  # the last run's failure (None once a run succeeds)
+    workloads: int = 0
+    pods: int = 0
+    requests: int = 0
+    denied: int = 0  # owners that would be denied
+    changed: int = 0
+    # {(policy, namespace, result): owners}, labels already capped (core/reports.py)
+    findings: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    reports_written: int = 0
+    reports_deleted: int = 0
+    report_errors: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "intervalSeconds": self.interval,
+            "reports": self.report_format or "off",
+            "runs": self.runs,
+            "failures": self.failures,
+            "skippedRuns": self.skipped_runs,
+            "leaseHolder": self.lease_holder,
+            "lastSuccessUnix": self.last_success_unix,
+            "lastDurationSeconds": self.last_duration,
+            "lastError": self.last_error,
+            "workloads": self.workloads,
+            "pods": self.pods,
+            "apiRequests": self.requests,
+            "denied": self.denied,
+            "changed": self.changed,
+            "reportsWritten": self.reports_written,
+            "reportsDeleted": self.reports_deleted,
+            "reportErrors": self.report_errors,
+        }
+
+
 # What admission does while a snapshot is missing (SPEC §4, §6).
 _WITHOUT = {
     "Node": "CUDA placement uses the first label scheme, as without a node inventory",
@@ -93,6 +139,8 @@ class PolicyStore:
     # Every kind a reflector watches, by kind ("ConfigMap", "Node", "ResourceClaimTemplate"):
     # /inventory, /policies and /metrics show their sync state.
     watched: dict[str, SourceStats] = field(default_factory=dict)
+    # The periodic audit's last outcome (None: the audit is off).
+    audit: AuditStatus | None = None
 
     @property
     def ready(self) -> bool:

@@ -22,6 +22,7 @@ from webhook.core.rules.images import (
     strip_digest,
 )
 from webhook.core.rules.versions import CudaVersion
+from webhook.core.wording import Message
 
 __all__ = [
     "CudaVersion",
@@ -54,7 +55,7 @@ class Detection(NamedTuple):
     """A container's CUDA requirement (None: unknown) and warnings met on the way."""
 
     requirement: Requirement | None
-    warnings: tuple[str, ...] = ()
+    warnings: tuple[Message, ...] = ()
 
 
 class Range(NamedTuple):
@@ -112,14 +113,18 @@ def _implausible(what: str, version: CudaVersion) -> str:
 
 
 def detect(
-    container: Mapping[str, Any], config: WebhookConfig, env: dict[str, str | None] | None = None
+    container: Mapping[str, Any],
+    config: WebhookConfig,
+    env: dict[str, str | None] | None = None,
+    facts: Mapping[str, Requirement] | None = None,
 ) -> Detection:
-    """CUDA runtime a container needs (SPEC §4 steps 2-5; the pod annotation, step 1, is the
+    """CUDA runtime a container needs (SPEC §4 steps 2-6; the pod annotation, step 1, is the
     caller's): env CUDA_VERSION / NVIDIA_REQUIRE_CUDA, then what the image reference says (the
-    admin table, a version in the tag or path, the shipped knowledge). A None requirement means
-    nothing here knows the image: the next step (the image's registry) starts from there.
+    admin table, a version in the tag or path, the shipped knowledge), then `facts` (image ->
+    requirement, read from the image's registry by the caller), the last resort. A None
+    requirement means nothing knows the image yet: the caller may look it up.
     `env` is the container's env_values() when the caller has it already."""
-    warnings: list[str] = []
+    warnings: list[Message] = []
     env = env_values(container) if env is None else env
     cuda_env = env.get("CUDA_VERSION")
     version = CudaVersion.parse(cuda_env)
@@ -138,6 +143,8 @@ def detect(
     # Over-long references are no image (image_version); checked before the cache.
     if isinstance(image, str) and image and len(image) <= MAX_REFERENCE_LENGTH:
         found = _image_detection(image, config.image_rules)
+        if found.requirement is None and facts and image in facts:
+            found = Detection(facts[image], found.warnings)
         if not warnings:  # most containers: the cached answer as it is
             return found
         return Detection(found.requirement, (*warnings, *found.warnings))

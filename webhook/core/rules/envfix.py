@@ -8,6 +8,7 @@ from functools import lru_cache
 from typing import Any
 
 from webhook.core.config import EnvFixRule
+from webhook.core.wording import Message, Wording, cut
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +56,7 @@ def rule_matches(rule: EnvFixRule, container: Mapping[str, Any], used: Iterable[
 
 def env_fixes(
     container: Mapping[str, Any], used: set[str], rules: Iterable[EnvFixRule]
-) -> tuple[list[EnvAddition], list[str]]:
+) -> tuple[list[EnvAddition], list[Message]]:
     """(variables to add, warnings about user values that conflict with a fix)."""
     env = container.get("env")
     existing: dict[str, Any] = {}
@@ -70,7 +71,7 @@ def env_fixes(
     # `env` entry would silently override it (env wins over envFrom in the same function).
     env_from = bool(container.get("envFrom"))
     additions: list[EnvAddition] = []
-    warnings: list[str] = []
+    warnings: list[Message] = []
     for rule in rules:
         if not rule_matches(rule, container, used):
             continue
@@ -79,13 +80,29 @@ def env_fixes(
                 if any(a.name == name for a in additions):
                     continue
                 if env_from:
-                    warnings.append(f"did not set {name}={value} because of envFrom; add it to env")
+                    warnings.append(
+                        Wording(
+                            (
+                                f"did not set {name}={value} because of envFrom; add it to env",
+                                f"{name}={value} not set (envFrom); add it to env",
+                            )
+                        )
+                    )
                 else:
                     additions.append(EnvAddition(rule.name, name, value))
                 continue
             current = existing[name]
             if current.get("value") != value or "valueFrom" in current:
-                shown = "valueFrom" if "valueFrom" in current else repr(current.get("value"))
-                # Short enough that the recommended value survives the ~120-character cut.
-                warnings.append(f"{name}={shown} kept; the {rule.name} fix recommends {value}")
+                written = repr(current.get("value"))
+                shown = "valueFrom" if "valueFrom" in current else cut(written, 40)
+                # Shorter wordings for behind a role: the recommended value is never cut.
+                warnings.append(
+                    Wording(
+                        (
+                            f"{name}={shown} kept; the {rule.name} fix recommends {value}",
+                            f"{name}={shown} kept; {rule.name} recommends {value}",
+                            f"{name}={shown} kept; recommended: {value}",
+                        )
+                    )
+                )
     return additions, warnings

@@ -16,6 +16,7 @@ from functools import lru_cache
 from webhook.core.config import ImageCudaEntry
 from webhook.core.rules.knowledge import ImageKnowledge
 from webhook.core.rules.versions import MIN_IMAGE_GUESS, CudaVersion
+from webhook.core.wording import Message, Wording
 
 # distribution/reference (reference.go, regexp.go): the repository path is at most 255
 # characters (RepositoryNameTotalLengthMax), the tag at most 128 (`[\w][\w.-]{0,127}`), and
@@ -36,7 +37,7 @@ class ImageGuess:
 
     version: CudaVersion | None
     source: str
-    problem: str = ""
+    problem: Message = ""
 
 
 def normalize(image: str) -> str | None:
@@ -74,11 +75,12 @@ def split_tag(ref: str) -> tuple[str, str]:
     return (ref[:colon], ref[colon + 1 :]) if colon > slash else (ref, "")
 
 
-def display_name(image: str, limit: int) -> str:
-    """A short name for messages: the last path component with its tag, cut to `limit`."""
-    ref = normalize(image) or image[: limit - 1] + "…"
-    short = ref.rsplit("/", 1)[-1] or ref
-    return short if len(short) <= limit else short[: limit - 1] + "…"
+def shown_image(image: str) -> str:
+    """An image for messages: the reference as written, whole (SPEC §4: never cut out of a
+    message); a string longer than any valid reference names no image and is cut."""
+    if len(image) <= MAX_REFERENCE_LENGTH:
+        return image
+    return f"{image[:40]}… ({len(image)} characters)"
 
 
 @lru_cache(maxsize=64)
@@ -133,11 +135,16 @@ def _image_version(
         if match:
             version = CudaVersion(int(match["major"]), int(match["minor"]))
             if version < MIN_IMAGE_GUESS or not version.plausible:
+                shown = shown_image(image)
                 return ImageGuess(
                     None,
                     f"image {ref}",
-                    f"CUDA {version} read from image {display_name(image, 40)} is implausible; "
-                    "ignored",
+                    Wording(
+                        (
+                            f"CUDA {version} read from image {shown} is implausible; ignored",
+                            f"image {shown}: implausible CUDA {version} ignored",
+                        )
+                    ),
                 )
             return ImageGuess(version, f"image {ref}")
     if knowledge is not None:

@@ -8,7 +8,7 @@ from fractions import Fraction
 from typing import Any
 
 from webhook.core.crl import LimitsPolicy, RequestsPolicy, ResourceLimitation, bound_problem
-from webhook.core.errors import ObjectShapeError, QuantityError
+from webhook.core.errors import ObjectShapeError, QuantityError, QuantityRangeError
 from webhook.core.policyset import PolicySet
 from webhook.core.quantity import format_quantity, parse_quantity
 
@@ -127,9 +127,13 @@ def _value_problems(
 ) -> tuple[Fraction | None, list[ResourceProblem]]:
     try:
         value = parse_quantity(raw)
-    except QuantityError:
+    except QuantityError as exc:
+        # A Kubernetes quantity of 10^4000 or more is valid but not evaluated: say which.
+        problem = "is too large to evaluate" if isinstance(exc, QuantityRangeError) else ""
         return None, [
-            ResourceProblem(policy, field, raw, "is not a valid quantity", "dataType: integer")
+            ResourceProblem(
+                policy, field, raw, problem or "is not a valid quantity", "dataType: integer"
+            )
         ]
     # A Fraction keeps its sign on the numerator: the same test as `value < 0`, without
     # Fraction's generic comparison (this runs for every value of every used key).

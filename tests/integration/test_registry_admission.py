@@ -1,0 +1,300 @@
+"""Admission with registry lookups (SPEC §4 step 6), end to end through the aiohttp app: the
+pod's resulting object and warnings, how long admission waits, and how many times the
+registry (in-process, TLS, 127.0.0.1) is asked."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from tests.fakeregistry import FakeRegistry, HangingServer, closed_port
+from tests.helpers import (
+    GPU,
+    REQUIRED_12_4_TERMS,
+    container,
+    eventually,
+    node_terms,
+    pod,
+    standard_policies,
+)
+from tests.integration.helpers import metric_samples
+from tests.integration.test_admission import admission_review, apply_patch
+from tests.ociimages import digest, image
+from tests.registryhelpers import client as registry_client
+from webhook.admission.app import create_app
+from webhook.core.config import WebhookConfig
+from webhook.registry.client import RegistryClient
+from webhook.registry.resolver import ImageResolver
+from webhook.sources.store import PolicyStore
+from webhook.tls.certs import CertPaths, write_certificates
+
+CUDA_12_4 = ["CUDA_VERSION=12.4.1"]
+
+
+@pytest.fixture(autouse=True)
+def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory: pytest.TempPathFactory) -> CertPaths:
+    return write_certificates(tmp_path_factory.mktemp("tls"), ["localhost"], ["127.0.0.1"])
+
+
+@pytest.fixture
+async def registry(tls: CertPaths) -> AsyncIterator[FakeRegistry]:
+    fake = FakeRegistry(tls, auth="bearer")
+    await fake.start()
+    yield fake
+    await fake.close()
+
+
+class Webhook:
+    def __init__(self, http: TestClient[Any, Any], images: ImageResolver) -> None:
+        self.http = http
+        self.images = images
+
+    async def mutate(self, obj: dict[str, Any]) -> tuple[dict[str, Any], list[str], float]:
+        """(the stored object, warnings, seconds admission took)."""
+        started = time.perf_counter()
+        reply = await self.http.post("/mutate", json=admission_review(obj))
+        elapsed = time.perf_counter() - started
+        assert reply.status == 200
+        response = (await reply.json())["response"]
+        assert response["allowed"] is True
+        return apply_patch(obj, response), response.get("warnings", []), elapsed
+
+    async def get(self, path: str) -> Any:
+        reply = await self.http.get(path)
+        assert reply.status == 200
+        return await reply.json() if path != "/metrics" else await reply.text()
+
+
+async def started(client: RegistryClient, config: WebhookConfig) -> Webhook:
+    store = PolicyStore()
+    store.replace(standard_policies())
+    images = ImageResolver(client, config.registry_lookups)
+    http: TestClient[Any, Any] = TestClient(TestServer(create_app(config, store, images=images)))
+    await http.start_server()
+    return Webhook(http, images)
+
+
+@pytest.fixture
+async def webhook_for(tls: CertPaths) -> AsyncIterator[Any]:
+    hooks: list[Webhook] = []
+
+    async def make(*hosts: str, **settings: Any) -> Webhook:
+        client = registry_client(tls.ca_cert, *hosts, **settings)
+        hook = await started(client, client.config)
+        hooks.append(hook)
+        return hook
+
+    yield make
+    for hook in hooks:
+        await hook.http.close()
+
+
+def gpu_pod(image_ref: str, **spec: Any) -> dict[str, Any]:
+    return pod(container("main", image_ref, limits={GPU: "1"}), **spec)
+
+
+async def test_an_image_whose_config_names_cuda_gets_its_affinity(
+    registry: FakeRegistry, webhook_for: Any
+) -> None:
+    registry.push(
+        "public/trainer", "v3", image({"arm64": ["CUDA_VERSION=12.6.0"], "amd64": CUDA_12_4})
+    )
+    hook = await webhook_for(registry.host)
+    stored, warnings, _ = await hook.mutate(gpu_pod(f"{registry.host}/public/trainer:v3"))
+    assert node_terms(stored) == REQUIRED_12_4_TERMS
+    assert warnings == [
+        'set requests.nvidia.com/gpu=1 from limits in container "main"',
+        "required GPU nodes with CUDA ≥ 12.4 (image config CUDA_VERSION=12.4.1), preferably < 14.0",
+    ]
+
+
+async def test_a_private_image_without_credentials_gets_a_warning_naming_it_and_no_placement(
+    registry: FakeRegistry, webhook_for: Any
+) -> None:
+    registry.push("private/trainer", "v3", image(CUDA_12_4))
+    hook = await webhook_for(registry.host)
+    ref = f"{registry.host}/private/trainer:v3"
+    stored, warnings, _ = await hook.mutate(gpu_pod(ref))
+    assert node_terms(stored) is None
+    assert (
+        f"CUDA lookup of {ref}: 401 from the registry: add credentials for it to --registry-auth"
+        in warnings
+    )
+    # The image is named whole; the fixed words are the shorter wording that fits in 120
+    # characters with this 49-character reference (the port is 5 digits: an ephemeral port).
+    assert (
+        f"CUDA version of {ref} unknown: set features.alauda.io/cuda-version or imageCudaTable"
+        in warnings
+    )
+
+
+async def test_images_known_otherwise_never_reach_the_registry(
+    registry: FakeRegistry, webhook_for: Any
+) -> None:
+    hook = await webhook_for(registry.host)
+    by_tag = gpu_pod("nvidia/cuda:12.4.1-runtime-ubuntu22.04")
+    by_env = pod(
+        container(
+            "main",
+            f"{registry.host}/team/x:1",
+            limits={GPU: "1"},
+            env=[{"name": "CUDA_VERSION", "value": "12.4"}],
+        )
+    )
+    for obj in (by_tag, by_env):
+        stored, _, _ = await hook.mutate(obj)
+        assert node_terms(stored) == REQUIRED_12_4_TERMS
+    # A pod without GPUs is never looked up either.
+    await hook.mutate(pod(container("main", f"{registry.host}/team/cpu:1")))
+    assert registry.hits == [] and hook.images.size == 0
+
+
+async def test_forty_pods_of_one_image_make_one_registry_round_trip(
+    registry: FakeRegistry, webhook_for: Any
+) -> None:
+    built = image(CUDA_12_4)
+    registry.push("public/trainer", "v3", built)
+    hook = await webhook_for(registry.host)
+    results = await asyncio.gather(
+        *(hook.mutate(gpu_pod(f"{registry.host}/public/trainer:v3")) for _ in range(40))
+    )
+    assert all(node_terms(stored) == REQUIRED_12_4_TERMS for stored, _, _ in results)
+    # One token, the index, the amd64 manifest, the config: nothing per pod.
+    assert len(registry.token_hits) == 1
+    amd64 = digest(built.manifests[0][1])
+    assert [h.path for h in registry.hits if h.authorization] == [
+        "/v2/public/trainer/manifests/v3",
+        f"/v2/public/trainer/manifests/{amd64}",
+        f"/v2/public/trainer/blobs/{built.config_digest(0)}",
+    ]
+
+
+async def test_a_digest_reference(registry: FakeRegistry, webhook_for: Any) -> None:
+    built = image(["NVIDIA_REQUIRE_CUDA=cuda>=12.4 brand=tesla"])
+    registry.push("public/trainer", "v3", built)
+    hook = await webhook_for(registry.host)
+    stored, warnings, _ = await hook.mutate(
+        gpu_pod(f"{registry.host}/public/trainer@{built.digest}")
+    )
+    assert node_terms(stored) == REQUIRED_12_4_TERMS
+    assert (
+        "required GPU nodes with CUDA ≥ 12.4 (image config NVIDIA_REQUIRE_CUDA), preferably < 14.0"
+        in warnings
+    )
+
+
+async def test_a_registry_that_never_answers_costs_one_budget_then_none(
+    webhook_for: Any,
+) -> None:
+    server = HangingServer()
+    await server.start()
+    try:
+        hook = await webhook_for(server.host, budget_seconds=0.5, timeout_seconds=1.5)
+        ref = f"{server.host}/team/trainer:1"
+        stored, warnings, first = await hook.mutate(gpu_pod(ref))
+        assert 0.5 <= first < 1.2
+        assert node_terms(stored) is None
+        assert (
+            f"CUDA lookup of {ref}: no answer within 0.5 s; later pods get the answer when it comes"
+            in warnings
+        )
+        _, warnings, second = await hook.mutate(gpu_pod(ref))
+        assert second < 0.25
+        assert (
+            f"CUDA lookup of {ref}: its registry is slow; later pods get the answer when it comes"
+            in warnings
+        )
+        await eventually(lambda: hook.images.in_flight == 0, "the lookup timed out")
+        _, warnings, third = await hook.mutate(gpu_pod(ref))
+        assert third < 0.25
+        assert (
+            f"CUDA lookup of {ref}: the registry did not answer within 1.5 s "
+            "(not asked again for 600 s)" in warnings
+        )
+        assert server.accepted == 1
+    finally:
+        await server.close()
+
+
+async def test_a_late_answer_serves_the_next_pod(registry: FakeRegistry, webhook_for: Any) -> None:
+    registry.push("public/trainer", "v3", image(CUDA_12_4))
+    registry.delay = 0.6
+    hook = await webhook_for(registry.host, budget_seconds=0.2)
+    ref = f"{registry.host}/public/trainer:v3"
+    stored, _, _ = await hook.mutate(gpu_pod(ref))
+    assert node_terms(stored) is None
+    await eventually(lambda: hook.images.in_flight == 0, "the lookup ended")
+    stored, _, took = await hook.mutate(gpu_pod(ref))
+    assert node_terms(stored) == REQUIRED_12_4_TERMS
+    assert took < 0.2
+
+
+async def test_a_refused_connection_is_a_warning(webhook_for: Any) -> None:
+    host = closed_port()
+    hook = await webhook_for(host)
+    ref = f"{host}/team/trainer:1"
+    _, warnings, _ = await hook.mutate(gpu_pod(ref))
+    assert f"CUDA lookup of {ref}: cannot connect to 127.0.0.1: Connection refused" in warnings
+
+
+async def test_a_metadata_endpoint_image_is_refused_without_waiting(webhook_for: Any) -> None:
+    hook = await webhook_for()
+    ref = "169.254.169.254/latest/meta-data:1"
+    _, warnings, took = await hook.mutate(gpu_pod(ref))
+    assert took < 0.25
+    assert (
+        f"CUDA lookup of {ref}: non-public address; allow it in registryLookups.allowedRegistries"
+        in warnings
+    )
+
+
+async def test_the_architecture_the_pod_pins_is_looked_up(
+    registry: FakeRegistry, webhook_for: Any
+) -> None:
+    registry.push(
+        "public/trainer", "v3", image({"amd64": ["CUDA_VERSION=11.8.0"], "arm64": CUDA_12_4})
+    )
+    hook = await webhook_for(registry.host)
+    stored, _, _ = await hook.mutate(
+        gpu_pod(f"{registry.host}/public/trainer:v3", nodeSelector={"kubernetes.io/arch": "arm64"})
+    )
+    assert node_terms(stored) == REQUIRED_12_4_TERMS
+
+
+async def test_images_endpoint_and_metrics_show_the_cache(
+    registry: FakeRegistry, webhook_for: Any
+) -> None:
+    built = image(CUDA_12_4)
+    registry.push("public/trainer", "v3", built)
+    hook = await webhook_for(registry.host)
+    await hook.mutate(gpu_pod(f"{registry.host}/public/trainer:v3"))
+    await hook.mutate(gpu_pod(f"{registry.host}/private/nope:1"))
+    listing = await hook.get("/images")
+    assert listing["enabled"] is True and listing["inFlight"] == 0
+    rows = {(r["image"], r["result"], r["cuda"], r["source"]) for r in listing["images"]}
+    assert rows == {
+        (f"{registry.host}/public/trainer:v3", "found", "12.4", "CUDA_VERSION=12.4.1"),
+        (f"{registry.host}/public/trainer@{built.digest}", "found", "12.4", "CUDA_VERSION=12.4.1"),
+        (
+            f"{registry.host}/private/nope:1",
+            "unauthorized",
+            None,
+            "401 from the registry: add credentials for it to --registry-auth",
+        ),
+    }
+    samples = metric_samples(await hook.get("/metrics"))
+    assert samples['gpu_webhook_image_lookups_total{result="found"}'] == 1
+    assert samples['gpu_webhook_image_lookups_total{result="unauthorized"}'] == 1
+    assert samples["gpu_webhook_image_cache_entries"] == 3
+    assert samples["gpu_webhook_image_lookup_duration_seconds_count"] == 2

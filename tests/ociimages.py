@@ -1,0 +1,124 @@
+"""Small OCI/Docker images as registries store them (config, manifests, index), for the fake
+registry and for pushes to a real one. Each config's Env is the only thing that matters here."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
+DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+DOCKER_CONFIG = "application/vnd.docker.container.image.v1+json"
+# An empty layer (the OCI "empty" blob would do as well): the registry must hold each
+# referenced blob before it accepts a manifest.
+EMPTY_LAYER = "application/vnd.oci.image.layer.v1.tar+gzip"
+
+
+def digest(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def dumps(doc: Any) -> bytes:
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+@dataclass
+class Built:
+    """Blobs and manifests of one image; `top` is (media type, body) of what the tag names."""
+
+    blobs: dict[str, bytes] = field(default_factory=dict)
+    manifests: list[tuple[str, bytes]] = field(default_factory=list)  # children first
+    top: tuple[str, bytes] = ("", b"")
+
+    @property
+    def digest(self) -> str:
+        return digest(self.top[1])
+
+    def config_digest(self, index: int = 0) -> str:
+        return str(json.loads(self.manifests[index][1])["config"]["digest"])
+
+
+def _manifest(env: Sequence[str], arch: str, docker: bool, built: Built) -> tuple[str, bytes]:
+    config = dumps(
+        {
+            "architecture": arch,
+            "os": "linux",
+            "config": {"Env": ["PATH=/usr/local/bin:/usr/bin", *env]},
+            "rootfs": {"type": "layers", "diff_ids": []},
+        }
+    )
+    built.blobs[digest(config)] = config
+    media = DOCKER_MANIFEST if docker else OCI_MANIFEST
+    body = dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": media,
+            "config": {
+                "mediaType": DOCKER_CONFIG if docker else OCI_CONFIG,
+                "digest": digest(config),
+                "size": len(config),
+            },
+            "layers": [],
+        }
+    )
+    built.manifests.append((media, body))
+    return media, body
+
+
+def image(
+    env: Sequence[str] | Mapping[str, Sequence[str]],
+    *,
+    docker: bool = False,
+    index: bool = True,
+) -> Built:
+    """An image whose config Env is `env` (per architecture when a mapping: its keys are the
+    index's entries in order, so the first entry need not be amd64), as an index (with an
+    attestation entry first, as BuildKit writes) or, with index=False, a single manifest."""
+    built = Built()
+    per_arch = env if isinstance(env, Mapping) else {"amd64": env}
+    if not index:
+        ((arch, values),) = per_arch.items()
+        built.top = _manifest(values, arch, docker, built)
+        return built
+    entries: list[dict[str, Any]] = []
+    for arch, values in per_arch.items():
+        media, body = _manifest(values, arch, docker, built)
+        platform: dict[str, str] = {"architecture": arch, "os": "linux"}
+        if arch == "arm64":
+            platform["variant"] = "v8"
+        entries.append(
+            {"mediaType": media, "digest": digest(body), "size": len(body), "platform": platform}
+        )
+    # BuildKit's provenance attestation: a manifest for platform unknown/unknown.
+    attestation = dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "config": {
+                "mediaType": "application/vnd.oci.empty.v1+json",
+                "digest": digest(b"{}"),
+                "size": 2,
+            },
+            "layers": [],
+        }
+    )
+    built.blobs[digest(b"{}")] = b"{}"
+    built.manifests.append((OCI_MANIFEST, attestation))
+    entries.insert(
+        0,
+        {
+            "mediaType": OCI_MANIFEST,
+            "digest": digest(attestation),
+            "size": len(attestation),
+            "platform": {"architecture": "unknown", "os": "unknown"},
+        },
+    )
+    media = DOCKER_LIST if docker else OCI_INDEX
+    built.top = (media, dumps({"schemaVersion": 2, "mediaType": media, "manifests": entries}))
+    return built

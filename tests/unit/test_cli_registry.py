@@ -1,0 +1,262 @@
+"""`gpu-webhook images`, `review --resolve-images` and the registry flags of `serve`, against
+an in-process registry on 127.0.0.1 (TLS with a test CA passed as --registry-ca)."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.fakeregistry import FakeRegistry, docker_config, in_thread
+from tests.helpers import CONFIGMAPS, GPU, container, pod
+from tests.ociimages import digest, image
+from webhook.cli import main
+from webhook.tls.certs import CertPaths, write_certificates
+
+
+@pytest.fixture(autouse=True)
+def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory: pytest.TempPathFactory) -> CertPaths:
+    return write_certificates(tmp_path_factory.mktemp("tls"), ["localhost"], ["127.0.0.1"])
+
+
+@pytest.fixture
+def registry(tls: CertPaths) -> Iterator[FakeRegistry]:
+    fake = FakeRegistry(tls, auth="bearer")
+    fake.push(
+        "public/trainer",
+        "v3",
+        image({"arm64": ["CUDA_VERSION=12.6.0"], "amd64": ["CUDA_VERSION=12.4.1"]}),
+    )
+    fake.push("private/trainer", "v3", image(["NVIDIA_REQUIRE_CUDA=cuda>=12.2"]))
+    fake.push("public/python", "3.12", image(["LANG=C.UTF-8"]))
+    with in_thread(fake):
+        yield fake
+
+
+def cli(*argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    code = main(list(argv), out=out)
+    return code, out.getvalue()
+
+
+def config_for(tmp_path: Path, host: str) -> str:
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump({"registryLookups": {"allowedRegistries": [host]}}))
+    return str(path)
+
+
+def auth_for(tmp_path: Path, host: str) -> str:
+    path = tmp_path / "auth.json"
+    path.write_text(json.dumps(docker_config(host, "alice", "s3cret")))
+    return str(path)
+
+
+def test_images_prints_versions_origins_and_the_table_entries(
+    registry: FakeRegistry, tls: CertPaths, tmp_path: Path
+) -> None:
+    host = registry.host
+    code, out = cli(
+        "images",
+        "nvidia/cuda:12.4.1-runtime-ubuntu22.04",
+        "nvcr.io/nvidia/tritonserver:24.05-py3",
+        f"{host}/public/trainer:v3",
+        f"{host}/private/trainer:v3",
+        "--config",
+        config_for(tmp_path, host),
+        "--registry-ca",
+        str(tls.ca_cert),
+        "--registry-auth",
+        auth_for(tmp_path, host),
+    )
+    assert code == 0
+    assert out == (
+        "nvidia/cuda:12.4.1-runtime-ubuntu22.04: CUDA 12.4 from the reference\n"
+        "nvcr.io/nvidia/tritonserver:24.05-py3: CUDA 12.4 from the shipped knowledge "
+        "(NGC Triton 24.05, NVIDIA release notes)\n"
+        f"{host}/public/trainer:v3: CUDA 12.4 from its registry (CUDA_VERSION=12.4.1)\n"
+        f"{host}/private/trainer:v3: CUDA 12.2 from its registry (NVIDIA_REQUIRE_CUDA)\n"
+        "\n# webhook config entries that pin the registry answers (for clusters whose webhook "
+        "cannot ask the registries):\n"
+        "imageCudaTable:\n"
+        f"- image: {host}/public/trainer:v3\n"
+        "  cudaVersion: '12.4'\n"
+        f"- image: {host}/private/trainer:v3\n"
+        "  cudaVersion: '12.2'\n"
+    )
+
+
+def test_images_exits_1_when_a_version_stays_unknown(
+    registry: FakeRegistry, tls: CertPaths, tmp_path: Path
+) -> None:
+    host = registry.host
+    code, out = cli(
+        "images",
+        f"{host}/public/python:3.12",
+        f"{host}/private/trainer:v3",
+        "--arch",
+        "amd64",
+        "--config",
+        config_for(tmp_path, host),
+        "--registry-ca",
+        str(tls.ca_cert),
+        "-o",
+        "json",
+    )
+    assert code == 1
+    assert json.loads(out) == [
+        {
+            "image": f"{host}/public/python:3.12",
+            "cudaVersion": None,
+            "origin": None,
+            "source": "its config sets no CUDA_VERSION",
+            "digest": digest(registry.manifests[("public/python", "3.12")][1]),
+        },
+        {
+            "image": f"{host}/private/trainer:v3",
+            "cudaVersion": None,
+            "origin": None,
+            "source": "401 from the registry: add credentials for it to --registry-auth",
+            "digest": None,
+        },
+    ]
+
+
+def test_images_never_asks_with_no_lookup(registry: FakeRegistry, tmp_path: Path) -> None:
+    code, out = cli(
+        "images",
+        f"{registry.host}/public/trainer:v3",
+        "--no-lookup",
+        "--config",
+        config_for(tmp_path, registry.host),
+    )
+    assert code == 1
+    assert out == f"{registry.host}/public/trainer:v3: CUDA unknown (nothing offline names it)\n"
+    assert registry.hits == []
+
+
+def _manifest(tmp_path: Path, *images: str) -> str:
+    path = tmp_path / "pods.yaml"
+    docs = [
+        pod(container("main", ref, limits={GPU: "1"}), name=f"p{i}") for i, ref in enumerate(images)
+    ]
+    path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    return str(path)
+
+
+def test_review_looks_up_only_when_asked(
+    registry: FakeRegistry, tls: CertPaths, tmp_path: Path
+) -> None:
+    host = registry.host
+    manifest = _manifest(tmp_path, f"{host}/public/trainer:v3", f"{host}/private/trainer:v3")
+    common = [
+        "review",
+        "-f",
+        manifest,
+        "--policies",
+        str(CONFIGMAPS),
+        "--config",
+        config_for(tmp_path, host),
+        "-o",
+        "json",
+    ]
+    code, out = cli(*common)
+    assert code == 0 and registry.hits == []
+    offline = json.loads(out)
+    assert all(r["mutated"] is None or "affinity" not in r["mutated"]["spec"] for r in offline)
+
+    code, out = cli(*common, "--resolve-images", "--registry-ca", str(tls.ca_cert))
+    assert code == 0
+    public, private = json.loads(out)
+    terms = public["mutated"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    assert terms[0]["matchExpressions"][0] == {
+        "key": "cuda-major-version",
+        "operator": "Gt",
+        "values": ["11"],
+    }
+    assert (
+        "required GPU nodes with CUDA ≥ 12.4 (image config CUDA_VERSION=12.4.1), preferably < 14.0"
+        in public["changes"]
+    )
+    assert private["mutated"] is None or "affinity" not in private["mutated"]["spec"]
+    assert (
+        f"CUDA lookup of {host}/private/trainer:v3: 401 from the registry: add credentials "
+        "for it to --registry-auth" in private["warnings"]
+    )
+
+
+def test_review_resolve_images_header_line(
+    registry: FakeRegistry, tls: CertPaths, tmp_path: Path
+) -> None:
+    host = registry.host
+    manifest = _manifest(
+        tmp_path,
+        f"{host}/public/trainer:v3",
+        f"{host}/private/trainer:v3",
+        f"{host}/public/trainer:v3",
+    )
+    code, out = cli(
+        "review",
+        "-f",
+        manifest,
+        "--policies",
+        str(CONFIGMAPS),
+        "--config",
+        config_for(tmp_path, host),
+        "--resolve-images",
+        "--registry-ca",
+        str(tls.ca_cert),
+        "--registry-auth",
+        auth_for(tmp_path, host),
+    )
+    assert code == 0
+    assert (
+        out.splitlines()[0]
+        == "image lookups: 2 image(s) asked their registries, 2 with a CUDA version"
+    )
+    # One lookup per image, whatever the number of documents naming it.
+    # The anonymous try (401), then with the token the index and the amd64 manifest.
+    assert registry.manifest_hits("public/trainer") == 3
+
+
+@pytest.mark.parametrize(
+    ("flag", "content", "message"),
+    [
+        ("--registry-auth", "{}", 'has no "auths" object'),
+        ("--registry-ca", "not a certificate", "cannot load CA certificates from"),
+    ],
+)
+def test_serve_refuses_unusable_registry_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, content: str, message: str
+) -> None:
+    bad = tmp_path / "bad"
+    bad.write_text(content)
+    code = main(
+        [
+            "serve",
+            "--self-signed",
+            "--policies",
+            str(CONFIGMAPS),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "1",
+            "--log-format",
+            "text",
+            flag,
+            str(bad),
+        ]
+    )
+    assert code == 2
+    assert message in capsys.readouterr().err

@@ -1,0 +1,174 @@
+"""`gpu-webhook audit`: what the policies (in force, or a proposed folder) mean for what runs."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+from webhook.cli.exits import EXIT_DENIED, EXIT_OK, CommandError
+from webhook.cli.inputs import inventory_line
+from webhook.cli.review import load_policies
+from webhook.core.audit import AuditResult, Finding, Problem
+from webhook.core.config import WebhookConfig, load_config
+
+if TYPE_CHECKING:
+    from webhook.sources.audit import AuditRun
+    from webhook.sources.snapshot import ClusterSnapshot
+
+
+def add_audit_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--kubeconfig",
+        help="the cluster to audit, read-only (default: in-cluster, else $KUBECONFIG or "
+        "~/.kube/config, like kubectl)",
+    )
+    parser.add_argument(
+        "--policies",
+        type=Path,
+        help="a folder of proposed CRL ConfigMaps to audit with instead of the cluster's "
+        "(what would applying them deny?)",
+    )
+    parser.add_argument(
+        "-n", "--namespace", help="audit this namespace only (default: every namespace)"
+    )
+    parser.add_argument(
+        "--config", type=Path, help="webhook config YAML (default: built-in defaults)"
+    )
+    parser.add_argument(
+        "--page-size",
+        type=_page_size,
+        default=500,
+        metavar="N",
+        help="objects per list request (default: %(default)s)",
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=("text", "json", "summary"),
+        default="text",
+        help="text (default), json, or summary: one line per finding",
+    )
+
+
+def _page_size(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a page size: {text!r} is not a number") from None
+    if not 1 <= value <= 10_000:
+        raise argparse.ArgumentTypeError(f"not a page size: {value} is out of range: use 1-10000")
+    return value
+
+
+def _where(problem: Problem, is_pod: bool) -> str:
+    if is_pod:
+        return ""
+    parts = ["template"] if problem.in_owner else []
+    if problem.pods:
+        example = f", e.g. {problem.example}" if problem.example else ""
+        parts.append(f"{problem.pods} pod(s){example}")
+    return f" [{' and '.join(parts)}]" if parts else ""
+
+
+def _finding_text(finding: Finding, problems: dict[tuple[str, str, str], Problem]) -> list[str]:
+    lines = [f"--- {finding.owner.label()} ({finding.scope()})"]
+    for problem in problems.values():
+        text = problem.message.replace("\n", " ")
+        lines.append(
+            f"  - {problem.policy} ({problem.rule}): {text}{_where(problem, finding.is_pod)}"
+        )
+    if finding.more:
+        lines.append(f"  - and {finding.more} more distinct problem(s); see -o json")
+    return lines
+
+
+def print_text(result: AuditResult, run_line: str, out: TextIO) -> None:
+    denied, changed = result.denied, result.changed
+    if denied:
+        out.write("\nWOULD BE DENIED (the next change of these is refused):\n")
+        for finding in denied:
+            out.write("\n".join(_finding_text(finding, finding.denied)) + "\n")
+    if changed:
+        out.write("\nWOULD CHANGE (what pods created again would get that these do not have):\n")
+        for finding in changed:
+            out.write("\n".join(_finding_text(finding, finding.changes)) + "\n")
+    out.write(
+        f"\n{run_line}: {len(denied)} owner(s) would be denied, {len(changed)} would change\n"
+    )
+
+
+def print_summary(result: AuditResult, out: TextIO) -> None:
+    """One line per owner: those that would be denied first, then those that would change."""
+    for finding in [*result.denied, *(f for f in result.changed if not f.denied)]:
+        verdict = "DENIED" if finding.denied else "CHANGES"
+        count = len(finding.denied) if finding.denied else len(finding.changes)
+        what = "violation(s)" if finding.denied else "change(s)"
+        out.write(f"{verdict:<8} {finding.owner.label()}: {count} {what}; {finding.scope()}\n")
+
+
+def _header(
+    args: argparse.Namespace, snapshot: ClusterSnapshot, config: WebhookConfig
+) -> list[str]:
+    where = f"the cluster at {snapshot.server}"
+    if args.policies is not None:
+        lines = [f"policies: proposed, from {args.policies}"]
+    else:
+        lines = [f"policies: {snapshot.configmaps} CRL ConfigMap(s) from {where}"]
+    if snapshot.inventory is not None:
+        lines.append(inventory_line(snapshot.inventory, where, config))
+    if snapshot.claims is not None:
+        lines.append(
+            f"DRA claims: {len(snapshot.claims.templates)} ResourceClaimTemplate(s), "
+            f"{len(snapshot.claims.claims)} ResourceClaim(s) from {where}"
+        )
+    return lines
+
+
+def _run_line(run: AuditRun) -> str:
+    result = run.result
+    finished = f" ({result.finished_pods} finished pod(s) skipped)" if result.finished_pods else ""
+    return (
+        f"audited {result.workloads} workload(s) and {result.pods} pod(s){finished} in "
+        f"{run.seconds:.1f} s with {run.requests} list request(s)"
+    )
+
+
+def cmd_audit(args: argparse.Namespace, out: TextIO) -> int:
+    config = load_config(args.config)
+    proposed = load_policies(args.policies) if args.policies is not None else None
+    # Imported here: only a command that talks to a cluster needs the kubernetes client.
+    from webhook.sources.audit import AuditError, AuditOptions, audit_cluster  # noqa: PLC0415
+    from webhook.sources.snapshot import ClusterReadError  # noqa: PLC0415
+
+    options = AuditOptions(namespace=args.namespace, page_size=args.page_size)
+    try:
+        snapshot, run = asyncio.run(
+            audit_cluster(args.kubeconfig, config, policies=proposed, options=options)
+        )
+    except (ClusterReadError, AuditError) as exc:
+        raise CommandError(str(exc)) from None
+    header = _header(args, snapshot, config)
+    notes = [*snapshot.notes, *run.result.notes]
+    result = run.result
+    if args.output == "text":
+        out.writelines(f"{line}\n" for line in header)
+        out.writelines(f"note: {note}\n" for note in notes)
+        print_text(result, _run_line(run), out)
+    else:
+        # Machine formats keep their shape: the context lines go to stderr.
+        sys.stderr.writelines(f"gpu-webhook audit: {line}\n" for line in header)
+        sys.stderr.writelines(f"gpu-webhook audit: note: {note}\n" for note in notes)
+        if args.output == "json":
+            document = result.to_json()
+            document["notes"] = notes
+            document["summary"]["seconds"] = round(run.seconds, 3)
+            document["summary"]["requests"] = run.requests
+            json.dump(document, out, indent=2, ensure_ascii=False)
+            out.write("\n")
+        else:
+            print_summary(result, out)
+    return EXIT_DENIED if result.denied else EXIT_OK

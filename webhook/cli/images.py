@@ -1,0 +1,204 @@
+"""`gpu-webhook images IMAGE…`: each image's CUDA runtime and where it came from (the admin
+table, the reference, shipped knowledge, or the image's configuration in its registry), and the
+`imageCudaTable` entries that pin the registry answers for clusters that cannot look them up.
+Also the registry flags shared by `serve` and `review --resolve-images`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+import yaml
+
+from webhook.cli.exits import EXIT_DENIED, EXIT_OK, CommandError
+from webhook.core.config import WebhookConfig, load_config
+from webhook.core.rules import cuda
+from webhook.core.rules.imagefacts import DEFAULT_ARCH
+from webhook.core.rules.images import normalize
+from webhook.core.wording import fit
+
+if TYPE_CHECKING:
+    from webhook.core.rules.imagefacts import ImageQuery
+    from webhook.registry.client import RegistryClient
+    from webhook.registry.resolver import Resolution
+    from webhook.registry.results import LookupResult
+
+
+def add_registry_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--registry-auth",
+        type=Path,
+        metavar="FILE",
+        help="registry credentials for image lookups: a dockerconfigjson file (`auths`), e.g. "
+        "the .dockerconfigjson of a kubernetes.io/dockerconfigjson Secret; its registries may "
+        "be asked",
+    )
+    parser.add_argument(
+        "--registry-ca",
+        type=Path,
+        metavar="FILE",
+        help="PEM CA certificates trusted for registries besides the system's",
+    )
+
+
+def registry_client(args: argparse.Namespace, config: WebhookConfig) -> RegistryClient:
+    """The client the flags describe; CommandError (exit 2) when a file is unusable."""
+    # Imported here: aiohttp (~40 ms) only for the commands that talk to registries.
+    from webhook.registry.client import RegistryClient  # noqa: PLC0415
+    from webhook.registry.credentials import CredentialsError  # noqa: PLC0415
+
+    try:
+        return RegistryClient(config, auth_file=args.registry_auth, ca_file=args.registry_ca)
+    except (CredentialsError, ValueError) as exc:
+        raise CommandError(str(exc)) from None
+
+
+def resolve_images(
+    args: argparse.Namespace, config: WebhookConfig, pending: Sequence[Sequence[ImageQuery]]
+) -> list[Resolution | None]:
+    """`review --resolve-images`: every document's unresolved images looked up at once (each
+    lookup bounded by registryLookups.timeoutSeconds), then answered per document."""
+    from webhook.registry.resolver import ImageResolver  # noqa: PLC0415
+
+    resolver = ImageResolver(registry_client(args, config), config.registry_lookups)
+    # The CLI waits for every lookup: each one ends by its own timeout.
+    budget = config.registry_lookups.timeout_seconds + 1
+
+    async def run() -> list[Resolution | None]:
+        try:
+            await resolver.resolve([q for queries in pending for q in queries], budget)
+            return [
+                await resolver.resolve(queries, budget) if queries else None for queries in pending
+            ]
+        finally:
+            await resolver.close()
+
+    return asyncio.run(run())
+
+
+def add_images_parser(sub: Any) -> None:
+    images = sub.add_parser(
+        "images",
+        help="print each image's CUDA version, where it came from, and imageCudaTable entries "
+        "that pin it (exit 1 if some image's CUDA stays unknown)",
+    )
+    images.add_argument("image", nargs="+", help="image references, as in a pod spec")
+    images.add_argument("--config", type=Path, help="webhook config YAML (default: built-in)")
+    images.add_argument(
+        "--arch",
+        default=DEFAULT_ARCH,
+        help="architecture of a multi-platform image to read (default: %(default)s)",
+    )
+    images.add_argument(
+        "--no-lookup",
+        action="store_true",
+        help="never ask a registry: only the config, the reference and shipped knowledge",
+    )
+    images.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    add_registry_arguments(images)
+
+
+@dataclass
+class ImageAnswer:
+    image: str
+    version: cuda.CudaVersion | None
+    origin: str  # "admin table" | "reference" | "shipped knowledge" | "registry" | ""
+    source: str  # the rule or env entry it came from; why it is unknown otherwise
+    digest: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "image": self.image,
+            "cudaVersion": str(self.version) if self.version else None,
+            "origin": self.origin or None,
+            "source": self.source,
+            "digest": self.digest or None,
+        }
+
+
+def _offline(image: str, config: WebhookConfig) -> ImageAnswer:
+    detection = cuda.detect({"image": image}, config)
+    if detection.requirement is not None:
+        req = detection.requirement
+        return ImageAnswer(image, req.version, _origin(req.source), req.source)
+    return ImageAnswer(
+        image, None, "", "; ".join(fit(w) for w in detection.warnings) or "nothing offline names it"
+    )
+
+
+def _origin(source: str) -> str:
+    """Which step of SPEC §4 answered, from the source text the core gives its requirement."""
+    if source.startswith("image table entry"):
+        return "admin table"
+    if source.startswith("shipped knowledge"):
+        return "shipped knowledge"
+    return "reference"
+
+
+async def _look_up(client: RegistryClient, images: Sequence[str], arch: str) -> list[LookupResult]:
+    try:
+        return await asyncio.gather(*(client.lookup(image, arch) for image in images))
+    finally:
+        await client.close()
+
+
+def answers(
+    images: Sequence[str], config: WebhookConfig, client: RegistryClient | None, arch: str
+) -> list[ImageAnswer]:
+    found = [_offline(image, config) for image in dict.fromkeys(images)]
+    unknown = [a for a in found if a.version is None]
+    # Asked explicitly: registryLookups.enabled (the server's switch) does not apply here.
+    if client is not None and unknown:
+        results = asyncio.run(_look_up(client, [a.image for a in unknown], arch))
+        for answer, result in zip(unknown, results, strict=True):
+            answer.source = result.detail
+            answer.digest = result.digest
+            if result.requirement is not None:
+                answer.version = result.requirement.version
+                answer.origin = "registry"
+    return found
+
+
+def table(found: Sequence[ImageAnswer]) -> str:
+    """imageCudaTable entries for the registry answers (others are known without a lookup)."""
+    entries = [
+        {"image": normalize(a.image) or a.image, "cudaVersion": str(a.version)}
+        for a in found
+        if a.origin == "registry" and a.version is not None
+    ]
+    if not entries:
+        return ""
+    return yaml.safe_dump({"imageCudaTable": entries}, sort_keys=False, default_style=None)
+
+
+def cmd_images(args: argparse.Namespace, out: TextIO) -> int:
+    config = load_config(args.config)
+    client = None if args.no_lookup else registry_client(args, config)
+    found = answers(args.image, config, client, args.arch)
+    if args.output == "json":
+        json.dump([a.to_json() for a in found], out, indent=2)
+        out.write("\n")
+    else:
+        for a in found:
+            if a.version is None:
+                out.write(f"{a.image}: CUDA unknown ({a.source})\n")
+            elif a.origin == "reference":
+                out.write(f"{a.image}: CUDA {a.version} from the reference\n")
+            elif a.origin == "registry":
+                out.write(f"{a.image}: CUDA {a.version} from its registry ({a.source})\n")
+            else:
+                source = a.source.removeprefix("shipped knowledge: ")
+                out.write(f"{a.image}: CUDA {a.version} from the {a.origin} ({source})\n")
+        pinned = table(found)
+        if pinned:
+            out.write(
+                "\n# webhook config entries that pin the registry answers (for clusters whose "
+                "webhook cannot ask the registries):\n"
+            )
+            out.write(pinned)
+    return EXIT_DENIED if any(a.version is None for a in found) else EXIT_OK

@@ -1,0 +1,277 @@
+"""HTTP to registries: TLS (system CAs plus --registry-ca), proxies from the environment, the
+host guard before every request, the registries' auth flows, redirects and size caps.
+
+Auth as containerd's remotes/docker does it (authorizer.go, auth/fetch.go): try the request;
+on a 401 read the WWW-Authenticate challenge; for `Bearer`, GET a token from its realm with
+its service and scope (the token spec's GET form, with Basic credentials when there are some)
+and retry; for `Basic`, retry with the credentials. Tokens are kept per registry and repository
+until they expire (expires_in, default 60 s as the token spec says).
+
+Credentials go only to their own registry and to a token realm of the same site (Docker Hub's
+auth.docker.io for registry-1.docker.io) or one the admin listed; a realm elsewhere is asked
+anonymously. Redirects (blob downloads go to CDNs) are followed without credentials, at most
+MAX_REDIRECTS, each target checked by the guard; HTTPS only, except for insecure-listed hosts.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+from aiohttp.abc import AbstractResolver
+from yarl import URL
+
+from webhook.registry.challenge import Challenge, parse_challenges
+from webhook.registry.credentials import Credential, Keyring
+from webhook.registry.guard import AddressRefused, GuardResolver, HostPolicy, ip_literal
+from webhook.registry.reference import ImageRef
+from webhook.registry.results import INVALID, NOT_FOUND, UNAUTHORIZED, UNREACHABLE, LookupFailure
+
+MAX_REDIRECTS = 3
+MAX_TOKEN_BYTES = 1024 * 1024
+DEFAULT_TOKEN_SECONDS = 60  # the token spec's default when expires_in is absent
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+USER_AGENT = "gpu-admission-webhook (image CUDA lookup)"
+
+ConnectorFactory = Callable[[GuardResolver, ssl.SSLContext], aiohttp.BaseConnector]
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    body: bytes
+    content_type: str
+    digest: str  # Docker-Content-Digest, when sent
+
+
+def ssl_context(ca_file: Path | None) -> ssl.SSLContext:
+    """System CAs, plus the PEM bundle of --registry-ca; ValueError when it is unusable."""
+    context = ssl.create_default_context()
+    if ca_file is not None:
+        try:
+            context.load_verify_locations(cafile=str(ca_file))
+        except (OSError, ssl.SSLError) as exc:
+            raise ValueError(f"cannot load CA certificates from {ca_file}: {exc}") from None
+    return context
+
+
+def _site(host: str) -> str:
+    """The last two DNS labels (`auth.docker.io` -> `docker.io`); an IP stays as it is."""
+    name = host.strip("[]").lower()
+    return name if ip_literal(name) else ".".join(name.split(".")[-2:])
+
+
+def _basic(credential: Credential) -> str:
+    raw = f"{credential.username}:{credential.password}".encode()
+    return "Basic " + base64.b64encode(raw).decode("ascii")
+
+
+async def _read(resp: aiohttp.ClientResponse, limit: int, what: str) -> bytes:
+    if resp.content_length is not None and resp.content_length > limit:
+        raise LookupFailure(INVALID, f"{what} is larger than {limit // 1024} KiB")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in resp.content.iter_chunked(64 * 1024):
+        size += len(chunk)
+        if size > limit:
+            raise LookupFailure(INVALID, f"{what} is larger than {limit // 1024} KiB")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _status_failure(status: int, reason: str, ref: ImageRef, what: str) -> LookupFailure:
+    if status == 404:
+        return LookupFailure(NOT_FOUND, f"{what} not found (404)")
+    return LookupFailure(UNREACHABLE, f"the registry answered {status} {reason} for the {what}")
+
+
+class RegistryHttp:
+    """One aiohttp session (made in the running loop on first use) for every registry."""
+
+    def __init__(
+        self,
+        policy: HostPolicy,
+        keyring: Callable[[], Keyring] = Keyring,
+        *,
+        ca_file: Path | None = None,
+        resolver: AbstractResolver | None = None,
+        connector_factory: ConnectorFactory | None = None,
+    ) -> None:
+        self.policy = policy
+        self.keyring = keyring
+        self.guard = GuardResolver(policy, resolver)
+        self.ssl = ssl_context(ca_file)
+        self._connector_factory = connector_factory
+        self._session: aiohttp.ClientSession | None = None
+        # (endpoint, repository) -> (Authorization header, monotonic expiry or None)
+        self._auth: dict[tuple[str, str], tuple[str, float | None]] = {}
+
+    def _session_now(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            if self._connector_factory is not None:
+                connector = self._connector_factory(self.guard, self.ssl)
+            else:
+                connector = aiohttp.TCPConnector(
+                    resolver=self.guard, ssl=self.ssl, limit=64, ttl_dns_cache=30
+                )
+            # trust_env: HTTPS_PROXY/HTTP_PROXY/NO_PROXY (and .netrc, unused: no auth= given).
+            self._session = aiohttp.ClientSession(
+                connector=connector, trust_env=True, headers={"User-Agent": USER_AGENT}
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def scheme(self, host: str) -> str:
+        return "http" if self.policy.insecure(host) else "https"
+
+    async def get(self, ref: ImageRef, path: str, accept: str, limit: int, what: str) -> Response:
+        """GET /v2/<repository>/<path> with the registry's auth flow; LookupFailure otherwise."""
+        url = URL(f"{self.scheme(ref.endpoint)}://{ref.endpoint}/v2/{ref.repository}/{path}")
+        key = (ref.endpoint, ref.repository)
+        credential = self.keyring().lookup(ref.registry, ref.repository)
+        for attempt in range(2):
+            header = self._cached_auth(key)
+            resp = await self._request(url, {"Accept": accept}, header)
+            async with resp:
+                if resp.status == 401 and attempt == 0:
+                    challenges = parse_challenges(resp.headers.getall("WWW-Authenticate", []))
+                    self._auth[key] = await self._authorize(challenges, ref, credential)
+                    continue
+                if resp.status in (401, 403):
+                    raise _denied(resp.status, ref, credential)
+                if resp.status in _REDIRECTS:
+                    return await self._follow(resp, accept, limit, what, ref)
+                if resp.status != 200:
+                    raise _status_failure(resp.status, resp.reason or "", ref, what)
+                body = await _read(resp, limit, what)
+                return Response(
+                    body, resp.content_type, resp.headers.get("Docker-Content-Digest", "")
+                )
+        raise _denied(401, ref, credential)  # pragma: no cover - the loop always returns
+
+    def _cached_auth(self, key: tuple[str, str]) -> str | None:
+        cached = self._auth.get(key)
+        if cached is None:
+            return None
+        header, expiry = cached
+        if expiry is not None and time.monotonic() >= expiry:
+            del self._auth[key]
+            return None
+        return header
+
+    async def _request(
+        self, url: URL, headers: dict[str, str], authorization: str | None, role: str = ""
+    ) -> aiohttp.ClientResponse:
+        """GET `url` once the guard allowed its host; `role` ("token realm", "redirect")
+        prefixes a refusal, since such hosts are not the image's registry."""
+        try:
+            await self.guard.check(url.host or "", url.port or 0)
+        except AddressRefused as exc:
+            if role:
+                raise AddressRefused(f"{role} {exc}; allow it in allowedRegistries") from None
+            raise
+        if authorization:
+            headers = {**headers, "Authorization": authorization}
+        return await self._session_now().get(url, headers=headers, allow_redirects=False)
+
+    async def _follow(
+        self, resp: aiohttp.ClientResponse, accept: str, limit: int, what: str, ref: ImageRef
+    ) -> Response:
+        """Follow redirects without credentials (blob downloads go to CDNs)."""
+        current = resp
+        for _ in range(MAX_REDIRECTS):
+            location = current.headers.get("Location")
+            if not location:
+                raise LookupFailure(INVALID, f"the registry redirected the {what} nowhere")
+            target = current.url.join(URL(location))
+            host = target.host or ""
+            if target.scheme != "https" and not (
+                target.scheme == "http" and self.policy.insecure(host)
+            ):
+                raise LookupFailure(INVALID, f"the registry redirected the {what} off HTTPS")
+            nxt = await self._request(target, {"Accept": accept}, None, "redirect to")
+            if current is not resp:
+                current.release()
+            current = nxt
+            if current.status in _REDIRECTS:
+                continue
+            try:
+                if current.status != 200:
+                    raise _status_failure(current.status, current.reason or "", ref, what)
+                body = await _read(current, limit, what)
+                return Response(body, current.content_type, "")
+            finally:
+                current.release()
+        current.release()
+        raise LookupFailure(INVALID, f"more than {MAX_REDIRECTS} redirects for the {what}")
+
+    async def _authorize(
+        self, challenges: list[Challenge], ref: ImageRef, credential: Credential | None
+    ) -> tuple[str, float | None]:
+        for challenge in challenges:
+            if challenge.scheme == "bearer":
+                return await self._token(challenge, ref, credential)
+            if challenge.scheme == "basic" and credential is not None:
+                return _basic(credential), None
+        raise _denied(401, ref, credential)
+
+    async def _token(
+        self, challenge: Challenge, ref: ImageRef, credential: Credential | None
+    ) -> tuple[str, float | None]:
+        realm = challenge.params.get("realm", "")
+        try:
+            url = URL(realm)
+        except ValueError:
+            url = URL()
+        host = url.host or ""
+        if not url.is_absolute() or not (
+            url.scheme == "https" or (url.scheme == "http" and self.policy.insecure(host))
+        ):
+            raise LookupFailure(INVALID, "the registry sent an unusable token realm")
+        query: list[tuple[str, str]] = []
+        if challenge.params.get("service"):
+            query.append(("service", challenge.params["service"]))
+        scopes = challenge.params.get("scope", "").split() or [f"repository:{ref.repository}:pull"]
+        query += [("scope", scope) for scope in scopes]
+        same_site = _site(host) == _site(ref.hostname) or self.policy.listed(host)
+        authorization = _basic(credential) if credential is not None and same_site else None
+        started = time.monotonic()
+        resp = await self._request(url.update_query(query), {}, authorization, "token realm")
+        async with resp:
+            if resp.status in (401, 403):
+                raise _denied(resp.status, ref, credential)
+            if resp.status != 200:
+                raise LookupFailure(
+                    UNREACHABLE, f"the token service answered {resp.status} {resp.reason or ''}"
+                )
+            body = await _read(resp, MAX_TOKEN_BYTES, "token")
+        try:
+            data = json.loads(body)
+        except ValueError:
+            data = None
+        token = data.get("token") or data.get("access_token") if isinstance(data, dict) else None
+        if not isinstance(token, str) or not token:
+            raise LookupFailure(INVALID, "the token service sent no token")
+        expires = data.get("expires_in") if isinstance(data, dict) else None
+        seconds = expires if isinstance(expires, int) and expires > 0 else DEFAULT_TOKEN_SECONDS
+        # Renewed a little early, so a token never expires between two requests of a lookup.
+        return f"Bearer {token}", started + max(seconds - 5, 1)
+
+
+def _denied(status: int, ref: ImageRef, credential: Credential | None) -> LookupFailure:
+    if credential is None:
+        return LookupFailure(
+            UNAUTHORIZED, f"{status} from the registry: add credentials for it to --registry-auth"
+        )
+    return LookupFailure(
+        UNAUTHORIZED, f"the registry refused the --registry-auth credentials ({status})"
+    )

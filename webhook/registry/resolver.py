@@ -1,0 +1,259 @@
+"""Lookups as admission can afford them (SPEC §4 step 6): never longer than a budget, one lookup
+per image however many pods ask at once (single-flight), a bounded number at a time, answers
+cached by tag (TTL: tags move) and by digest, failures cached too (negative TTL).
+
+So a registry that never answers costs one budget per image per negative TTL, not one per pod:
+the first pod waits the budget; a lookup still running after one budget is marked slow, and
+later pods do not wait for it; when it ends (answer or its own timeout) its result is cached
+and serves the next pods. An answer that arrives after the budget is cached the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from webhook.core.config_registry import RegistryLookups
+from webhook.core.rules.cuda import Requirement
+from webhook.core.rules.imagefacts import ImageQuery
+from webhook.registry.client import Known
+from webhook.registry.reference import ImageRef
+from webhook.registry.results import BUSY, FOUND, TIMEOUT, LookupResult, warning
+
+log = logging.getLogger(__name__)
+
+# (canonical reference, architecture)
+Key = tuple[str, str]
+Observer = Callable[[str, float], None]  # (result status, seconds) per lookup done
+
+
+class Client(Protocol):
+    def precheck(self, image: str) -> tuple[ImageRef | None, LookupResult | None]: ...
+
+    async def lookup(self, image: str, arch: str, known: Known | None = None) -> LookupResult: ...
+
+    async def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    image: str  # as first asked for
+    arch: str
+    result: LookupResult
+    stored: float  # clock() when stored
+    expires: float | None  # None: kept until the cache is full
+
+
+@dataclass
+class Resolution:
+    """What one review learnt: requirements for evaluate(images=...), warnings to show."""
+
+    facts: dict[ImageQuery, Requirement] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+class ImageResolver:
+    def __init__(
+        self,
+        client: Client,
+        settings: RegistryLookups,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        observe: Observer | None = None,
+    ) -> None:
+        self.client = client
+        self.settings = settings
+        self.clock = clock
+        self.observe = observe
+        self._cache: OrderedDict[Key, Entry] = OrderedDict()
+        self._inflight: dict[Key, asyncio.Task[LookupResult]] = {}
+        self._slow: set[Key] = set()
+        self._limit = asyncio.Semaphore(settings.max_concurrent)
+
+    @property
+    def size(self) -> int:
+        return len(self._cache)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._inflight)
+
+    def _cached(self, key: Key) -> Entry | None:
+        entry = self._cache.get(key)
+        if entry is None:
+            return None
+        if entry.expires is not None and self.clock() >= entry.expires:
+            del self._cache[key]
+            return None
+        self._cache.move_to_end(key)
+        return entry
+
+    def _store(self, key: Key, image: str, result: LookupResult, digest_ref: bool) -> None:
+        now = self.clock()
+        if not result.cacheable_long:
+            ttl: float | None = self.settings.negative_ttl_seconds
+        else:
+            ttl = None if digest_ref else self.settings.tag_ttl_seconds
+        self._cache[key] = Entry(image, key[1], result, now, None if ttl is None else now + ttl)
+        self._cache.move_to_end(key)
+        while len(self._cache) > self.settings.max_cache_entries:
+            self._cache.popitem(last=False)
+
+    async def _run(self, key: Key, query: ImageQuery, ref: ImageRef) -> LookupResult:
+        try:
+            async with self._limit:
+                started = self.clock()
+                try:
+                    known = self._known(ref, key[1])
+                    result = await self.client.lookup(query.image, query.arch, known)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # the client never raises; a bug must not spread
+                    log.exception("image lookup of %s failed", query.image)
+                    result = LookupResult("invalid", detail=f"internal error: {exc}")
+                elapsed = self.clock() - started
+            self._store(key, query.image, result, bool(ref.digest))
+            if result.digest and result.cacheable_long and not ref.digest:
+                # The same image pinned by digest (what `docker pull` prints) hits too.
+                alias = ref.with_digest(result.digest).canonical()
+                self._store((alias, key[1]), query.image, result, True)
+            if self.observe is not None:
+                self.observe(result.status, elapsed)
+            log.info(
+                "image lookup",
+                extra={
+                    "fields": {
+                        "image": query.image,
+                        "arch": query.arch,
+                        "result": result.status,
+                        "cuda": str(result.requirement.version) if result.requirement else None,
+                        "detail": result.detail,
+                        "durationMs": round(elapsed * 1000, 1),
+                    }
+                },
+            )
+            return result
+        finally:
+            self._inflight.pop(key, None)
+            self._slow.discard(key)
+
+    def _known(self, ref: ImageRef, arch: str) -> Callable[[str], LookupResult | None]:
+        def known(digest: str) -> LookupResult | None:
+            entry = self._cached((ref.with_digest(digest).canonical(), arch))
+            return entry.result if entry is not None and entry.result.cacheable_long else None
+
+        return known
+
+    async def resolve(
+        self, queries: Iterable[ImageQuery], budget: float | None = None
+    ) -> Resolution:
+        """Answers for `queries` within `budget` seconds (default: the config's)."""
+        budget = self.settings.budget_seconds if budget is None else budget
+        out = Resolution()
+        waiting: dict[ImageQuery, tuple[Key, asyncio.Task[LookupResult]]] = {}
+        for query in dict.fromkeys(queries):
+            ref, refused = self.client.precheck(query.image)
+            if ref is None:
+                assert refused is not None
+                out.warnings.append(warning(query.image, refused.detail))
+                continue
+            key = (ref.canonical(), query.arch)
+            entry = self._cached(key)
+            if entry is not None:
+                self._apply(out, query, entry.result, cached=True)
+                continue
+            task = self._inflight.get(key)
+            if task is None:
+                if len(self._inflight) >= self.settings.max_pending:
+                    self._count(BUSY)
+                    out.warnings.append(
+                        warning(query.image, "too many registry lookups in progress; not asked")
+                    )
+                    continue
+                task = asyncio.create_task(self._run(key, query, ref))
+                self._inflight[key] = task
+            elif key in self._slow:
+                out.warnings.append(
+                    warning(
+                        query.image, "its registry is slow; later pods get the answer when it comes"
+                    )
+                )
+                continue
+            waiting[query] = (key, task)
+        if waiting:
+            tasks = {task for _, task in waiting.values()}
+            await asyncio.wait(tasks, timeout=budget)
+            for query, (key, task) in waiting.items():
+                if task.done() and not task.cancelled():
+                    self._apply(out, query, task.result(), cached=False)
+                else:
+                    self._slow.add(key)
+                    out.warnings.append(
+                        warning(
+                            query.image,
+                            f"no answer within {budget:g} s; "
+                            "later pods get the answer when it comes",
+                        )
+                    )
+        return out
+
+    def _count(self, status: str) -> None:
+        if self.observe is not None:
+            self.observe(status, 0.0)
+
+    def _apply(
+        self, out: Resolution, query: ImageQuery, result: LookupResult, cached: bool
+    ) -> None:
+        if result.status == FOUND and result.requirement is not None:
+            out.facts[query] = result.requirement
+            return
+        detail = result.detail
+        if cached and result.status == TIMEOUT:
+            detail += f" (not asked again for {self.settings.negative_ttl_seconds:g} s)"
+        out.warnings.append(warning(query.image, detail))
+
+    def entries(self) -> list[dict[str, Any]]:
+        """The cache for /images: image → CUDA, source, age; newest first."""
+        now = self.clock()
+        rows: list[dict[str, Any]] = []
+        for (reference, arch), entry in reversed(self._cache.items()):
+            if entry.expires is not None and now >= entry.expires:
+                continue
+            result = entry.result
+            row: dict[str, Any] = {
+                "image": reference,
+                "arch": arch,
+                "result": result.status,
+                "cuda": str(result.requirement.version) if result.requirement else None,
+                "source": result.detail,
+                "digest": result.digest or None,
+                "ageSeconds": round(now - entry.stored, 1),
+                "expiresInSeconds": None
+                if entry.expires is None
+                else round(entry.expires - now, 1),
+            }
+            rows.append(row)
+        return rows
+
+    def to_json(self) -> Mapping[str, Any]:
+        return {
+            "enabled": True,
+            "budgetSeconds": self.settings.budget_seconds,
+            "cached": len(self._cache),
+            "inFlight": len(self._inflight),
+            "images": self.entries(),
+        }
+
+    async def close(self) -> None:
+        for task in list(self._inflight.values()):
+            task.cancel()
+        for task in list(self._inflight.values()):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self.client.close()

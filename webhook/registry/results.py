@@ -1,0 +1,64 @@
+"""What one lookup found, and the warnings admission shows when it found nothing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from webhook.core.rules.cuda import Requirement
+from webhook.core.rules.images import normalize
+
+# LookupResult.status values; also the `result` label of gpu_webhook_image_lookups_total.
+FOUND = "found"  # the config names a CUDA version
+NO_CUDA = "no-cuda"  # read, and it names none
+REFUSED = "refused"  # the registry or its address may not be asked
+UNAUTHORIZED = "unauthorized"
+NOT_FOUND = "not-found"
+UNREACHABLE = "unreachable"  # connection refused, DNS, TLS
+TIMEOUT = "timeout"
+INVALID = "invalid"  # the reference, or what the registry sent, is not usable
+BUSY = "busy"  # too many lookups in progress: not looked up
+STATUSES = (FOUND, NO_CUDA, REFUSED, UNAUTHORIZED, NOT_FOUND, UNREACHABLE, TIMEOUT, INVALID, BUSY)
+
+# The shortest name a warning may show of an image; longer references show their last part.
+_NAME_CHARS = 60
+
+
+class LookupFailure(Exception):
+    """Raised inside a lookup; becomes LookupResult(status, detail)."""
+
+    def __init__(self, status: str, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+
+
+@dataclass(frozen=True, slots=True)
+class LookupResult:
+    status: str
+    requirement: Requirement | None = None
+    detail: str = ""  # why it failed, or the env entry the version came from
+    digest: str = ""  # the digest the reference resolved to (index or manifest)
+    seconds: float = 0.0
+
+    @property
+    def cacheable_long(self) -> bool:
+        """An answer about the image itself (kept for the tag TTL), not a failure."""
+        return self.status in (FOUND, NO_CUDA)
+
+
+def image_name(image: str) -> str:
+    """The image as a warning shows it: normalised, or its last component when very long."""
+    ref = normalize(image) or image
+    if len(ref) <= _NAME_CHARS:
+        return ref
+    last = ref.rsplit("/", 1)[-1]
+    return last if len(last) <= _NAME_CHARS else last[: _NAME_CHARS - 1] + "…"
+
+
+def warning(image: str, detail: str, limit: int = 120) -> str:
+    """`CUDA lookup of <image>: <detail>` within `limit`: the detail is cut, never the image."""
+    head = f"CUDA lookup of {image_name(image)}: "
+    room = limit - len(head)
+    if len(detail) > room:
+        detail = detail[: max(room - 1, 0)] + "…"
+    return head + detail
