@@ -232,9 +232,31 @@ OWN_PAYLOADS = {
 CUDA_12_4_AFFINITY = {
     "nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": REQUIRED_12_4_TERMS
+            "nodeSelectorTerms": [
+                {
+                    "matchExpressions": [
+                        {"key": "cuda-major-version", "operator": "Gt", "values": ["11"]},
+                        {"key": "cuda-major-version", "operator": "Lt", "values": ["13"]},
+                        {"key": "cuda-minor-version", "operator": "Gt", "values": ["3"]},
+                    ]
+                },
+                {
+                    "matchExpressions": [
+                        {"key": "cuda-major-version", "operator": "Gt", "values": ["12"]},
+                    ]
+                },
+            ]
         },
-        "preferredDuringSchedulingIgnoredDuringExecution": PREFERRED_12_4_TERMS,
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {
+                "weight": 100,
+                "preference": {
+                    "matchExpressions": [
+                        {"key": "cuda-major-version", "operator": "Lt", "values": ["14"]}
+                    ]
+                },
+            }
+        ],
     }
 }
 

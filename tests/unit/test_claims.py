@@ -319,6 +319,7 @@ def test_deployment_template_with_a_gpu_claim() -> None:
     )
     decision = evaluate_with(workload("Deployment", the_pod))
     assert decision.patch == []
+    # Too long behind "will apply to": the shorter "for" keeps the preference and the image.
     assert decision.notes == (
         f"for pods: required GPU nodes with CUDA ≥ 12.4 (image {CUDA_12_4}), preferably < 14.0",
     )

@@ -227,8 +227,8 @@ def test_trainjob_image_gives_the_trainer_pods_their_placement() -> None:
     assert decision.allowed and decision.patch == []
     assert decision.notes == (
         'will apply to trainer pods: set requests.nvidia.com/gpu=1 from limits in container "node"',
-        "will apply to trainer pods: required GPU nodes with CUDA ≥ 12.1 "
-        "(image pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime)",
+        "for trainer pods: required CUDA ≥ 12.1 "
+        "(image pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime), preferably < 14.0",
     )
     assert decision.warnings == ()
 

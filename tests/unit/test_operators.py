@@ -57,13 +57,14 @@ def test_allowed_job_is_never_mutated_and_says_what_pods_get(config: Any) -> Non
     assert decision.notes == (
         "will apply to replica Master pods: set requests.nvidia.com/gpu=1 from limits in "
         'container "pytorch"',
-        # Too long behind "will apply to": the shorter "for" keeps role and image whole.
-        "for replica Master pods: required GPU nodes with CUDA ≥ 12.1 "
-        "(image pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime)",
+        # Too long behind "will apply to": the shorter "for" and "required CUDA" keep role,
+        # image and the skew preference whole.
+        "for replica Master pods: required CUDA ≥ 12.1 "
+        "(image pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime), preferably < 14.0",
         "will apply to replica Worker pods: set requests.nvidia.com/gpu=2 from limits in "
         'container "pytorch"',
-        "for replica Worker pods: required GPU nodes with CUDA ≥ 12.1 "
-        "(image pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime)",
+        "for replica Worker pods: required CUDA ≥ 12.1 "
+        "(image pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime), preferably < 14.0",
     )
     assert all(len(n) <= 120 for n in decision.notes)
     assert decision.warnings == ()

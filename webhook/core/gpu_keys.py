@@ -7,8 +7,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from webhook.core.config import WebhookConfig
-from webhook.core.decision import short
-from webhook.core.wording import NOTE_LIMIT
+from webhook.core.wording import Wording
 
 
 class GpuKeys(NamedTuple):
@@ -25,20 +24,22 @@ def says_gpu(key: str, config: WebhookConfig) -> bool:
     return "gpu" in key.lower() and "/" in key and key not in config.ignored_gpu_resources
 
 
-def unknown_gpu_warning(keys: list[str]) -> str:
+def unknown_gpu_warning(keys: list[str]) -> Wording:
     """One warning per pod spec for resources that say GPU but that no rule knows, so a new
-    device plugin is never silently unchecked."""
+    device plugin is never silently unchecked. The names stay whole; the fixed words shorten."""
     names = ", ".join(keys)
     if len(keys) == 1:
-        text = (
-            f"resource {names} is not a known GPU resource: add it to gpuResourceNames to check it"
+        return Wording(
+            (
+                f"resource {names} is not a known GPU resource: add it to gpuResourceNames "
+                "to check it",
+                f"unknown GPU resource {names}: add it to gpuResourceNames",
+            )
         )
-        short_text = f"unknown GPU resource {names}: add it to gpuResourceNames"
-    else:
-        text = (
+    return Wording(
+        (
             f"resources {names} are not known GPU resources: add them to gpuResourceNames "
-            "to check them"
+            "to check them",
+            f"unknown GPU resources {names}: add them to gpuResourceNames",
         )
-        short_text = f"unknown GPU resources {names}: add them to gpuResourceNames"
-    # Shorten the fixed words first, so the resource names stay whole when they can.
-    return text if len(text) <= NOTE_LIMIT else short(short_text)
+    )

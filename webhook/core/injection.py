@@ -35,7 +35,7 @@ class Plan:
     preferred: list[dict[str, Any]] = field(default_factory=list)  # and its preferred terms
     compute: list[Term] = field(default_factory=list)
     cuda_note: Message = ""  # "required GPU nodes with CUDA ≥ 12.4 (...), preferably < 14.0"
-    compute_note: str = ""
+    compute_note: Message = ""
     cuda_want: str = ""  # "CUDA ≥ 12.4, preferably < 14.0", for the kept-affinity warning
     compute_want: str = ""
     fits: Range | None = None  # set when some inventory node meets it (or no inventory)

@@ -284,19 +284,16 @@ def _cuda_terms(
     if rng.max_major is not None and rng.max_major != top.range.max_major:
         bound = f" and < {rng.max_major + 1}.0"
     mode, source = "vGPU" if vgpu else "GPU", top.requirement.source  # source: the image whole
-    note = f"required {mode} nodes with CUDA ≥ {rng.low}{bound} ({source})"
-    # The preference goes last, and is the first thing left out when the note must be shorter
-    # (decision.fit, behind the template's "will apply to <role> pods: "); the version's source
-    # (the image) is never cut.
-    wordings = (note + preferably,) if preferably else ()
-    plan.cuda_note = Wording(
-        (
-            *wordings,
-            note,
-            f"required CUDA ≥ {rng.low}{bound} ({source})",
-            f"CUDA ≥ {rng.low}{bound} ({source})",
-        )
+    # The preference goes last and goes first when a wording must be shorter (a long image, a
+    # template's "will apply to replica Worker pods: "): never the version's source.
+    wordings: tuple[str, ...] = (
+        f"required {mode} nodes with CUDA ≥ {rng.low}{bound} ({source})",
+        f"required CUDA ≥ {rng.low}{bound} ({source})",
+        f"CUDA ≥ {rng.low}{bound} ({source})",
     )
+    if preferably:
+        wordings = (wordings[0] + preferably, wordings[1] + preferably, *wordings)
+    plan.cuda_note = Wording(wordings)
     plan.cuda_want = f"CUDA {rng.text()}{preferably}"
     return True
 
@@ -358,7 +355,7 @@ def _daemonset_template(
     and get no affinity, so say that, and which nodes cannot run them. Notes, not mutations:
     nothing is written into the template."""
     low = compute.version if compute is not None else None
-    state.notes += [short(n) for n in fit.daemonset_notes(rng, low)]
+    state.notes += fit.daemonset_notes(rng, low)
     if facts is not None:
         state.warnings += [short(w) for w in fit.daemonset_unfit(facts, rng, low)]
 
@@ -371,16 +368,16 @@ def place(
     policies: PolicySet | None = None,
     *,
     violations_only: bool = False,
-    daemonset: bool = False,
     images: ImageFacts | None = None,
+    daemonset: bool = False,
 ) -> None:
     """Placement for a pod spec whose GPU containers are `gpu` (container, resource keys).
 
     `violations_only` (/validate): stop once nothing else can deny, i.e. after the
     intersection check unless an inventory with `noCompatibleNode: deny` is in force.
+    `images`: CUDA versions read from the images' registries (last resort, SPEC §4 step 6).
     `daemonset`: the spec is a DaemonSet's pod template that is not mutated (its pods are
-    pinned to their nodes and get no affinity).
-    `images`: CUDA versions read from the images' registries (last resort, SPEC §4 step 6)."""
+    pinned to their nodes and get no affinity)."""
     pending = inventory is not None and inventory.pending
     if pending:
         inventory = None

@@ -14,6 +14,7 @@ from webhook.core.inventory import InventoryFacts
 from webhook.core.rules.cuda import Range
 from webhook.core.rules.terms import required_terms
 from webhook.core.rules.versions import CudaVersion
+from webhook.core.wording import Message, Wording
 
 
 def highest(counts: Mapping[CudaVersion, int]) -> str:
@@ -54,19 +55,20 @@ def skew_warning(
     )
 
 
-def daemonset_notes(rng: Range | None, low: CudaVersion | None) -> list[str]:
+def daemonset_notes(rng: Range | None, low: CudaVersion | None) -> list[Message]:
     """What a DaemonSet's (unmutated) template says its pods will get: no affinity, and the
     nodes that cannot run them."""
-    notes = []
-    if rng is not None and rng.max_major is None:
+    notes: list[Message] = []
+    if rng is not None:
+        unfit = f"below CUDA {rng.low}" if rng.max_major is None else f"outside CUDA {rng.text()}"
         notes.append(
-            "no CUDA affinity (DaemonSet pods are pinned to their node); "
-            f"nodes below CUDA {rng.low} cannot run them"
-        )
-    elif rng is not None:
-        notes.append(
-            "no CUDA affinity (DaemonSet pods are pinned); "
-            f"nodes outside CUDA {rng.text()} cannot run them"
+            Wording(
+                (
+                    "no CUDA affinity (DaemonSet pods are pinned to their node); "
+                    f"nodes {unfit} cannot run them",
+                    f"no CUDA affinity (DaemonSet pods are pinned); nodes {unfit} cannot run them",
+                )
+            )
         )
     if low is not None:
         notes.append(
