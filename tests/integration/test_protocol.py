@@ -14,7 +14,7 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from tests.helpers import CORPUS, CORPUS_MISSING, DATA, PREFERRED_12_4_TERMS, REQUIRED_12_4_TERMS
+from tests.helpers import CORPUS, CORPUS_MISSING, DATA
 from tests.integration.helpers import (
     Reply,
     RunningServer,
