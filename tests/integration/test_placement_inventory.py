@@ -200,6 +200,22 @@ def claims_listed(store: PolicyStore) -> bool:
     return all(store.watched[k].synced for k in ("ResourceClaim", "ResourceClaimTemplate"))
 
 
+async def held_nodes_webhook(
+    kube: FakeKube, tmp_path: Path, ready_timeout: float
+) -> tuple[TestClient[Any, Any], PolicyStore]:
+    """The app as serve wires it, while the fake API server holds the Node list (a slow first
+    list): released by the caller with `kube.release("nodes")`."""
+    kube.hold("nodes")
+    store = PolicyStore()
+    config = WebhookConfig()
+    args = argparse.Namespace(policies=None, kubeconfig=str(kube.write_kubeconfig(tmp_path)))
+    source = _policy_source(args, store, config)
+    app = create_app(config, store, policy_source=source, ready_timeout=ready_timeout)
+    client: TestClient[Any, Any] = TestClient(TestServer(app))
+    await client.start_server()
+    return client, store
+
+
 NOT_YET = "CUDA placement is not enforced yet: the webhook is still listing the cluster's Nodes"
 
 
@@ -208,15 +224,7 @@ async def test_nothing_is_injected_and_not_ready_until_the_first_node_list(
 ) -> None:
     # A GFD-only cluster whose Node list is slow: before the fix the webhook answered /readyz
     # 200 and placed pods on the first scheme (cuda-major-version), which no node carries.
-    kube.hold("nodes")
-    store = PolicyStore()
-    config = WebhookConfig()
-    args = argparse.Namespace(policies=None, kubeconfig=str(kube.write_kubeconfig(tmp_path)))
-    app = create_app(
-        config, store, policy_source=_policy_source(args, store, config), ready_timeout=60
-    )
-    client: TestClient[Any, Any] = TestClient(TestServer(app))
-    await client.start_server()
+    client, store = await held_nodes_webhook(kube, tmp_path, ready_timeout=60)
     try:
         webhook = Webhook(client, store)
         await eventually(lambda: store.ready and claims_listed(store), "policies, claims listed")
@@ -254,15 +262,7 @@ async def test_nothing_is_injected_and_not_ready_until_the_first_node_list(
 async def test_ready_after_the_timeout_says_placement_is_not_enforced_yet(
     kube: FakeKube, tmp_path: Path
 ) -> None:
-    kube.hold("nodes")
-    store = PolicyStore()
-    config = WebhookConfig()
-    args = argparse.Namespace(policies=None, kubeconfig=str(kube.write_kubeconfig(tmp_path)))
-    app = create_app(
-        config, store, policy_source=_policy_source(args, store, config), ready_timeout=0
-    )
-    client: TestClient[Any, Any] = TestClient(TestServer(app))
-    await client.start_server()
+    client, store = await held_nodes_webhook(kube, tmp_path, ready_timeout=0)
     try:
         await eventually(lambda: store.ready and claims_listed(store), "policies, claims listed")
         ready = await client.get("/readyz")
