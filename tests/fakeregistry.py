@@ -22,6 +22,19 @@ from webhook.tls.certs import CertPaths
 Auth = Literal["none", "bearer", "basic"]
 
 
+async def serve_tls(app: web.Application, tls: CertPaths) -> tuple[web.AppRunner, str]:
+    """Serve `app` over TLS on 127.0.0.1, an ephemeral port: (runner, "127.0.0.1:PORT")."""
+    runner = web.AppRunner(app)
+    await runner.setup()
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(tls.cert, tls.key)
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
+    await site.start()
+    server = site._server
+    assert isinstance(server, asyncio.Server)
+    return runner, f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+
+
 @dataclass
 class Hit:
     path: str
@@ -61,15 +74,7 @@ class FakeRegistry:
         app.router.add_get("/v2/{name:.+}/blobs/{digest}", self._blob)
         app.router.add_get("/cdn/{digest}", self._cdn)
         app.router.add_get("/token", self._token)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.load_cert_chain(self.tls.cert, self.tls.key)
-        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=context)
-        await site.start()
-        server = site._server
-        assert isinstance(server, asyncio.Server)
-        self.host = f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        self._runner, self.host = await serve_tls(app, self.tls)
         return self.host
 
     async def close(self) -> None:

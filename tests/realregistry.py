@@ -27,6 +27,7 @@ from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from cryptography.hazmat.primitives.serialization import Encoding
 from yarl import URL
 
+from tests.fakeregistry import serve_tls
 from tests.ociimages import Built, digest
 from webhook.tls.certs import CertKeyPair, CertPaths, generate_ca
 
@@ -198,15 +199,7 @@ class TokenServer:
     async def start(self) -> str:
         app = web.Application()
         app.router.add_get("/token", self._token)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.load_cert_chain(self.tls.cert, self.tls.key)
-        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=context)
-        await site.start()
-        server = site._server
-        assert isinstance(server, asyncio.Server)
-        self.host = f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        self._runner, self.host = await serve_tls(app, self.tls)
         return self.host
 
     async def close(self) -> None:

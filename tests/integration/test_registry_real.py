@@ -36,12 +36,6 @@ PUBLIC = image({"arm64": ["CUDA_VERSION=12.6.0"], "amd64": ["CUDA_VERSION=12.4.1
 PRIVATE = image(["NVIDIA_REQUIRE_CUDA=cuda>=12.4 brand=tesla,driver>=470,driver<471"], docker=True)
 
 
-@pytest.fixture(autouse=True)
-def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY"):
-        monkeypatch.delenv(name, raising=False)
-
-
 @dataclass
 class Setup:
     tls: CertPaths

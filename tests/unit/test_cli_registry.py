@@ -18,12 +18,6 @@ from webhook.cli import main
 from webhook.tls.certs import CertPaths, write_certificates
 
 
-@pytest.fixture(autouse=True)
-def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY"):
-        monkeypatch.delenv(name, raising=False)
-
-
 @pytest.fixture(scope="module")
 def tls(tmp_path_factory: pytest.TempPathFactory) -> CertPaths:
     return write_certificates(tmp_path_factory.mktemp("tls"), ["localhost"], ["127.0.0.1"])

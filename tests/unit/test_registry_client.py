@@ -30,12 +30,6 @@ from webhook.tls.certs import CertPaths, write_certificates
 CUDA_12_4 = ["CUDA_VERSION=12.4.1", "NVIDIA_REQUIRE_CUDA=cuda>=12.4 brand=tesla,driver>=470"]
 
 
-@pytest.fixture(autouse=True)
-def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY"):
-        monkeypatch.delenv(name, raising=False)
-
-
 @pytest.fixture(scope="module")
 def tls(tmp_path_factory: pytest.TempPathFactory) -> CertPaths:
     return write_certificates(tmp_path_factory.mktemp("tls"), ["localhost"], ["127.0.0.1"])

@@ -17,12 +17,6 @@ from webhook.registry.guard import HostPolicy, public_address
 from webhook.registry.results import REFUSED
 
 
-@pytest.fixture(autouse=True)
-def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY"):
-        monkeypatch.delenv(name, raising=False)
-
-
 def policy(**settings: Any) -> HostPolicy:
     return HostPolicy(RegistryLookups(**settings), proxies=frozenset())
 
