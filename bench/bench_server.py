@@ -52,7 +52,8 @@ from bench.servers import (  # noqa: E402
     rss_kib,
     server,
 )
-from bench.workload import generate_policies  # noqa: E402
+from bench.workload import generate_policies, server_templates  # noqa: E402
+from bench.wrkload import run_wrk, write_templates, wrk_path  # noqa: E402
 
 
 def _rss_run(
@@ -85,6 +86,50 @@ def _rss_run(
     return rss
 
 
+STACKS = {"fast": (False, False), "std": (True, True)}
+STACK_NAMES = {"fast": "uvloop + orjson", "std": "asyncio + json (no `fast` extra)"}
+
+
+def wrk_runs(args: argparse.Namespace, tls: Any, policies: Path, work: Path) -> dict[str, Any]:
+    """The no-op, the webhook (and `--previous`'s) under wrk: each stack by each mix."""
+    if wrk_path() is None:
+        raise SystemExit(
+            "wrk is not installed: `apt-get install wrk` (Debian's package, built with LuaJIT), "
+            "or run with --python-load for the Python load generator"
+        )
+    runs: list[dict[str, Any]] = []
+    servers: list[tuple[str, Path | None]] = [("noop", None), ("webhook", None)]
+    if args.previous:
+        servers.append(("previous", Path(args.previous).resolve()))
+    for stack in args.stacks.split(","):
+        no_uvloop, no_orjson = STACKS[stack]
+        for mix in args.mixes.split(","):
+            templates = write_templates(work / f"wrk-{mix}", server_templates(mix))
+            for name, tree in servers:
+                kind = "noop" if name == "noop" else "webhook"
+                print(f"wrk: {stack} stack, {mix} mix, {name}", flush=True)
+                with server(
+                    kind, tls, policies, no_uvloop=no_uvloop, no_orjson=no_orjson, tree=tree
+                ) as (port, pid):
+                    url = f"https://localhost:{port}"
+                    # A short warm-up run first (imports, caches, connections).
+                    run_wrk(url, templates, pid, seconds=2, connections=args.concurrency)
+                    result = run_wrk(
+                        url, templates, pid, seconds=args.seconds, connections=args.concurrency
+                    )
+                runs.append({"stack": stack, "mix": mix, "server": name, **result.as_dict()})
+    for run in runs:
+        same = {
+            r["server"]: r["rps"]
+            for r in runs
+            if (r["stack"], r["mix"]) == (run["stack"], run["mix"])
+        }
+        run["vs_noop"] = round(run["rps"] / same["noop"], 3)
+        if "previous" in same:
+            run["vs_previous"] = round(run["rps"] / same["previous"], 3)
+    return {"seconds": args.seconds, "connections": args.concurrency, "runs": runs}
+
+
 def run_main(args: argparse.Namespace) -> int:
     from webhook.tls.certs import write_certificates
 
@@ -105,7 +150,11 @@ def run_main(args: argparse.Namespace) -> int:
         shipped_count = len(list(policies.glob("*.y*ml")))
         measurements: list[Measurement] = []
 
-        if not args.only_rss:
+        if not args.only_rss and not args.python_load:
+            report["wrk"] = wrk_runs(args, tls, policies, work)
+            report["policies"] = shipped_count
+
+        if not args.only_rss and args.python_load:
             print(
                 f"closed loop: {args.requests} reviews, concurrency {args.concurrency}", flush=True
             )
@@ -123,7 +172,7 @@ def run_main(args: argparse.Namespace) -> int:
             report["throughput_ratio"] = round(webhook.rps / noop.rps, 3)
             report["policies"] = shipped_count
 
-        if not args.only_rss and not args.no_variants:
+        if not args.only_rss and args.python_load and not args.no_variants:
             variants = [
                 ("webhook (uvloop, stdlib json)", False, True, "info"),
                 ("webhook (asyncio, orjson)", True, False, "info"),
@@ -145,11 +194,19 @@ def run_main(args: argparse.Namespace) -> int:
                 measurements.append(measure(name, result))
 
         if not args.only_rss:
-            half = round(measurements[0].rps / 2, 1)
+            # Half the webhook's own maximum on the distinct mix, fast stack (or the first run).
+            if measurements:
+                top = measurements[0].rps
+            else:
+                fast = [r for r in report["wrk"]["runs"] if r["server"] == "webhook"]
+                top = fast[0]["rps"]
+            half = round(top / 2, 1)
             print(f"open loop at {half} reviews/s (half of the webhook's max)", flush=True)
             with server("webhook", tls, policies) as (port, _):
-                open_loop = drive(port, tls.ca_cert, args.open_requests, args.concurrency * 8, half)
-            report["open_loop"] = {"rate": half, **open_loop}
+                open_loop = drive(
+                    port, tls.ca_cert, args.open_requests, args.concurrency * 8, half, "distinct"
+                )
+            report["open_loop"] = {"rate": half, "mix": "distinct", **open_loop}
 
         rss: list[dict[str, Any]] = []
         if not args.no_rss:
@@ -194,10 +251,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     client.add_argument("--requests", type=int, required=True)
     client.add_argument("--concurrency", type=int, default=32)
     client.add_argument("--rate", type=float, default=0.0)
+    client.add_argument("--mix", choices=("fixed", "distinct", "replicas"), default="fixed")
     parser.add_argument("--requests", type=int, default=20000, help="per closed-loop run")
     parser.add_argument("--variant-requests", type=int, default=10000, help="per variant run")
     parser.add_argument("--open-requests", type=int, default=10000, help="open-loop run")
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--seconds", type=float, default=10.0, help="per wrk run")
+    parser.add_argument("--stacks", default="fast,std", help="fast (uvloop+orjson), std, or both")
+    parser.add_argument("--mixes", default="distinct,replicas", help="distinct, replicas or both")
+    parser.add_argument(
+        "--previous", metavar="TREE", help="also run the webhook of this checkout (a release)"
+    )
+    parser.add_argument(
+        "--python-load",
+        action="store_true",
+        help="closed loop with the Python load generator (the limit for the no-op) instead of wrk",
+    )
     parser.add_argument("--policies", default=str(REPO / "configmaps"))
     parser.add_argument("--rss-reviews", type=int, default=100_000)
     parser.add_argument("--rss-policies", type=int, default=1000)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.servers import ENTRY, env
-from bench.workload import workload_mix
+from bench.workload import server_templates, workload_mix
 
 
 def _percentile(values: Sequence[float], q: float) -> float:
@@ -31,7 +31,8 @@ def _percentile(values: Sequence[float], q: float) -> float:
 async def _load(args: argparse.Namespace) -> dict[str, Any]:
     import aiohttp
 
-    mix = workload_mix()
+    templates = server_templates(args.mix) if args.mix != "fixed" else None
+    mix = workload_mix() if templates is None else [(e, b.encode()) for e, b in templates]
     context = ssl.create_default_context(cafile=args.ca)
     connector = aiohttp.TCPConnector(limit=args.concurrency, ssl=context, keepalive_timeout=60)
     latencies: list[float] = []
@@ -43,6 +44,13 @@ async def _load(args: argparse.Namespace) -> dict[str, Any]:
         async def one(index: int, scheduled: float | None) -> None:
             nonlocal errors
             endpoint, body = mix[index % len(mix)]
+            if templates is not None:
+                # As bench/wrkload.py's Lua script: a new uid, object or name per request.
+                body = (
+                    body.replace(b"@UID@", f"00000000-0000-4000-8000-{index:012x}".encode())
+                    .replace(b"@SEQ@", str(index).encode())
+                    .replace(b"@NAME@", f"{index:05d}"[-5:].encode())
+                )
             start = time.perf_counter() if scheduled is None else scheduled
             try:
                 async with session.post(args.url + endpoint, data=body, headers=headers) as resp:
@@ -54,7 +62,7 @@ async def _load(args: argparse.Namespace) -> dict[str, Any]:
             latencies.append(time.perf_counter() - start)
 
         # Warm-up: open the keep-alive connections and let the server's caches settle.
-        await asyncio.gather(*(one(i, None) for i in range(args.concurrency * 4)))
+        await asyncio.gather(*(one(args.requests + i, None) for i in range(args.concurrency * 4)))
         latencies.clear()
         statuses.clear()
         # The load generator's own cyclic GC paused it for up to ~20 ms, and in the open loop
@@ -127,10 +135,16 @@ class Measurement:
 
 
 def drive(
-    port: int, ca: Path, requests: int, concurrency: int, rate: float | None = None
+    port: int,
+    ca: Path,
+    requests: int,
+    concurrency: int,
+    rate: float | None = None,
+    mix: str = "fixed",
 ) -> dict[str, Any]:
     argv = [sys.executable, str(ENTRY), "client", "--url", f"https://localhost:{port}"]
     argv += ["--ca", str(ca), "--requests", str(requests), "--concurrency", str(concurrency)]
+    argv += ["--mix", mix]
     if rate:
         argv += ["--rate", str(rate)]
     done = subprocess.run(argv, env=env(), capture_output=True, text=True, check=True, timeout=900)

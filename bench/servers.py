@@ -28,17 +28,26 @@ def noop_main(args: argparse.Namespace) -> int:
     """An aiohttp TLS server doing the least an admission webhook can: read, answer allowed."""
     from aiohttp import web
 
-    answer = json.dumps(
-        {
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "response": {"uid": "fixed", "allowed": True},
-        }
-    ).encode()
+    # The same JSON library as the webhook on this stack: orjson unless disabled or missing.
+    loads: Any = json.loads
+    dumps: Any = lambda value: json.dumps(value, separators=(",", ":")).encode()  # noqa: E731
+    if not os.environ.get("GPU_WEBHOOK_DISABLE_ORJSON"):
+        try:
+            import orjson
+
+            loads, dumps = orjson.loads, orjson.dumps
+        except ImportError:
+            pass
 
     async def review(request: web.Request) -> web.Response:
-        await request.read()
-        return web.Response(body=answer, content_type="application/json")
+        # The least a webhook can do: parse the review and answer `allowed` for its uid.
+        data = loads(await request.read())
+        answer = {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "response": {"uid": data["request"]["uid"], "allowed": True},
+        }
+        return web.Response(body=dumps(answer), content_type="application/json")
 
     async def ready(request: web.Request) -> web.Response:
         return web.Response(text="ok")
@@ -82,9 +91,14 @@ def free_port() -> int:
         return port
 
 
-def env(disable_uvloop: bool = False, disable_orjson: bool = False) -> dict[str, str]:
+def env(
+    disable_uvloop: bool = False, disable_orjson: bool = False, tree: Path | None = None
+) -> dict[str, str]:
+    """The server's environment; `tree` runs the webhook of another checkout (its package first
+    on the path, ahead of this checkout's editable install)."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    first = str(tree or REPO)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [first, env.get("PYTHONPATH")]))
     env.pop("GPU_WEBHOOK_DISABLE_UVLOOP", None)
     env.pop("GPU_WEBHOOK_DISABLE_ORJSON", None)
     if disable_uvloop:
@@ -125,6 +139,7 @@ def server(
     no_uvloop: bool = False,
     no_orjson: bool = False,
     log_level: str = "info",
+    tree: Path | None = None,
 ) -> Iterator[tuple[int, int]]:
     """Start the webhook (`kind="webhook"`) or the no-op server; yields (port, pid).
 
@@ -148,7 +163,7 @@ def server(
         argv += ["--cert", str(tls.cert), "--key", str(tls.key)]
     process = subprocess.Popen(
         argv,
-        env=env(no_uvloop, no_orjson),
+        env=env(no_uvloop, no_orjson, tree),
         stdout=subprocess.DEVNULL,
         # The webhook logs one line per review, as in production; the pipe is drained to null.
         stderr=subprocess.DEVNULL,

@@ -22,7 +22,7 @@ def _review(obj: dict[str, Any], uid: str, group: str = "") -> dict[str, Any]:
             "kind": {"group": group, "version": "v1", "kind": obj["kind"]},
             "resource": {"group": group, "version": "v1", "resource": obj["kind"].lower() + "s"},
             "namespace": meta["namespace"],
-            "name": meta["name"],
+            "name": meta.get("name", ""),
             "operation": "CREATE",
             "userInfo": {
                 "username": "system:serviceaccount:kube-system:replicaset-controller",
@@ -76,8 +76,8 @@ def _container(name: str, image: str, limits: dict[str, str], **extra: Any) -> d
     }
 
 
-def workload_mix() -> list[tuple[str, bytes]]:
-    """(endpoint, body) pairs in the proportions a GPU cluster's webhook sees."""
+def _mix_objects() -> list[tuple[dict[str, Any], str, int]]:
+    """(object, API group, weight): the proportions a GPU cluster's webhook sees."""
     paddle = _pod(
         "paddle-train",
         [
@@ -122,7 +122,12 @@ def workload_mix() -> list[tuple[str, bytes]]:
             },
         },
     }
-    objects = [(paddle, "", 4), (torch, "", 3), (web, "", 2), (deployment, "apps", 1)]
+    return [(paddle, "", 4), (torch, "", 3), (web, "", 2), (deployment, "apps", 1)]
+
+
+def workload_mix() -> list[tuple[str, bytes]]:
+    """(endpoint, body) pairs in the proportions a GPU cluster's webhook sees."""
+    objects = _mix_objects()
     from webhook.core.config import WebhookConfig
     from webhook.core.evaluate import evaluate
     from webhook.sources.files import load_policy_dir
@@ -166,3 +171,67 @@ def generate_policies(directory: Path, total: int) -> Path:
         )
         (directory / f"{name}.yaml").write_text(yaml.safe_dump(cm))
     return directory
+
+
+def _mutated(obj: dict[str, Any]) -> dict[str, Any]:
+    from webhook.core.config import WebhookConfig
+    from webhook.core.evaluate import evaluate
+    from webhook.sources.files import load_policy_dir
+
+    shipped = load_policy_dir(REPO / "configmaps")
+    return dict(evaluate(obj, shipped, WebhookConfig()).mutated or obj)
+
+
+def _template(endpoint: str, obj: dict[str, Any], group: str, name: str) -> tuple[str, str]:
+    review = _review(obj, "@UID@", group)
+    review["request"]["name"] = name
+    return endpoint, json.dumps(review, separators=(",", ":"))
+
+
+def server_templates(mix: str) -> list[tuple[str, str]]:
+    """Templates for the C load generator (bench/wrkload.py), in the mix's proportions.
+
+    distinct: every request carries a different object (a counter in its name and in an env
+      value of every container, both read by the evaluation), so no cache can answer it.
+    replicas: what a ReplicaSet or Job creating many pods sends. The API server calls mutating
+      admission before it generates the name of a `generateName` object, and validating
+      admission after (k8s.io/apiserver pkg/endpoints/handlers/create.go: mutatingAdmission.Admit
+      runs before requestFunc, whose r.Create calls rest.BeforeCreate, which sets the name from
+      GenerateName, then the createValidation func; registry/rest/create.go BeforeCreate). So
+      the /mutate bodies of one template's pods are byte-identical but for the request uid, and
+      the /validate bodies differ in the generated name too.
+    """
+    rows: list[tuple[str, str]] = []
+    for original, group, weight in _mix_objects():
+        obj = json.loads(json.dumps(original))
+        meta = obj["metadata"]
+        base = meta["name"]
+        if mix == "distinct":
+            meta["name"] = f"{base}-@SEQ@"
+            for container in _containers(obj):
+                container.setdefault("env", []).append({"name": "BENCH_SEQ", "value": "@SEQ@"})
+            mutated = _mutated(obj)
+            for _ in range(weight):
+                rows.append(_template("/mutate", obj, group, meta["name"]))
+                rows.append(_template("/validate", mutated, group, meta["name"]))
+        elif mix == "replicas":
+            if obj["kind"] != "Pod":
+                continue  # the replicas are the pods a controller creates
+            del meta["name"]
+            meta["generateName"] = f"{base}-7d9f8b6c5-"
+            mutated = json.loads(json.dumps(_mutated(obj)))
+            mutated["metadata"]["name"] = f"{base}-7d9f8b6c5-@NAME@"
+            for _ in range(weight):
+                rows.append(_template("/mutate", obj, group, ""))
+                rows.append(_template("/validate", mutated, group, mutated["metadata"]["name"]))
+        else:
+            raise ValueError(f"unknown mix {mix!r}")
+    return rows
+
+
+def _containers(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = obj["spec"]
+    if "template" in spec:
+        spec = spec["template"]["spec"]
+    containers: list[dict[str, Any]] = spec["containers"]
+    return containers

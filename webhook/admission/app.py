@@ -15,6 +15,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.exposition import generate_latest
 
 from webhook.admission.body import HANDLER_ARGS, MAX_BODY_BYTES, plain, read_body
+from webhook.admission.decisions import CachedAnswer, DecisionCache, split_uid
 from webhook.admission.jsoncodec import JsonCodec, json_codec, std_dumps
 from webhook.admission.metrics import Metrics
 from webhook.admission.reviews import (
@@ -60,42 +61,65 @@ def _label(value: str, known: frozenset[str]) -> str:
     return value if value in known else "other"
 
 
-def _evaluate(state: WebhookState, endpoint: str, req: AdmissionRequest, **images: Any) -> Decision:
+def _snapshots(state: WebhookState) -> tuple[Any, WebhookConfig, NodeInventory | None, Any]:
+    """What an evaluation reads besides the review: policies, config, inventory, claims."""
+    store = state.store
+    return (
+        store.current,
+        # The config with a watched ConfigMap's image table, when there is one.
+        store.config or state.config,
+        # Cluster snapshots as they are now (None: not known); never fetched here.
+        store.inventory if not store.inventory_pending else NOT_LISTED_YET,
+        store.claims,
+    )
+
+
+def _evaluate(
+    state: WebhookState,
+    endpoint: str,
+    req: AdmissionRequest,
+    snapshots: tuple[Any, WebhookConfig, NodeInventory | None, Any],
+    **images: Any,
+) -> Decision:
+    policies, config, inventory, claims = snapshots
     return state.evaluator(
         req.object,
-        state.store.current,
-        # The config with a watched ConfigMap's image table, when there is one.
-        state.store.config or state.config,
+        policies,
+        config,
         kind=req.kind or None,
         group=req.group,
         namespace=req.namespace or None,
         operation=req.operation,
         sub_resource=req.sub_resource,
         old_object=req.old_object,
-        # Cluster snapshots as they are now (None: not known); never fetched here.
-        inventory=state.store.inventory if not state.store.inventory_pending else NOT_LISTED_YET,
-        claims=state.store.claims,
+        inventory=inventory,
+        claims=claims,
         # /validate returns no Pod or template warnings (the mutating call showed them).
         violations_only=endpoint == "validate",
         **images,
     )
 
 
-async def _decide(state: WebhookState, endpoint: str, req: AdmissionRequest) -> Outcome:
+async def _decide(
+    state: WebhookState,
+    endpoint: str,
+    req: AdmissionRequest,
+    snapshots: tuple[Any, WebhookConfig, NodeInventory | None, Any],
+) -> Outcome:
     """Evaluate and build the response; every exception becomes a denial, never an HTTP 500."""
     if req.object is None or req.operation not in ("CREATE", "UPDATE"):
         return Outcome(allowed_response(req), "allowed", 0, 0)
     what = f"{req.kind or 'object'} {req.ref or '(unnamed)'}"
     lookup_warnings: list[str] = []
     try:
-        decision = _evaluate(state, endpoint, req)
+        decision = _evaluate(state, endpoint, req, snapshots)
         # Only images whose CUDA nothing else told reach a registry (SPEC §4 step 6), within
         # the budget; the evaluation runs again with what the lookups found.
         if decision.unresolved_images and state.images is not None:
             found = await state.images.resolve(decision.unresolved_images)
             lookup_warnings = found.warnings
             if found.facts:
-                decision = _evaluate(state, endpoint, req, images=found.facts)
+                decision = _evaluate(state, endpoint, req, snapshots, images=found.facts)
     except WebhookError as exc:
         # The object does not have the shape its kind requires: say so, as the API server would.
         return Outcome(denied_response(req, f"cannot evaluate {what}: {exc}"), "denied", 0, 0)
@@ -108,7 +132,9 @@ async def _decide(state: WebhookState, endpoint: str, req: AdmissionRequest) -> 
         message = (
             f"internal error evaluating {what}: {type(exc).__name__}: {exc}; see the webhook logs"
         )
-        return Outcome(denied_response(req, message), "error", 0, 0)
+        return Outcome(denied_response(req, message), "error", 0, 0, cacheable=False)
+    # An answer that waited on a registry depends on its cache's age, not only on the body.
+    cacheable = not (decision.unresolved_images and state.images is not None)
     if not decision.handled:
         return Outcome(allowed_response(req), "allowed", 0, 0)
     is_configmap = req.kind == "ConfigMap"
@@ -116,11 +142,12 @@ async def _decide(state: WebhookState, endpoint: str, req: AdmissionRequest) -> 
         warnings = [*decision.notes, *decision.warnings, *lookup_warnings]
         patch = decision.patch
         if patch:
-            for kind in decision.mutation_kinds:
-                state.metrics.mutated(kind)
             response = patched_response(req, patch, warnings=warnings, dumps=state.codec.dumps)
-            return Outcome(response, "patched", len(decision.mutation_kinds), len(warnings))
-        return Outcome(allowed_response(req, warnings=warnings), "allowed", 0, len(warnings))
+            kinds = decision.mutation_kinds
+            return Outcome(response, "patched", len(kinds), len(warnings), cacheable, kinds)
+        return Outcome(
+            allowed_response(req, warnings=warnings), "allowed", 0, len(warnings), cacheable
+        )
     # /validate: Pod and template warnings were already shown by the mutating call.
     warnings = list(decision.warnings) if is_configmap else []
     if decision.violations:
@@ -129,8 +156,9 @@ async def _decide(state: WebhookState, endpoint: str, req: AdmissionRequest) -> 
             "denied",
             0,
             len(warnings),
+            cacheable,
         )
-    return Outcome(allowed_response(req, warnings=warnings), "allowed", 0, len(warnings))
+    return Outcome(allowed_response(req, warnings=warnings), "allowed", 0, len(warnings), cacheable)
 
 
 def _make_review_handler(
@@ -149,6 +177,16 @@ def _make_review_handler(
         if isinstance(body, web.Response):
             return body
         start = time.perf_counter()
+        snapshots = _snapshots(state)
+        cache = state.decisions
+        split = None
+        if cache is not None:
+            cache.check_generation(snapshots)
+            split = split_uid(body)
+            if split is not None:
+                hit = cache.get(endpoint, split[0])
+                if hit is not None:
+                    return _cached(state, endpoint, hit, split[1], start)
         try:
             data = state.codec.loads(body)
         except (ValueError, RecursionError) as exc:
@@ -160,44 +198,91 @@ def _make_review_handler(
         except ReviewDecodeError as exc:
             state.metrics.rejected.labels(endpoint, "400").inc()
             return plain(400, f"request body is not an AdmissionReview: {exc}")
-        outcome = await _decide(state, endpoint, req)
+        outcome = await _decide(state, endpoint, req, snapshots)
         try:
             payload = state.codec.dumps(outcome.response)
         except (TypeError, ValueError) as exc:
             # Unreachable for well-formed decisions; kept so an encoder surprise is a denial.
             log.error("cannot encode the response for uid %s: %s", req.uid, exc)
             outcome = Outcome(
-                denied_response(req, f"internal error encoding the response: {exc}"), "error", 0, 0
+                denied_response(req, f"internal error encoding the response: {exc}"),
+                "error",
+                0,
+                0,
+                cacheable=False,
             )
             payload = std_dumps(outcome.response)
-        elapsed = time.perf_counter() - start
-        kind_label = _label(req.kind, WORKLOAD_KINDS)
-        state.metrics.review_done(
-            endpoint, kind_label, _label(req.operation, OPERATIONS), outcome.result, elapsed
+        labels = (
+            _label(req.kind, WORKLOAD_KINDS),
+            _label(req.operation, OPERATIONS),
+            outcome.result,
         )
-        if review_log.isEnabledFor(logging.INFO):
-            fields = {
-                "endpoint": endpoint,
-                "uid": req.uid,
-                "kind": req.kind,
-                "namespace": req.namespace,
-                "name": req.name,
-                "operation": req.operation,
-                "user": req.username,
-                "dryRun": req.dry_run,
-                "allowed": outcome.response["response"]["allowed"],
-                "result": outcome.result,
-                "mutations": outcome.mutations,
-                "warnings": outcome.warnings,
-                "durationMs": round(elapsed * 1000, 3),
-            }
-            if state.review_sink is None:
-                review_log.info("review", extra={"fields": fields})
-            else:
-                state.review_sink(fields)
+        fields = {
+            "endpoint": endpoint,
+            "uid": req.uid,
+            "kind": req.kind,
+            "namespace": req.namespace,
+            "name": req.name,
+            "operation": req.operation,
+            "user": req.username,
+            "dryRun": req.dry_run,
+            "allowed": outcome.response["response"]["allowed"],
+            "result": outcome.result,
+            "mutations": outcome.mutations,
+            "warnings": outcome.warnings,
+        }
+        if (
+            cache is not None
+            and split is not None
+            and outcome.cacheable
+            # The uid the cache split off is the one the review was decoded with.
+            and split[1] == req.uid.encode()
+        ):
+            cache.put(
+                endpoint,
+                split[0],
+                split[1],
+                payload,
+                result=outcome.result,
+                labels=labels,
+                mutation_kinds=outcome.mutation_kinds,
+                fields=fields,
+            )
+        _done(state, endpoint, labels, outcome.mutation_kinds, fields, req.uid, start)
         return web.Response(body=payload, content_type="application/json")
 
     return handle
+
+
+def _cached(
+    state: WebhookState, endpoint: str, hit: CachedAnswer, uid: bytes, start: float
+) -> web.Response:
+    """The answer to a body seen before but for its uid, with this uid; logged and counted."""
+    payload = hit.response(uid)
+    _done(state, endpoint, hit.labels, hit.mutation_kinds, hit.fields, uid.decode(), start)
+    return web.Response(body=payload, content_type="application/json")
+
+
+def _done(
+    state: WebhookState,
+    endpoint: str,
+    labels: tuple[str, str, str],
+    mutation_kinds: tuple[str, ...],
+    fields: dict[str, Any],
+    uid: str,
+    start: float,
+) -> None:
+    """Metrics and the per-review log line of one answered review."""
+    elapsed = time.perf_counter() - start
+    for kind in mutation_kinds:
+        state.metrics.mutated(kind)
+    state.metrics.review_done(endpoint, *labels, elapsed)
+    if review_log.isEnabledFor(logging.INFO):
+        line = {**fields, "uid": uid, "durationMs": round(elapsed * 1000, 3)}
+        if state.review_sink is None:
+            review_log.info("review", extra={"fields": line})
+        else:
+            state.review_sink(line)
 
 
 async def _healthz(request: web.Request) -> web.Response:
@@ -255,6 +340,8 @@ async def _policies(request: web.Request) -> web.Response:
         )
     document["sources"] = _sources(state.store)
     document["nodeInventory"] = state.store.snapshot_status("Node")
+    if state.decisions is not None:
+        document["decisionCache"] = state.decisions.to_json()
     return web.Response(body=std_dumps(document), content_type="application/json")
 
 
@@ -360,19 +447,22 @@ def create_app(
     tasks: Sequence[PolicySource] = (),
     images: ImageResolver | None = None,
     ready_timeout: float = 30.0,
+    decision_cache_bytes: int = 0,
 ) -> web.Application:
     """The admission app; `evaluator` and `policy_source` are seams for tests and serve.
 
     `review_sink` replaces `review_log.info` for the per-review line (serve passes the batched
     handler's direct writer); the default goes through logging, where tests capture it.
     `images` looks up the CUDA version of images nothing else tells (None: no lookups).
+    `decision_cache_bytes` bounds the decision cache (0: off; serve turns it on).
     """
+    decisions = DecisionCache(decision_cache_bytes) if decision_cache_bytes > 0 else None
     state = WebhookState(
         config=config,
         store=store,
         evaluator=evaluator,
         codec=codec or json_codec(),
-        metrics=Metrics.create(store, cert_reloader, config, images),
+        metrics=Metrics.create(store, cert_reloader, config, images, decisions),
         cert_reloader=cert_reloader,
         cert_reload_interval=cert_reload_interval,
         policy_source=policy_source,
@@ -380,6 +470,7 @@ def create_app(
         tasks=tuple(tasks),
         images=images,
         ready_timeout=ready_timeout,
+        decisions=decisions,
     )
     if images is not None:
         images.observe = state.metrics.image_lookup_done

@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from webhook.admission.decisions import DecisionCache
 from webhook.core.config import WebhookConfig
 from webhook.registry.resolver import ImageResolver
 from webhook.registry.results import STATUSES
@@ -32,11 +33,13 @@ class _StateCollector(Collector):
         reloader: CertReloader | None,
         config: WebhookConfig | None,
         images: ImageResolver | None = None,
+        decisions: DecisionCache | None = None,
     ) -> None:
         self._store = store
         self._reloader = reloader
         self._config = config
         self._images = images
+        self.decisions = decisions
 
     def collect(self) -> Iterable[Metric]:
         policies = self._store.current
@@ -94,6 +97,23 @@ class _StateCollector(Collector):
                 "gpu_webhook_image_lookups_in_flight",
                 "Registry lookups running now.",
                 value=self._images.in_flight,
+            )
+        decisions = self.decisions
+        if decisions is not None:
+            yield CounterMetricFamily(
+                "gpu_webhook_decision_cache_hits",
+                "Reviews answered from the decision cache (same body but for the uid).",
+                value=decisions.hits,
+            )
+            yield CounterMetricFamily(
+                "gpu_webhook_decision_cache_misses",
+                "Reviews looked up in the decision cache and evaluated.",
+                value=decisions.misses,
+            )
+            yield GaugeMetricFamily(
+                "gpu_webhook_decision_cache_bytes",
+                "Memory the decision cache accounts for (bounded by --decision-cache-mib).",
+                value=decisions.size,
             )
         if self._reloader is not None:
             yield GaugeMetricFamily(
@@ -239,9 +259,10 @@ class Metrics:
         reloader: CertReloader | None,
         config: WebhookConfig | None = None,
         images: ImageResolver | None = None,
+        decisions: DecisionCache | None = None,
     ) -> Metrics:
         registry = CollectorRegistry(auto_describe=True)
-        registry.register(_StateCollector(store, reloader, config, images))
+        registry.register(_StateCollector(store, reloader, config, images, decisions))
         return cls(
             registry=registry,
             reviews=Counter(

@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 
 from aiohttp import web
 
+from webhook.admission.decisions import DecisionCache
 from webhook.admission.jsoncodec import JsonCodec
 from webhook.admission.metrics import Metrics
 from webhook.core.config import WebhookConfig
@@ -50,6 +51,8 @@ class WebhookState:
     review_sink: ReviewSink | None = None
     # Registry lookups of images' CUDA versions (None: switched off, SPEC §4 step 6).
     images: ImageResolver | None = None
+    # Answers of reviews that differ only in their uid (None: off); see admission/decisions.py.
+    decisions: DecisionCache | None = None
     shutting_down: bool = False
     # Readiness waits at most this long for the first list of the optional sources (Nodes, DRA
     # claims) once the policies are synced (SPEC §4), counted from `started`.
@@ -69,3 +72,7 @@ class Outcome(NamedTuple):
     result: str  # allowed | patched | denied | error
     mutations: int
     warnings: int
+    # The same body under the same snapshots always gets this answer (decision cache): not so
+    # after a registry lookup (its cache ages) or an internal error.
+    cacheable: bool = True
+    mutation_kinds: tuple[str, ...] = ()

@@ -68,6 +68,15 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "after the policies; then ready, with placement not enforced until it arrives "
         "(default: %(default)s)",
     )
+    parser.add_argument(
+        "--decision-cache-mib",
+        type=_cache_mib,
+        default=16.0,
+        metavar="MIB",
+        help="memory for answers to reviews that differ only in their uid (the pods of one "
+        "ReplicaSet or Job), emptied on any policy, config, node or claim change; 0 turns it "
+        "off (default: %(default)s)",
+    )
     parser.add_argument("--tls-cert", metavar="FILE", help="serving certificate (PEM), reloaded")
     parser.add_argument("--tls-key", metavar="FILE", help="serving key (PEM), reloaded")
     parser.add_argument(
@@ -156,6 +165,16 @@ def _max_connections(text: str) -> int:
 
 def _port_or_off(text: str) -> int:
     return 0 if text.strip() == "0" else _port(text)
+
+
+def _cache_mib(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of MiB") from None
+    if not 0 <= value <= 4096:
+        raise argparse.ArgumentTypeError(f"{text} MiB is out of range: use 0 (off) to 4096")
+    return value
 
 
 def _ready_timeout(text: str) -> float:
@@ -329,6 +348,7 @@ def _serve(args: argparse.Namespace, scratch: Path | None) -> int:
         review_sink=functools.partial(log_handler.write, review_log, "review"),
         images=images,
         ready_timeout=args.ready_timeout,
+        decision_cache_bytes=int(args.decision_cache_mib * 1024 * 1024),
     )
     # Everything built so far (modules, the kubernetes client, the config) lives as long as the
     # process: out of the collector's full passes, which otherwise scan it all each time the

@@ -1,0 +1,145 @@
+"""The C load generator: `wrk` (Debian package `wrk`, built with LuaJIT) with a Lua script that
+sends the review mix, a new request `uid` on every request, and in the distinct mix a new object
+every time. Its own CPU is measured (wait4's rusage), so a run shows it was not the limit.
+
+Body templates are written one per line as `PATH<TAB>BODY`; the script fills the placeholders:
+
+- `@UID@`  a new request uid per request (the API server sends a new one for every call);
+- `@SEQ@`  (distinct mix) a request counter, put where the evaluation reads it (the object's
+           name and an env value in every container), so no two requests carry the same object;
+- `@NAME@` (replicas mix, /validate only) a 5-character generated name suffix.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+LUA = r"""
+local templates = {}
+local n = 0
+local counter = 0
+local thread_id = 0
+local headers = {["Content-Type"] = "application/json"}
+local alphabet = "bcdfghjklmnpqrstvwxz2456789"
+
+function init(args)
+  for line in io.lines(args[1]) do
+    local tab = string.find(line, "\t", 1, true)
+    n = n + 1
+    templates[n] = {string.sub(line, 1, tab - 1), string.sub(line, tab + 1)}
+  end
+  thread_id = tonumber(args[2] or "0")
+end
+
+local function suffix(i)
+  local out = {}
+  for _ = 1, 5 do
+    local k = i % 27
+    out[#out + 1] = string.sub(alphabet, k + 1, k + 1)
+    i = math.floor(i / 27)
+  end
+  return table.concat(out)
+end
+
+function request()
+  counter = counter + 1
+  local t = templates[(counter % n) + 1]
+  local uid = string.format("%08x-0000-4000-8000-%012x", thread_id, counter)
+  local body = string.gsub(t[2], "@UID@", uid)
+  body = string.gsub(body, "@SEQ@", tostring(counter))
+  body = string.gsub(body, "@NAME@", suffix(counter))
+  return wrk.format("POST", t[1], headers, body)
+end
+"""
+
+
+@dataclass
+class WrkResult:
+    rps: float
+    requests: int
+    seconds: float
+    p50_ms: float
+    p99_ms: float
+    non_2xx: int
+    socket_errors: int
+    wrk_cpu: float  # cores the load generator used during the run
+    server_cpu: float  # cores the server process used during the run
+
+    def as_dict(self) -> dict[str, float | int]:
+        return dict(self.__dict__)
+
+
+def wrk_path() -> str | None:
+    return shutil.which("wrk")
+
+
+def write_templates(directory: Path, rows: list[tuple[str, str]]) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    script = directory / "mix.lua"
+    script.write_text(LUA)
+    bodies = directory / "bodies.tsv"
+    with bodies.open("w") as out:
+        for path, body in rows:
+            if "\n" in body or "\t" in path:
+                raise ValueError("templates are one line each")
+            out.write(f"{path}\t{body}\n")
+    return directory
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    # utime and stime are fields 14 and 15 of /proc/PID/stat (proc(5)); here 0-based after ")"
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _ms(text: str) -> float:
+    match = re.fullmatch(r"([0-9.]+)(us|ms|s)", text)
+    if not match:
+        raise ValueError(f"unexpected wrk latency {text!r}")
+    value, unit = float(match.group(1)), match.group(2)
+    return value / 1000 if unit == "us" else value * 1000 if unit == "s" else value
+
+
+def run_wrk(
+    url: str, templates: Path, server_pid: int, *, seconds: float, connections: int
+) -> WrkResult:
+    """One wrk run (one thread, `connections` keep-alive connections) and its CPU figures."""
+    argv = ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "--latency", "--timeout", "10s"]
+    argv += ["-s", str(templates / "mix.lua"), url, "--", str(templates / "bodies.tsv"), "1"]
+    server_before = _cpu_seconds(server_pid)
+    began = time.monotonic()
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout is not None and process.stderr is not None
+    out = process.stdout.read().decode()
+    err = process.stderr.read().decode()
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.monotonic() - began
+    server_cpu = (_cpu_seconds(server_pid) - server_before) / wall
+    if process.returncode != 0:
+        raise RuntimeError(f"wrk failed ({process.returncode}): {err or out}")
+    total = re.search(r"(\d+) requests in ([0-9.]+)(ms|s|m)", out)
+    rate = re.search(r"Requests/sec:\s+([0-9.]+)", out)
+    p50 = re.search(r"\s50%\s+(\S+)", out)
+    p99 = re.search(r"\s99%\s+(\S+)", out)
+    if not (total and rate and p50 and p99):
+        raise RuntimeError(f"cannot read wrk's output:\n{out}")
+    non_2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    return WrkResult(
+        rps=float(rate.group(1)),
+        requests=int(total.group(1)),
+        seconds=seconds,
+        p50_ms=_ms(p50.group(1)),
+        p99_ms=_ms(p99.group(1)),
+        non_2xx=int(non_2xx.group(1)) if non_2xx else 0,
+        socket_errors=sum(int(g) for g in errors.groups()) if errors else 0,
+        wrk_cpu=round((usage.ru_utime + usage.ru_stime) / wall, 3),
+        server_cpu=round(server_cpu, 3),
+    )

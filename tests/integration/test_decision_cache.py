@@ -1,0 +1,265 @@
+"""The decision cache (webhook/admission/decisions.py): a review that differs from an earlier one
+only in its uid gets that answer with its own uid, and exactly what the full evaluation gives.
+
+Bodies are sent as the API server writes them: compact JSON, `request.uid` first (Go's
+encoding/json writes AdmissionRequest's fields in declaration order, UID first).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.fakekube import node
+from tests.helpers import container, crl, pod, standard_policies, workload
+from tests.integration.helpers import (
+    TEST_POLICIES,
+    RunningServer,
+    crl_configmap,
+    metric_samples,
+    ready_store,
+    serve_in_thread,
+)
+from webhook.admission.app import create_app
+from webhook.core.config import WebhookConfig
+from webhook.core.inventory import NodeInventory
+from webhook.core.policyset import PolicySet
+from webhook.sources.store import PolicyStore
+from webhook.tls.certs import CertPaths, CertReloader
+
+CACHE_BYTES = 1024 * 1024
+
+
+def body(obj: dict[str, Any], uid: str, *, operation: str = "CREATE", name: str = "") -> bytes:
+    """An AdmissionReview in the API server's field order and compact form."""
+    meta = obj.get("metadata", {})
+    group, _, version = obj.get("apiVersion", "v1").rpartition("/")
+    request = {
+        "uid": uid,
+        "kind": {"group": group, "version": version, "kind": obj.get("kind", "")},
+        "resource": {"group": group, "version": version, "resource": "pods"},
+        "name": name or meta.get("name", ""),
+        "namespace": meta.get("namespace", "ml"),
+        "operation": operation,
+        "userInfo": {"username": "system:serviceaccount:kube-system:replicaset-controller"},
+        "object": obj,
+        "oldObject": None,
+        "dryRun": False,
+    }
+    review = {"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1", "request": request}
+    return json.dumps(review, separators=(",", ":")).encode()
+
+
+def answer(server: RunningServer, endpoint: str, data: bytes) -> dict[str, Any]:
+    reply = server.request("POST", endpoint, data)
+    assert reply.status == 200, reply.text
+    result: dict[str, Any] = reply.json()
+    return result
+
+
+@pytest.fixture(scope="module")
+def servers(tls: CertPaths, policy_dir: Path) -> Iterator[tuple[RunningServer, RunningServer]]:
+    """The same store served twice: with the decision cache, and without (the full path)."""
+    store = ready_store(policy_dir)
+    reloader = CertReloader(tls.cert, tls.key)
+    cached = create_app(
+        WebhookConfig(),
+        store,
+        cert_reloader=reloader,
+        cert_reload_interval=0,
+        decision_cache_bytes=CACHE_BYTES,
+    )
+    full = create_app(WebhookConfig(), store, cert_reloader=reloader, cert_reload_interval=0)
+    with (
+        serve_in_thread(cached, reloader.context, tls.ca_cert, store) as with_cache,
+        serve_in_thread(full, reloader.context, tls.ca_cert, store) as without,
+    ):
+        yield with_cache, without
+
+
+def _hits(server: RunningServer) -> float:
+    samples = metric_samples(server.request("GET", "/metrics").text)
+    return samples["gpu_webhook_decision_cache_hits_total"]
+
+
+def test_replica_pods_get_the_first_answer_with_their_own_uid(
+    servers: tuple[RunningServer, RunningServer],
+) -> None:
+    cached, full = servers
+    replica = pod(
+        container("train", image="nvidia/cuda:12.4.1-runtime", limits={"nvidia.com/gpu": "1"}),
+        name="",
+        generateName="train-7d9f8b6c5-",
+    )
+    replica["metadata"].pop("name")
+    replica["metadata"]["generateName"] = replica["spec"].pop("generateName")
+    before = _hits(cached)
+    first = answer(cached, "/mutate", body(replica, "11111111-aaaa"))
+    second = answer(cached, "/mutate", body(replica, "22222222-bbbb"))
+    expected = answer(full, "/mutate", body(replica, "22222222-bbbb"))
+    assert _hits(cached) == before + 1
+    assert first["response"]["uid"] == "11111111-aaaa"
+    assert second == expected
+    assert second["response"]["uid"] == "22222222-bbbb"
+    assert second["response"]["patchType"] == "JSONPatch"
+
+
+def test_a_denial_names_its_own_object_never_an_earlier_one(
+    servers: tuple[RunningServer, RunningServer],
+) -> None:
+    cached, _ = servers
+    bad = {"tencent.com/vcuda-core": "150"}
+    one = pod(container("a", image="nvidia/cuda:12.4.1-runtime", limits=bad), name="first")
+    two = pod(container("a", image="nvidia/cuda:12.4.1-runtime", limits=bad), name="second")
+    denied_one = answer(cached, "/validate", body(one, "u-1"))
+    denied_two = answer(cached, "/validate", body(two, "u-2"))
+    assert denied_one["response"]["allowed"] is False
+    assert "ml/first" in denied_one["response"]["status"]["message"]
+    assert "ml/second" in denied_two["response"]["status"]["message"]
+    assert "ml/first" not in denied_two["response"]["status"]["message"]
+
+
+def test_a_policy_change_empties_the_cache(servers: tuple[RunningServer, RunningServer]) -> None:
+    cached, full = servers
+    store: PolicyStore = cached.store
+    asking = pod(container("a", image="nvidia/cuda:12.4.1-runtime", limits={"gpu.example/x": "5"}))
+    policies = store.current
+    try:
+        allowed = answer(cached, "/validate", body(asking, "p-1"))
+        assert allowed["response"]["allowed"] is True
+        # A new CRL limits gpu.example/x to 2: the same body is now denied.
+        extra = crl("gpu.example/x", "extra", max="2")
+        store.replace(PolicySet.from_configmaps([*_configmaps(), extra]))
+        now = answer(cached, "/validate", body(asking, "p-2"))
+        assert now == answer(full, "/validate", body(asking, "p-2"))
+        assert now["response"]["allowed"] is False
+    finally:
+        store.replace(policies)
+
+
+def test_an_inventory_change_empties_the_cache(
+    servers: tuple[RunningServer, RunningServer],
+) -> None:
+    cached, full = servers
+    store: PolicyStore = cached.store
+    gpu = pod(container("a", image="nvidia/cuda:12.4.1-runtime", limits={"nvidia.com/gpu": "1"}))
+    try:
+        answer(cached, "/mutate", body(gpu, "i-1"))
+        store.inventory = _nodes("12.2")
+        now = answer(cached, "/mutate", body(gpu, "i-2"))
+        assert now == answer(full, "/mutate", body(gpu, "i-2"))
+        assert any("12.2" in w for w in now["response"].get("warnings", [])), now
+    finally:
+        store.inventory = None
+
+
+def test_a_uid_with_escapes_is_answered_by_the_full_path(
+    servers: tuple[RunningServer, RunningServer],
+) -> None:
+    cached, _ = servers
+    gpu = pod(container("a", image="nvidia/cuda:12.4.1-runtime", limits={"nvidia.com/gpu": "1"}))
+    answer(cached, "/mutate", body(gpu, "plain-1"))
+    before = _hits(cached)
+    escaped = body(gpu, "plain-1").replace(b'"uid":"plain-1"', b'"uid":"pl\\u0061in-2"')
+    reply = answer(cached, "/mutate", escaped)
+    assert reply["response"]["uid"] == "plain-2"
+    assert _hits(cached) == before
+
+
+def _configmaps() -> list[dict[str, Any]]:
+    return [crl_configmap(name, data) for name, data in TEST_POLICIES.items()]
+
+
+def _nodes(*cuda: str) -> NodeInventory:
+    """An inventory of GPU Feature Discovery-labelled nodes, one per CUDA version."""
+    return NodeInventory.from_objects(
+        [
+            node(
+                f"gpu-{index}",
+                {
+                    "nvidia.com/cuda.runtime-version.major": version.split(".")[0],
+                    "nvidia.com/cuda.runtime-version.minor": version.split(".")[1],
+                },
+            )
+            for index, version in enumerate(cuda)
+        ]
+    )
+
+
+# The property: for random pods and workloads, under random snapshots, the cached server's
+# answer to a replayed body equals the full path's answer to it, byte for byte after decoding.
+keys = st.sampled_from(
+    ["nvidia.com/gpu", "tencent.com/vcuda-core", "tencent.com/vcuda-memory", "cpu", "memory"]
+)
+values = st.sampled_from(["0", "1", "2", "50", "100", "150", "500m", "4Gi", "x"])
+images = st.sampled_from(
+    [
+        "nvidia/cuda:12.4.1-runtime-ubuntu22.04",
+        "nvidia/cuda:11.8.0-base",
+        "paddlepaddle/paddle:2.6.1-gpu-cuda11.8-cudnn8.6-trt8.5",
+        "nginx:1.27",
+        "nvcr.io/nvidia/tritonserver:24.05-py3",
+        "example.invalid/unknown:1",
+    ]
+)
+containers = st.lists(
+    st.builds(
+        lambda name, image, limits, env: container(
+            name, image=image, limits=limits, env=env or None
+        ),
+        st.sampled_from(["a", "b", "c"]),
+        images,
+        st.dictionaries(keys, values, max_size=3),
+        st.lists(
+            st.fixed_dictionaries(
+                {
+                    "name": st.sampled_from(["CUDA_VERSION", "X", "FLAGS_allocator_strategy"]),
+                    "value": st.sampled_from(["11.8", "12.4", "1", "auto_growth"]),
+                }
+            ),
+            max_size=2,
+        ),
+    ),
+    min_size=1,
+    max_size=3,
+    unique_by=lambda c: c["name"],
+)
+objects = st.builds(
+    lambda cs, name, kind: pod(*cs, name=name) if kind == "Pod" else workload(kind, pod(*cs)),
+    containers,
+    st.sampled_from(["p1", "p2"]),
+    st.sampled_from(["Pod", "Deployment", "Job"]),
+)
+snapshots = st.sampled_from(["standard", "none", "nodes"])
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(obj=objects, endpoint=st.sampled_from(["/mutate", "/validate"]), snapshot=snapshots)
+def test_property_cached_answer_equals_full_evaluation(
+    servers: tuple[RunningServer, RunningServer], obj: dict[str, Any], endpoint: str, snapshot: str
+) -> None:
+    cached, full = servers
+    store: PolicyStore = cached.store
+    policies, inventory = store.current, store.inventory
+    try:
+        if snapshot == "none":
+            store.replace(PolicySet.empty())
+        elif snapshot == "nodes":
+            store.replace(standard_policies())
+            store.inventory = _nodes("12.4", "11.8")
+        answer(cached, endpoint, body(obj, "first-uid"))
+        replayed = answer(cached, endpoint, body(obj, "second-uid"))
+        assert replayed == answer(full, endpoint, body(obj, "second-uid"))
+    finally:
+        store.replace(policies)
+        store.inventory = inventory

@@ -1,0 +1,147 @@
+"""The decision cache: answers of reviews that differ only in their request uid.
+
+A ReplicaSet or a Job creating N pods sends N mutating reviews that are byte-identical but for
+`request.uid`: the API server calls mutating admission before it gives a `generateName` object
+its name (k8s.io/apiserver pkg/endpoints/handlers/create.go runs mutatingAdmission.Admit before
+requestFunc, whose store Create calls rest.BeforeCreate, which sets the name from GenerateName,
+then the validating admission func). The evaluation is a pure function of the body and of the
+snapshots (policies, config, node inventory, DRA claims), so the answer to such a body is the
+answer already computed, with the new uid: one dict lookup instead of a parse and an evaluation.
+
+What keeps it exact:
+- the key is the endpoint and the whole body but for the uid's characters, so an answer is only
+  ever reused for the very same object, name, namespace, user, operation and dry-run flag (its
+  messages can never name another object);
+- the uid is taken at the first `"request":{"uid":"`, the API server's own field order (Go's
+  encoding/json writes struct fields in declaration order, and `UID` is AdmissionRequest's
+  first field); a body shaped otherwise is never cached. Two bodies whose bytes agree outside
+  that span have the same JSON structure, so the span is the request uid in both;
+- a uid is reused only if it is plain (letters, digits, `-._:`), so no escape or control
+  character can slip past the JSON parser the full path would have run;
+- the snapshots an answer was computed with are kept by identity: any new policy set, config,
+  inventory (or its "not listed yet" state) or claim index empties the cache before a lookup;
+- answers that depended on a registry lookup (whose cache ages) or on an internal error are
+  never stored; the size is bounded (least recently used answers go first).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+_MARKER = b'"request":{"uid":"'
+_PLAIN_UID = re.compile(rb"[A-Za-z0-9._:-]{1,128}")
+# Per-entry bookkeeping on top of the key and response bytes (tuple, dict slots, fields).
+_ENTRY_OVERHEAD = 600
+
+
+@dataclass(frozen=True, slots=True)
+class CachedAnswer:
+    """A response split around its uid, and what the log line and metrics need."""
+
+    head: bytes
+    tail: bytes
+    result: str
+    labels: tuple[str, str, str]  # kind, operation (metric labels) and the result
+    mutation_kinds: tuple[str, ...]
+    fields: dict[str, Any]  # the review log line without uid and duration
+
+    def response(self, uid: bytes) -> bytes:
+        return self.head + uid + self.tail
+
+
+def split_uid(body: bytes) -> tuple[bytes, bytes] | None:
+    """(key bytes, uid) of a body in the API server's field order, or None."""
+    at = body.find(_MARKER)
+    if at < 0:
+        return None
+    start = at + len(_MARKER)
+    end = body.find(b'"', start)
+    if end < 0:
+        return None
+    uid = body[start:end]
+    if _PLAIN_UID.fullmatch(uid) is None:
+        return None
+    return body[:start] + body[end:], uid
+
+
+class DecisionCache:
+    """Bounded LRU of answers, valid for one generation of snapshots (compared by identity)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.size = 0
+        self.hits = 0
+        self.misses = 0
+        self.invalidations = 0
+        self._generation: tuple[object, ...] = ()
+        self._entries: OrderedDict[tuple[str, bytes], tuple[CachedAnswer, int]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def check_generation(self, generation: tuple[object, ...]) -> None:
+        """Empty the cache when any snapshot differs from the ones its answers were made with."""
+        current = self._generation
+        if len(current) == len(generation) and all(
+            a is b for a, b in zip(current, generation, strict=True)
+        ):
+            return
+        if self._entries:
+            self.invalidations += 1
+        self._entries.clear()
+        self.size = 0
+        self._generation = generation
+
+    def get(self, endpoint: str, key: bytes) -> CachedAnswer | None:
+        found = self._entries.get((endpoint, key))
+        if found is None:
+            self.misses += 1
+            return None
+        self._entries.move_to_end((endpoint, key))
+        self.hits += 1
+        return found[0]
+
+    def put(
+        self,
+        endpoint: str,
+        key: bytes,
+        uid: bytes,
+        payload: bytes,
+        *,
+        result: str,
+        labels: tuple[str, str, str],
+        mutation_kinds: tuple[str, ...],
+        fields: dict[str, Any],
+    ) -> None:
+        """Store `payload` (the answer for `uid`) if its uid can be found in it exactly once."""
+        needle = b'"uid":"' + uid + b'"'
+        if payload.count(needle) != 1:
+            return
+        at = payload.index(needle) + len(b'"uid":"')
+        answer = CachedAnswer(
+            payload[:at], payload[at + len(uid) :], result, labels, mutation_kinds, fields
+        )
+        cost = len(key) + len(payload) + _ENTRY_OVERHEAD
+        if cost > self.max_bytes:
+            return
+        previous = self._entries.pop((endpoint, key), None)
+        if previous is not None:
+            self.size -= previous[1]
+        self._entries[(endpoint, key)] = (answer, cost)
+        self.size += cost
+        while self.size > self.max_bytes:
+            _, (_, dropped) = self._entries.popitem(last=False)
+            self.size -= dropped
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "entries": len(self._entries),
+            "bytes": self.size,
+            "maxBytes": self.max_bytes,
+            "hits": self.hits,
+            "misses": self.misses,
+            "invalidations": self.invalidations,
+        }
