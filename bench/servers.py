@@ -82,6 +82,11 @@ def noop_main(args: argparse.Namespace) -> int:
     return 0
 
 
+def taskset(cpus: set[int]) -> list[str]:
+    """The prefix running a command on `cpus` only (util-linux's taskset)."""
+    return ["taskset", "-c", ",".join(str(cpu) for cpu in sorted(cpus))]
+
+
 def free_port() -> int:
     import socket
 
@@ -140,6 +145,7 @@ def server(
     no_orjson: bool = False,
     log_level: str = "info",
     tree: Path | None = None,
+    cpus: set[int] | None = None,
 ) -> Iterator[tuple[int, int]]:
     """Start the webhook (`kind="webhook"`) or the no-op server; yields (port, pid).
 
@@ -161,6 +167,8 @@ def server(
     else:
         argv = [sys.executable, str(ENTRY), "noop", "--port", str(port)]
         argv += ["--cert", str(tls.cert), "--key", str(tls.key)]
+    if cpus:
+        argv = taskset(cpus) + argv
     process = subprocess.Popen(
         argv,
         env=env(no_uvloop, no_orjson, tree),

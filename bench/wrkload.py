@@ -107,14 +107,26 @@ def _ms(text: str) -> float:
 
 
 def run_wrk(
-    url: str, templates: Path, server_pid: int, *, seconds: float, connections: int
+    url: str,
+    templates: Path,
+    server_pid: int,
+    *,
+    seconds: float,
+    connections: int,
+    cpus: set[int] | None = None,
 ) -> WrkResult:
     """One wrk run (one thread, `connections` keep-alive connections) and its CPU figures."""
     argv = ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "--latency", "--timeout", "10s"]
     argv += ["-s", str(templates / "mix.lua"), url, "--", str(templates / "bodies.tsv"), "1"]
+    if cpus:
+        argv = ["taskset", "-c", ",".join(str(cpu) for cpu in sorted(cpus)), *argv]
     server_before = _cpu_seconds(server_pid)
     began = time.monotonic()
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     assert process.stdout is not None and process.stderr is not None
     out = process.stdout.read().decode()
     err = process.stderr.read().decode()

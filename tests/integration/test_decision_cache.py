@@ -263,3 +263,66 @@ def test_property_cached_answer_equals_full_evaluation(
     finally:
         store.replace(policies)
         store.inventory = inventory
+
+
+def _replica(name: str, limits: dict[str, str], container_name: str = "train") -> dict[str, Any]:
+    """A replica as /validate sees it: its generated name, from `generateName`."""
+    obj = pod(container(container_name, image="nvidia/cuda:12.4.1-runtime", limits=limits))
+    obj["metadata"] = {"name": name, "generateName": "train-7d9f8b6c5-", "namespace": "ml"}
+    return obj
+
+
+def test_replicas_validating_calls_share_a_plain_allowed_answer_across_names(
+    servers: tuple[RunningServer, RunningServer],
+) -> None:
+    cached, full = servers
+    gpu = {"nvidia.com/gpu": "1"}
+    answer(cached, "/validate", body(_replica("train-7d9f8b6c5-aaaaa", gpu), "v-1"))
+    before = _hits(cached)
+    second = answer(cached, "/validate", body(_replica("train-7d9f8b6c5-bbbbb", gpu), "v-2"))
+    assert _hits(cached) == before + 1
+    assert second == answer(full, "/validate", body(_replica("train-7d9f8b6c5-bbbbb", gpu), "v-2"))
+    assert second["response"] == {"uid": "v-2", "allowed": True}
+
+
+def test_denials_and_names_found_elsewhere_in_the_body_are_never_shared_across_names(
+    servers: tuple[RunningServer, RunningServer],
+) -> None:
+    cached, full = servers
+    bad = {"tencent.com/vcuda-core": "150"}
+    answer(cached, "/validate", body(_replica("train-7d9f8b6c5-ccccc", bad), "d-1"))
+    denied = answer(cached, "/validate", body(_replica("train-7d9f8b6c5-ddddd", bad), "d-2"))
+    assert "train-7d9f8b6c5-ddddd" in denied["response"]["status"]["message"]
+    assert "ccccc" not in denied["response"]["status"]["message"]
+    # The container is named like the pod: blanking the name would blank it too.
+    gpu = {"nvidia.com/gpu": "1"}
+    same = _replica("x-eeeee", gpu, container_name="x-eeeee")
+    answer(cached, "/validate", body(same, "e-1"))
+    before = _hits(cached)
+    other = _replica("x-fffff", gpu, container_name="x-fffff")
+    assert answer(cached, "/validate", body(other, "e-2")) == answer(
+        full, "/validate", body(other, "e-2")
+    )
+    assert _hits(cached) == before
+
+
+names = st.sampled_from(["a", "b", "p1", "pods", "12.4", "train-7d9f8b6c5-aaaaa", "x-1"])
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(obj=objects, first=names, second=names)
+def test_property_a_validating_answer_under_another_name_equals_full_evaluation(
+    servers: tuple[RunningServer, RunningServer], obj: dict[str, Any], first: str, second: str
+) -> None:
+    """Names are drawn from what else the body holds (container names, a CUDA version, the
+    resource), so blanking a name must never make two different objects look alike."""
+    cached, full = servers
+    one, two = json.loads(json.dumps(obj)), json.loads(json.dumps(obj))
+    one["metadata"]["name"], two["metadata"]["name"] = first, second
+    answer(cached, "/validate", body(one, "n-1"))
+    replayed = answer(cached, "/validate", body(two, "n-2"))
+    assert replayed == answer(full, "/validate", body(two, "n-2"))

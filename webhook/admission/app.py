@@ -187,6 +187,11 @@ def _make_review_handler(
                 hit = cache.get(endpoint, split[0])
                 if hit is not None:
                     return _cached(state, endpoint, hit, split[1], start)
+                if endpoint == "validate":
+                    # A replica's validating call: its name was generated after /mutate.
+                    other = cache.get_any_name(endpoint, split[0])
+                    if other is not None:
+                        return _cached(state, endpoint, other[0], split[1], start, other[1])
         try:
             data = state.codec.loads(body)
         except (ValueError, RecursionError) as exc:
@@ -238,28 +243,46 @@ def _make_review_handler(
             # The uid the cache split off is the one the review was decoded with.
             and split[1] == req.uid.encode()
         ):
-            cache.put(
-                endpoint,
-                split[0],
-                split[1],
-                payload,
-                result=outcome.result,
-                labels=labels,
-                mutation_kinds=outcome.mutation_kinds,
-                fields=fields,
-            )
+            what: dict[str, Any] = {
+                "result": outcome.result,
+                "labels": labels,
+                "mutation_kinds": outcome.mutation_kinds,
+                "fields": fields,
+            }
+            cache.put(endpoint, split[0], split[1], payload, **what)
+            if (
+                endpoint == "validate"
+                and outcome.result == "allowed"
+                and "status" not in outcome.response["response"]
+                and not outcome.warnings
+                and req.name
+                and _metadata_name(req.object) == req.name
+            ):
+                cache.put_any_name(endpoint, split[0], split[1], payload, req.name, **what)
         _done(state, endpoint, labels, outcome.mutation_kinds, fields, req.uid, start)
         return web.Response(body=payload, content_type="application/json")
 
     return handle
 
 
+def _metadata_name(obj: Any) -> Any:
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    return meta.get("name") if isinstance(meta, dict) else None
+
+
 def _cached(
-    state: WebhookState, endpoint: str, hit: CachedAnswer, uid: bytes, start: float
+    state: WebhookState,
+    endpoint: str,
+    hit: CachedAnswer,
+    uid: bytes,
+    start: float,
+    name: bytes | None = None,
 ) -> web.Response:
-    """The answer to a body seen before but for its uid, with this uid; logged and counted."""
+    """The answer to a body seen before but for its uid (and `name`), with this uid; logged
+    and counted as the full path would."""
     payload = hit.response(uid)
-    _done(state, endpoint, hit.labels, hit.mutation_kinds, hit.fields, uid.decode(), start)
+    fields = hit.fields if name is None else {**hit.fields, "name": name.decode()}
+    _done(state, endpoint, hit.labels, hit.mutation_kinds, fields, uid.decode(), start)
     return web.Response(body=payload, content_type="application/json")
 
 

@@ -22,6 +22,16 @@ What keeps it exact:
   inventory (or its "not listed yet" state) or claim index empties the cache before a lookup;
 - answers that depended on a registry lookup (whose cache ages) or on an internal error are
   never stored; the size is bounded (least recently used answers go first).
+
+The validating call of a replica differs in its name too (generated in between). A plain
+"allowed" answer (no message, no warning) does not depend on the name: the evaluation reads a
+pod's name only to write it into messages. So such answers are also kept under a second key,
+the body with its name blanked: the exact JSON string token `"<name>"` replaced by a NUL byte
+(which valid JSON never holds) wherever it occurs. It is stored only when that token occurs
+exactly twice, as `request.name` and as `object.metadata.name`; a body matches only if its own
+name token (the first `"name":"` after the uid, request.name in the API server's order), blanked
+everywhere, gives the same bytes, i.e. it is the stored body with another name in those two
+places and nowhere else.
 """
 
 from __future__ import annotations
@@ -33,6 +43,10 @@ from typing import Any
 
 _MARKER = b'"request":{"uid":"'
 _PLAIN_UID = re.compile(rb"[A-Za-z0-9._:-]{1,128}")
+_NAME = b'"name":"'
+# A Kubernetes object name (DNS subdomain characters): no escapes inside its JSON token.
+_PLAIN_NAME = re.compile(rb"[a-z0-9.-]{1,253}")
+_BLANK = b"\x00"
 # Per-entry bookkeeping on top of the key and response bytes (tuple, dict slots, fields).
 _ENTRY_OVERHEAD = 600
 
@@ -65,6 +79,20 @@ def split_uid(body: bytes) -> tuple[bytes, bytes] | None:
     if _PLAIN_UID.fullmatch(uid) is None:
         return None
     return body[:start] + body[end:], uid
+
+
+def blank_name(key: bytes) -> tuple[bytes, bytes] | None:
+    """(key with its name token blanked, name) for a key from split_uid, or None."""
+    at = key.find(_NAME, key.find(_MARKER))
+    if at < 0:
+        return None
+    start = at + len(_NAME)
+    end = key.find(b'"', start)
+    name = key[start:end]
+    if end < 0 or _PLAIN_NAME.fullmatch(name) is None:
+        return None
+    token = b'"' + name + b'"'
+    return key.replace(token, _BLANK), name
 
 
 class DecisionCache:
@@ -103,6 +131,32 @@ class DecisionCache:
         self._entries.move_to_end((endpoint, key))
         self.hits += 1
         return found[0]
+
+    def get_any_name(self, endpoint: str, key: bytes) -> tuple[CachedAnswer, bytes] | None:
+        """A plain allowed answer to this body under another name, and this body's name."""
+        blanked = blank_name(key)
+        if blanked is None:
+            return None
+        found = self._entries.get(("*" + endpoint, blanked[0]))
+        if found is None:
+            return None
+        self._entries.move_to_end(("*" + endpoint, blanked[0]))
+        self.misses -= 1  # counted by get() before this second look
+        self.hits += 1
+        return found[0], blanked[1]
+
+    def put_any_name(
+        self, endpoint: str, key: bytes, uid: bytes, payload: bytes, name: str, **what: Any
+    ) -> None:
+        """Also keep a plain allowed answer under the name-blind key, if the name occurs only
+        as request.name and object.metadata.name (`name`, checked by the caller on the decoded
+        review: both are this name)."""
+        blanked = blank_name(key)
+        if blanked is None or blanked[1] != name.encode():
+            return
+        if key.count(b'"' + blanked[1] + b'"') != 2:
+            return
+        self.put("*" + endpoint, blanked[0], uid, payload, **what)
 
     def put(
         self,
