@@ -157,6 +157,17 @@ def test_the_knowledge_is_loaded_once_and_shared_by_every_config() -> None:
             V(11, 8),
             "shipped knowledge: NGC PaddlePaddle 22.10, NVIDIA release notes",
         ),
+        # Ray: `-gpu` aliases one `-cuXYZ` build; a `-cuXYZ` tag is read from the reference
+        (
+            "rayproject/ray:2.47.1-py310-gpu",
+            V(12, 1),
+            "shipped knowledge: Ray 2.47.1, Ray maintainers",
+        ),
+        (
+            "rayproject/ray:2.47.1-py310-cu128",
+            V(12, 8),
+            "image rayproject/ray:2.47.1-py310-cu128",
+        ),
         (
             "vllm/vllm-openai:v0.9.0",
             V(12, 8),
@@ -188,6 +199,10 @@ def test_shipped_knowledge(image: str, version: CudaVersion, source: str) -> Non
         "nvcr.io/nvidia/paddlepaddle:23.10-py3",
         "nvcr.io/nvidia/tensorflow:23.01-py3",  # NGC TensorFlow tags name tf1/tf2
         "vllm/vllm-openai:v0.8.5",
+        "rayproject/ray:2.37.0-gpu",  # the alias target of this release was not read
+        "rayproject/ray:2.47.1",  # the CPU image
+        "rayproject/ray:2.46.0.0e19ea-py39-gpu",  # a release-branch build, not the release
+        "rayproject/ray-ml:2.47.1-gpu",
         "vllm/vllm-openai:0.9.0",  # vLLM tags carry the v
         "example.com/mirror/nvidia/tritonserver:24.05-py3",  # another registry: not the same
         "nvcr.io/nvidia/tritonserver:" + "24.05-" * 20 + "py3",  # a long tag, no match
