@@ -116,6 +116,58 @@ def test_the_knowledge_is_loaded_once_and_shared_by_every_config() -> None:
             V(12, 4),
             "shipped knowledge: TGI 3.0.1, release Dockerfile",
         ),
+        # 3.3.1+: `uv sync --extra torch` installs torch 2.7.0+cu128 on the 12.4 base
+        (
+            "ghcr.io/huggingface/text-generation-inference:3.3.1",
+            V(12, 8),
+            "shipped knowledge: TGI 3.3.1, release Dockerfile",
+        ),
+        (
+            "ghcr.io/huggingface/text-generation-inference:3.3.7",
+            V(12, 8),
+            "shipped knowledge: TGI 3.3.7, release Dockerfile",
+        ),
+        (
+            "ghcr.io/huggingface/text-generation-inference:3.3.0",
+            V(12, 4),
+            "shipped knowledge: TGI 3.3.0, release Dockerfile",
+        ),
+        (
+            "nvcr.io/nvidia/tensorflow:23.01-tf2-py3",
+            V(12, 0),
+            "shipped knowledge: NGC TensorFlow 23.01, NVIDIA release notes",
+        ),
+        (
+            "nvcr.io/nvidia/tensorflow:22.06-tf1-py3",
+            V(11, 7),
+            "shipped knowledge: NGC TensorFlow 22.06, NVIDIA release notes",
+        ),
+        (
+            "nvcr.io/nvidia/pytorch:19.11-py3",
+            V(10, 2),
+            "shipped knowledge: NGC PyTorch 19.11, NVIDIA release notes",
+        ),
+        (
+            "nvcr.io/nvidia/mxnet:24.06-py3",
+            V(12, 4),
+            "shipped knowledge: NGC MXNet 24.06, NVIDIA release notes",
+        ),
+        (
+            "nvcr.io/nvidia/paddlepaddle:22.10-py3",
+            V(11, 8),
+            "shipped knowledge: NGC PaddlePaddle 22.10, NVIDIA release notes",
+        ),
+        # Ray: `-gpu` aliases one `-cuXYZ` build; a `-cuXYZ` tag is read from the reference
+        (
+            "rayproject/ray:2.47.1-py310-gpu",
+            V(12, 1),
+            "shipped knowledge: Ray 2.47.1, Ray maintainers",
+        ),
+        (
+            "rayproject/ray:2.47.1-py310-cu128",
+            V(12, 8),
+            "image rayproject/ray:2.47.1-py310-cu128",
+        ),
         (
             "vllm/vllm-openai:v0.9.0",
             V(12, 8),
@@ -141,8 +193,16 @@ def test_shipped_knowledge(image: str, version: CudaVersion, source: str) -> Non
         "tensorflow/serving:latest-gpu",
         "ghcr.io/huggingface/text-generation-inference:3.0.1-rocm",
         "ghcr.io/huggingface/text-generation-inference:latest",
-        "ghcr.io/huggingface/text-generation-inference:3.3.7",  # its PyTorch CUDA is not stated
+        "ghcr.io/huggingface/text-generation-inference:3.3.8",  # no such release read
+        "ghcr.io/huggingface/text-generation-inference:3.3",  # a moving minor tag
+        "nvcr.io/nvidia/mxnet:24.04-py3",  # notes not read
+        "nvcr.io/nvidia/paddlepaddle:23.10-py3",
+        "nvcr.io/nvidia/tensorflow:23.01-py3",  # NGC TensorFlow tags name tf1/tf2
         "vllm/vllm-openai:v0.8.5",
+        "rayproject/ray:2.37.0-gpu",  # the alias target of this release was not read
+        "rayproject/ray:2.47.1",  # the CPU image
+        "rayproject/ray:2.46.0.0e19ea-py39-gpu",  # a release-branch build, not the release
+        "rayproject/ray-ml:2.47.1-gpu",
         "vllm/vllm-openai:0.9.0",  # vLLM tags carry the v
         "example.com/mirror/nvidia/tritonserver:24.05-py3",  # another registry: not the same
         "nvcr.io/nvidia/tritonserver:" + "24.05-" * 20 + "py3",  # a long tag, no match
