@@ -292,8 +292,10 @@ def cmd_review(args: argparse.Namespace, out: TextIO) -> int:
     ]
     if args.resolve_images and any(r.unresolved for r in results):
         resolutions = resolve_images(args, config, [r.unresolved for r in results])
-        asked = {q for r in results for q in r.unresolved}
-        found = {q for res in resolutions if res is not None for q in res.facts}
+        # Images, not (image, architecture) pairs: a pod allowed on several architectures
+        # asks once for each.
+        asked = {q.image for r in results for q in r.unresolved}
+        found = {q.image for res in resolutions if res is not None for q in res.facts}
         context.lines.append(
             f"image lookups: {len(asked)} image(s) asked their registries, "
             f"{len(found)} with a CUDA version"
