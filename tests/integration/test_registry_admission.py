@@ -346,6 +346,8 @@ async def test_a_pod_allowed_on_several_architectures_gets_the_strictest_answer(
     listing = await hook.get("/images")
     cached = {(row["arch"], row["cuda"]) for row in listing["images"] if "@" not in row["image"]}
     assert cached == {("amd64", "11.8"), ("arm64", "12.4")}
+    # The two lookups ran together and shared one token.
+    assert len(registry.token_hits) == 1
 
 
 async def test_an_architecture_missing_from_the_index_is_said_and_the_others_decide(

@@ -21,6 +21,7 @@ MAX_REDIRECTS, each target checked by the guard; HTTPS only, except for insecure
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import ssl
@@ -128,6 +129,10 @@ class RegistryHttp:
         self._session: aiohttp.ClientSession | None = None
         # (endpoint, repository) -> (Authorization header, monotonic expiry or None)
         self._auth: dict[tuple[str, str], tuple[str, float | None]] = {}
+        # One token request at a time per (endpoint, repository): lookups running together
+        # (one image for several architectures, several tags of a repository) share it, as
+        # containerd's authHandler does (scopedTokens: "only one fetch token job").
+        self._auth_locks: dict[tuple[str, str], asyncio.Lock] = {}
 
     def _session_now(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -162,7 +167,10 @@ class RegistryHttp:
             async with resp:
                 if resp.status == 401 and attempt == 0:
                     challenges = parse_challenges(resp.headers.getall("WWW-Authenticate", []))
-                    self._auth[key] = await self._authorize(challenges, ref, credential)
+                    async with self._auth_locks.setdefault(key, asyncio.Lock()):
+                        fresh = self._cached_auth(key)
+                        if fresh is None or fresh == header:
+                            self._auth[key] = await self._authorize(challenges, ref, credential)
                     continue
                 if resp.status in (401, 403):
                     raise _denied(resp.status, ref, credential)
