@@ -64,12 +64,6 @@ def pod_archs(spec: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(sorted(allowed)) or (DEFAULT_ARCH,)
 
 
-def _empty(term: Any) -> bool:
-    return not is_mapping(term) or (
-        not term.get("matchExpressions") and not term.get("matchFields")
-    )
-
-
 def _term_archs(term: Mapping[str, Any]) -> set[str] | None:
     """The architectures one node selector term allows; None: any."""
     exprs = term.get("matchExpressions")
