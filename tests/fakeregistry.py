@@ -53,8 +53,12 @@ class FakeRegistry:
     delay: float = 0.0  # seconds before each manifest answer
     blobs: dict[str, bytes] = field(default_factory=dict)
     manifests: dict[tuple[str, str], tuple[str, bytes]] = field(default_factory=dict)
+    # OAuth2 refresh tokens (dockerconfigjson `identitytoken`) the POST /token accepts -> user.
+    identity_tokens: Mapping[str, str] = field(default_factory=lambda: {"rt-alice-1": "alice"})
+    realm: str = ""  # host:port of the token service its challenges name ("" = its own)
     hits: list[Hit] = field(default_factory=list)
     token_hits: list[Hit] = field(default_factory=list)
+    token_forms: list[dict[str, str]] = field(default_factory=list)  # POST /token bodies
     host: str = ""
     _runner: web.AppRunner | None = None
 
@@ -74,6 +78,7 @@ class FakeRegistry:
         app.router.add_get("/v2/{name:.+}/blobs/{digest}", self._blob)
         app.router.add_get("/cdn/{digest}", self._cdn)
         app.router.add_get("/token", self._token)
+        app.router.add_post("/token", self._oauth_token)
         self._runner, self.host = await serve_tls(app, self.tls)
         return self.host
 
@@ -98,7 +103,7 @@ class FakeRegistry:
         if token and f"repository:{name}:" in scope and (user or not private):
             return None
         challenge = (
-            f'Bearer realm="https://{self.host}/token",service="fake",'
+            f'Bearer realm="https://{self.realm or self.host}/token",service="fake",'
             f'scope="repository:{name}:pull"'
         )
         if token:
@@ -119,6 +124,23 @@ class FakeRegistry:
                 return web.json_response({"details": "bad credentials"}, status=401)
         scope = " ".join(request.query.getall("scope", []))
         return web.json_response({"token": f"{user}|{scope}", "expires_in": 300})
+
+    async def _oauth_token(self, request: web.Request) -> web.Response:
+        """distribution docs/spec/auth/oauth.md: the refresh-token grant, form-encoded."""
+        self.token_hits.append(Hit(request.path_qs, request.headers.get("Authorization")))
+        if request.content_type != "application/x-www-form-urlencoded":
+            return web.json_response({"error": "unsupported_content_type"}, status=400)
+        form = {k: str(v) for k, v in (await request.post()).items()}
+        self.token_forms.append(form)
+        user = self.identity_tokens.get(form.get("refresh_token", ""), "")
+        if form.get("grant_type") != "refresh_token" or not form.get("client_id"):
+            return web.json_response({"error": "invalid_request"}, status=400)
+        if not user:
+            return web.json_response({"error": "invalid_grant"}, status=401)
+        scope = form.get("scope", "")
+        return web.json_response(
+            {"access_token": f"{user}|{scope}", "expires_in": 300, "scope": scope}
+        )
 
     async def _manifest(self, request: web.Request) -> web.Response:
         name, ref = request.match_info["name"], request.match_info["ref"]

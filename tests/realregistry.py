@@ -148,8 +148,12 @@ class TokenServer:
 
     tls: CertPaths
     users: Mapping[str, str]
+    # OAuth2 refresh tokens (a docker config's `identitytoken`) -> user, for the POST form of
+    # distribution docs/spec/auth/oauth.md.
+    refresh_tokens: Mapping[str, str] = field(default_factory=dict)
     signer: CertKeyPair = field(default_factory=lambda: generate_ca("test token signer"))
     requests: list[tuple[str, str | None]] = field(default_factory=list)  # (scope, user)
+    oauth_forms: list[dict[str, str]] = field(default_factory=list)  # POST /token bodies
     host: str = ""
     _runner: web.AppRunner | None = None
 
@@ -176,8 +180,33 @@ class TokenServer:
             if self.users.get(name) != password:
                 return web.json_response({"details": "incorrect username or password"}, status=401)
             user = name
+        scopes = request.query.getall("scope", [])
+        return web.json_response(
+            {
+                "token": self._grant(scopes, user, request.query.get("service", "")),
+                "expires_in": 300,
+            }
+        )
+
+    async def _oauth_token(self, request: web.Request) -> web.Response:
+        """The refresh-token grant: form grant_type, refresh_token, service, client_id, scope
+        (space-separated); the answer's `access_token` (oauth.md "Response fields")."""
+        form = {k: str(v) for k, v in (await request.post()).items()}
+        self.oauth_forms.append(form)
+        if form.get("grant_type") != "refresh_token" or not form.get("client_id"):
+            return web.json_response({"error": "invalid_request"}, status=400)
+        user = self.refresh_tokens.get(form.get("refresh_token", ""))
+        if user is None:
+            return web.json_response({"error": "invalid_grant"}, status=401)
+        scopes = form.get("scope", "").split()
+        token = self._grant(scopes, user, form.get("service", ""))
+        return web.json_response(
+            {"access_token": token, "expires_in": 300, "scope": form.get("scope", "")}
+        )
+
+    def _grant(self, scopes: list[str], user: str | None, service: str) -> str:
         access = []
-        for scope in request.query.getall("scope", []):
+        for scope in scopes:
             self.requests.append((scope, user))
             kind, _, rest = scope.partition(":")
             name, _, _actions = rest.rpartition(":")
@@ -187,18 +216,19 @@ class TokenServer:
         claims = {
             "iss": ISSUER,
             "sub": user or "",
-            "aud": request.query.get("service", ""),
+            "aud": service,
             "exp": now + 300,
             "nbf": now - 10,
             "iat": now,
             "jti": str(uuid.uuid4()),
             "access": access,
         }
-        return web.json_response({"token": self._sign(claims), "expires_in": 300})
+        return self._sign(claims)
 
     async def start(self) -> str:
         app = web.Application()
         app.router.add_get("/token", self._token)
+        app.router.add_post("/token", self._oauth_token)
         self._runner, self.host = await serve_tls(app, self.tls)
         return self.host
 

@@ -4,31 +4,35 @@ the fake API server, the real app answering /mutate; the table changes without a
 from __future__ import annotations
 
 import argparse
+import asyncio
+import io
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from aiohttp.test_utils import TestClient, TestServer
 
 from tests.fakekube import FakeKube, crl_configmap
 from tests.helpers import eventually
 from tests.integration.test_admission import admission_review
 from webhook.admission.app import create_app
+from webhook.cli import main
 from webhook.cli.serve import _policy_source
 from webhook.core.config import WebhookConfig, load_config
 from webhook.sources.store import PolicyStore
 
 TRITON = "nvcr.io/nvidia/tritonserver:24.05-py3"
-CONFIG = load_config(
-    {
-        "imageCudaTable": [{"image": "team/serving:*", "cudaVersion": "11.8"}],
-        "imageCudaTableConfigMap": {"name": "gpu-image-table"},
-        # Without a node inventory the note names the requirement as it is.
-        "nodeInventory": False,
-        "claimTemplateCache": False,
-    }
-)
+CONFIG_DATA: dict[str, Any] = {
+    "imageCudaTable": [{"image": "team/serving:*", "cudaVersion": "11.8"}],
+    "imageCudaTableConfigMap": {"name": "gpu-image-table"},
+    # Without a node inventory the note names the requirement as it is.
+    "nodeInventory": False,
+    "claimTemplateCache": False,
+}
+CONFIG = load_config(CONFIG_DATA)
 
 
 def table_configmap(table: str, name: str = "gpu-image-table") -> dict[str, Any]:
@@ -133,6 +137,54 @@ async def test_the_configmap_table_applies_and_changes_without_a_restart(
     assert await cuda_note(client, TRITON) == (
         "required GPU nodes with CUDA ≥ 12.4 "
         "(shipped knowledge: NGC Triton 24.05, NVIDIA release notes), preferably < 14.0"
+    )
+
+
+async def test_an_offline_review_against_the_cluster_gives_the_servers_answer(
+    kube: FakeKube,
+    served: tuple[TestClient[Any, Any], PolicyStore],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    client, store = served
+    kube.put(
+        table_configmap(
+            f'- image: "{TRITON}"\n  cudaVersion: "12.2"\n'
+            '- image: "team/serving:*"\n  cudaVersion: "12.1"\n'
+        )
+    )
+    await eventually(lambda: store.config is not None, "the image table is loaded")
+    images = [TRITON, "team/serving:3", "team/other:1"]
+    server_notes = [await cuda_note(client, image) for image in images[:2]]
+    # The ConfigMap's entries win over the shipped knowledge and over the config file's table.
+    assert server_notes == [
+        f"required GPU nodes with CUDA ≥ 12.2 (image table entry for {TRITON}), preferably < 14.0",
+        "required GPU nodes with CUDA ≥ 12.1 (image table entry for team/serving:3), "
+        "preferably < 14.0",
+    ]
+
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(CONFIG_DATA))
+    manifest = tmp_path / "pods.yaml"
+    pods = []
+    for i, image in enumerate(images):
+        doc = gpu_pod(image)
+        doc["metadata"]["name"] = f"p{i}"
+        pods.append(doc)
+    manifest.write_text(yaml.safe_dump_all(pods))
+    kubeconfig = str(kube.write_kubeconfig(tmp_path))
+    out = io.StringIO()
+    argv = ["review", "-f", str(manifest), "--kubeconfig", kubeconfig, "--config", str(config)]
+    code = await asyncio.to_thread(main, [*argv, "-o", "json"], out)
+    assert code == 0
+    results = json.loads(out.getvalue())
+    review_notes = [[c for c in r["changes"] if "CUDA" in c] for r in results]
+    assert review_notes[:2] == [[note] for note in server_notes]
+    # An image neither table names stays unknown, in both.
+    assert review_notes[2] == []
+    assert (
+        "gpu-webhook review: image table: 2 entries from ConfigMap kube-public/gpu-image-table "
+        f"in the cluster at {kube.url}\n" in capsys.readouterr().err
     )
 
 

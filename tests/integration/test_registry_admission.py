@@ -266,6 +266,143 @@ async def test_the_architecture_the_pod_pins_is_looked_up(
     assert node_terms(stored) == REQUIRED_12_4_TERMS
 
 
+def arch_affinity(*terms: list[str], zone: str = "") -> dict[str, Any]:
+    """A required node affinity whose terms (ORed) each pin kubernetes.io/arch In `values`
+    (an empty list: a term on the zone only, which lets any architecture in)."""
+    node_selector_terms = []
+    for values in terms:
+        exprs: list[dict[str, Any]] = [
+            {"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone or "z1"]}
+        ]
+        if values:
+            exprs.append({"key": "kubernetes.io/arch", "operator": "In", "values": values})
+        node_selector_terms.append({"matchExpressions": exprs})
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": node_selector_terms
+            }
+        }
+    }
+
+
+def user_terms_of(affinity: dict[str, Any]) -> list[dict[str, Any]]:
+    terms: list[dict[str, Any]] = affinity["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    return terms
+
+
+def merged(user_terms: list[dict[str, Any]], injected: list[dict[str, Any]]) -> list[Any]:
+    """The user's terms ANDed with the injected ones, as the patch writes them."""
+    return [
+        {"matchExpressions": [*u["matchExpressions"], *i["matchExpressions"]]}
+        for u in user_terms
+        for i in injected
+    ]
+
+
+async def test_the_architecture_a_node_affinity_pins_is_looked_up(
+    registry: FakeRegistry, webhook_for: Any
+) -> None:
+    registry.push(
+        "public/trainer", "v3", image({"amd64": ["CUDA_VERSION=11.8.0"], "arm64": CUDA_12_4})
+    )
+    hook = await webhook_for(registry.host)
+    # Two terms, both arm64: the pod runs on arm64 nodes only.
+    affinity = arch_affinity(["arm64"], ["arm64"])
+    user_terms = user_terms_of(affinity)
+    stored, warnings, _ = await hook.mutate(
+        gpu_pod(f"{registry.host}/public/trainer:v3", affinity=affinity)
+    )
+    assert node_terms(stored) == merged(user_terms, REQUIRED_12_4_TERMS)
+    assert (
+        "required GPU nodes with CUDA ≥ 12.4 (image config CUDA_VERSION=12.4.1), preferably < 14.0"
+        in warnings
+    )
+    listing = await hook.get("/images")
+    assert {row["arch"] for row in listing["images"]} == {"arm64"}
+
+
+async def test_a_pod_allowed_on_several_architectures_gets_the_strictest_answer(
+    registry: FakeRegistry, webhook_for: Any
+) -> None:
+    registry.push(
+        "public/trainer", "v3", image({"amd64": ["CUDA_VERSION=11.8.0"], "arm64": CUDA_12_4})
+    )
+    hook = await webhook_for(registry.host)
+    affinity = arch_affinity(["amd64"], ["arm64"])
+    user_terms = user_terms_of(affinity)
+    stored, warnings, _ = await hook.mutate(
+        gpu_pod(f"{registry.host}/public/trainer:v3", affinity=affinity)
+    )
+    # 12.4 (arm64) is stricter than 11.8 (amd64): required on every node the pod may get.
+    assert node_terms(stored) == merged(user_terms, REQUIRED_12_4_TERMS)
+    assert warnings == [
+        'set requests.nvidia.com/gpu=1 from limits in container "main"',
+        "required GPU nodes with CUDA ≥ 12.4 (image config CUDA_VERSION=12.4.1 for linux/arm64), "
+        "preferably < 14.0",
+    ]
+    listing = await hook.get("/images")
+    cached = {(row["arch"], row["cuda"]) for row in listing["images"] if "@" not in row["image"]}
+    assert cached == {("amd64", "11.8"), ("arm64", "12.4")}
+    # The two lookups ran together and shared one token.
+    assert len(registry.token_hits) == 1
+
+
+async def test_an_architecture_missing_from_the_index_is_said_and_the_others_decide(
+    registry: FakeRegistry, webhook_for: Any
+) -> None:
+    registry.push("public/trainer", "v3", image({"amd64": CUDA_12_4}))
+    hook = await webhook_for(registry.host)
+    ref = f"{registry.host}/public/trainer:v3"
+    affinity = arch_affinity(["amd64", "arm64"])
+    stored, warnings, _ = await hook.mutate(gpu_pod(ref, affinity=affinity))
+    assert node_terms(stored) == merged(user_terms_of(affinity), REQUIRED_12_4_TERMS)
+    assert (
+        "required GPU nodes with CUDA ≥ 12.4 (image config CUDA_VERSION=12.4.1 for linux/amd64), "
+        "preferably < 14.0" in warnings
+    )
+    assert f"CUDA lookup of {ref}: no linux/arm64 image in its index" in warnings
+
+
+async def test_the_same_failure_for_several_architectures_is_said_once(
+    registry: FakeRegistry, webhook_for: Any
+) -> None:
+    registry.push("private/trainer", "v3", image({"amd64": CUDA_12_4, "arm64": CUDA_12_4}))
+    hook = await webhook_for(registry.host)
+    ref = f"{registry.host}/private/trainer:v3"
+    stored, warnings, _ = await hook.mutate(
+        gpu_pod(ref, affinity=arch_affinity(["amd64", "arm64"]))
+    )
+    denied = (
+        f"CUDA lookup of {ref}: 401 from the registry: add credentials for it to --registry-auth"
+    )
+    assert warnings.count(denied) == 1
+    assert node_terms(stored) == user_terms_of(arch_affinity(["amd64", "arm64"]))
+
+
+async def test_a_term_that_lets_any_architecture_in_means_amd64(
+    registry: FakeRegistry, webhook_for: Any
+) -> None:
+    registry.push(
+        "public/trainer", "v3", image({"amd64": CUDA_12_4, "arm64": ["CUDA_VERSION=12.8.0"]})
+    )
+    hook = await webhook_for(registry.host)
+    # The second term says nothing about the architecture: any node of zone z1 will do.
+    affinity = arch_affinity(["arm64"], [])
+    stored, warnings, _ = await hook.mutate(
+        gpu_pod(f"{registry.host}/public/trainer:v3", affinity=affinity)
+    )
+    assert node_terms(stored) == merged(user_terms_of(affinity), REQUIRED_12_4_TERMS)
+    assert (
+        "required GPU nodes with CUDA ≥ 12.4 (image config CUDA_VERSION=12.4.1), preferably < 14.0"
+        in warnings
+    )
+    listing = await hook.get("/images")
+    assert {row["arch"] for row in listing["images"]} == {"amd64"}
+
+
 async def test_images_endpoint_and_metrics_show_the_cache(
     registry: FakeRegistry, webhook_for: Any
 ) -> None:

@@ -5,6 +5,7 @@ verifies). Skipped, saying why, when the registry binary is absent (CI)."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import time
 from collections.abc import Iterator
@@ -51,7 +52,7 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     work = tmp_path_factory.mktemp("registry")
     tls = write_certificates(work / "tls", ["localhost"], ["127.0.0.1"])
     thread = LoopThread()
-    tokens = TokenServer(tls, {"alice": "s3cret"})
+    tokens = TokenServer(tls, {"alice": "s3cret"}, refresh_tokens={"rt-alice-1": "alice"})
     thread.run(tokens.start())
     storage = work / "storage"
     opened = Registry(BINARY, tls, storage)
@@ -127,6 +128,29 @@ async def test_private_image_without_credentials_is_refused(real: Setup) -> None
         UNAUTHORIZED,
         "401 from the registry: add credentials for it to --registry-auth",
     )
+
+
+async def test_private_image_with_an_identity_token(real: Setup, tmp_path: Path) -> None:
+    """A docker config whose entry is an `identitytoken`: exchanged at the realm with the
+    OAuth2 refresh-token POST; the registry accepts the access token it yields."""
+    auth = tmp_path / "identity.json"
+    entry = {"auth": base64.b64encode(b"alice:").decode(), "identitytoken": "rt-alice-1"}
+    auth.write_text(json.dumps({"auths": {real.secured.host: entry}}))
+    c = client(real.tls.ca_cert, real.secured.host, real.tokens.host, auth_file=auth)
+    try:
+        result = await c.lookup(f"{real.secured.host}/private/trainer:v3", "amd64")
+    finally:
+        await c.close()
+    assert result.status == FOUND
+    assert result.requirement is not None
+    assert result.requirement.version == CudaVersion(12, 4)
+    assert {
+        "grant_type": "refresh_token",
+        "refresh_token": "rt-alice-1",
+        "service": "gpu-webhook-test-registry",
+        "client_id": "gpu-admission-webhook",
+        "scope": "repository:private/trainer:pull",
+    } in real.tokens.oauth_forms
 
 
 async def test_digest_reference(real: Setup) -> None:

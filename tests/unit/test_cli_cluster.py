@@ -282,3 +282,146 @@ async def test_a_template_in_the_manifest_overrides_the_clusters(
         None,
         [],
     )
+
+
+def table_config(tmp_path: Path) -> Path:
+    """A config whose own table pins team/serving:* to 11.8 and that names the ConfigMap."""
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "imageCudaTable": [{"image": "team/serving:*", "cudaVersion": "11.8"}],
+                "imageCudaTableConfigMap": {"name": "gpu-image-table"},
+                "nodeInventory": False,
+                "claimTemplateCache": False,
+            }
+        )
+    )
+    return path
+
+
+def table_configmap(table: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "gpu-image-table", "namespace": "kube-public"},
+        "data": {"imageCudaTable": table},
+    }
+
+
+SERVING_FROM_FILE = (
+    "  - required GPU nodes with CUDA ≥ 11.8 (image table entry for team/serving:3), "
+    "preferably < 13.0\n"
+)
+
+
+async def test_the_image_table_configmap_is_read_once_with_the_servers_request(
+    cluster: FakeKube, tmp_path: Path
+) -> None:
+    cluster.put(table_configmap('- image: "team/serving:*"\n  cudaVersion: "12.1"\n'))
+    manifest = write_yaml(
+        tmp_path / "pod.yaml", pod(container(image="team/serving:3", limits={GPU: "1"}))
+    )
+    code, text = await cli(
+        "review",
+        "-f",
+        str(manifest),
+        "--kubeconfig",
+        str(cluster.write_kubeconfig(tmp_path)),
+        "--config",
+        str(table_config(tmp_path)),
+    )
+    assert code == 0
+    assert text.startswith(
+        f"policies: 7 CRL ConfigMap(s) from the cluster at {cluster.url}\n"
+        "image table: 1 entry from ConfigMap kube-public/gpu-image-table in the cluster at "
+        f"{cluster.url}\n"
+    )
+    assert (
+        "  - required GPU nodes with CUDA ≥ 12.1 (image table entry for team/serving:3), "
+        "preferably < 14.0\n" in text
+    )
+    crls, table = cluster.lists(CONFIGMAPS)
+    assert crls.query["labelSelector"] == SELECTOR
+    assert (table.path, table.query.get("fieldSelector")) == (
+        "/api/v1/namespaces/kube-public/configmaps",
+        "metadata.name=gpu-image-table",
+    )
+    assert cluster.watches() == []
+
+
+async def test_a_broken_image_table_is_a_note_and_the_config_files_table_applies(
+    cluster: FakeKube, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster.put(table_configmap('- image: "team/serving:*"\n  cudaVersion: "twelve"\n'))
+    manifest = write_yaml(
+        tmp_path / "pod.yaml", pod(container(image="team/serving:3", limits={GPU: "1"}))
+    )
+    code, text = await cli(
+        "review",
+        "-f",
+        str(manifest),
+        "--kubeconfig",
+        str(cluster.write_kubeconfig(tmp_path)),
+        "--config",
+        str(table_config(tmp_path)),
+    )
+    assert code == 0
+    assert SERVING_FROM_FILE in text
+    assert "image table:" not in text
+    assert capsys.readouterr().err == (
+        "gpu-webhook review: note: ignoring the image table of ConfigMap "
+        "kube-public/gpu-image-table key imageCudaTable entry 0: cudaVersion: Value error, "
+        "cudaVersion must look like 12.4 or 12.4.1, got 'twelve'; the config file's "
+        "imageCudaTable applies\n"
+    )
+
+
+async def test_a_refused_image_table_is_a_note_and_the_config_files_table_applies(
+    cluster: FakeKube, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster.forbid(CONFIGMAPS, "configmaps is forbidden")
+    manifest = write_yaml(
+        tmp_path / "pod.yaml", pod(container(image="team/serving:3", limits={GPU: "1"}))
+    )
+    code, text = await cli(
+        "review",
+        "-f",
+        str(manifest),
+        "--kubeconfig",
+        str(cluster.write_kubeconfig(tmp_path)),
+        "--config",
+        str(table_config(tmp_path)),
+        "--policies",
+        str(CONFIGMAPS_DIR),
+    )
+    assert code == 0
+    assert SERVING_FROM_FILE in text
+    assert capsys.readouterr().err == (
+        f"gpu-webhook review: note: {cluster.url} refused to list ConfigMap "
+        "kube-public/gpu-image-table (image table): 403 Forbidden: configmaps is forbidden; "
+        "evaluating without its entries (the config file's imageCudaTable applies)\n"
+    )
+
+
+async def test_without_kubeconfig_a_named_image_table_is_a_note(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = write_yaml(
+        tmp_path / "pod.yaml", pod(container(image="team/serving:3", limits={GPU: "1"}))
+    )
+    code, text = await cli(
+        "review",
+        "-f",
+        str(manifest),
+        "--config",
+        str(table_config(tmp_path)),
+        "--policies",
+        str(CONFIGMAPS_DIR),
+    )
+    assert code == 0
+    assert SERVING_FROM_FILE in text
+    assert capsys.readouterr().err == (
+        "gpu-webhook review: note: the config names imageCudaTableConfigMap "
+        "kube-public/gpu-image-table; pass --kubeconfig to use its entries as the server does\n"
+    )

@@ -224,6 +224,61 @@ def test_review_resolve_images_header_line(
     assert registry.manifest_hits("public/trainer") == 3
 
 
+def test_review_of_a_pod_allowed_on_two_architectures_uses_the_strictest_answer(
+    registry: FakeRegistry, tls: CertPaths, tmp_path: Path
+) -> None:
+    host = registry.host
+    both = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}
+                        ]
+                    },
+                    {
+                        "matchExpressions": [
+                            {"key": "kubernetes.io/arch", "operator": "In", "values": ["arm64"]}
+                        ]
+                    },
+                ]
+            }
+        }
+    }
+    docs = [
+        pod(container("main", f"{host}/{repo}:v3", limits={GPU: "1"}), name=name, affinity=both)
+        for name, repo in (("public", "public/trainer"), ("private", "private/trainer"))
+    ]
+    manifest = tmp_path / "pods.yaml"
+    manifest.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    code, out = cli(
+        "review",
+        "-f",
+        str(manifest),
+        "--policies",
+        str(CONFIGMAPS),
+        "--config",
+        config_for(tmp_path, host),
+        "--resolve-images",
+        "--registry-ca",
+        str(tls.ca_cert),
+    )
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == "image lookups: 2 image(s) asked their registries, 1 with a CUDA version"
+    # arm64's 12.6 is stricter than amd64's 12.4; the private image's 401 is said once.
+    assert (
+        "  - required GPU nodes with CUDA ≥ 12.6 (image config CUDA_VERSION=12.6.0 for "
+        "linux/arm64), preferably < 14.0" in lines
+    )
+    denied = (
+        f"  - CUDA lookup of {host}/private/trainer:v3: 401 from the registry: add credentials "
+        "for it to --registry-auth"
+    )
+    assert lines.count(denied) == 1
+
+
 @pytest.mark.parametrize(
     ("flag", "content", "message"),
     [

@@ -110,9 +110,33 @@ def test_keyring_keys_as_docker_login_writes_them() -> None:
     assert "pw1" not in repr(keyring)
 
 
+def test_an_identity_token_is_the_credential_when_an_entry_has_one() -> None:
+    keyring = Keyring.parse(
+        json.dumps(
+            {
+                "auths": {
+                    # As `docker login` writes it when the token service gave a refresh token:
+                    # the password emptied, the token beside it.
+                    "myreg.azurecr.io": {"auth": _b64("alice:"), "identitytoken": "rt-1"},
+                    "harbor.corp": {"identitytoken": "rt-2"},
+                    "quay.io": {"username": "bob", "password": "pw", "identitytoken": ""},
+                    "ghcr.io": {"registrytoken": "bearer-only"},
+                }
+            }
+        ),
+        "config.json",
+    )
+    assert keyring.lookup("myreg.azurecr.io", "team/app") == Credential("", "", "rt-1")
+    assert keyring.lookup("harbor.corp", "app") == Credential("", "", "rt-2")
+    assert keyring.lookup("quay.io", "x/y") == Credential("bob", "pw")  # empty token: unused
+    assert keyring.lookup("ghcr.io", "x/y") is None  # registrytoken is not used
+    assert "rt-1" not in repr(keyring)
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
+        ('{"auths": {"x": {"identitytoken": 7}}}', "auths['x'].identitytoken must be a string"),
         ("{", "config.json is not JSON"),
         ('{"registry": {}}', 'config.json has no "auths" object'),
         ('{"auths": {"x": {"auth": "!!"}}}', "auths['x'].auth is not base64 of user:password"),

@@ -264,9 +264,26 @@ def _context(
     return context
 
 
+def _table_line(cluster: ClusterSnapshot) -> str | None:
+    if cluster.image_table is None:
+        return None
+    ref, count = cluster.image_table
+    entries = f"{count} entr{'y' if count == 1 else 'ies'}"
+    return f"image table: {entries} from ConfigMap {ref} in the cluster at {cluster.server}"
+
+
 def cmd_review(args: argparse.Namespace, out: TextIO) -> int:
     config = load_config(args.config)
     cluster = _read_cluster(args, config) if args.kubeconfig is not None else None
+    table = config.image_cuda_table_config_map
+    if cluster is not None and cluster.config is not None:
+        # The image-table ConfigMap's entries before the config file's, as the server does.
+        config = cluster.config
+    elif cluster is None and table is not None:
+        sys.stderr.write(
+            f"gpu-webhook review: note: the config names imageCudaTableConfigMap {table.ref}; "
+            "pass --kubeconfig to use its entries as the server does\n"
+        )
     if cluster is not None and cluster.policies is not None:
         policies = cluster.policies
         policy_line = (
@@ -283,6 +300,8 @@ def cmd_review(args: argparse.Namespace, out: TextIO) -> int:
         manifests = read_manifests(Path(args.file))
     sources = manifests.sources
     context = _context(args, config, cluster, sources)
+    if cluster is not None and (line := _table_line(cluster)):
+        context.lines.append(line)
     documents = [(name, i, doc) for name, docs in sources for i, doc in enumerate(docs, 1)]
     results = [
         review_document(
@@ -292,8 +311,10 @@ def cmd_review(args: argparse.Namespace, out: TextIO) -> int:
     ]
     if args.resolve_images and any(r.unresolved for r in results):
         resolutions = resolve_images(args, config, [r.unresolved for r in results])
-        asked = {q for r in results for q in r.unresolved}
-        found = {q for res in resolutions if res is not None for q in res.facts}
+        # Images, not (image, architecture) pairs: a pod allowed on several architectures
+        # asks once for each.
+        asked = {q.image for r in results for q in r.unresolved}
+        found = {q.image for res in resolutions if res is not None for q in res.facts}
         context.lines.append(
             f"image lookups: {len(asked)} image(s) asked their registries, "
             f"{len(found)} with a CUDA version"

@@ -17,7 +17,7 @@ from webhook.core.inventory import InventoryFacts, NodeInventory
 from webhook.core.policyset import PolicySet
 from webhook.core.quantity import parse_quantity
 from webhook.core.rules import cuda, fit
-from webhook.core.rules.imagefacts import ImageFacts, ImageQuery, facts_for_arch, pod_arch
+from webhook.core.rules.imagefacts import ImageFacts, ImageQuery, facts_for_archs, pod_archs
 from webhook.core.rules.images import shown_image
 from webhook.core.rules.terms import preferred_terms, range_terms, union_terms
 from webhook.core.rules.versions import CudaVersion
@@ -393,7 +393,7 @@ def place(
     if warning:
         state.warnings.append(short(warning))
     envs: Envs = {}
-    known = facts_for_arch(images, pod_arch(state.pod.spec)) if images else None
+    known = facts_for_archs(images, pod_archs(state.pod.spec)) if images else None
     needs, unknown = _needs(state, gpu, config, policies or PolicySet.empty(), envs, known)
     # The required intersection; None: no container with a known CUDA version. Computed once
     # for every step below.
@@ -401,12 +401,14 @@ def place(
     if not config.cuda_affinity or opted_out:
         return
     if unknown:
-        # What a registry lookup could still tell (only when placement would use the answer).
-        arch = pod_arch(state.pod.spec)
+        # What a registry lookup could still tell (only when placement would use the answer),
+        # for every architecture the pod may run on (the strictest answer is used).
+        archs = pod_archs(state.pod.spec)
         state.unresolved += [
             ImageQuery(image, arch)
             for c in unknown
             if isinstance(image := c.container.get("image"), str) and image
+            for arch in archs
         ]
     if _intersection_violation(state, needs, rng):
         return

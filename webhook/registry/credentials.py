@@ -1,7 +1,15 @@
 """Registry credentials from a dockerconfigjson file (`--registry-auth`; in a cluster, a mounted
 Secret of type kubernetes.io/dockerconfigjson), matched to registries as the kubelet does.
 
-`{"auths": {KEY: {"auth": base64("user:password")} | {"username": ..., "password": ...}}}`.
+`{"auths": {KEY: {"auth": base64("user:password")} | {"username": ..., "password": ...}
+| {"identitytoken": ...}}}`. An `identitytoken` is an OAuth2 refresh token the registry's
+token service issued at login (nerdctl's login.go: `authConfig.Password = ""` then
+`authConfig.IdentityToken = responseIdentityToken`, as docker's). Clients reading a docker
+config built on containerd's resolver use it before anything else (nerdctl login.go and
+others: `if auth.IdentityToken != "" { return "", auth.IdentityToken, nil }`); it is exchanged
+for a bearer token with the OAuth2 POST (webhook.registry.http). The kubelet's own keyring
+reads only auth/username/password (pkg/credentialprovider/config.go dockerConfigEntryWithAuth).
+`registrytoken` is not used (containerd's CRI ParseAuth has a TODO for it).
 KEY is a host (`nvcr.io`, `registry:5000`), optionally with a scheme and a path
 (`https://index.docker.io/v1/` is Docker Hub's, as `docker login` writes it), or a host and a
 repository prefix (`quay.io/team`): the most specific key matching an image wins
@@ -38,6 +46,8 @@ class CredentialsError(ValueError):
 class Credential:
     username: str
     password: str = field(repr=False)
+    # An OAuth2 refresh token (dockerconfigjson `identitytoken`): when set, the only secret used.
+    identity_token: str = field(default="", repr=False)
 
 
 def _registry_key(key: str) -> tuple[str, str]:
@@ -59,6 +69,12 @@ def _registry_key(key: str) -> tuple[str, str]:
 def _credential(key: str, entry: Any, where: str) -> Credential | None:
     if not isinstance(entry, Mapping):
         raise CredentialsError(f"{where}: auths[{key!r}] must be an object")
+    token = entry.get("identitytoken")
+    if token is not None and not isinstance(token, str):
+        raise CredentialsError(f"{where}: auths[{key!r}].identitytoken must be a string")
+    if token:
+        # The username is not sent with it (containerd: `return "", auth.IdentityToken`).
+        return Credential("", "", token)
     auth = entry.get("auth")
     if isinstance(auth, str) and auth:
         try:
@@ -74,8 +90,10 @@ def _credential(key: str, entry: Any, where: str) -> Credential | None:
     name, secret = entry.get("username"), entry.get("password")
     if isinstance(name, str) and isinstance(secret, str) and name:
         return Credential(name, secret)
-    # An entry with only an identitytoken (credential helpers) carries nothing usable here.
-    log.warning("%s: auths[%r] has no auth nor username/password; ignored", where, key)
+    # E.g. only a `registrytoken` (a bearer token for the registry itself): not used.
+    log.warning(
+        "%s: auths[%r] has no auth, username/password nor identitytoken; ignored", where, key
+    )
     return None
 
 

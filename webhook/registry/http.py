@@ -4,8 +4,14 @@ host guard before every request, the registries' auth flows, redirects and size 
 Auth as containerd's remotes/docker does it (authorizer.go, auth/fetch.go): try the request;
 on a 401 read the WWW-Authenticate challenge; for `Bearer`, GET a token from its realm with
 its service and scope (the token spec's GET form, with Basic credentials when there are some)
-and retry; for `Basic`, retry with the credentials. Tokens are kept per registry and repository
-until they expire (expires_in, default 60 s as the token spec says).
+and retry; for `Basic`, retry with the credentials. A credential that is an `identitytoken`
+(an OAuth2 refresh token) is exchanged at the realm with the OAuth2 POST instead
+(distribution docs/spec/auth/oauth.md "Example refreshing an Access Token": form
+grant_type=refresh_token, refresh_token, service, client_id, scope; answer `access_token`),
+as containerd's doBearerAuth does (FetchTokenWithOAuth when a secret is set), falling back to
+the GET form with that secret only where containerd does (POST answered 400, 401 or 404).
+Tokens are kept per registry and repository until they expire (expires_in, default 60 s as
+the token spec says).
 
 Credentials go only to their own registry and to a token realm of the same site (Docker Hub's
 auth.docker.io for registry-1.docker.io) or one the admin listed; a realm elsewhere is asked
@@ -15,6 +21,7 @@ MAX_REDIRECTS, each target checked by the guard; HTTPS only, except for insecure
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import ssl
@@ -22,6 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlencode
 
 import aiohttp
 from aiohttp.abc import AbstractResolver
@@ -38,6 +46,12 @@ MAX_TOKEN_BYTES = 1024 * 1024
 DEFAULT_TOKEN_SECONDS = 60  # the token spec's default when expires_in is absent
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 USER_AGENT = "gpu-admission-webhook (image CUDA lookup)"
+# The OAuth2 client_id: "does not need to be registered [...] but should be set to a meaningful
+# value in order to allow auditing" (distribution docs/spec/auth/oauth.md).
+CLIENT_ID = "gpu-admission-webhook"
+# containerd authorizer.go doBearerAuth: "Registries without support for POST may return 404
+# [GCR] ... 401 [Artifactory] ... 400 [ACR]": then the GET form (405 only with a username).
+_POST_FALLBACK = frozenset({400, 401, 404})
 
 ConnectorFactory = Callable[[GuardResolver, ssl.SSLContext], aiohttp.BaseConnector]
 
@@ -67,7 +81,12 @@ def _site(host: str) -> str:
 
 
 def _basic(credential: Credential) -> str:
-    raw = f"{credential.username}:{credential.password}".encode()
+    """Basic user:password; for an identity token, ":token" (containerd FetchToken:
+    SetBasicAuth(to.Username, to.Secret) with the username empty)."""
+    if credential.identity_token:
+        raw = f":{credential.identity_token}".encode()
+    else:
+        raw = f"{credential.username}:{credential.password}".encode()
     return "Basic " + base64.b64encode(raw).decode("ascii")
 
 
@@ -110,6 +129,10 @@ class RegistryHttp:
         self._session: aiohttp.ClientSession | None = None
         # (endpoint, repository) -> (Authorization header, monotonic expiry or None)
         self._auth: dict[tuple[str, str], tuple[str, float | None]] = {}
+        # One token request at a time per (endpoint, repository): lookups running together
+        # (one image for several architectures, several tags of a repository) share it, as
+        # containerd's authHandler does (scopedTokens: "only one fetch token job").
+        self._auth_locks: dict[tuple[str, str], asyncio.Lock] = {}
 
     def _session_now(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -144,7 +167,10 @@ class RegistryHttp:
             async with resp:
                 if resp.status == 401 and attempt == 0:
                     challenges = parse_challenges(resp.headers.getall("WWW-Authenticate", []))
-                    self._auth[key] = await self._authorize(challenges, ref, credential)
+                    async with self._auth_locks.setdefault(key, asyncio.Lock()):
+                        fresh = self._cached_auth(key)
+                        if fresh is None or fresh == header:
+                            self._auth[key] = await self._authorize(challenges, ref, credential)
                     continue
                 if resp.status in (401, 403):
                     raise _denied(resp.status, ref, credential)
@@ -169,10 +195,16 @@ class RegistryHttp:
         return header
 
     async def _request(
-        self, url: URL, headers: dict[str, str], authorization: str | None, role: str = ""
+        self,
+        url: URL,
+        headers: dict[str, str],
+        authorization: str | None,
+        role: str = "",
+        form: dict[str, str] | None = None,
     ) -> aiohttp.ClientResponse:
-        """GET `url` once the guard allowed its host; `role` ("token realm", "redirect")
-        prefixes a refusal, since such hosts are not the image's registry."""
+        """GET `url` (POST `form`, url-encoded, when given) once the guard allowed its host;
+        `role` ("token realm", "redirect") prefixes a refusal, since such hosts are not the
+        image's registry."""
         try:
             await self.guard.check(url.host or "", url.port or 0)
         except AddressRefused as exc:
@@ -181,7 +213,16 @@ class RegistryHttp:
             raise
         if authorization:
             headers = {**headers, "Authorization": authorization}
-        return await self._session_now().get(url, headers=headers, allow_redirects=False)
+        session = self._session_now()
+        if form is not None:
+            headers = {
+                **headers,
+                "Content-Type": "application/x-www-form-urlencoded; charset=utf-8",
+            }
+            return await session.post(
+                url, data=urlencode(form).encode(), headers=headers, allow_redirects=False
+            )
+        return await session.get(url, headers=headers, allow_redirects=False)
 
     async def _follow(
         self, resp: aiohttp.ClientResponse, accept: str, limit: int, what: str, ref: ImageRef
@@ -221,6 +262,13 @@ class RegistryHttp:
             if challenge.scheme == "bearer":
                 return await self._token(challenge, ref, credential)
             if challenge.scheme == "basic" and credential is not None:
+                if credential.identity_token:
+                    # containerd doBasicAuth: "missing username or secret".
+                    raise LookupFailure(
+                        UNAUTHORIZED,
+                        "the registry asks for a password; its --registry-auth entry has only "
+                        "an identitytoken",
+                    )
                 return _basic(credential), None
         raise _denied(401, ref, credential)
 
@@ -237,15 +285,31 @@ class RegistryHttp:
             url.scheme == "https" or (url.scheme == "http" and self.policy.insecure(host))
         ):
             raise LookupFailure(INVALID, "the registry sent an unusable token realm")
-        query: list[tuple[str, str]] = []
-        if challenge.params.get("service"):
-            query.append(("service", challenge.params["service"]))
+        service = challenge.params.get("service", "")
         scopes = challenge.params.get("scope", "").split() or [f"repository:{ref.repository}:pull"]
+        query = [("service", service)] if service else []
         query += [("scope", scope) for scope in scopes]
+        # Credentials (an identity token too) only to a realm of the registry's own site or a
+        # listed host; elsewhere the realm is asked anonymously, with the GET form.
         same_site = _site(host) == _site(ref.hostname) or self.policy.listed(host)
-        authorization = _basic(credential) if credential is not None and same_site else None
+        secret = credential if credential is not None and same_site else None
         started = time.monotonic()
-        resp = await self._request(url.update_query(query), {}, authorization, "token realm")
+        resp = None
+        if secret is not None and secret.identity_token:
+            form = {
+                "grant_type": "refresh_token",
+                "refresh_token": secret.identity_token,
+                "service": service,
+                "client_id": CLIENT_ID,
+                "scope": " ".join(scopes),
+            }
+            resp = await self._request(url, {}, None, "token realm", form)
+            if resp.status in _POST_FALLBACK:
+                resp.release()
+                resp = None
+        if resp is None:
+            authorization = _basic(secret) if secret is not None else None
+            resp = await self._request(url.update_query(query), {}, authorization, "token realm")
         async with resp:
             if resp.status in (401, 403):
                 raise _denied(resp.status, ref, credential)

@@ -201,6 +201,9 @@ class ImageResolver:
                             "later pods get the answer when it comes",
                         )
                     )
+        # A pod allowed on several architectures asks once per architecture: the same failure
+        # (401, unreachable, ...) is said once.
+        out.warnings = list(dict.fromkeys(out.warnings))
         return out
 
     def _count(self, status: str) -> None:

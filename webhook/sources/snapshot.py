@@ -2,8 +2,14 @@
 
 The same reflectors the server runs (same requests, paging, metadata-only Nodes, projections),
 each asked for one list (`Reflector.list_once`) instead of list-and-watch: CRL ConfigMaps,
-Nodes, ResourceClaimTemplates and ResourceClaims, one list per kind, over one client. Nothing is
-written.
+Nodes, ResourceClaimTemplates and ResourceClaims, the image-table ConfigMap the config names
+(`imageCudaTableConfigMap`), one list per kind, over one client. Nothing is written.
+
+The image table is read as the server's ImageTableSource reads it (same request, projection and
+parsing), so an offline review answers with the table the server uses: its entries before the
+config file's. As in the server it is optional: refused (403) or absent, the config file's
+table applies and a note says so; a table that does not parse is a note too (the server logs it
+and keeps the last good one, which for a first read is none).
 
 CRL ConfigMaps are required: without them the answers would not be the cluster's, so any
 failure there is a `ClusterReadError`. Nodes and DRA claims are optional, as in the server
@@ -24,6 +30,7 @@ from webhook.core.crl import CRL_NAMESPACE
 from webhook.core.inventory import NodeInventory
 from webhook.core.policyset import PolicySet
 from webhook.sources.claims import ClaimTemplateSource, ResourceClaimSource
+from webhook.sources.image_table import ImageTableSource
 from webhook.sources.kubeapi import ApiError, close, load_configuration
 from webhook.sources.nodes import NodeSource
 from webhook.sources.policies import DEFAULT_LABEL_SELECTOR, ConfigMapWatcher
@@ -47,6 +54,10 @@ class ClusterSnapshot:
     configmaps: int = 0  # CRL ConfigMaps listed
     inventory: NodeInventory | None = None
     claims: ClaimIndex | None = None
+    # The webhook config with the image-table ConfigMap's entries (None: it has none, or the
+    # config names no such ConfigMap), and "<namespace>/<name>" -> entries read, when read.
+    config: WebhookConfig | None = None
+    image_table: tuple[str, int] | None = None
     notes: list[str] = field(default_factory=list)  # why a snapshot is missing, one line each
 
 
@@ -133,7 +144,25 @@ async def read_snapshot(
         await _list(reflector, api, without=without, notes=snapshot.notes)
     snapshot.inventory = store.inventory
     snapshot.claims = store.claims
+    if config.image_cuda_table_config_map is not None:
+        await _image_table(ImageTableSource(store, config, **options), api, snapshot)
+        snapshot.config = store.config
     return snapshot
+
+
+async def _image_table(table: ImageTableSource, api: ApiClient, snapshot: ClusterSnapshot) -> None:
+    before = len(snapshot.notes)
+    without = "its entries (the config file's imageCudaTable applies)"
+    await _list(table, api, without=without, notes=snapshot.notes)
+    if len(snapshot.notes) > before:
+        return  # refused or not served: noted
+    if table.stats.source_error:
+        snapshot.notes.append(
+            f"ignoring the image table of {table.stats.source_error}; "
+            "the config file's imageCudaTable applies"
+        )
+        return
+    snapshot.image_table = (table.ref.ref, len(table.entries or ()))
 
 
 async def _list(

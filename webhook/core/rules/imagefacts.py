@@ -11,6 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from webhook.core.rules.terms import is_empty_term, required_terms
+from webhook.core.shapes import is_mapping
+
 if TYPE_CHECKING:
     from webhook.core.rules.cuda import Requirement
 
@@ -32,17 +35,65 @@ class ImageQuery(NamedTuple):
 ImageFacts = Mapping[ImageQuery, "Requirement"]
 
 
-def pod_arch(spec: Mapping[str, Any]) -> str:
-    """The architecture a pod pins with its nodeSelector, else amd64 (what most GPU nodes are)."""
+def pod_archs(spec: Mapping[str, Any]) -> tuple[str, ...]:
+    """The architectures a pod may run on, sorted: those its registry lookups are for.
+
+    - `nodeSelector` with the arch label: that one (it must hold whatever the affinity says).
+    - Else the required node affinity, when every term pins the arch label with `In`: the
+      union of what the terms allow. Terms are ORed and a term's expressions ANDed; empty
+      terms match nothing and are skipped (k8s.io/component-helpers scheduling/corev1/
+      nodeaffinity: LazyErrorNodeSelector.Match, NewLazyErrorNodeSelector,
+      isEmptyNodeSelectorTerm). In a term, several `In` on the arch keys intersect and a
+      `NotIn` removes its values.
+    - Else amd64 (what most GPU nodes are): a term without an `In` on the arch label lets any
+      architecture in, and nothing tells which one the pod will get.
+    """
     selector = spec.get("nodeSelector")
-    if isinstance(selector, Mapping):
+    if is_mapping(selector):
         for key in ARCH_LABELS:
             value = selector.get(key)
             if isinstance(value, str) and value:
-                return value
-    return DEFAULT_ARCH
+                return (value,)
+    terms = [t for t in required_terms(spec) or () if not is_empty_term(t)]
+    allowed: set[str] = set()
+    for term in terms:
+        archs = _term_archs(term)
+        if archs is None:
+            return (DEFAULT_ARCH,)
+        allowed |= archs
+    return tuple(sorted(allowed)) or (DEFAULT_ARCH,)
 
 
-def facts_for_arch(images: ImageFacts, arch: str) -> dict[str, Requirement]:
-    """image -> requirement for one pod's architecture (the mapping cuda.detect reads)."""
-    return {query.image: req for query, req in images.items() if query.arch == arch}
+def _term_archs(term: Mapping[str, Any]) -> set[str] | None:
+    """The architectures one node selector term allows; None: any."""
+    exprs = term.get("matchExpressions")
+    allowed: set[str] | None = None
+    excluded: set[str] = set()
+    for expr in exprs if isinstance(exprs, list) else ():
+        if not is_mapping(expr) or expr.get("key") not in ARCH_LABELS:
+            continue
+        values = expr.get("values")
+        names = {v for v in values if isinstance(v, str)} if isinstance(values, list) else set()
+        if expr.get("operator") == "In":
+            allowed = names if allowed is None else allowed & names
+        elif expr.get("operator") == "NotIn":
+            excluded |= names
+    return None if allowed is None else allowed - excluded
+
+
+def facts_for_archs(images: ImageFacts, archs: tuple[str, ...]) -> dict[str, Requirement]:
+    """image -> requirement for a pod that may run on `archs` (the mapping cuda.detect reads):
+    the strictest (highest) one the lookups found among them; with several architectures its
+    source says which one it is from."""
+    best: dict[str, tuple[Requirement, str]] = {}
+    for query, requirement in images.items():
+        if query.arch in archs:
+            current = best.get(query.image)
+            if current is None or requirement.version > current[0].version:
+                best[query.image] = (requirement, query.arch)
+    if len(archs) == 1:
+        return {image: requirement for image, (requirement, _) in best.items()}
+    return {
+        image: requirement._replace(source=f"{requirement.source} for linux/{arch}")
+        for image, (requirement, arch) in best.items()
+    }

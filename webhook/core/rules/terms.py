@@ -102,7 +102,9 @@ def required_terms(spec: Mapping[str, Any]) -> list[Any] | None:
     return terms if isinstance(terms, list) else None
 
 
-def _is_empty_term(term: Any) -> bool:
+def is_empty_term(term: Any) -> bool:
+    """A null or empty node selector term matches no node (k8s.io/component-helpers
+    scheduling/corev1/nodeaffinity isEmptyNodeSelectorTerm)."""
     if not is_mapping(term):
         return True
     return not term.get("matchExpressions") and not term.get("matchFields")
@@ -118,7 +120,7 @@ def merge_terms(existing: Sequence[Any] | None, injected: list[Term]) -> list[di
         return [{"matchExpressions": list(term)} for term in injected]
     merged: list[dict[str, Any]] = []
     for user_term in existing:
-        if _is_empty_term(user_term):
+        if is_empty_term(user_term):
             merged.append(user_term)
             continue
         base = dict(user_term)
