@@ -171,6 +171,9 @@ def server(
         argv = taskset(cpus) + argv
     process = subprocess.Popen(
         argv,
+        # `python -c` puts the working directory first on sys.path: another tree's webhook is
+        # imported only when run from that tree.
+        cwd=tree or REPO,
         env=env(no_uvloop, no_orjson, tree),
         stdout=subprocess.DEVNULL,
         # The webhook logs one line per review, as in production; the pipe is drained to null.

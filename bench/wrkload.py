@@ -5,14 +5,16 @@ every time. Its own CPU is measured (wait4's rusage), so a run shows it was not 
 Body templates are written one per line as `PATH<TAB>BODY`; the script fills the placeholders:
 
 - `@UID@`  a new request uid per request (the API server sends a new one for every call);
-- `@SEQ@`  (distinct mix) a request counter, put where the evaluation reads it (the object's
-           name and an env value in every container), so no two requests carry the same object;
+- `@SEQ@`  (distinct mix) a request counter, from a random start per run, put where the
+           evaluation reads it (the object's name and an env value in every container), so no
+           two requests carry the same object, not even across runs against one server;
 - `@NAME@` (replicas mix, /validate only) a 5-character generated name suffix.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -35,6 +37,9 @@ function init(args)
     templates[n] = {string.sub(line, 1, tab - 1), string.sub(line, tab + 1)}
   end
   thread_id = tonumber(args[2] or "0")
+  -- Each run starts its counter elsewhere: a server that saw an earlier run (the warm-up)
+  -- must not see the same objects again.
+  counter = tonumber(args[3] or "0")
 end
 
 local function suffix(i)
@@ -52,7 +57,7 @@ function request()
   local t = templates[(counter % n) + 1]
   local uid = string.format("%08x-0000-4000-8000-%012x", thread_id, counter)
   local body = string.gsub(t[2], "@UID@", uid)
-  body = string.gsub(body, "@SEQ@", tostring(counter))
+  body = string.gsub(body, "@SEQ@", string.format("%d", counter))
   body = string.gsub(body, "@NAME@", suffix(counter))
   return wrk.format("POST", t[1], headers, body)
 end
@@ -118,6 +123,7 @@ def run_wrk(
     """One wrk run (one thread, `connections` keep-alive connections) and its CPU figures."""
     argv = ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "--latency", "--timeout", "10s"]
     argv += ["-s", str(templates / "mix.lua"), url, "--", str(templates / "bodies.tsv"), "1"]
+    argv.append(str(random.randrange(10**12)))
     if cpus:
         argv = ["taskset", "-c", ",".join(str(cpu) for cpu in sorted(cpus)), *argv]
     server_before = _cpu_seconds(server_pid)

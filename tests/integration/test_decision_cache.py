@@ -56,6 +56,13 @@ def body(obj: dict[str, Any], uid: str, *, operation: str = "CREATE", name: str 
     return json.dumps(review, separators=(",", ":")).encode()
 
 
+def generated(obj: dict[str, Any], name: str = "") -> dict[str, Any]:
+    """`obj` as a controller creates it (`generateName`); `name`: the one the API server then
+    gave it, as the validating call sees it."""
+    meta = {"generateName": "train-7d9f8b6c5-", "namespace": "ml"}
+    return {**obj, "metadata": {**meta, "name": name} if name else meta}
+
+
 def answer(server: RunningServer, endpoint: str, data: bytes) -> dict[str, Any]:
     reply = server.request("POST", endpoint, data)
     assert reply.status == 200, reply.text
@@ -92,13 +99,9 @@ def test_replica_pods_get_the_first_answer_with_their_own_uid(
     servers: tuple[RunningServer, RunningServer],
 ) -> None:
     cached, full = servers
-    replica = pod(
-        container("train", image="nvidia/cuda:12.4.1-runtime", limits={"nvidia.com/gpu": "1"}),
-        name="",
-        generateName="train-7d9f8b6c5-",
+    replica = generated(
+        pod(container("train", image="nvidia/cuda:12.4.1-runtime", limits={"nvidia.com/gpu": "1"}))
     )
-    replica["metadata"].pop("name")
-    replica["metadata"]["generateName"] = replica["spec"].pop("generateName")
     before = _hits(cached)
     first = answer(cached, "/mutate", body(replica, "11111111-aaaa"))
     second = answer(cached, "/mutate", body(replica, "22222222-bbbb"))
@@ -115,20 +118,23 @@ def test_a_denial_names_its_own_object_never_an_earlier_one(
 ) -> None:
     cached, _ = servers
     bad = {"tencent.com/vcuda-core": "150"}
-    one = pod(container("a", image="nvidia/cuda:12.4.1-runtime", limits=bad), name="first")
-    two = pod(container("a", image="nvidia/cuda:12.4.1-runtime", limits=bad), name="second")
+    asking = pod(container("a", image="nvidia/cuda:12.4.1-runtime", limits=bad))
+    one, two = generated(asking, "train-7d9f8b6c5-first"), generated(asking, "train-7d9f8b6c5-two")
     denied_one = answer(cached, "/validate", body(one, "u-1"))
     denied_two = answer(cached, "/validate", body(two, "u-2"))
     assert denied_one["response"]["allowed"] is False
-    assert "ml/first" in denied_one["response"]["status"]["message"]
-    assert "ml/second" in denied_two["response"]["status"]["message"]
-    assert "ml/first" not in denied_two["response"]["status"]["message"]
+    assert "ml/train-7d9f8b6c5-first" in denied_one["response"]["status"]["message"]
+    assert "ml/train-7d9f8b6c5-two" in denied_two["response"]["status"]["message"]
+    assert "first" not in denied_two["response"]["status"]["message"]
 
 
 def test_a_policy_change_empties_the_cache(servers: tuple[RunningServer, RunningServer]) -> None:
     cached, full = servers
     store: PolicyStore = cached.store
-    asking = pod(container("a", image="nvidia/cuda:12.4.1-runtime", limits={"gpu.example/x": "5"}))
+    asking = generated(
+        pod(container("a", image="nvidia/cuda:12.4.1-runtime", limits={"gpu.example/x": "5"})),
+        "train-7d9f8b6c5-xxxxx",
+    )
     policies = store.current
     try:
         allowed = answer(cached, "/validate", body(asking, "p-1"))
@@ -148,7 +154,9 @@ def test_an_inventory_change_empties_the_cache(
 ) -> None:
     cached, full = servers
     store: PolicyStore = cached.store
-    gpu = pod(container("a", image="nvidia/cuda:12.4.1-runtime", limits={"nvidia.com/gpu": "1"}))
+    gpu = generated(
+        pod(container("a", image="nvidia/cuda:12.4.1-runtime", limits={"nvidia.com/gpu": "1"}))
+    )
     try:
         answer(cached, "/mutate", body(gpu, "i-1"))
         store.inventory = _nodes("12.2")
@@ -163,12 +171,26 @@ def test_a_uid_with_escapes_is_answered_by_the_full_path(
     servers: tuple[RunningServer, RunningServer],
 ) -> None:
     cached, _ = servers
-    gpu = pod(container("a", image="nvidia/cuda:12.4.1-runtime", limits={"nvidia.com/gpu": "1"}))
+    gpu = generated(
+        pod(container("a", image="nvidia/cuda:12.4.1-runtime", limits={"nvidia.com/gpu": "1"}))
+    )
     answer(cached, "/mutate", body(gpu, "plain-1"))
     before = _hits(cached)
     escaped = body(gpu, "plain-1").replace(b'"uid":"plain-1"', b'"uid":"pl\\u0061in-2"')
     reply = answer(cached, "/mutate", escaped)
     assert reply["response"]["uid"] == "plain-2"
+    assert _hits(cached) == before
+
+
+def test_objects_with_a_name_of_their_own_are_not_cached(
+    servers: tuple[RunningServer, RunningServer],
+) -> None:
+    """Only what the API server names (generateName) repeats byte for byte."""
+    cached, _ = servers
+    named = pod(container("a", image="nvidia/cuda:12.4.1-runtime", limits={"nvidia.com/gpu": "1"}))
+    answer(cached, "/mutate", body(named, "named-1"))
+    before = _hits(cached)
+    assert answer(cached, "/mutate", body(named, "named-2"))["response"]["uid"] == "named-2"
     assert _hits(cached) == before
 
 
@@ -230,11 +252,11 @@ containers = st.lists(
     max_size=3,
     unique_by=lambda c: c["name"],
 )
+# Replica pods (what the cache keeps), and workloads (never kept: they have names).
 objects = st.builds(
-    lambda cs, name, kind: pod(*cs, name=name) if kind == "Pod" else workload(kind, pod(*cs)),
+    lambda cs, kind: generated(pod(*cs)) if kind == "Pod" else workload(kind, pod(*cs)),
     containers,
-    st.sampled_from(["p1", "p2"]),
-    st.sampled_from(["Pod", "Deployment", "Job"]),
+    st.sampled_from(["Pod", "Pod", "Pod", "Deployment", "Job"]),
 )
 snapshots = st.sampled_from(["standard", "none", "nodes"])
 
@@ -257,9 +279,14 @@ def test_property_cached_answer_equals_full_evaluation(
         elif snapshot == "nodes":
             store.replace(standard_policies())
             store.inventory = _nodes("12.4", "11.8")
+        if endpoint == "/validate" and obj["kind"] == "Pod":
+            obj = generated(obj, "train-7d9f8b6c5-zzzzz")
         answer(cached, endpoint, body(obj, "first-uid"))
+        before = _hits(cached)
         replayed = answer(cached, endpoint, body(obj, "second-uid"))
         assert replayed == answer(full, endpoint, body(obj, "second-uid"))
+        # Every replica's second review is answered from the cache.
+        assert _hits(cached) == before + (obj["kind"] == "Pod")
     finally:
         store.replace(policies)
         store.inventory = inventory
@@ -321,8 +348,7 @@ def test_property_a_validating_answer_under_another_name_equals_full_evaluation(
     """Names are drawn from what else the body holds (container names, a CUDA version, the
     resource), so blanking a name must never make two different objects look alike."""
     cached, full = servers
-    one, two = json.loads(json.dumps(obj)), json.loads(json.dumps(obj))
-    one["metadata"]["name"], two["metadata"]["name"] = first, second
+    one, two = generated(obj, first), generated(obj, second)
     answer(cached, "/validate", body(one, "n-1"))
     replayed = answer(cached, "/validate", body(two, "n-2"))
     assert replayed == answer(full, "/validate", body(two, "n-2"))

@@ -16,7 +16,7 @@ def _put(cache: DecisionCache, key: bytes, uid: bytes, payload: bytes) -> None:
         result="allowed",
         labels=("Pod", "CREATE", "allowed"),
         mutation_kinds=(),
-        fields={},
+        fields=(),
     )
 
 

@@ -38,8 +38,7 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 _MARKER = b'"request":{"uid":"'
 _PLAIN_UID = re.compile(rb"[A-Za-z0-9._:-]{1,128}")
@@ -51,16 +50,19 @@ _BLANK = b"\x00"
 _ENTRY_OVERHEAD = 600
 
 
-@dataclass(frozen=True, slots=True)
-class CachedAnswer:
-    """A response split around its uid, and what the log line and metrics need."""
+class CachedAnswer(NamedTuple):
+    """A response split around its uid, and what the log line and metrics need.
+
+    Only tuples, bytes and strings: the collector stops tracking such tuples, so thousands of
+    cached answers add nothing to its full passes (a dict per answer cost the miss path ~10 %).
+    """
 
     head: bytes
     tail: bytes
     result: str
     labels: tuple[str, str, str]  # kind, operation (metric labels) and the result
     mutation_kinds: tuple[str, ...]
-    fields: dict[str, Any]  # the review log line without uid and duration
+    fields: tuple[tuple[str, Any], ...]  # the review log line without uid and duration
 
     def response(self, uid: bytes) -> bytes:
         return self.head + uid + self.tail
@@ -168,7 +170,7 @@ class DecisionCache:
         result: str,
         labels: tuple[str, str, str],
         mutation_kinds: tuple[str, ...],
-        fields: dict[str, Any],
+        fields: tuple[tuple[str, Any], ...],
     ) -> None:
         """Store `payload` (the answer for `uid`) if its uid can be found in it exactly once."""
         needle = b'"uid":"' + uid + b'"'
