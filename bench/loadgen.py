@@ -50,6 +50,8 @@ async def _load(args: argparse.Namespace) -> dict[str, Any]:
                     body.replace(b"@UID@", f"00000000-0000-4000-8000-{index:012x}".encode())
                     .replace(b"@SEQ@", str(index).encode())
                     .replace(b"@NAME@", f"{index:05d}"[-5:].encode())
+                    .replace(b"@PODUID@", f"00000000-1111-4000-8000-{index:012x}".encode())
+                    .replace(b"@TIME@", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()).encode())
                 )
             start = time.perf_counter() if scheduled is None else scheduled
             try:

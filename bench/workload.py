@@ -206,11 +206,13 @@ def server_templates(mix: str) -> list[tuple[str, str]]:
         obj = json.loads(json.dumps(original))
         meta = obj["metadata"]
         base = meta["name"]
+        # The field manager records the request's time before admission (both calls).
+        meta["managedFields"] = [_managed_fields(obj["kind"])]
         if mix == "distinct":
             meta["name"] = f"{base}-@SEQ@"
             for container in _containers(obj):
                 container.setdefault("env", []).append({"name": "BENCH_SEQ", "value": "@SEQ@"})
-            mutated = _mutated(obj)
+            mutated = _created(_mutated(obj))
             for _ in range(weight):
                 rows.append(_template("/mutate", obj, group, meta["name"]))
                 rows.append(_template("/validate", mutated, group, meta["name"]))
@@ -219,7 +221,7 @@ def server_templates(mix: str) -> list[tuple[str, str]]:
                 continue  # the replicas are the pods a controller creates
             del meta["name"]
             meta["generateName"] = f"{base}-7d9f8b6c5-"
-            mutated = json.loads(json.dumps(_mutated(obj)))
+            mutated = _created(_mutated(obj))
             mutated["metadata"]["name"] = f"{base}-7d9f8b6c5-@NAME@"
             for _ in range(weight):
                 rows.append(_template("/mutate", obj, group, ""))
@@ -227,6 +229,27 @@ def server_templates(mix: str) -> list[tuple[str, str]]:
         else:
             raise ValueError(f"unknown mix {mix!r}")
     return rows
+
+
+def _managed_fields(kind: str) -> dict[str, Any]:
+    manager = "kube-controller-manager" if kind == "Pod" else "kubectl-client-side-apply"
+    return {
+        "manager": manager,
+        "operation": "Update",
+        "apiVersion": "v1",
+        "time": "@TIME@",
+        "fieldsType": "FieldsV1",
+        "fieldsV1": {"f:metadata": {"f:labels": {}}, "f:spec": {"f:containers": {}}},
+    }
+
+
+def _created(obj: dict[str, Any]) -> dict[str, Any]:
+    """As the validating call sees it: rest.BeforeCreate set the object's uid and
+    creationTimestamp (FillObjectMetaSystemFields) before the createValidation func runs."""
+    obj = json.loads(json.dumps(obj))
+    obj["metadata"]["uid"] = "@PODUID@"
+    obj["metadata"]["creationTimestamp"] = "@TIME@"
+    return obj
 
 
 def _containers(obj: dict[str, Any]) -> list[dict[str, Any]]:

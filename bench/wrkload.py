@@ -8,7 +8,9 @@ Body templates are written one per line as `PATH<TAB>BODY`; the script fills the
 - `@SEQ@`  (distinct mix) a request counter, from a random start per run, put where the
            evaluation reads it (the object's name and an env value in every container), so no
            two requests carry the same object, not even across runs against one server;
-- `@NAME@` (replicas mix, /validate only) a 5-character generated name suffix.
+- `@NAME@` (replicas mix, /validate only) a 5-character generated name suffix;
+- `@PODUID@`, `@TIME@` what the API server sets per pod: metadata.uid (/validate), the time
+  in managedFields and (/validate) creationTimestamp.
 """
 
 from __future__ import annotations
@@ -59,6 +61,9 @@ function request()
   local body = string.gsub(t[2], "@UID@", uid)
   body = string.gsub(body, "@SEQ@", string.format("%d", counter))
   body = string.gsub(body, "@NAME@", suffix(counter))
+  local pod_uid = string.format("%08x-1111-4000-8000-%012x", thread_id, counter)
+  body = string.gsub(body, "@PODUID@", pod_uid)
+  body = string.gsub(body, "@TIME@", os.date("!%Y-%m-%dT%H:%M:%SZ"))
   return wrk.format("POST", t[1], headers, body)
 end
 """

@@ -78,6 +78,7 @@ done
   --ca-file "$WORK/ca.crt" --kubeconfig "$KUBECONFIG"
 
 status=0
+E2E_WEBHOOK_URL="https://127.0.0.1:$PORT" E2E_WEBHOOK_CA="$WORK/ca.crt" \
 E2E_KUBECONFIG="$KUBECONFIG" E2E_MODE=url "$BIN/pytest" -q tests/e2e -rs -p no:cacheprovider "$@" \
   || status=$?
 if [[ $status -ne 0 ]]; then

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from webhook.admission.decisions import DecisionCache, split_uid
+import json
+from typing import Any
+
+from webhook.admission.decisions import DecisionCache, normalized_key, split_uid
 
 BODY = b'{"kind":"AdmissionReview","request":{"uid":"abc-1","object":{"metadata":{"uid":"x"}}}}'
 
@@ -71,3 +74,36 @@ def test_a_new_snapshot_empties_the_cache() -> None:
     cache.check_generation((object(), config))
     assert cache.get("mutate", b"k") is None
     assert cache.invalidations == 1
+
+
+def _review(name: str, uid: str, when: str, image: str = "cuda:12.4") -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": name,
+        "generateName": "t-",
+        "uid": uid,
+        "creationTimestamp": when,
+    }
+    meta["managedFields"] = [{"manager": "kcm", "time": when}]
+    return {
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "req-" + uid,
+            "name": name,
+            "object": {"kind": "Pod", "metadata": meta, "spec": {"image": image}},
+        },
+    }
+
+
+def _key(review: dict[str, Any], names: bool) -> bytes | None:
+    return normalized_key(review, "validate", lambda v: json.dumps(v).encode(), names=names)
+
+
+def test_the_normalized_key_leaves_out_only_what_the_api_server_sets_per_pod() -> None:
+    one = _review("t-aaaaa", "u1", "2026-11-23T10:00:00Z")
+    two = _review("t-bbbbb", "u2", "2026-11-23T10:00:01Z")
+    assert _key(one, names=False) == _key(two, names=False)
+    assert _key(one, names=True) != _key(two, names=True)
+    assert _key(_review("t-aaaaa", "u3", "x"), names=True) == _key(one, names=True)
+    other_image = _review("t-aaaaa", "u1", "2026-11-23T10:00:00Z", image="cuda:11.8")
+    assert _key(other_image, names=False) != _key(one, names=False)
+    assert _key({"request": {"object": []}}, names=True) is None

@@ -15,7 +15,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.exposition import generate_latest
 
 from webhook.admission.body import HANDLER_ARGS, MAX_BODY_BYTES, plain, read_body
-from webhook.admission.decisions import CachedAnswer, DecisionCache, split_uid
+from webhook.admission.decisions import CachedAnswer, DecisionCache, normalized_key, split_uid
 from webhook.admission.jsoncodec import JsonCodec, json_codec, std_dumps
 from webhook.admission.metrics import Metrics
 from webhook.admission.reviews import (
@@ -180,20 +180,17 @@ def _make_review_handler(
         snapshots = _snapshots(state)
         cache = state.decisions
         split = None
-        # Only objects named by the API server repeat byte for byte: the pods a ReplicaSet,
-        # Job or DaemonSet creates (`generateName`). Others pay one byte search, nothing more.
-        if cache is not None and _GENERATED in body:
+        # Only objects named by the API server repeat: the pods a ReplicaSet, Job or DaemonSet
+        # creates (`generateName`). Others pay one byte search, nothing more.
+        cached = cache is not None and _GENERATED in body
+        if cache is not None and cached:
             cache.check_generation(snapshots)
             split = split_uid(body)
             if split is not None:
                 hit = cache.get(endpoint, split[0])
                 if hit is not None:
+                    cache.count(True)
                     return _cached(state, endpoint, hit, split[1], start)
-                if endpoint == "validate":
-                    # A replica's validating call: its name was generated after /mutate.
-                    other = cache.get_any_name(endpoint, split[0])
-                    if other is not None:
-                        return _cached(state, endpoint, other[0], split[1], start, other[1])
         try:
             data = state.codec.loads(body)
         except (ValueError, RecursionError) as exc:
@@ -205,6 +202,15 @@ def _make_review_handler(
         except ReviewDecodeError as exc:
             state.metrics.rejected.labels(endpoint, "400").inc()
             return plain(400, f"request body is not an AdmissionReview: {exc}")
+        keys: list[bytes] = []
+        if cache is not None and cached:
+            keys = _normalized_keys(state, endpoint, req, data)
+            for key in keys:
+                hit = cache.get(endpoint, key)
+                if hit is not None:
+                    cache.count(True)
+                    return _cached(state, endpoint, hit, req.uid.encode(), start, req.name)
+            cache.count(False)
         outcome = await _decide(state, endpoint, req, snapshots)
         try:
             payload = state.codec.dumps(outcome.response)
@@ -238,29 +244,21 @@ def _make_review_handler(
             "mutations": outcome.mutations,
             "warnings": outcome.warnings,
         }
-        if (
-            cache is not None
-            and split is not None
-            and outcome.cacheable
-            # The uid the cache split off is the one the review was decoded with.
-            and split[1] == req.uid.encode()
-        ):
+        if cache is not None and outcome.cacheable:
             what: dict[str, Any] = {
                 "result": outcome.result,
                 "labels": labels,
                 "mutation_kinds": outcome.mutation_kinds,
                 "fields": tuple(fields.items()),
             }
-            cache.put(endpoint, split[0], split[1], payload, **what)
-            if (
-                endpoint == "validate"
-                and outcome.result == "allowed"
-                and "status" not in outcome.response["response"]
-                and not outcome.warnings
-                and req.name
-                and _metadata_name(req.object) == req.name
-            ):
-                cache.put_any_name(endpoint, split[0], split[1], payload, req.name, **what)
+            uid = req.uid.encode()
+            # The byte key only if the uid it split off is the one the review was decoded with.
+            if split is not None and split[1] == uid:
+                cache.put(endpoint, split[0], uid, payload, **what)
+            # The name-blind key (the last one) only for an answer that names nothing.
+            plain_allowed = outcome.result == "allowed" and not outcome.warnings
+            for key in keys if plain_allowed else keys[:1]:
+                cache.put(endpoint, key, uid, payload, **what)
         _done(state, endpoint, labels, outcome.mutation_kinds, fields, req.uid, start)
         return web.Response(body=payload, content_type="application/json")
 
@@ -270,9 +268,18 @@ def _make_review_handler(
 _GENERATED = b'"generateName":"'
 
 
-def _metadata_name(obj: Any) -> Any:
-    meta = obj.get("metadata") if isinstance(obj, dict) else None
-    return meta.get("name") if isinstance(meta, dict) else None
+def _normalized_keys(
+    state: WebhookState, endpoint: str, req: AdmissionRequest, data: Any
+) -> list[bytes]:
+    """A Pod review's keys without what the API server sets per pod (admission/decisions.py):
+    with its names, then (/validate) without them."""
+    if req.kind != "Pod" or req.group or not isinstance(req.uid, str):
+        return []
+    dumps = state.codec.dumps
+    keys = [normalized_key(data, endpoint, dumps, names=True)]
+    if endpoint == "validate":
+        keys.append(normalized_key(data, endpoint, dumps, names=False))
+    return [key for key in keys if key is not None]
 
 
 def _cached(
@@ -281,14 +288,14 @@ def _cached(
     hit: CachedAnswer,
     uid: bytes,
     start: float,
-    name: bytes | None = None,
+    name: str | None = None,
 ) -> web.Response:
     """The answer to a body seen before but for its uid (and `name`), with this uid; logged
     and counted as the full path would."""
     payload = hit.response(uid)
     fields = dict(hit.fields)
     if name is not None:
-        fields["name"] = name.decode()
+        fields["name"] = name
     _done(state, endpoint, hit.labels, hit.mutation_kinds, fields, uid.decode(), start)
     return web.Response(body=payload, content_type="application/json")
 

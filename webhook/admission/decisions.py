@@ -23,15 +23,17 @@ What keeps it exact:
 - answers that depended on a registry lookup (whose cache ages) or on an internal error are
   never stored; the size is bounded (least recently used answers go first).
 
-The validating call of a replica differs in its name too (generated in between). A plain
-"allowed" answer (no message, no warning) does not depend on the name: the evaluation reads a
-pod's name only to write it into messages. So such answers are also kept under a second key,
-the body with its name blanked: the exact JSON string token `"<name>"` replaced by a NUL byte
-(which valid JSON never holds) wherever it occurs. It is stored only when that token occurs
-exactly twice, as `request.name` and as `object.metadata.name`; a body matches only if its own
-name token (the first `"name":"` after the uid, request.name in the API server's order), blanked
-everywhere, gives the same bytes, i.e. it is the stored body with another name in those two
-places and nowhere else.
+Against a real API server two replicas' bodies differ in more than the uid, in fields the
+evaluation never reads: `managedFields` carry the time of the request (the field manager runs
+before admission), and by the validating call the API server has set the pod's name, `uid` and
+`creationTimestamp` (rest.BeforeCreate: GenerateName, then FillObjectMetaSystemFields, then the
+createValidation func). So a Pod review that misses the byte key is parsed (as it would be
+anyway) and looked up again under a normalized key: the request without its uid, the object
+without metadata.uid, creationTimestamp and managedFields. For /validate a plain "allowed"
+answer (no message, no warning: nothing that could name the pod) is also kept under a key
+without the names (request.name, metadata.name). Only these fields are left out, and only for
+Pods: the evaluation reads a pod's name only to write it into messages, and none of the others
+(tests/integration/test_decision_cache.py checks cached answers against the full path).
 """
 
 from __future__ import annotations
@@ -42,10 +44,8 @@ from typing import Any, NamedTuple
 
 _MARKER = b'"request":{"uid":"'
 _PLAIN_UID = re.compile(rb"[A-Za-z0-9._:-]{1,128}")
-_NAME = b'"name":"'
-# A Kubernetes object name (DNS subdomain characters): no escapes inside its JSON token.
-_PLAIN_NAME = re.compile(rb"[a-z0-9.-]{1,253}")
-_BLANK = b"\x00"
+# Set per pod by the API server and never read by the evaluation (module docstring).
+_VOLATILE_METADATA = frozenset({"uid", "creationTimestamp", "managedFields"})
 # Per-entry bookkeeping on top of the key and response bytes (tuple, dict slots, fields).
 _ENTRY_OVERHEAD = 600
 
@@ -83,18 +83,23 @@ def split_uid(body: bytes) -> tuple[bytes, bytes] | None:
     return body[:start] + body[end:], uid
 
 
-def blank_name(key: bytes) -> tuple[bytes, bytes] | None:
-    """(key with its name token blanked, name) for a key from split_uid, or None."""
-    at = key.find(_NAME, key.find(_MARKER))
-    if at < 0:
+def normalized_key(data: Any, endpoint: str, dumps: Any, *, names: bool) -> bytes | None:
+    """The key of a decoded Pod review without the fields the API server sets per pod (and
+    without its names unless `names`); None when the body is not shaped like one."""
+    request = data.get("request")
+    obj = request.get("object") if isinstance(request, dict) else None
+    if not isinstance(obj, dict):
         return None
-    start = at + len(_NAME)
-    end = key.find(b'"', start)
-    name = key[start:end]
-    if end < 0 or _PLAIN_NAME.fullmatch(name) is None:
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
         return None
-    token = b'"' + name + b'"'
-    return key.replace(token, _BLANK), name
+    kept_meta = {
+        k: v for k, v in meta.items() if k not in _VOLATILE_METADATA and (names or k != "name")
+    }
+    kept = {k: v for k, v in request.items() if k != "uid" and (names or k != "name")}
+    kept["object"] = {**obj, "metadata": kept_meta}
+    key: bytes = dumps([endpoint, names, data.get("apiVersion"), data.get("kind"), kept])
+    return key
 
 
 class DecisionCache:
@@ -128,37 +133,16 @@ class DecisionCache:
     def get(self, endpoint: str, key: bytes) -> CachedAnswer | None:
         found = self._entries.get((endpoint, key))
         if found is None:
-            self.misses += 1
             return None
         self._entries.move_to_end((endpoint, key))
-        self.hits += 1
         return found[0]
 
-    def get_any_name(self, endpoint: str, key: bytes) -> tuple[CachedAnswer, bytes] | None:
-        """A plain allowed answer to this body under another name, and this body's name."""
-        blanked = blank_name(key)
-        if blanked is None:
-            return None
-        found = self._entries.get(("*" + endpoint, blanked[0]))
-        if found is None:
-            return None
-        self._entries.move_to_end(("*" + endpoint, blanked[0]))
-        self.misses -= 1  # counted by get() before this second look
-        self.hits += 1
-        return found[0], blanked[1]
-
-    def put_any_name(
-        self, endpoint: str, key: bytes, uid: bytes, payload: bytes, name: str, **what: Any
-    ) -> None:
-        """Also keep a plain allowed answer under the name-blind key, if the name occurs only
-        as request.name and object.metadata.name (`name`, checked by the caller on the decoded
-        review: both are this name)."""
-        blanked = blank_name(key)
-        if blanked is None or blanked[1] != name.encode():
-            return
-        if key.count(b'"' + blanked[1] + b'"') != 2:
-            return
-        self.put("*" + endpoint, blanked[0], uid, payload, **what)
+    def count(self, hit: bool) -> None:
+        """One review looked up (under one key or more): a hit or a miss."""
+        if hit:
+            self.hits += 1
+        else:
+            self.misses += 1
 
     def put(
         self,
