@@ -20,7 +20,8 @@ def print_wrk(wrk: dict[str, Any]) -> None:
     print(f"wrk, 1 thread, {wrk['connections']} connections, {wrk['seconds']:g} s per run")
     print(
         f"{'stack':<6} {'mix':<9} {'server':<9} {'reviews/s':>9} {'p50 ms':>7} {'p99 ms':>7} "
-        f"{'vs no-op':>8} {'vs prev':>7} {'server CPU':>10} {'wrk CPU':>7} {'non-2xx':>7}"
+        f"{'vs no-op':>8} {'vs prev':>7} {'server CPU':>10} {'wrk CPU':>7} {'kinstr':>6} "
+        f"{'non-2xx':>7}"
     )
     for run in wrk["runs"]:
         previous = f"{run['vs_previous']:.2f}" if "vs_previous" in run else "-"
@@ -28,7 +29,7 @@ def print_wrk(wrk: dict[str, Any]) -> None:
             f"{run['stack']:<6} {run['mix']:<9} {run['server']:<9} {run['rps']:>9.0f} "
             f"{run['p50_ms']:>7.2f} {run['p99_ms']:>7.2f} {run['vs_noop']:>8.2f} {previous:>7} "
             f"{run['server_cpu']:>10.2f} {run['wrk_cpu']:>7.2f} "
-            f"{run['non_2xx'] + run['socket_errors']:>7}"
+            f"{run['kinstructions_per_review']:>6} {run['non_2xx'] + run['socket_errors']:>7}"
         )
     print()
 

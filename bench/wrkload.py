@@ -19,6 +19,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import subprocess
 import time
 from dataclasses import dataclass
@@ -80,6 +81,7 @@ class WrkResult:
     socket_errors: int
     wrk_cpu: float  # cores the load generator used during the run
     server_cpu: float  # cores the server process used during the run
+    kinstructions_per_review: int  # user-space instructions / 1000 (0: perf not available)
 
     def as_dict(self) -> dict[str, float | int]:
         return dict(self.__dict__)
@@ -132,6 +134,17 @@ def run_wrk(
     if cpus:
         argv = ["taskset", "-c", ",".join(str(cpu) for cpu in sorted(cpus)), *argv]
     server_before = _cpu_seconds(server_pid)
+    # Instructions the server ran in user space (perf, from Debian's linux-perf, where the
+    # machine exposes counters): repeatable where the wall-clock rate swings with the machine.
+    counter = None
+    perf_out = templates / "perf.csv"
+    if shutil.which("perf"):
+        perf = ["perf", "stat", "-x,", "-e", "instructions:u", "-o", str(perf_out)]
+        counter = subprocess.Popen(
+            [*perf, "-p", str(server_pid)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
     began = time.monotonic()
     process = subprocess.Popen(
         argv,
@@ -145,6 +158,12 @@ def run_wrk(
     process.returncode = os.waitstatus_to_exitcode(status)
     wall = time.monotonic() - began
     server_cpu = (_cpu_seconds(server_pid) - server_before) / wall
+    instructions = 0
+    if counter is not None:
+        counter.send_signal(signal.SIGINT)
+        counter.wait(timeout=30)
+        found = re.search(r"^(\d+),[^,]*,instructions", perf_out.read_text(), re.M)
+        instructions = int(found.group(1)) if found else 0
     if process.returncode != 0:
         raise RuntimeError(f"wrk failed ({process.returncode}): {err or out}")
     total = re.search(r"(\d+) requests in ([0-9.]+)(ms|s|m)", out)
@@ -165,4 +184,5 @@ def run_wrk(
         socket_errors=sum(int(g) for g in errors.groups()) if errors else 0,
         wrk_cpu=round((usage.ru_utime + usage.ru_stime) / wall, 3),
         server_cpu=round(server_cpu, 3),
+        kinstructions_per_review=round(instructions / int(total.group(1)) / 1000),
     )
