@@ -255,10 +255,10 @@ def _make_review_handler(
             # The byte key only if the uid it split off is the one the review was decoded with.
             if split is not None and split[1] == uid:
                 cache.put(endpoint, split[0], uid, payload, **what)
-            # The name-blind key (the last one) only for an answer that names nothing.
+            # The name-blind key of /validate only for an answer that names nothing.
             plain_allowed = outcome.result == "allowed" and not outcome.warnings
-            for key in keys if plain_allowed else keys[:1]:
-                cache.put(endpoint, key, uid, payload, **what)
+            if keys and (endpoint == "mutate" or plain_allowed):
+                cache.put(endpoint, keys[0], uid, payload, **what)
         _done(state, endpoint, labels, outcome.mutation_kinds, fields, req.uid, start)
         return web.Response(body=payload, content_type="application/json")
 
@@ -271,15 +271,14 @@ _GENERATED = b'"generateName":"'
 def _normalized_keys(
     state: WebhookState, endpoint: str, req: AdmissionRequest, data: Any
 ) -> list[bytes]:
-    """A Pod review's keys without what the API server sets per pod (admission/decisions.py):
-    with its names, then (/validate) without them."""
+    """A Pod review's key without what the API server sets per pod (admission/decisions.py)."""
     if req.kind != "Pod" or req.group or not isinstance(req.uid, str):
         return []
-    dumps = state.codec.dumps
-    keys = [normalized_key(data, endpoint, dumps, names=True)]
-    if endpoint == "validate":
-        keys.append(normalized_key(data, endpoint, dumps, names=False))
-    return [key for key in keys if key is not None]
+    # One key each, one encoding each: /mutate with the names (its notes name the pod),
+    # /validate without (only plain allowed answers are kept: a denial names its pod, and a
+    # replica's validating call always carries a new name).
+    key = normalized_key(data, endpoint, state.codec.dumps, names=endpoint == "mutate")
+    return [] if key is None else [key]
 
 
 def _cached(

@@ -29,11 +29,12 @@ before admission), and by the validating call the API server has set the pod's n
 `creationTimestamp` (rest.BeforeCreate: GenerateName, then FillObjectMetaSystemFields, then the
 createValidation func). So a Pod review that misses the byte key is parsed (as it would be
 anyway) and looked up again under a normalized key: the request without its uid, the object
-without metadata.uid, creationTimestamp and managedFields. For /validate a plain "allowed"
-answer (no message, no warning: nothing that could name the pod) is also kept under a key
-without the names (request.name, metadata.name). Only these fields are left out, and only for
-Pods: the evaluation reads a pod's name only to write it into messages, and none of the others
-(tests/integration/test_decision_cache.py checks cached answers against the full path).
+without metadata.uid, creationTimestamp and managedFields. For /validate the key also leaves
+out the names (request.name, metadata.name), and only plain "allowed" answers (no message, no
+warning: nothing that could name the pod) are kept under it. Only these fields are left out,
+and only for Pods: the evaluation reads a pod's name only to write it into messages, and none
+of the others (tests/integration/test_decision_cache.py checks cached answers against the
+full path).
 """
 
 from __future__ import annotations
