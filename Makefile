@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint typecheck unit demo serve bench clean
+.PHONY: install test lint typecheck unit demo serve bench bench-deps clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,12 @@ demo: $(STAMP)
 HOST ?= 127.0.0.1
 serve: $(STAMP)
 	$(BIN)/gpu-webhook serve --self-signed --policies configmaps/ --host $(HOST)
+
+# The server benchmark's load generator (wrk, with LuaJIT) and instruction counter (perf), and
+# the profiler; Debian packages need root.
+bench-deps: $(STAMP)
+	apt-get install -y wrk linux-perf
+	$(BIN)/pip install --quiet -e '.[bench]'
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_eval.py
