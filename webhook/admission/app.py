@@ -244,7 +244,7 @@ def _make_review_handler(
             "mutations": outcome.mutations,
             "warnings": outcome.warnings,
         }
-        if cache is not None and outcome.cacheable:
+        if cache is not None and outcome.cacheable and (split is not None or keys):
             what: dict[str, Any] = {
                 "result": outcome.result,
                 "labels": labels,
@@ -314,7 +314,10 @@ def _done(
         state.metrics.mutated(kind)
     state.metrics.review_done(endpoint, *labels, elapsed)
     if review_log.isEnabledFor(logging.INFO):
-        line = {**fields, "uid": uid, "durationMs": round(elapsed * 1000, 3)}
+        # `fields` is this review's own dict (a copy for a cached answer): completed in place.
+        line = fields
+        line["uid"] = uid
+        line["durationMs"] = round(elapsed * 1000, 3)
         if state.review_sink is None:
             review_log.info("review", extra={"fields": line})
         else:
