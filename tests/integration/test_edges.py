@@ -284,6 +284,12 @@ def test_self_signed_without_cert_dir_removes_its_ca_at_exit(
             "-1",
             "argument --drain-seconds: not a drain delay in seconds: -1 is out of range: use 0-300",
         ),
+        (
+            "--decision-cache-mib",
+            "5000",
+            "argument --decision-cache-mib: not a cache size in MiB (0: off): 5000 is out of "
+            "range: use 0-4096",
+        ),
     ],
 )
 def test_out_of_range_ports_are_refused_with_exit_2(

@@ -182,8 +182,9 @@ def _make_review_handler(
         split = None
         # Only objects named by the API server repeat: the pods a ReplicaSet, Job or DaemonSet
         # creates (`generateName`). Others pay one byte search, nothing more.
-        cached = cache is not None and _GENERATED in body
-        if cache is not None and cached:
+        if cache is not None and _GENERATED not in body:
+            cache = None
+        if cache is not None:
             cache.check_generation(snapshots)
             split = split_uid(body)
             if split is not None:
@@ -202,15 +203,13 @@ def _make_review_handler(
         except ReviewDecodeError as exc:
             state.metrics.rejected.labels(endpoint, "400").inc()
             return plain(400, f"request body is not an AdmissionReview: {exc}")
-        keys: list[bytes] = []
-        if cache is not None and cached:
-            keys = _normalized_keys(state, endpoint, req, data)
-            for key in keys:
-                hit = cache.get(endpoint, key)
-                if hit is not None:
-                    cache.count(True)
-                    return _cached(state, endpoint, hit, req.uid.encode(), start, req.name)
-            cache.count(False)
+        normal = None
+        if cache is not None:
+            normal = _normalized_key(state, endpoint, req, data)
+            hit = cache.get(endpoint, normal) if normal is not None else None
+            cache.count(hit is not None)
+            if hit is not None:
+                return _cached(state, endpoint, hit, req.uid.encode(), start, req.name)
         outcome = await _decide(state, endpoint, req, snapshots)
         try:
             payload = state.codec.dumps(outcome.response)
@@ -244,7 +243,7 @@ def _make_review_handler(
             "mutations": outcome.mutations,
             "warnings": outcome.warnings,
         }
-        if cache is not None and outcome.cacheable and (split is not None or keys):
+        if cache is not None and outcome.cacheable:
             what: dict[str, Any] = {
                 "result": outcome.result,
                 "labels": labels,
@@ -257,8 +256,8 @@ def _make_review_handler(
                 cache.put(endpoint, split[0], uid, payload, **what)
             # The name-blind key of /validate only for an answer that names nothing.
             plain_allowed = outcome.result == "allowed" and not outcome.warnings
-            if keys and (endpoint == "mutate" or plain_allowed):
-                cache.put(endpoint, keys[0], uid, payload, **what)
+            if normal is not None and (endpoint == "mutate" or plain_allowed):
+                cache.put(endpoint, normal, uid, payload, **what)
         _done(state, endpoint, labels, outcome.mutation_kinds, fields, req.uid, start)
         return web.Response(body=payload, content_type="application/json")
 
@@ -268,17 +267,16 @@ def _make_review_handler(
 _GENERATED = b'"generateName":"'
 
 
-def _normalized_keys(
+def _normalized_key(
     state: WebhookState, endpoint: str, req: AdmissionRequest, data: Any
-) -> list[bytes]:
+) -> bytes | None:
     """A Pod review's key without what the API server sets per pod (admission/decisions.py)."""
-    if req.kind != "Pod" or req.group or not isinstance(req.uid, str):
-        return []
+    if req.kind != "Pod" or req.group:
+        return None
     # One key each, one encoding each: /mutate with the names (its notes name the pod),
     # /validate without (only plain allowed answers are kept: a denial names its pod, and a
     # replica's validating call always carries a new name).
-    key = normalized_key(data, endpoint, state.codec.dumps, names=endpoint == "mutate")
-    return [] if key is None else [key]
+    return normalized_key(data, endpoint, state.codec.dumps, names=endpoint == "mutate")
 
 
 def _cached(

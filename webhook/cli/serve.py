@@ -73,9 +73,9 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         type=_cache_mib,
         default=16.0,
         metavar="MIB",
-        help="memory for answers to reviews that differ only in their uid (the pods of one "
-        "ReplicaSet or Job), emptied on any policy, config, node or claim change; 0 turns it "
-        "off (default: %(default)s)",
+        help="memory for answers to the pods one controller creates (generateName: reviews "
+        "that differ only in what the API server sets per pod), emptied on any policy, config, "
+        "node or claim change; 0 turns it off (default: %(default)s)",
     )
     parser.add_argument("--tls-cert", metavar="FILE", help="serving certificate (PEM), reloaded")
     parser.add_argument("--tls-key", metavar="FILE", help="serving key (PEM), reloaded")
@@ -169,12 +169,9 @@ def _port_or_off(text: str) -> int:
 
 def _cache_mib(text: str) -> float:
     try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of MiB") from None
-    if not 0 <= value <= 4096:
-        raise argparse.ArgumentTypeError(f"{text} MiB is out of range: use 0 (off) to 4096")
-    return value
+        return _number_in(text, float, 0, 4096)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a cache size in MiB (0: off): {exc}") from None
 
 
 def _ready_timeout(text: str) -> float:
