@@ -16,7 +16,6 @@ def _put(cache: DecisionCache, key: bytes, uid: bytes, payload: bytes) -> None:
         key,
         uid,
         payload,
-        result="allowed",
         labels=("Pod", "CREATE", "allowed"),
         mutation_kinds=(),
         fields=(),

@@ -245,7 +245,6 @@ def _make_review_handler(
         }
         if cache is not None and outcome.cacheable:
             what: dict[str, Any] = {
-                "result": outcome.result,
                 "labels": labels,
                 "mutation_kinds": outcome.mutation_kinds,
                 "fields": tuple(fields.items()),

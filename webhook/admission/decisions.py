@@ -60,7 +60,6 @@ class CachedAnswer(NamedTuple):
 
     head: bytes
     tail: bytes
-    result: str
     labels: tuple[str, str, str]  # kind, operation (metric labels) and the result
     mutation_kinds: tuple[str, ...]
     fields: tuple[tuple[str, Any], ...]  # the review log line without uid and duration
@@ -152,7 +151,6 @@ class DecisionCache:
         uid: bytes,
         payload: bytes,
         *,
-        result: str,
         labels: tuple[str, str, str],
         mutation_kinds: tuple[str, ...],
         fields: tuple[tuple[str, Any], ...],
@@ -163,7 +161,7 @@ class DecisionCache:
             return
         at = payload.index(needle) + len(b'"uid":"')
         answer = CachedAnswer(
-            payload[:at], payload[at + len(uid) :], result, labels, mutation_kinds, fields
+            payload[:at], payload[at + len(uid) :], labels, mutation_kinds, fields
         )
         cost = len(key) + len(payload) + _ENTRY_OVERHEAD
         if cost > self.max_bytes:
