@@ -7,6 +7,8 @@ from typing import Any
 
 import jsonpatch
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from webhook.core.errors import ObjectShapeError
 from webhook.core.patches import Draft, diff, escape
@@ -127,3 +129,38 @@ def test_draft_refuses_to_write_into_a_scalar() -> None:
     draft = Draft({"spec": {"affinity": "none"}})
     with pytest.raises(ObjectShapeError, match="expected an object or a list, found str"):
         draft.writable(("spec", "affinity", "nodeAffinity"))
+
+
+# Random drafts: an object, then writes as the rules make them (set a key below a path that may
+# be missing, null or present; append to a list that may be missing): the patch built from the
+# writes gives the draft, as the full diff does.
+_leaf = st.one_of(st.integers(0, 3), st.text("ab", max_size=2), st.none())
+_tree = st.recursive(
+    _leaf,
+    lambda inner: st.one_of(
+        st.dictionaries(st.sampled_from(["a", "b", "c/d", "e~f"]), inner, max_size=3),
+        st.lists(inner, max_size=3),
+    ),
+    max_leaves=12,
+)
+_key = st.sampled_from(["a", "b", "c/d", "e~f"])
+_write = st.tuples(st.sampled_from(["set", "extend"]), st.lists(_key, max_size=3), _key, _tree)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(_key, _tree, max_size=4), st.lists(_write, min_size=1, max_size=4))
+def test_patch_from_writes_gives_the_draft(original: dict[str, Any], writes: list[Any]) -> None:
+    before = copy.deepcopy(original)
+    draft = Draft(original)
+    for how, path, key, value in writes:
+        try:
+            if how == "set":
+                draft.set(tuple(path), key, value)
+            else:
+                draft.extend(tuple(path), key, [value])
+        except ObjectShapeError:
+            return  # a path through a list or scalar: refused before anything is written
+    assert original == before  # never modified in place
+    ops = draft.ops()
+    assert jsonpatch.apply_patch(copy.deepcopy(original), ops) == draft.root
+    assert jsonpatch.apply_patch(copy.deepcopy(original), diff(original, draft.root)) == draft.root

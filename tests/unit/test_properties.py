@@ -15,6 +15,7 @@ from webhook.core.config import WebhookConfig, load_config
 from webhook.core.errors import WebhookError
 from webhook.core.evaluate import evaluate
 from webhook.core.inventory import NodeInventory
+from webhook.core.patches import diff
 
 # Bounded so the file runs in a few seconds; no deadline (CI machines vary in speed).
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -198,6 +199,10 @@ def test_patch_gives_mutated_and_evaluation_is_idempotent(
     assert decision.patch != []
     patched = jsonpatch.apply_patch(obj, decision.patch)
     assert patched == decision.mutated
+    # The patch is built from the places the draft wrote (Draft.ops): the same object as the
+    # full walk of both (diff) once applied.
+    assert decision.draft is not None
+    assert jsonpatch.apply_patch(obj, diff(obj, decision.mutated)) == patched
     again = evaluate(patched, POLICIES, config, inventory=inventory)
     assert again.patch == []
     assert again.notes == ()

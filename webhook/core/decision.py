@@ -59,6 +59,9 @@ class Decision:
     unresolved_images: tuple[ImageQuery, ...] = ()
     original: Mapping[str, Any] | None = field(default=None, repr=False)
     mutated: Mapping[str, Any] | None = field(default=None, repr=False)
+    # The draft that made `mutated`, when there is one: its patch is built from the places it
+    # wrote (Draft.ops), not by walking both objects.
+    draft: Draft | None = field(default=None, repr=False, compare=False)
 
     @property
     def allowed(self) -> bool:
@@ -68,6 +71,8 @@ class Decision:
     def patch(self) -> list[dict[str, Any]]:
         if self.mutated is None or self.original is None:
             return []
+        if self.draft is not None and self.draft.root is self.mutated:
+            return self.draft.ops()
         return diff(self.original, self.mutated)
 
     def denial_message(self) -> str:

@@ -136,9 +136,9 @@ def _resources(
     derived: frozenset[tuple[str, str]] = frozenset()
     if changes:
         limits, requests = dict(lists.limits), dict(lists.requests)
+        resources = (*state.container_path(c), "resources")
         for change in changes:
-            target = state.draft.writable((*state.container_path(c), "resources", change.field))
-            target[change.key] = change.value
+            state.draft.set((*resources, change.field), change.key, change.value)
             (limits if change.field == "limits" else requests)[change.key] = change.value
             value = format_quantity(change.value)
             if change.kind == "resource-default":
@@ -160,15 +160,14 @@ def _env(state: PodState, c: ContainerRef, keys: set[str], config: WebhookConfig
     state.warnings += [after(f"{where}: ", w) for w in warnings]
     if not additions:
         return
-    container = state.draft.writable(state.container_path(c))
-    env = container.get("env")
+    env = c.container.get("env")
     if env is not None and not isinstance(env, list):
         raise ObjectShapeError(f"{state.ref} {where}: env must be a list")
-    new_env = list(env or [])
+    state.draft.extend(
+        state.container_path(c), "env", [{"name": a.name, "value": a.value} for a in additions]
+    )
     for add in additions:
-        new_env.append({"name": add.name, "value": add.value})
         state.note("env-fix", f"set {add.name}={add.value} in {where} ({add.rule} fix)")
-    container["env"] = new_env
 
 
 def _note_prefixes(role: str) -> tuple[str, ...]:
@@ -298,6 +297,7 @@ def _evaluate_pod(
         mutation_kinds=tuple(kinds) if mutated is not None else (),
         original=obj,
         mutated=mutated,
+        draft=draft if mutated is not None else None,
         unresolved_images=unresolved_images,
     )
 

@@ -101,17 +101,16 @@ def inject(state: PodState, config: WebhookConfig, plan: Plan) -> None:
     merged = merge_terms(existing, injected)
     if merged == existing:
         return  # only empty user terms: they stay empty, and the pod can run nowhere anyway
-    node_affinity = state.draft.writable((*state.pod.spec_path, "affinity", "nodeAffinity"))
+    path = (*state.pod.spec_path, "affinity", "nodeAffinity")
+    node_affinity = state.draft.writable(path)
     required = node_affinity.get(_REQUIRED)
     # A new NodeSelector (its other fields kept): nothing of the user's object is changed.
-    node_affinity[_REQUIRED] = {
-        **(required if isinstance(required, Mapping) else {}),
-        "nodeSelectorTerms": merged,
-    }
+    selector = {**(required if isinstance(required, Mapping) else {}), "nodeSelectorTerms": merged}
+    state.draft.set(path, _REQUIRED, selector)
     current = node_affinity.get(_PREFERRED)
     if with_cuda and plan.preferred and (current is None or isinstance(current, list)):
         # (A malformed preferred list is the user's to fix; the API server rejects it anyway.)
-        node_affinity[_PREFERRED] = merge_preferred(current, plan.preferred)
+        state.draft.set(path, _PREFERRED, merge_preferred(current, plan.preferred))
     if with_cuda:
         state.note("cuda-affinity", plan.cuda_note)
     if with_compute:

@@ -27,6 +27,9 @@ class Draft:
         self.original = original
         self.root: Any = original
         self._owned: set[int] = set()
+        # Every place written, as a path from the root, in order: the patch is built from
+        # these (ops()), without walking the object for differences.
+        self.writes: list[tuple[str | int, ...]] = []
 
     @property
     def changed(self) -> bool:
@@ -69,6 +72,67 @@ class Draft:
                 child = node[part] = self._own(child)
             node = child
         return node
+
+    def _object_at(self, path: tuple[str | int, ...]) -> dict[str, Any]:
+        node = self.writable(path)
+        if not isinstance(node, dict):
+            raise ObjectShapeError(
+                f"cannot write into {'/'.join(str(p) for p in path)}: found {type(node).__name__}"
+            )
+        return node
+
+    def set(self, path: tuple[str | int, ...], key: str, value: Any) -> None:
+        """`value` at path/key (parents copied or created as writable() does)."""
+        self._object_at(path)[key] = value
+        self.writes.append((*path, key))
+
+    def extend(self, path: tuple[str | int, ...], key: str, items: list[Any]) -> None:
+        """Append `items` to the list at path/key (created when absent)."""
+        node = self._object_at(path)
+        current = node.get(key)
+        if current is not None and not isinstance(current, list):
+            raise ObjectShapeError(f"{'/'.join(str(p) for p in (*path, key))} must be a list")
+        start = len(current) if current else 0
+        new = [*(current or ()), *items]
+        self._owned.add(id(new))
+        node[key] = new
+        self.writes += [(*path, key, start + i) for i in range(len(items))]
+
+    def ops(self) -> list[dict[str, Any]]:
+        """The JSONPatch from the original to the draft, from the places written: for each,
+        `add` at the first step the original lacks (the whole new subtree), or `replace`
+        where it has a value; nothing twice, nothing below an `add` already made. Equal, once
+        applied, to diff(original, root) (tests/unit/test_patches.py checks it on random
+        drafts, tests/unit/test_properties.py on evaluations)."""
+        ops: list[dict[str, Any]] = []
+        made: set[str] = set()
+        for path in self.writes:
+            before: Any = self.original
+            after: Any = self.root
+            pointer = ""
+            op = "replace"
+            for part in path:
+                if is_mapping(before):
+                    if not isinstance(part, str):
+                        break
+                    present = part in before
+                elif isinstance(before, list) and isinstance(part, int):
+                    present = part < len(before)
+                else:
+                    break  # a null (or scalar) where the draft put an object: replaced whole
+                pointer = f"{pointer}/{escape(part) if isinstance(part, str) else part}"
+                after = after[part]
+                if pointer in made:
+                    break
+                if not present:
+                    op = "add"
+                    break
+                before = before[part]
+            if pointer in made:
+                continue
+            made.add(pointer)
+            ops.append({"op": op, "path": pointer, "value": after})
+        return ops
 
 
 _ABSENT: Any = object()
