@@ -42,9 +42,10 @@ class Violation:
     description: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass
 class Decision:
-    """What the webhook concludes about one object."""
+    """What the webhook concludes about one object. Not changed once made; not frozen, as one
+    is built per review and a frozen dataclass's __init__ costs several times more."""
 
     handled: bool = True
     object_ref: str = ""

@@ -111,6 +111,7 @@ class Draft:
             after: Any = self.root
             pointer = ""
             op = "replace"
+            gone = False
             for part in path:
                 if is_mapping(before):
                     if not isinstance(part, str):
@@ -121,14 +122,19 @@ class Draft:
                 else:
                     break  # a null (or scalar) where the draft put an object: replaced whole
                 pointer = f"{pointer}/{escape(part) if isinstance(part, str) else part}"
-                after = after[part]
+                try:
+                    after = after[part]
+                except (KeyError, IndexError, TypeError):
+                    # A later write replaced a parent of this place: its op holds the value.
+                    gone = True
+                    break
                 if pointer in made:
                     break
                 if not present:
                     op = "add"
                     break
                 before = before[part]
-            if pointer in made:
+            if gone or pointer in made:
                 continue
             made.add(pointer)
             ops.append({"op": op, "path": pointer, "value": after})

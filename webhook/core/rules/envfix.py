@@ -58,6 +58,9 @@ def env_fixes(
     container: Mapping[str, Any], used: set[str], rules: Iterable[EnvFixRule]
 ) -> tuple[list[EnvAddition], list[Message]]:
     """(variables to add, warnings about user values that conflict with a fix)."""
+    matching = [rule for rule in rules if rule_matches(rule, container, used)]
+    if not matching:  # most GPU containers: no fix applies, the env is not read
+        return [], []
     env = container.get("env")
     existing: dict[str, Any] = {}
     if isinstance(env, list):
@@ -72,9 +75,7 @@ def env_fixes(
     env_from = bool(container.get("envFrom"))
     additions: list[EnvAddition] = []
     warnings: list[Message] = []
-    for rule in rules:
-        if not rule_matches(rule, container, used):
-            continue
+    for rule in matching:
         for name, value in rule.env.items():
             if name not in existing:
                 if any(a.name == name for a in additions):
