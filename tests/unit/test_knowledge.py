@@ -65,6 +65,16 @@ def test_the_knowledge_is_loaded_once_and_shared_by_every_config() -> None:
             V(13, 0),
             "shipped knowledge: NGC Triton 25.08, NVIDIA release notes",
         ),
+        (
+            "nvcr.io/nvidia/tritonserver:24.12-py3",
+            V(12, 6),
+            "shipped knowledge: NGC Triton 24.12, NVIDIA release notes",
+        ),
+        (
+            "nvcr.io/nvidia/tritonserver:20.09-py3",
+            V(11, 0),
+            "shipped knowledge: NGC Triton 20.09, NVIDIA release notes",
+        ),
         # the TensorRT-LLM and vLLM containers have their own CUDA (24.05: 12.3, not 12.4)
         (
             "nvcr.io/nvidia/tritonserver:25.01-trtllm-python-py3",
