@@ -65,6 +65,16 @@ def test_the_knowledge_is_loaded_once_and_shared_by_every_config() -> None:
             V(13, 0),
             "shipped knowledge: NGC Triton 25.08, NVIDIA release notes",
         ),
+        (
+            "nvcr.io/nvidia/tritonserver:24.12-py3",
+            V(12, 6),
+            "shipped knowledge: NGC Triton 24.12, NVIDIA release notes",
+        ),
+        (
+            "nvcr.io/nvidia/tritonserver:20.09-py3",
+            V(11, 0),
+            "shipped knowledge: NGC Triton 20.09, NVIDIA release notes",
+        ),
         # the TensorRT-LLM and vLLM containers have their own CUDA (24.05: 12.3, not 12.4)
         (
             "nvcr.io/nvidia/tritonserver:25.01-trtllm-python-py3",
@@ -173,6 +183,37 @@ def test_the_knowledge_is_loaded_once_and_shared_by_every_config() -> None:
             V(12, 8),
             "shipped knowledge: vLLM 0.9.0, vLLM release notes/issues",
         ),
+        # NVIDIA's own vLLM and SGLang containers, from their release notes
+        (
+            "nvcr.io/nvidia/vllm:25.10-py3",
+            V(13, 0),
+            "shipped knowledge: NGC vLLM 25.10, NVIDIA release notes",
+        ),
+        (
+            "nvcr.io/nvidia/vllm:26.10-py3",
+            V(13, 4),
+            "shipped knowledge: NGC vLLM 26.10, NVIDIA release notes",
+        ),
+        (
+            "nvcr.io/nvidia/sglang:26.05-py3",
+            V(13, 2),
+            "shipped knowledge: NGC SGLang 26.05, NVIDIA release notes",
+        ),
+        (
+            "nvcr.io/nvidia/mxnet:22.05-py3",
+            V(11, 7),
+            "shipped knowledge: NGC MXNet 22.05, NVIDIA release notes",
+        ),
+        (
+            "nvcr.io/nvidia/dgl:23.07-py3",
+            V(12, 1),
+            "shipped knowledge: NGC DGL 23.07, NVIDIA release notes",
+        ),
+        (
+            "nvcr.io/nvidia/tensorrt:19.02-py3",
+            V(10, 0),
+            "shipped knowledge: NGC TensorRT 19.02, NVIDIA release notes",
+        ),
     ],
 )
 def test_shipped_knowledge(image: str, version: CudaVersion, source: str) -> None:
@@ -204,6 +245,9 @@ def test_shipped_knowledge(image: str, version: CudaVersion, source: str) -> Non
         "rayproject/ray:2.46.0.0e19ea-py39-gpu",  # a release-branch build, not the release
         "rayproject/ray-ml:2.47.1-gpu",
         "vllm/vllm-openai:0.9.0",  # vLLM tags carry the v
+        "nvcr.io/nvidia/vllm:25.11-py3",  # NGC vLLM notes not read for this release
+        "nvcr.io/nvidia/vllm:v0.9.0",  # an upstream vLLM tag on NVIDIA's repository
+        "nvcr.io/nvidia/sglang:26.01-py3",
         "example.com/mirror/nvidia/tritonserver:24.05-py3",  # another registry: not the same
         "nvcr.io/nvidia/tritonserver:" + "24.05-" * 20 + "py3",  # a long tag, no match
     ],
