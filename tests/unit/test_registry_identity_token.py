@@ -159,3 +159,76 @@ async def test_a_basic_challenge_with_only_an_identity_token_says_what_is_missin
         assert [h.authorization for h in fake.hits] == [None]
     finally:
         await fake.close()
+
+
+def registry_token_file(tmp_path: Path, host: str, token: str) -> Path:
+    """A `registrytoken` entry: a bearer token for the registry itself (Docker engine's
+    AuthConfig.RegistryToken), beside a password that must not be used."""
+    path = tmp_path / "config.json"
+    entry = {"auth": base64.b64encode(b"alice:secret").decode(), "registrytoken": token}
+    path.write_text(json.dumps({"auths": {host: entry}}))
+    return path
+
+
+async def test_a_registry_token_is_sent_as_the_bearer_token_and_no_token_service_is_asked(
+    tls: CertPaths, tmp_path: Path
+) -> None:
+    fake = FakeRegistry(tls, auth="bearer")
+    await fake.start()
+    try:
+        fake.push("private/pytorch", "1", image(CUDA_12_1))
+        token = "alice|repository:private/pytorch:pull"
+        result = await lookup(
+            tls,
+            f"{fake.host}/private/pytorch:1",
+            auth_file=registry_token_file(tmp_path, fake.host, token),
+        )
+        assert result.status == FOUND
+        assert result.requirement is not None
+        assert result.requirement.version == CudaVersion(12, 1)
+        assert fake.token_hits == []
+        assert [h.authorization for h in fake.hits] == [
+            None,
+            *[f"Bearer {token}"] * (len(fake.hits) - 1),
+        ]
+    finally:
+        await fake.close()
+
+
+async def test_a_refused_registry_token_says_so_with_the_image(
+    tls: CertPaths, tmp_path: Path
+) -> None:
+    fake = FakeRegistry(tls, auth="bearer")
+    await fake.start()
+    try:
+        fake.push("private/pytorch", "1", image(CUDA_12_1))
+        result = await lookup(
+            tls,
+            f"{fake.host}/private/pytorch:1",
+            auth_file=registry_token_file(tmp_path, fake.host, "alice|repository:other:pull"),
+        )
+        assert result.status == UNAUTHORIZED
+        assert fake.token_hits == []
+    finally:
+        await fake.close()
+
+
+async def test_a_basic_challenge_with_only_a_registry_token_says_what_is_missing(
+    tls: CertPaths, tmp_path: Path
+) -> None:
+    fake = FakeRegistry(tls, auth="basic")
+    await fake.start()
+    try:
+        fake.push("team/app", "1", image(CUDA_12_1))
+        result = await lookup(
+            tls,
+            f"{fake.host}/team/app:1",
+            auth_file=registry_token_file(tmp_path, fake.host, "alice|repository:team/app:pull"),
+        )
+        assert (result.status, result.detail) == (
+            UNAUTHORIZED,
+            "the registry asks for a password; its --registry-auth entry has only a registrytoken",
+        )
+        assert [h.authorization for h in fake.hits] == [None]
+    finally:
+        await fake.close()

@@ -129,7 +129,8 @@ def test_an_identity_token_is_the_credential_when_an_entry_has_one() -> None:
     assert keyring.lookup("myreg.azurecr.io", "team/app") == Credential("", "", "rt-1")
     assert keyring.lookup("harbor.corp", "app") == Credential("", "", "rt-2")
     assert keyring.lookup("quay.io", "x/y") == Credential("bob", "pw")  # empty token: unused
-    assert keyring.lookup("ghcr.io", "x/y") is None  # registrytoken is not used
+    # A registry token is the bearer token itself (moby: used before any other secret).
+    assert keyring.lookup("ghcr.io", "x/y") == Credential("", "", registry_token="bearer-only")
     assert "rt-1" not in repr(keyring)
 
 

@@ -9,7 +9,11 @@ config built on containerd's resolver use it before anything else (nerdctl login
 others: `if auth.IdentityToken != "" { return "", auth.IdentityToken, nil }`); it is exchanged
 for a bearer token with the OAuth2 POST (webhook.registry.http). The kubelet's own keyring
 reads only auth/username/password (pkg/credentialprovider/config.go dockerConfigEntryWithAuth).
-`registrytoken` is not used (containerd's CRI ParseAuth has a TODO for it).
+A `registrytoken` is a bearer token for the registry itself: sent as it is, with no token
+service asked, and before any other secret of the entry, as the Docker engine does (moby
+distribution/registry.go: `if authConfig.RegistryToken != ""` -> existingTokenHandler, which
+sets `Authorization: Bearer <token>` on the registry's bearer challenge). containerd's CRI
+ParseAuth has a TODO for it.
 KEY is a host (`nvcr.io`, `registry:5000`), optionally with a scheme and a path
 (`https://index.docker.io/v1/` is Docker Hub's, as `docker login` writes it), or a host and a
 repository prefix (`quay.io/team`): the most specific key matching an image wins
@@ -48,6 +52,8 @@ class Credential:
     password: str = field(repr=False)
     # An OAuth2 refresh token (dockerconfigjson `identitytoken`): when set, the only secret used.
     identity_token: str = field(default="", repr=False)
+    # A bearer token for the registry (dockerconfigjson `registrytoken`): sent as it is.
+    registry_token: str = field(default="", repr=False)
 
 
 def _registry_key(key: str) -> tuple[str, str]:
@@ -69,6 +75,11 @@ def _registry_key(key: str) -> tuple[str, str]:
 def _credential(key: str, entry: Any, where: str) -> Credential | None:
     if not isinstance(entry, Mapping):
         raise CredentialsError(f"{where}: auths[{key!r}] must be an object")
+    registry_token = entry.get("registrytoken")
+    if registry_token is not None and not isinstance(registry_token, str):
+        raise CredentialsError(f"{where}: auths[{key!r}].registrytoken must be a string")
+    if registry_token:
+        return Credential("", "", registry_token=registry_token)
     token = entry.get("identitytoken")
     if token is not None and not isinstance(token, str):
         raise CredentialsError(f"{where}: auths[{key!r}].identitytoken must be a string")
@@ -90,9 +101,10 @@ def _credential(key: str, entry: Any, where: str) -> Credential | None:
     name, secret = entry.get("username"), entry.get("password")
     if isinstance(name, str) and isinstance(secret, str) and name:
         return Credential(name, secret)
-    # E.g. only a `registrytoken` (a bearer token for the registry itself): not used.
     log.warning(
-        "%s: auths[%r] has no auth, username/password nor identitytoken; ignored", where, key
+        "%s: auths[%r] has no auth, username/password, identitytoken nor registrytoken; ignored",
+        where,
+        key,
     )
     return None
 

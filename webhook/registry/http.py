@@ -260,8 +260,17 @@ class RegistryHttp:
     ) -> tuple[str, float | None]:
         for challenge in challenges:
             if challenge.scheme == "bearer":
+                if credential is not None and credential.registry_token:
+                    # moby existingTokenHandler: the token as it is, no token service asked.
+                    return f"Bearer {credential.registry_token}", None
                 return await self._token(challenge, ref, credential)
             if challenge.scheme == "basic" and credential is not None:
+                if credential.registry_token:
+                    raise LookupFailure(
+                        UNAUTHORIZED,
+                        "the registry asks for a password; its --registry-auth entry has only "
+                        "a registrytoken",
+                    )
                 if credential.identity_token:
                     # containerd doBasicAuth: "missing username or secret".
                     raise LookupFailure(
