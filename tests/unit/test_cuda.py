@@ -27,7 +27,7 @@ from tests.helpers import (
     run,
 )
 from webhook.core.config import CudaLabels, WebhookConfig, load_config
-from webhook.core.errors import ConfigError
+from webhook.core.errors import ConfigError, ObjectShapeError
 from webhook.core.rules.cuda import (
     CudaVersion,
     Range,
@@ -943,3 +943,27 @@ def test_mps_memory_below_11_4_warns() -> None:
     )
     new = pod(container(image="nvidia/cuda:11.4.0", limits={"nvidia.com/mps-memory": "1"}))
     assert run(new, ps).warnings == ()
+
+
+def test_a_node_affinity_that_is_not_an_object_is_refused_with_its_place() -> None:
+    # Found while building the patch from the draft's writes: this raised AttributeError
+    # (an "internal error" denial) before; now the user reads what is wrong, and where.
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "ml"},
+        "spec": {
+            "affinity": {"nodeAffinity": []},
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "nvcr.io/nvidia/cuda:12.4.1-runtime-ubuntu22.04",
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                }
+            ],
+        },
+    }
+    with pytest.raises(
+        ObjectShapeError, match=r"^Pod ml/p: affinity.nodeAffinity must be an object$"
+    ):
+        run(pod)

@@ -164,3 +164,13 @@ def test_patch_from_writes_gives_the_draft(original: dict[str, Any], writes: lis
     ops = draft.ops()
     assert jsonpatch.apply_patch(copy.deepcopy(original), ops) == draft.root
     assert jsonpatch.apply_patch(copy.deepcopy(original), diff(original, draft.root)) == draft.root
+
+
+def test_a_draft_that_records_nothing_still_gives_its_patch_by_the_full_diff() -> None:
+    original: dict[str, Any] = {"spec": {"containers": [{"name": "a"}]}}
+    draft = Draft(original, record=False)
+    draft.extend(("spec", "containers", 0), "env", [{"name": "X", "value": "1"}])
+    assert draft.writes is None
+    assert draft.ops() == [
+        {"op": "add", "path": "/spec/containers/0/env", "value": [{"name": "X", "value": "1"}]}
+    ]

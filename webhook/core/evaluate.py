@@ -245,7 +245,12 @@ def _evaluate_pod(
     images: ImageFacts | None = None,
 ) -> Decision:
     """`ref` and `ns` are the object reference and namespace evaluate() already worked out."""
-    draft = Draft(obj)
+    # The places written are recorded only when a patch can be asked for: a Pod's (or a
+    # mutated template's) full evaluation.
+    draft = Draft(
+        obj,
+        record=not violations_only and (mutate_template or not any(t.path for t in entry.rules)),
+    )
     violations: list[Violation] = []
     notes: list[tuple[str, Message]] = []  # (role, note)
     warnings: list[str] = []
@@ -297,7 +302,7 @@ def _evaluate_pod(
         mutation_kinds=tuple(kinds) if mutated is not None else (),
         original=obj,
         mutated=mutated,
-        draft=draft if mutated is not None else None,
+        draft=draft if mutated is not None and draft.writes is not None else None,
         unresolved_images=unresolved_images,
     )
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from webhook.core.config import WebhookConfig
 from webhook.core.decision import PodState, short
+from webhook.core.errors import ObjectShapeError
 from webhook.core.rules.cuda import Range
 from webhook.core.rules.terms import (
     Term,
@@ -103,14 +104,18 @@ def inject(state: PodState, config: WebhookConfig, plan: Plan) -> None:
         return  # only empty user terms: they stay empty, and the pod can run nowhere anyway
     path = (*state.pod.spec_path, "affinity", "nodeAffinity")
     node_affinity = state.draft.writable(path)
+    if not isinstance(node_affinity, dict):
+        raise ObjectShapeError(f"{state.ref}: affinity.nodeAffinity must be an object")
     required = node_affinity.get(_REQUIRED)
     # A new NodeSelector (its other fields kept): nothing of the user's object is changed.
     selector = {**(required if isinstance(required, Mapping) else {}), "nodeSelectorTerms": merged}
-    state.draft.set(path, _REQUIRED, selector)
+    state.draft.set_in(node_affinity, path, _REQUIRED, selector)
     current = node_affinity.get(_PREFERRED)
     if with_cuda and plan.preferred and (current is None or isinstance(current, list)):
         # (A malformed preferred list is the user's to fix; the API server rejects it anyway.)
-        state.draft.set(path, _PREFERRED, merge_preferred(current, plan.preferred))
+        state.draft.set_in(
+            node_affinity, path, _PREFERRED, merge_preferred(current, plan.preferred)
+        )
     if with_cuda:
         state.note("cuda-affinity", plan.cuda_note)
     if with_compute:

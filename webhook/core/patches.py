@@ -23,13 +23,14 @@ class Draft:
     diff cost proportional to what changed, not to the size of the object.
     """
 
-    def __init__(self, original: Mapping[str, Any]) -> None:
+    def __init__(self, original: Mapping[str, Any], *, record: bool = True) -> None:
         self.original = original
         self.root: Any = original
         self._owned: set[int] = set()
         # Every place written, as a path from the root, in order: the patch is built from
-        # these (ops()), without walking the object for differences.
-        self.writes: list[tuple[str | int, ...]] = []
+        # these (ops()), without walking the object for differences. None: not recorded (no
+        # patch will be asked for: a template that is not mutated, a /validate evaluation).
+        self.writes: list[tuple[str | int, ...]] | None = [] if record else None
 
     @property
     def changed(self) -> bool:
@@ -73,30 +74,39 @@ class Draft:
             node = child
         return node
 
-    def _object_at(self, path: tuple[str | int, ...]) -> dict[str, Any]:
-        node = self.writable(path)
-        if not isinstance(node, dict):
-            raise ObjectShapeError(
-                f"cannot write into {'/'.join(str(p) for p in path)}: found {type(node).__name__}"
-            )
-        return node
-
     def set(self, path: tuple[str | int, ...], key: str, value: Any) -> None:
         """`value` at path/key (parents copied or created as writable() does)."""
-        self._object_at(path)[key] = value
-        self.writes.append((*path, key))
+        node = self.writable(path)
+        if type(node) is not dict:
+            raise _not_an_object(path, node)
+        node[key] = value
+        if self.writes is not None:
+            self.writes.append((*path, key))
+
+    def set_in(
+        self, node: dict[str, Any], path: tuple[str | int, ...], key: str, value: Any
+    ) -> None:
+        """set() into `node`, what writable(path) returned (one walk for several writes)."""
+        node[key] = value
+        if self.writes is not None:
+            self.writes.append((*path, key))
 
     def extend(self, path: tuple[str | int, ...], key: str, items: list[Any]) -> None:
         """Append `items` to the list at path/key (created when absent)."""
-        node = self._object_at(path)
+        node = self.writable(path)
+        if type(node) is not dict:
+            raise _not_an_object(path, node)
         current = node.get(key)
-        if current is not None and not isinstance(current, list):
+        if current is None:
+            current = ()
+        elif not isinstance(current, list):
             raise ObjectShapeError(f"{'/'.join(str(p) for p in (*path, key))} must be a list")
-        start = len(current) if current else 0
-        new = [*(current or ()), *items]
+        start = len(current)
+        new = [*current, *items]
         self._owned.add(id(new))
         node[key] = new
-        self.writes += [(*path, key, start + i) for i in range(len(items))]
+        if self.writes is not None:
+            self.writes += [(*path, key, start + i) for i in range(len(items))]
 
     def ops(self) -> list[dict[str, Any]]:
         """The JSONPatch from the original to the draft, from the places written: for each,
@@ -104,6 +114,8 @@ class Draft:
         where it has a value; nothing twice, nothing below an `add` already made. Equal, once
         applied, to diff(original, root) (tests/unit/test_patches.py checks it on random
         drafts, tests/unit/test_properties.py on evaluations)."""
+        if self.writes is None:
+            return diff(self.original, self.root)
         ops: list[dict[str, Any]] = []
         made: set[str] = set()
         for path in self.writes:
@@ -191,3 +203,8 @@ def _diff(before: Any, after: Any, path: str, ops: list[dict[str, Any]]) -> None
     if type(before) is type(after) and before == after:
         return
     ops.append({"op": "replace", "path": path, "value": after})
+
+
+def _not_an_object(path: tuple[str | int, ...], node: Any) -> ObjectShapeError:
+    where = "/".join(str(p) for p in path)
+    return ObjectShapeError(f"cannot write into {where}: found {type(node).__name__}")
