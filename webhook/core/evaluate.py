@@ -249,7 +249,7 @@ def _evaluate_pod(
     # mutated template's) full evaluation.
     draft = Draft(
         obj,
-        record=not violations_only and (mutate_template or not any(t.path for t in entry.rules)),
+        record=not violations_only and (mutate_template or not entry.templates),
     )
     violations: list[Violation] = []
     notes: list[tuple[str, Message]] = []  # (role, note)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
 from webhook.core.errors import ObjectShapeError
@@ -73,6 +73,12 @@ class WorkloadKind:
     kind: str
     rules: tuple[TemplateRule, ...]
     source: str = ""  # the Go type the paths come from, for /policies and the README
+    # Whether some rule reaches a template (not the object's own pod spec): set once here, read
+    # by every evaluation.
+    templates: bool = field(init=False, default=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "templates", any(rule.path for rule in self.rules))
 
 
 class Found(NamedTuple):
