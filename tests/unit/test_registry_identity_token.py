@@ -140,21 +140,26 @@ async def test_an_identity_token_never_goes_to_a_token_realm_on_another_host(
         await elsewhere.close()
 
 
-async def test_a_basic_challenge_with_only_an_identity_token_says_what_is_missing(
-    tls: CertPaths, tmp_path: Path
+@pytest.mark.parametrize(
+    ("secret", "only"),
+    [("identitytoken", "an identitytoken"), ("registrytoken", "a registrytoken")],
+)
+async def test_a_basic_challenge_with_only_a_token_says_what_is_missing(
+    tls: CertPaths, tmp_path: Path, secret: str, only: str
 ) -> None:
     fake = FakeRegistry(tls, auth="basic")
     await fake.start()
     try:
         fake.push("team/app", "1", image(CUDA_12_1))
+        token_file = identity_file if secret == "identitytoken" else registry_token_file
         result = await lookup(
             tls,
             f"{fake.host}/team/app:1",
-            auth_file=identity_file(tmp_path, fake.host, "rt-alice-1"),
+            auth_file=token_file(tmp_path, fake.host, "alice|repository:team/app:pull"),
         )
         assert (result.status, result.detail) == (
             UNAUTHORIZED,
-            "the registry asks for a password; its --registry-auth entry has only an identitytoken",
+            f"the registry asks for a password; its --registry-auth entry has only {only}",
         )
         assert [h.authorization for h in fake.hits] == [None]
     finally:
@@ -209,26 +214,5 @@ async def test_a_refused_registry_token_says_so_with_the_image(
         )
         assert result.status == UNAUTHORIZED
         assert fake.token_hits == []
-    finally:
-        await fake.close()
-
-
-async def test_a_basic_challenge_with_only_a_registry_token_says_what_is_missing(
-    tls: CertPaths, tmp_path: Path
-) -> None:
-    fake = FakeRegistry(tls, auth="basic")
-    await fake.start()
-    try:
-        fake.push("team/app", "1", image(CUDA_12_1))
-        result = await lookup(
-            tls,
-            f"{fake.host}/team/app:1",
-            auth_file=registry_token_file(tmp_path, fake.host, "alice|repository:team/app:pull"),
-        )
-        assert (result.status, result.detail) == (
-            UNAUTHORIZED,
-            "the registry asks for a password; its --registry-auth entry has only a registrytoken",
-        )
-        assert [h.authorization for h in fake.hits] == [None]
     finally:
         await fake.close()
