@@ -74,14 +74,17 @@ class Draft:
             node = child
         return node
 
-    def set(self, path: tuple[str | int, ...], key: str, value: Any) -> None:
-        """`value` at path/key (parents copied or created as writable() does)."""
+    def _object_at(self, path: tuple[str | int, ...]) -> dict[str, Any]:
+        """writable(path), which must be an object to write a key into."""
         node = self.writable(path)
         if type(node) is not dict:
-            raise _not_an_object(path, node)
-        node[key] = value
-        if self.writes is not None:
-            self.writes.append((*path, key))
+            where = "/".join(str(p) for p in path)
+            raise ObjectShapeError(f"cannot write into {where}: found {type(node).__name__}")
+        return node
+
+    def set(self, path: tuple[str | int, ...], key: str, value: Any) -> None:
+        """`value` at path/key (parents copied or created as writable() does)."""
+        self.set_in(self._object_at(path), path, key, value)
 
     def set_in(
         self, node: dict[str, Any], path: tuple[str | int, ...], key: str, value: Any
@@ -93,9 +96,7 @@ class Draft:
 
     def extend(self, path: tuple[str | int, ...], key: str, items: list[Any]) -> None:
         """Append `items` to the list at path/key (created when absent)."""
-        node = self.writable(path)
-        if type(node) is not dict:
-            raise _not_an_object(path, node)
+        node = self._object_at(path)
         current = node.get(key)
         if current is None:
             current = ()
@@ -203,8 +204,3 @@ def _diff(before: Any, after: Any, path: str, ops: list[dict[str, Any]]) -> None
     if type(before) is type(after) and before == after:
         return
     ops.append({"op": "replace", "path": path, "value": after})
-
-
-def _not_an_object(path: tuple[str | int, ...], node: Any) -> ObjectShapeError:
-    where = "/".join(str(p) for p in path)
-    return ObjectShapeError(f"cannot write into {where}: found {type(node).__name__}")

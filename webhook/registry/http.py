@@ -265,18 +265,19 @@ class RegistryHttp:
                     return f"Bearer {credential.registry_token}", None
                 return await self._token(challenge, ref, credential)
             if challenge.scheme == "basic" and credential is not None:
-                if credential.registry_token:
+                # Only a token, no password: containerd doBasicAuth "missing username or secret".
+                token = (
+                    "a registrytoken"
+                    if credential.registry_token
+                    else "an identitytoken"
+                    if credential.identity_token
+                    else ""
+                )
+                if token:
                     raise LookupFailure(
                         UNAUTHORIZED,
-                        "the registry asks for a password; its --registry-auth entry has only "
-                        "a registrytoken",
-                    )
-                if credential.identity_token:
-                    # containerd doBasicAuth: "missing username or secret".
-                    raise LookupFailure(
-                        UNAUTHORIZED,
-                        "the registry asks for a password; its --registry-auth entry has only "
-                        "an identitytoken",
+                        f"the registry asks for a password; its --registry-auth entry has only "
+                        f"{token}",
                     )
                 return _basic(credential), None
         raise _denied(401, ref, credential)
