@@ -355,7 +355,10 @@ def evaluate(
     if entry is None:
         return evaluate_configmap(obj, policies, operation=operation, namespace=namespace)
     meta = obj.get("metadata")
-    ns = namespace or (meta.get("namespace") if isinstance(meta, Mapping) else None)
+    # A namespace that is not a string is no namespace (the API server never sends one; a
+    # manifest given to the CLI may hold anything).
+    meta_ns = meta.get("namespace") if isinstance(meta, Mapping) else None
+    ns = namespace or (meta_ns if isinstance(meta_ns, str) else None)
     if ns in config.exempt_namespaces:
         return Decision(object_ref=ref, reason=f"namespace {ns} is exempt")
     if (
