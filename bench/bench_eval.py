@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import statistics
 import sys
 import time
@@ -22,10 +23,17 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+# GPU_WEBHOOK_COMPILED=build/compiled: measure the mypyc-compiled core (`make compiled`).
+COMPILED = os.environ.get("GPU_WEBHOOK_COMPILED", "")
+if COMPILED:
+    sys.path.insert(0, str(Path(COMPILED).resolve()))
 
+from webhook.core import evaluate as _evaluate_module  # noqa: E402
 from webhook.core.config import WebhookConfig  # noqa: E402
 from webhook.core.crl import crl_configmap  # noqa: E402
 from webhook.core.evaluate import evaluate  # noqa: E402
+
+CORE = "compiled" if not (_evaluate_module.__file__ or "").endswith(".py") else "source"
 from webhook.core.inventory import NodeInventory  # noqa: E402
 from webhook.core.policyset import PolicySet  # noqa: E402
 from webhook.sources.files import policy_files, read_documents  # noqa: E402
@@ -320,6 +328,7 @@ def main() -> int:
     if args.json:
         json.dump(
             {
+                "core": CORE,
                 "policies": results,
                 "nodes": by_nodes,
                 "ratios": ratios,
@@ -330,6 +339,7 @@ def main() -> int:
         )
         print()
         return 0
+    print(f"evaluation core: {CORE}")
     print(f"{'object':<22}{'median µs (10)':>16}{'median µs (1000)':>18}{'1000/10':>10}")
     for label, row in results.items():
         print(

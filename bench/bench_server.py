@@ -99,6 +99,9 @@ def wrk_runs(args: argparse.Namespace, tls: Any, policies: Path, work: Path) -> 
         )
     runs: list[dict[str, Any]] = []
     servers: list[tuple[str, Path | None]] = [("noop", None), ("webhook", None)]
+    if args.compiled:
+        # The same webhook with its evaluation core compiled (`make compiled`, setup.py).
+        servers.append(("compiled", Path(args.compiled).resolve()))
     if args.previous:
         servers.append(("previous", Path(args.previous).resolve()))
     # On 2 cores the scheduler moving the server and wrk between cores (and waking an idle one
@@ -276,6 +279,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--mixes", default="distinct,replicas", help="distinct, replicas or both")
     parser.add_argument(
         "--previous", metavar="TREE", help="also run the webhook of this checkout (a release)"
+    )
+    parser.add_argument(
+        "--compiled",
+        metavar="TREE",
+        help="also run the webhook with the compiled core of this tree (`make compiled` builds "
+        "build/compiled)",
     )
     parser.add_argument(
         "--no-pin",

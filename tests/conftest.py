@@ -3,6 +3,7 @@ test's HTTP traffic off any proxy the environment names."""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,36 @@ import pytest
 _ROOT = str(Path(__file__).resolve().parents[1])
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
+
+# `make unit-compiled`: every test again with the evaluation core compiled by mypyc, from the
+# tree `make compiled` builds (build/compiled: the package with its compiled modules beside).
+# It goes before the source tree, here and (PYTHONPATH) in the processes tests start.
+COMPILED_TREE = os.environ.get("GPU_WEBHOOK_COMPILED", "")
+if COMPILED_TREE:
+    COMPILED_TREE = str(Path(COMPILED_TREE).resolve())
+    sys.path.insert(0, COMPILED_TREE)
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [COMPILED_TREE, os.environ.get("PYTHONPATH")])
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A compiled run that imports the source instead would pass while testing nothing new."""
+    if not COMPILED_TREE:
+        return
+    import webhook.core.evaluate
+
+    where = webhook.core.evaluate.__file__ or ""
+    if not where.startswith(COMPILED_TREE) or where.endswith(".py"):
+        raise pytest.UsageError(
+            f"GPU_WEBHOOK_COMPILED={COMPILED_TREE} but the core was imported from {where}: "
+            "run `make compiled` first"
+        )
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"evaluation core: {'compiled, ' + COMPILED_TREE if COMPILED_TREE else 'source'}"
+
 
 # Read by aiohttp sessions created with trust_env=True, as the kubernetes client's are
 # (kubernetes/aio/client/rest.py), and by urllib: a proxy named here would receive the

@@ -78,23 +78,30 @@ def test_final_stage_copies_only_the_virtualenv_from_the_builder() -> None:
     assert [i for i in final if i.keyword == "RUN"] == []
 
 
-def test_builder_installs_the_project_like_the_readme_and_leaves_no_pip_cache() -> None:
-    runs = [i.argument for i in stage_of(0) if i.keyword == "RUN"]
-    installs = [
+def _commands(stage: int) -> list[list[str]]:
+    return [
         shlex.split(cmd)
-        for run in runs
-        for cmd in run.split("&&")
-        if re.match(r"\s*(python -m )?pip install", cmd)
+        for i in stage_of(stage)
+        if i.keyword == "RUN"
+        for cmd in i.argument.split("&&")
     ]
+
+
+def test_builder_installs_the_project_like_the_readme_and_leaves_no_pip_cache() -> None:
+    commands = _commands(0)
+    # Into the virtualenv (PATH's pip): one install, the wheel built below, with runtime extras
+    # defined in pyproject.toml, never the test tools.
+    installs = [c for c in commands if c[:2] == ["pip", "install"]]
     assert len(installs) == 1
     args = installs[0]
     assert "--no-cache-dir" in args
     targets = [a for a in args[2:] if not a.startswith("-")]
-    # `pip install .` (the README's install), optionally with runtime extras defined in
-    # pyproject.toml: never the test tools.
     assert len(targets) == 1
-    match = re.fullmatch(r"\.(?:\[([a-z0-9_,-]+)\])?", targets[0])
-    assert match, f"expected `pip install .[extras]`, got {targets[0]!r}"
+    # (shlex has taken the shell's quotes off.)
+    match = re.fullmatch(
+        r"\$\(ls /wheels/gpu_admission_webhook-\*\.whl\)(?:\[([a-z0-9_,-]+)\])?", targets[0]
+    )
+    assert match, f"expected the built wheel with extras, got {targets[0]!r}"
     extras = set(filter(None, (match.group(1) or "").split(",")))
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     assert extras <= set(project.get("optional-dependencies", {}))
@@ -102,6 +109,20 @@ def test_builder_installs_the_project_like_the_readme_and_leaves_no_pip_cache() 
     assert project["scripts"]["gpu-webhook"]  # the ENTRYPOINT below exists after the install
     env = " ".join(i.argument for i in stage_of(0) if i.keyword == "ENV")
     assert "PIP_NO_CACHE_DIR=1" in env
+
+
+def test_builder_compiles_the_core_with_pinned_tools_outside_the_virtualenv() -> None:
+    commands = _commands(0)
+    system_pip = ["/usr/local/bin/python", "-m", "pip"]
+    tools = [c for c in commands if c[:4] == [*system_pip, "install"]]
+    assert len(tools) == 1
+    assert any(re.fullmatch(r"mypy==[0-9.]+", a) for a in tools[0]), "mypyc's version is pinned"
+    wheels = [c for c in commands if c[:1] == ["GPU_WEBHOOK_COMPILE=1"]]
+    assert len(wheels) == 1
+    assert wheels[0][1:5] == [*system_pip, "wheel"]
+    assert "--no-build-isolation" in wheels[0]  # the pinned tools above, not PyPI's newest
+    assert wheels[0][-1] == "."
+    assert "setup.py" in {t for i in stage_of(0) if i.keyword == "COPY" for t in i.argument.split()}
 
 
 def test_runs_as_a_numeric_non_root_user() -> None:
@@ -171,5 +192,6 @@ def test_dockerignore_keeps_local_state_out_of_the_build_context() -> None:
         if not token.startswith("--")
     }
     # LICENSE: pyproject.toml declares it as license-files, so the build needs it.
-    assert copied == {"pyproject.toml", "README.md", "LICENSE", "webhook"}
+    # setup.py: the mypyc build of the evaluation core.
+    assert copied == {"pyproject.toml", "setup.py", "README.md", "LICENSE", "webhook"}
     assert not copied & patterns

@@ -44,7 +44,10 @@ def gpu_webhook(*args: str, codec: str = "orjson") -> list[str]:
 
 def environment() -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    # A compiled-core run (tests/conftest.py) keeps its tree first: it imports the package.
+    compiled = os.environ.get("GPU_WEBHOOK_COMPILED", "")
+    first = str(Path(compiled).resolve()) if compiled else ""
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [first, str(REPO), env.get("PYTHONPATH")]))
     return env
 
 
