@@ -213,18 +213,26 @@ def run_main(args: argparse.Namespace) -> int:
 
         if not args.only_rss:
             # Half the webhook's own maximum on the distinct mix, fast stack (or the first run).
+            # With --compiled, the build the image ships (the compiled core) is the one measured.
+            measured = "compiled" if args.compiled and not measurements else "webhook"
+            tree = Path(args.compiled).resolve() if measured == "compiled" else None
             if measurements:
                 top = measurements[0].rps
             else:
-                fast = [r for r in report["wrk"]["runs"] if r["server"] == "webhook"]
+                fast = [r for r in report["wrk"]["runs"] if r["server"] == measured]
                 top = fast[0]["rps"]
             half = round(top / 2, 1)
-            print(f"open loop at {half} reviews/s (half of the webhook's max)", flush=True)
-            with server("webhook", tls, policies) as (port, _):
+            print(f"open loop at {half} reviews/s (half of the {measured} max)", flush=True)
+            with server("webhook", tls, policies, tree=tree) as (port, _):
                 open_loop = drive(
                     port, tls.ca_cert, args.open_requests, args.concurrency * 8, half, "distinct"
                 )
-            report["open_loop"] = {"rate": half, "mix": "distinct", **open_loop}
+            report["open_loop"] = {
+                "server": measured,
+                "rate": half,
+                "mix": "distinct",
+                **open_loop,
+            }
 
         rss: list[dict[str, Any]] = []
         if not args.no_rss:

@@ -52,7 +52,8 @@ def print_report(report: dict[str, Any], measurements: list[Measurement]) -> Non
         open_loop = report["open_loop"]
         verdict = "meets" if open_loop["p99_ms"] <= TARGETS["p99_ms_at_half_load"] else "MISSES"
         print(
-            f"open loop at {open_loop['rate']:.0f}/s: achieved {open_loop['rps']:.0f}/s, "
+            f"open loop ({open_loop.get('server', 'webhook')}) at {open_loop['rate']:.0f}/s: "
+            f"achieved {open_loop['rps']:.0f}/s, "
             f"p50 {open_loop['p50_ms']:.2f} ms, p99 {open_loop['p99_ms']:.2f} ms "
             f"({verdict} target ≤ 5 ms)"
         )
