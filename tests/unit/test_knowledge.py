@@ -214,6 +214,26 @@ def test_the_knowledge_is_loaded_once_and_shared_by_every_config() -> None:
             V(10, 0),
             "shipped knowledge: NGC TensorRT 19.02, NVIDIA release notes",
         ),
+        (
+            "nvcr.io/nvidia/tensorrt:19.05-py3",
+            V(10, 1),
+            "shipped knowledge: NGC TensorRT 19.05, NVIDIA release notes",
+        ),
+        (
+            "nvcr.io/nvidia/tensorrt:18.10-py3",
+            V(10, 0),
+            "shipped knowledge: NGC TensorRT 18.10, NVIDIA release notes",
+        ),
+        (
+            "nvcr.io/nvidia/mxnet:20.01-py3",
+            V(10, 2),
+            "shipped knowledge: NGC MXNet 20.01, NVIDIA release notes",
+        ),
+        (
+            "nvcr.io/nvidia/mxnet:20.10-py3",
+            V(11, 1),
+            "shipped knowledge: NGC MXNet 20.10, NVIDIA release notes",
+        ),
     ],
 )
 def test_shipped_knowledge(image: str, version: CudaVersion, source: str) -> None:
