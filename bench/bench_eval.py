@@ -28,15 +28,15 @@ COMPILED = os.environ.get("GPU_WEBHOOK_COMPILED", "")
 if COMPILED:
     sys.path.insert(0, str(Path(COMPILED).resolve()))
 
-from webhook.core import evaluate as _evaluate_module  # noqa: E402
 from webhook.core.config import WebhookConfig  # noqa: E402
 from webhook.core.crl import crl_configmap  # noqa: E402
 from webhook.core.evaluate import evaluate  # noqa: E402
-
-CORE = "compiled" if not (_evaluate_module.__file__ or "").endswith(".py") else "source"
 from webhook.core.inventory import NodeInventory  # noqa: E402
 from webhook.core.policyset import PolicySet  # noqa: E402
 from webhook.sources.files import policy_files, read_documents  # noqa: E402
+
+# Which core was imported: a compiled module has no .py file.
+CORE = "source" if (sys.modules[evaluate.__module__].__file__ or "").endswith(".py") else "compiled"
 
 
 def typical_pod() -> dict[str, Any]:

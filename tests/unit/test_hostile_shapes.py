@@ -1,5 +1,6 @@
-"""Every field the evaluation reads, set to every JSON type in turn: the evaluation answers or
-refuses with a WebhookError (a clear denial), never another exception (an "internal error").
+"""Every field the evaluation reads (Pods, templates, CRL ConfigMaps), set to every JSON type in
+turn: the evaluation answers or refuses with a WebhookError (a clear denial), never another
+exception (an "internal error").
 
 Run by `make test` twice, on the source and on the mypyc-compiled core (tests/conftest.py):
 compiled code checks declared types at run time, so a value typed `str` that is really an int
@@ -15,6 +16,7 @@ import pytest
 
 from tests.helpers import GPU, VCORE, standard_policies
 from webhook.core.config import WebhookConfig, load_config
+from webhook.core.crl import crl_configmap
 from webhook.core.errors import WebhookError
 from webhook.core.evaluate import evaluate
 from webhook.core.inventory import NodeInventory
@@ -149,7 +151,15 @@ def _crashes(obj: dict[str, Any]) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("make", [pod, deployment, pytorchjob], ids=lambda f: f.__name__)
+def crl() -> dict[str, Any]:
+    """A CRL ConfigMap (its own admission path, SPEC §6)."""
+    return crl_configmap(
+        "cf-crl-x",
+        {"key": "example.com/x", "dataType": "integer", "limits": "optional", "default": "1"},
+    )
+
+
+@pytest.mark.parametrize("make", [pod, deployment, pytorchjob, crl], ids=lambda f: f.__name__)
 def test_every_field_of_every_type_is_answered_or_refused_cleanly(make: Any) -> None:
     base = make()
     assert not _crashes(base)
