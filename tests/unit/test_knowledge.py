@@ -234,6 +234,86 @@ def test_the_knowledge_is_loaded_once_and_shared_by_every_config() -> None:
             V(11, 1),
             "shipped knowledge: NGC MXNet 20.10, NVIDIA release notes",
         ),
+        (
+            "nvcr.io/nvidia/mxnet:18.09-py3",
+            V(10, 0),
+            "shipped knowledge: NGC MXNet 18.09, NVIDIA release notes",
+        ),
+        (
+            "nvcr.io/nvidia/mxnet:19.08-py3",
+            V(10, 1),
+            "shipped knowledge: NGC MXNet 19.08, NVIDIA release notes",
+        ),
+        (
+            "nvcr.io/nvidia/mxnet:19.11-py3",
+            V(10, 2),
+            "shipped knowledge: NGC MXNet 19.11, NVIDIA release notes",
+        ),
+        (
+            "nvcr.io/nvidia/mxnet:21.09-py3",
+            V(11, 4),
+            "shipped knowledge: NGC MXNet 21.09, NVIDIA release notes",
+        ),
+        (
+            "nvcr.io/nvidia/tensorflow:19.12-tf1-py3",
+            V(10, 2),
+            "shipped knowledge: NGC TensorFlow 19.12, NVIDIA release notes",
+        ),
+        (
+            "nvcr.io/nvidia/tensorflow:20.06-tf2-py3",
+            V(11, 0),
+            "shipped knowledge: NGC TensorFlow 20.06, NVIDIA release notes",
+        ),
+        (
+            "nvcr.io/nvidia/tensorflow:18.05-py3",
+            V(9, 0),
+            "shipped knowledge: NGC TensorFlow py2/py3 18.05, NVIDIA release notes",
+        ),
+        (
+            "nvcr.io/nvidia/tensorflow:18.08-py2",
+            V(9, 0),
+            "shipped knowledge: NGC TensorFlow py2/py3 18.08, NVIDIA release notes",
+        ),
+        (
+            "nvcr.io/nvidia/tensorflow:19.02-py3",
+            V(10, 0),
+            "shipped knowledge: NGC TensorFlow py2/py3 19.02, NVIDIA release notes",
+        ),
+        (
+            "nvcr.io/nvidia/tensorflow:19.10-py3",
+            V(10, 1),
+            "shipped knowledge: NGC TensorFlow py2/py3 19.10, NVIDIA release notes",
+        ),
+        (
+            "nvcr.io/nvidia/paddlepaddle:22.05-py3",
+            V(11, 7),
+            "shipped knowledge: NGC PaddlePaddle 22.05, NVIDIA release notes",
+        ),
+        (
+            "nvcr.io/nvidia/paddlepaddle:23.04-py3",
+            V(12, 1),
+            "shipped knowledge: NGC PaddlePaddle 23.04, NVIDIA release notes",
+        ),
+        (
+            "nvcr.io/nvidia/paddlepaddle:23.11-py3",
+            V(12, 3),
+            "shipped knowledge: NGC PaddlePaddle 23.11, NVIDIA release notes",
+        ),
+        (
+            "nvcr.io/nvidia/paddlepaddle:24.05-py3",
+            V(12, 4),
+            "shipped knowledge: NGC PaddlePaddle 24.05, NVIDIA release notes",
+        ),
+        (
+            "nvcr.io/nvidia/digits:19.04-tensorflow",
+            V(10, 1),
+            "shipped knowledge: NGC DIGITS 19.04, NVIDIA release notes",
+        ),
+        (
+            "nvcr.io/nvidia/digits:19.06-caffe",
+            V(10, 1),
+            "shipped knowledge: NGC DIGITS 19.06, NVIDIA release notes",
+        ),
     ],
 )
 def test_shipped_knowledge(image: str, version: CudaVersion, source: str) -> None:
@@ -259,6 +339,9 @@ def test_shipped_knowledge(image: str, version: CudaVersion, source: str) -> Non
         "nvcr.io/nvidia/mxnet:24.04-py3",  # notes not read
         "nvcr.io/nvidia/paddlepaddle:23.10-py3",
         "nvcr.io/nvidia/tensorflow:23.01-py3",  # NGC TensorFlow tags name tf1/tf2
+        "nvcr.io/nvidia/tensorflow:19.11-py3",  # py2/py3 tags only up to 19.10
+        "nvcr.io/nvidia/tensorflow:19.11-tf1-py2",  # the Python 2 image of the tf1/tf2 era
+        "nvcr.io/nvidia/digits:19.04",  # DIGITS 19.04 tags name the framework
         "vllm/vllm-openai:v0.8.5",
         "rayproject/ray:2.37.0-gpu",  # the alias target of this release was not read
         "rayproject/ray:2.47.1",  # the CPU image
