@@ -45,6 +45,10 @@ COMPILED = [
     "webhook/core/rules/resources.py",
     "webhook/core/rules/terms.py",
     "webhook/core/rules/versions.py",
+    # The admission request path's pure parts around the evaluation: decoding the review,
+    # building the answer, the decision cache's keys (measured: ~6 % of the server's CPU).
+    "webhook/admission/decisions.py",
+    "webhook/admission/reviews.py",
 ]
 
 if os.environ.get("GPU_WEBHOOK_COMPILE") == "1":
