@@ -452,6 +452,7 @@ static void send_request(struct conn *c, int64_t k) {
     c->wlen = 512 + blen;
     c->rlen = 0;
     c->state = WRITING;
+    c->since = mono(); /* a write the server never takes times out too */
     do_write(c);
 }
 
