@@ -16,6 +16,15 @@
  *
  * HOST must be a numeric loopback address (127.0.0.0/8 or ::1). One JSON object on stdout.
  * Exit status: 0 done, 1 setup failed (connect, TLS), 2 usage, 3 run abandoned (no progress).
+ * SEED: request i (0-based) fills its template with counter SEED+i+1, as the Lua script does.
+ *
+ * JSON: rate (asked), achieved_rate (completed / (last completion - start)), requests, sent,
+ * completed (responses read, any status), non_2xx, errors (connections broken with a request
+ * in flight), timeouts (no full response TIMEOUT_S after the write), unsent, connect_errors,
+ * reconnects, queued (requests that found no idle connection when due), connections,
+ * p50/p90/p99/p999/max_ms (latency from the scheduled time, nearest rank over all completed),
+ * send_lag_p50/p99/max_ms (write done - scheduled time), cpu_seconds (getrusage, schedule
+ * start to end), wall_seconds, cpu_share (= cpu_seconds / wall_seconds), abandoned.
  *
  * Build: cc -O2 -Wall -Wextra -o openloop bench/openloop.c -lssl -lcrypto
  */
