@@ -70,7 +70,7 @@ serve: $(STAMP)
 # The server benchmark's load generator (wrk, with LuaJIT) and instruction counter (perf), and
 # the profiler; Debian packages need root.
 bench-deps: $(STAMP)
-	apt-get install -y wrk linux-perf
+	apt-get install -y wrk linux-perf gcc libssl-dev
 	$(BIN)/pip install --quiet -e '.[bench]'
 
 bench: $(STAMP)
