@@ -1,0 +1,92 @@
+"""The per-review metrics kept as plain numbers expose exactly what prometheus_client's own
+Counter and Histogram expose for the same reviews (ReviewCounts, webhook/admission/metrics.py)."""
+
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+from webhook.admission.metrics import LATENCY_BUCKETS, ReviewCounts
+
+ENDPOINTS = ("mutate", "validate")
+KINDS = ("Pod", "Deployment", "other")
+RESULTS = ("allowed", "patched", "denied", "error")
+MUTATIONS = ("cuda-affinity", "requests-from-limits", "env-fix")
+
+
+def _without_created(text: str) -> list[str]:
+    # `_created` carries the time each series began: the same lines, different instants.
+    return [re.sub(r"(_created\{.*\}) \S+$", r"\1 T", line) for line in text.splitlines()]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_exposition_matches_prometheus_client(seed: int) -> None:
+    rng = random.Random(seed)
+    reference = CollectorRegistry()
+    reviews = Counter(
+        "gpu_webhook_reviews",
+        "Admission reviews answered, by endpoint, kind, operation and result.",
+        ["endpoint", "kind", "operation", "result"],
+        registry=reference,
+    )
+    latency = Histogram(
+        "gpu_webhook_review_duration_seconds",
+        "Time from request body received to response ready.",
+        ["endpoint"],
+        buckets=LATENCY_BUCKETS,
+        registry=reference,
+    )
+    mutations = Counter(
+        "gpu_webhook_mutations",
+        "Mutations returned by /mutate, by type.",
+        ["type"],
+        registry=reference,
+    )
+    ours = CollectorRegistry()
+    counts = ReviewCounts()
+    ours.register(counts)
+    # Bounds themselves, values between and past them, and zero.
+    values = [0.0, *LATENCY_BUCKETS, *(b * 1.5 for b in LATENCY_BUCKETS), 7.0]
+    for _ in range(rng.randrange(0, 300)):
+        labels = (rng.choice(ENDPOINTS), rng.choice(KINDS), "CREATE", rng.choice(RESULTS))
+        seconds = rng.choice(values) if rng.random() < 0.5 else rng.uniform(0, 3)
+        reviews.labels(*labels).inc()
+        latency.labels(labels[0]).observe(seconds)
+        counts.review_done(*labels, seconds)
+        if rng.random() < 0.3:
+            kind = rng.choice(MUTATIONS)
+            mutations.labels(kind).inc()
+            counts.mutated(kind)
+    expected = generate_latest(reference).decode()
+    got = generate_latest(ours).decode()
+    assert _without_created(got) == _without_created(expected)
+
+
+def test_created_is_when_a_series_began() -> None:
+    counts = ReviewCounts()
+    registry = CollectorRegistry()
+    registry.register(counts)
+    counts.review_done("mutate", "Pod", "CREATE", "patched", 0.002)
+    first = registry.get_sample_value(
+        "gpu_webhook_reviews_created",
+        {"endpoint": "mutate", "kind": "Pod", "operation": "CREATE", "result": "patched"},
+    )
+    counts.review_done("mutate", "Pod", "CREATE", "patched", 0.002)
+    labels = {"endpoint": "mutate", "kind": "Pod", "operation": "CREATE", "result": "patched"}
+    assert registry.get_sample_value("gpu_webhook_reviews_total", labels) == 2
+    assert registry.get_sample_value("gpu_webhook_reviews_created", labels) == first
+    assert (
+        registry.get_sample_value(
+            "gpu_webhook_review_duration_seconds_bucket", {"endpoint": "mutate", "le": "0.001"}
+        )
+        == 0
+    )
+    assert (
+        registry.get_sample_value(
+            "gpu_webhook_review_duration_seconds_bucket", {"endpoint": "mutate", "le": "0.0025"}
+        )
+        == 2
+    )
