@@ -42,6 +42,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench.loadgen import Measurement, client_main, drive, measure  # noqa: E402
+from bench.openloop import openloop_path, run_openloop  # noqa: E402
 from bench.report import RSS_SOURCES, TARGETS, print_report  # noqa: E402
 from bench.servers import (  # noqa: E402
     fake_cluster,
@@ -148,6 +149,101 @@ def wrk_runs(args: argparse.Namespace, tls: Any, policies: Path, work: Path) -> 
     return {"seconds": args.seconds, "connections": args.concurrency, "runs": runs}
 
 
+# What the report keeps of the C generator's JSON (bench/openloop.c documents each field).
+OPEN_FIELDS = (
+    "sent",
+    "completed",
+    "non_2xx",
+    "errors",
+    "timeouts",
+    "queued",
+    "p50_ms",
+    "p90_ms",
+    "p99_ms",
+    "p999_ms",
+    "max_ms",
+    "send_lag_p99_ms",
+    "cpu_share",
+    "server_cpu",
+)
+
+
+def open_loop_runs(
+    args: argparse.Namespace,
+    tls: Any,
+    policies: Path,
+    work: Path,
+    report: dict[str, Any],
+    measurements: list[Measurement],
+) -> list[dict[str, Any]]:
+    """The webhook open loop at fractions of its own maximum (distinct mix, fast stack).
+
+    With --compiled the build the image ships (the compiled core) is the one measured. The load
+    comes from bench/openloop.c (each request sent at its scheduled time; latency from that
+    time), or from the Python generator with --python-load, which cannot keep its schedule
+    above ~4,000 requests/s on 2 cores and then measures itself.
+    """
+    measured = "compiled" if args.compiled and not measurements else "webhook"
+    tree = Path(args.compiled).resolve() if measured == "compiled" else None
+    if measurements:
+        top = measurements[0].rps
+    else:
+        # The first stack's run of the distinct mix (fast, unless --stacks says otherwise).
+        served = [r for r in report["wrk"]["runs"] if r["server"] == measured]
+        distinct = [r for r in served if r["mix"] == "distinct"] or served
+        top = distinct[0]["rps"]
+    binary = None
+    if not args.python_load:
+        binary, why = openloop_path(work / "openloop")
+        if binary is None:
+            raise SystemExit(f"the open-loop generator cannot be built: {why}")
+    templates = write_templates(work / "open-distinct", server_templates("distinct"))
+    server_cpus, load_cpus = ({1}, {0}) if args.pin else (None, None)
+    runs: list[dict[str, Any]] = []
+    for fraction in (float(f) for f in args.open_fractions.split(",")):
+        rate = round(top * fraction, 1)
+        print(f"open loop at {rate} reviews/s ({fraction:g} of the {measured} max {top:.0f})")
+        with server("webhook", tls, policies, tree=tree, cpus=server_cpus) as (port, pid):
+            if binary is not None:
+                # A short warm-up at the same rate first (imports, caches, connections).
+                run_openloop(
+                    port, tls.ca_cert, templates, rate, int(rate), 64, pid, load_cpus, binary=binary
+                )
+                result = run_openloop(
+                    port,
+                    tls.ca_cert,
+                    templates,
+                    rate,
+                    args.open_requests,
+                    64,
+                    pid,
+                    load_cpus,
+                    binary=binary,
+                    realtime=args.open_realtime,
+                )
+                row = {
+                    "generator": "openloop.c",
+                    "rps": result["achieved_rate"],
+                    **{k: result[k] for k in OPEN_FIELDS if k in result},
+                }
+            else:
+                row = {
+                    "generator": "python",
+                    **drive(
+                        port,
+                        tls.ca_cert,
+                        args.open_requests,
+                        args.concurrency * 8,
+                        rate,
+                        "distinct",
+                    ),
+                }
+        runs.append(
+            {"server": measured, "rate": rate, "fraction": fraction, "mix": "distinct", **row}
+        )
+    return runs
+
+
 def run_main(args: argparse.Namespace) -> int:
     from webhook.tls.certs import write_certificates
 
@@ -212,27 +308,7 @@ def run_main(args: argparse.Namespace) -> int:
                 measurements.append(measure(name, result))
 
         if not args.only_rss:
-            # Half the webhook's own maximum on the distinct mix, fast stack (or the first run).
-            # With --compiled, the build the image ships (the compiled core) is the one measured.
-            measured = "compiled" if args.compiled and not measurements else "webhook"
-            tree = Path(args.compiled).resolve() if measured == "compiled" else None
-            if measurements:
-                top = measurements[0].rps
-            else:
-                fast = [r for r in report["wrk"]["runs"] if r["server"] == measured]
-                top = fast[0]["rps"]
-            half = round(top / 2, 1)
-            print(f"open loop at {half} reviews/s (half of the {measured} max)", flush=True)
-            with server("webhook", tls, policies, tree=tree) as (port, _):
-                open_loop = drive(
-                    port, tls.ca_cert, args.open_requests, args.concurrency * 8, half, "distinct"
-                )
-            report["open_loop"] = {
-                "server": measured,
-                "rate": half,
-                "mix": "distinct",
-                **open_loop,
-            }
+            report["open_loop"] = open_loop_runs(args, tls, policies, work, report, measurements)
 
         rss: list[dict[str, Any]] = []
         if not args.no_rss:
@@ -280,7 +356,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     client.add_argument("--mix", choices=("fixed", "distinct", "replicas"), default="fixed")
     parser.add_argument("--requests", type=int, default=20000, help="per closed-loop run")
     parser.add_argument("--variant-requests", type=int, default=10000, help="per variant run")
-    parser.add_argument("--open-requests", type=int, default=10000, help="open-loop run")
+    parser.add_argument("--open-requests", type=int, default=20000, help="per open-loop run")
+    parser.add_argument(
+        "--open-fractions",
+        default="0.5",
+        help="open-loop rates as fractions of the measured maximum, comma-separated",
+    )
+    parser.add_argument(
+        "--open-realtime",
+        action="store_true",
+        help="run the open-loop generator under SCHED_FIFO (chrt; root): other processes on its "
+        "core then cannot delay its sends",
+    )
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=10.0, help="per wrk run")
     parser.add_argument("--stacks", default="fast,std", help="fast (uvloop+orjson), std, or both")
