@@ -6,8 +6,9 @@ event loop or a GIL with the server it measures). Figures:
 1. closed loop, keep-alive, `--concurrency` in flight: reviews/s, p50/p99 for the webhook and
    for a no-op aiohttp TLS server answering a fixed allowed review; the ratio is the headline;
 2. the webhook with uvloop and/or orjson disabled (GPU_WEBHOOK_DISABLE_UVLOOP/_ORJSON);
-3. open loop at half the webhook's own max throughput: p50/p99 measured from each request's
-   scheduled send time (no coordinated omission);
+3. open loop at fractions of the webhook's own max throughput (`--open-fractions`, default
+   half), driven by bench/openloop.c: p50/p99 measured from each request's scheduled send
+   time (no coordinated omission), with the generator's send lag and CPU;
 4. RSS of the webhook after `--rss-reviews` reviews with `--rss-policies` CRL policies loaded,
    sampled from /proc/<pid>/status, and its growth over the second half, for both policy
    sources: the file source (`--policies DIR`) and the cluster watch (`--kubeconfig FILE`, the
