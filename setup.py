@@ -46,7 +46,8 @@ COMPILED = [
     "webhook/core/rules/terms.py",
     "webhook/core/rules/versions.py",
     # The admission request path's pure parts around the evaluation: decoding the review,
-    # building the answer, the decision cache's keys (measured: ~6 % of the server's CPU).
+    # building the answer, the decision cache's keys: ~6 % of the server's CPU in a py-spy profile
+    # (what compiling them saved was within this VM's noise; README, Benchmark).
     "webhook/admission/decisions.py",
     "webhook/admission/reviews.py",
 ]
