@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.servers import taskset
-from bench.wrkload import _cpu_seconds
+from bench.wrkload import cpu_seconds
 
 SOURCE = Path(__file__).resolve().with_name("openloop.c")
 
@@ -93,11 +93,11 @@ def run_openloop(
         argv = taskset(cpus) + argv
     if realtime:
         argv = ["chrt", "-f", "10", *argv]
-    server_before = _cpu_seconds(server_pid)
+    server_before = cpu_seconds(server_pid)
     began = time.monotonic()
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     wall = time.monotonic() - began
-    server_cpu = (_cpu_seconds(server_pid) - server_before) / wall
+    server_cpu = (cpu_seconds(server_pid) - server_before) / wall
     if done.returncode != 0:
         raise RuntimeError(
             f"openloop failed ({done.returncode}): {done.stderr.strip() or done.stdout.strip()}"

@@ -137,7 +137,7 @@ def write_templates(directory: Path, rows: list[tuple[str, str]]) -> Path:
     return directory
 
 
-def _cpu_seconds(pid: int) -> float:
+def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     # utime and stime are fields 14 and 15 of /proc/PID/stat (proc(5)); here 0-based after ")"
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -166,7 +166,7 @@ def run_wrk(
     argv.append(str(random.randrange(10**12)))
     if cpus:
         argv = ["taskset", "-c", ",".join(str(cpu) for cpu in sorted(cpus)), *argv]
-    server_before = _cpu_seconds(server_pid)
+    server_before = cpu_seconds(server_pid)
     # Instructions the server ran in user space (perf, from Debian's linux-perf, where the
     # machine exposes counters): repeatable where the wall-clock rate swings with the machine.
     counter = None
@@ -190,7 +190,7 @@ def run_wrk(
     _, status, usage = os.wait4(process.pid, 0)
     process.returncode = os.waitstatus_to_exitcode(status)
     wall = time.monotonic() - began
-    server_cpu = (_cpu_seconds(server_pid) - server_before) / wall
+    server_cpu = (cpu_seconds(server_pid) - server_before) / wall
     instructions = 0
     if counter is not None:
         counter.send_signal(signal.SIGINT)

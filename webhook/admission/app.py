@@ -307,9 +307,10 @@ def _done(
 ) -> None:
     """Metrics and the per-review log line of one answered review."""
     elapsed = time.perf_counter() - start
+    counts = state.metrics.counts
     for kind in mutation_kinds:
-        state.metrics.mutated(kind)
-    state.metrics.review_done(endpoint, *labels, elapsed)
+        counts.mutated(kind)
+    counts.review_done(endpoint, *labels, elapsed)
     if review_log.isEnabledFor(logging.INFO):
         # `fields` is this review's own dict (a copy for a cached answer): completed in place.
         line = fields
