@@ -350,17 +350,19 @@ OPERATOR_RESULTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ),
         (),
     ),
+    # v0.8.5 from the shipped knowledge (vLLM's release pipeline built it with CUDA 12.4.0).
     "lws_vllm_gpu_leaderworkerset.yaml": (
         (
             "will apply to leader pods: set requests.nvidia.com/gpu=8 from limits in "
             'container "vllm-leader"',
+            "for leader pods: required CUDA ≥ 12.4 (shipped knowledge: vLLM 0.8.5, vLLM release "
+            "notes, issues, CI), preferably < 14.0",
             "will apply to worker pods: set requests.nvidia.com/gpu=8 from limits in "
             'container "vllm-worker"',
+            "for worker pods: required CUDA ≥ 12.4 (shipped knowledge: vLLM 0.8.5, vLLM release "
+            "notes, issues, CI), preferably < 14.0",
         ),
-        (
-            "leader: " + shorter("vllm/vllm-openai:v0.8.5"),
-            "worker: " + shorter("vllm/vllm-openai:v0.8.5"),
-        ),
+        (),
     ),
     "volcano_mindspore-gpu_vcjob.yaml": (
         (

@@ -181,7 +181,7 @@ def test_the_knowledge_is_loaded_once_and_shared_by_every_config() -> None:
         (
             "vllm/vllm-openai:v0.9.0",
             V(12, 8),
-            "shipped knowledge: vLLM 0.9.0, vLLM release notes/issues",
+            "shipped knowledge: vLLM 0.9.0, vLLM release notes, issues, CI",
         ),
         # NVIDIA's own vLLM and SGLang containers, from their release notes
         (
@@ -314,6 +314,53 @@ def test_the_knowledge_is_loaded_once_and_shared_by_every_config() -> None:
             V(10, 1),
             "shipped knowledge: NGC DIGITS 19.06, NVIDIA release notes",
         ),
+        # NGC PyTorch from the notes read as quoted, NVIDIA's build files, the image's env
+        (
+            "nvcr.io/nvidia/pytorch:24.05-py3",
+            V(12, 4),
+            "shipped knowledge: NGC PyTorch 24.05, NVIDIA release notes",
+        ),
+        (
+            "nvcr.io/nvidia/pytorch:25.04-py3",
+            V(12, 9),
+            "shipped knowledge: NGC PyTorch 25.04, NVIDIA release notes",
+        ),
+        (
+            "nvcr.io/nvidia/pytorch:21.12-py3",
+            V(11, 5),
+            "shipped knowledge: NGC PyTorch 21.12, NVIDIA release notes",
+        ),
+        (
+            "nvcr.io/nvidia/nemo:25.09",
+            V(12, 9),
+            "shipped knowledge: NGC NeMo 25.09, NVIDIA software component versions",
+        ),
+        (
+            "nvcr.io/nvidia/nemo:26.06",
+            V(13, 2),
+            "shipped knowledge: NGC NeMo 26.06, NVIDIA software component versions",
+        ),
+        # vLLM's release image, by the release pipeline's CUDA_VERSION at the release
+        (
+            "vllm/vllm-openai:v0.8.5",
+            V(12, 4),
+            "shipped knowledge: vLLM 0.8.5, vLLM release notes, issues, CI",
+        ),
+        (
+            "vllm/vllm-openai:v0.10.1.1",
+            V(12, 8),
+            "shipped knowledge: vLLM 0.10.1.1, vLLM release notes, issues, CI",
+        ),
+        (
+            "lmsysorg/sglang:v0.5.4.post2",
+            V(12, 9),
+            "shipped knowledge: SGLang 0.5.4.post2, release workflow",
+        ),
+        (
+            "lmsysorg/sglang:v0.5.3rc0",
+            V(12, 9),
+            "shipped knowledge: SGLang 0.5.3rc0, release workflow",
+        ),
     ],
 )
 def test_shipped_knowledge(image: str, version: CudaVersion, source: str) -> None:
@@ -329,7 +376,9 @@ def test_shipped_knowledge(image: str, version: CudaVersion, source: str) -> Non
         "nvcr.io/nvidia/tritonserver:24.05-py3-igpu",  # a variant not listed
         f"nvcr.io/nvidia/tritonserver@{DIGEST}",  # no tag: no release to look up
         "nvcr.io/nvidia/tritonserver",
-        "nvcr.io/nvidia/pytorch:24.05-py3",
+        "nvcr.io/nvidia/pytorch:24.04-py3",  # no source read for this release
+        "nvcr.io/nvidia/nemo:25.04.01",  # patch tags are not assumed to share the base
+        "nvcr.io/nvidia/nemo:25.04",  # not in NVIDIA's component table
         "tensorflow/serving:2.13.1",  # the CPU image
         "tensorflow/serving:latest-gpu",
         "ghcr.io/huggingface/text-generation-inference:3.0.1-rocm",
@@ -342,7 +391,12 @@ def test_shipped_knowledge(image: str, version: CudaVersion, source: str) -> Non
         "nvcr.io/nvidia/tensorflow:19.11-py3",  # py2/py3 tags only up to 19.10
         "nvcr.io/nvidia/tensorflow:19.11-tf1-py2",  # the Python 2 image of the tf1/tf2 era
         "nvcr.io/nvidia/digits:19.04",  # DIGITS 19.04 tags name the framework
-        "vllm/vllm-openai:v0.8.5",
+        "vllm/vllm-openai:v0.11.0",  # amd64 12.8, arm64 12.9: one version cannot say both
+        "vllm/vllm-openai:v0.8.5.post1",  # its release branch was not read
+        "vllm/vllm-openai:latest",
+        "lmsysorg/sglang:latest",
+        "lmsysorg/sglang:v0.5.1",  # not pushed by the release workflow
+        "lmsysorg/sglang:v0.5.3",  # the workflow pushed only -cu129 and latest then
         "rayproject/ray:2.37.0-gpu",  # the alias target of this release was not read
         "rayproject/ray:2.47.1",  # the CPU image
         "rayproject/ray:2.46.0.0e19ea-py39-gpu",  # a release-branch build, not the release
