@@ -356,11 +356,11 @@ OPERATOR_RESULTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "will apply to leader pods: set requests.nvidia.com/gpu=8 from limits in "
             'container "vllm-leader"',
             "for leader pods: required CUDA ≥ 12.4 (shipped knowledge: vLLM 0.8.5, vLLM release "
-            "notes, issues, CI), preferably < 14.0",
+            "pipeline), preferably < 14.0",
             "will apply to worker pods: set requests.nvidia.com/gpu=8 from limits in "
             'container "vllm-worker"',
             "for worker pods: required CUDA ≥ 12.4 (shipped knowledge: vLLM 0.8.5, vLLM release "
-            "notes, issues, CI), preferably < 14.0",
+            "pipeline), preferably < 14.0",
         ),
         (),
     ),

@@ -181,7 +181,7 @@ def test_the_knowledge_is_loaded_once_and_shared_by_every_config() -> None:
         (
             "vllm/vllm-openai:v0.9.0",
             V(12, 8),
-            "shipped knowledge: vLLM 0.9.0, vLLM release notes, issues, CI",
+            "shipped knowledge: vLLM 0.9.0, vLLM release notes/issues",
         ),
         # NVIDIA's own vLLM and SGLang containers, from their release notes
         (
@@ -323,12 +323,22 @@ def test_the_knowledge_is_loaded_once_and_shared_by_every_config() -> None:
         (
             "nvcr.io/nvidia/pytorch:25.04-py3",
             V(12, 9),
-            "shipped knowledge: NGC PyTorch 25.04, NVIDIA release notes",
+            "shipped knowledge: NGC PyTorch 25.04, the image's own report",
+        ),
+        (  # each release names where it was read, when not the family's kind of source
+            "nvcr.io/nvidia/pytorch:25.01-py3",
+            V(12, 8),
+            "shipped knowledge: NGC PyTorch 25.01, NVIDIA build files",
+        ),
+        (
+            "nvcr.io/nvidia/pytorch:26.05-py3",
+            V(13, 2),
+            "shipped knowledge: NGC PyTorch 26.05, NVIDIA CI",
         ),
         (
             "nvcr.io/nvidia/pytorch:21.12-py3",
             V(11, 5),
-            "shipped knowledge: NGC PyTorch 21.12, NVIDIA release notes",
+            "shipped knowledge: NGC PyTorch 21.12, the image's env",
         ),
         (
             "nvcr.io/nvidia/nemo:25.09",
@@ -344,12 +354,12 @@ def test_the_knowledge_is_loaded_once_and_shared_by_every_config() -> None:
         (
             "vllm/vllm-openai:v0.8.5",
             V(12, 4),
-            "shipped knowledge: vLLM 0.8.5, vLLM release notes, issues, CI",
+            "shipped knowledge: vLLM 0.8.5, vLLM release pipeline",
         ),
         (
             "vllm/vllm-openai:v0.10.1.1",
             V(12, 8),
-            "shipped knowledge: vLLM 0.10.1.1, vLLM release notes, issues, CI",
+            "shipped knowledge: vLLM 0.10.1.1, vLLM release pipeline",
         ),
         (
             "lmsysorg/sglang:v0.5.4.post2",
@@ -532,6 +542,10 @@ families:
         (
             GOOD.replace("[example.com/fam]", "[docker.io/fam/app]"),
             "families[0] (Fam): repositories: Value error, repository 'docker.io/fam/app' must",
+        ),
+        (
+            GOOD.replace("cuda: '12.4',", "cuda: '12.4', cite: '',"),
+            "families[0] (Fam): releases.0.cite: String should have at least 1 character",
         ),
         (GOOD.replace("families:", "family:"), "test file is invalid: families: Field required"),
         ("- a\n- b\n", "test file must be a YAML mapping with a `families` list"),

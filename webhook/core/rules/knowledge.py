@@ -48,6 +48,10 @@ class KnownRelease(_Model):
     release: str = Field(min_length=1, max_length=64)
     cuda: str
     source: str | None = None  # None: the family's source, with {release} filled in
+    # None: the family's. Set when this release was read elsewhere than the family's kind of
+    # source (an NGC release known from NVIDIA's build files, not its notes): notes must not
+    # name a source the version was not read in.
+    cite: str | None = Field(default=None, min_length=1, max_length=40)
     note: str = ""
 
     @field_validator("cuda")
@@ -161,7 +165,7 @@ class ImageKnowledge:
                     CudaVersion.parse(r.cuda) or MIN_IMAGE_GUESS,  # parse checked by the model
                     family.name,
                     r.release,
-                    family.cite,
+                    r.cite or family.cite,
                     (r.source or family.source or "").replace("{release}", r.release),
                 )
                 for r in family.releases
