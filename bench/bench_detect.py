@@ -30,7 +30,9 @@ IMAGES = {
     "path (TGI DLC)": "us-docker.pkg.dev/deeplearning-platform-release/gcr.io/"
     "huggingface-text-generation-inference-cu124.2-3.ubuntu2204.py311",
     "shipped (Triton)": "nvcr.io/nvidia/tritonserver:24.05-py3",
-    "unknown": "vllm/vllm-openai:v0.8.5",
+    # a release whose CUDA differs by architecture (asked for linux/amd64, as a pod pinning none)
+    "shipped per arch (vLLM)": "vllm/vllm-openai:v0.11.0",
+    "unknown": "vllm/vllm-openai:latest",
 }
 
 

@@ -33,6 +33,9 @@ EXPECTED = {
     "hiyouga/verl:ngc-th2.6.0-cu126-vllm0.8.4-flashinfer0.2.2-cxx11abi0": "12.6",
     # vLLM's release pipeline built v0.8.5's image with CUDA_VERSION=12.4.0 (vllm PR 16859)
     "vllm/vllm-openai:v0.8.5": "12.4",
+    # v0.11.0's x86 image was built with CUDA_VERSION=12.8.1 (its arm64 one with 12.9.1); the
+    # manifest pins no architecture, so linux/amd64's
+    "vllm/vllm-openai:v0.11.0": "12.8",
 }
 
 
@@ -42,8 +45,8 @@ def test_every_container_decided_on_the_corpus_is_decided_right() -> None:
     decided = {r.image: r.version for r in rows if r.version}
     assert decided == EXPECTED
     result = summary(rows)
-    assert result["decided"] == 12  # two containers run vllm/vllm-openai:v0.8.5
-    assert result["bySource"] == {"reference": 6, "shipped": 6}
+    assert result["decided"] == 13  # two containers run vllm/vllm-openai:v0.8.5
+    assert result["bySource"] == {"reference": 6, "shipped": 7}
 
 
 def test_skips_cleanly_without_the_corpus(tmp_path: Path) -> None:

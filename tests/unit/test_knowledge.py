@@ -31,9 +31,13 @@ def test_the_shipped_file_loads_and_every_entry_has_a_source_and_a_plausible_ver
         for entry in family.releases:
             source = (entry.source or family.source or "").replace("{release}", entry.release)
             assert re.fullmatch(r"https://\S+", source), (family.name, entry.release)
-            version = CudaVersion.parse(entry.cuda)
-            assert version is not None and V(7, 0) <= version < V(20, 0), entry
-            assert re.fullmatch(r"[0-9]+\.[0-9]+", entry.cuda), entry
+            versions = [entry.cuda] if entry.cuda is not None else []
+            versions += entry.arch.values()
+            assert versions, entry
+            for text in versions:
+                version = CudaVersion.parse(text)
+                assert version is not None and V(7, 0) <= version < V(20, 0), entry
+                assert re.fullmatch(r"[0-9]+\.[0-9]+", text), entry
 
 
 def test_the_knowledge_is_loaded_once_and_shared_by_every_config() -> None:
@@ -362,6 +366,17 @@ def test_the_knowledge_is_loaded_once_and_shared_by_every_config() -> None:
             "shipped knowledge: vLLM 0.10.1.1, vLLM release pipeline",
         ),
         (
+            "vllm/vllm-openai:v0.11.1",
+            V(12, 9),
+            "shipped knowledge: vLLM 0.11.1, vLLM release pipeline",
+        ),
+        # a multi-platform tag whose images differ: linux/amd64 unless the pod says otherwise
+        (
+            "vllm/vllm-openai:v0.11.0",
+            V(12, 8),
+            "shipped knowledge: vLLM 0.11.0 for linux/amd64, vLLM release pipeline",
+        ),
+        (
             "lmsysorg/sglang:v0.5.4.post2",
             V(12, 9),
             "shipped knowledge: SGLang 0.5.4.post2, release workflow",
@@ -401,7 +416,8 @@ def test_shipped_knowledge(image: str, version: CudaVersion, source: str) -> Non
         "nvcr.io/nvidia/tensorflow:19.11-py3",  # py2/py3 tags only up to 19.10
         "nvcr.io/nvidia/tensorflow:19.11-tf1-py2",  # the Python 2 image of the tf1/tf2 era
         "nvcr.io/nvidia/digits:19.04",  # DIGITS 19.04 tags name the framework
-        "vllm/vllm-openai:v0.11.0",  # amd64 12.8, arm64 12.9: one version cannot say both
+        "vllm/vllm-openai:v0.10.2",  # its branch point against the arm64 change not read
+        "vllm/vllm-openai:v0.11.2",  # its release branch was not read
         "vllm/vllm-openai:v0.8.5.post1",  # its release branch was not read
         "vllm/vllm-openai:latest",
         "lmsysorg/sglang:latest",
@@ -546,6 +562,23 @@ families:
         (
             GOOD.replace("cuda: '12.4',", "cuda: '12.4', cite: '',"),
             "families[0] (Fam): releases.0.cite: String should have at least 1 character",
+        ),
+        (
+            GOOD.replace("cuda: '12.4',", ""),
+            "families[0] (Fam): releases.0: Value error, release 1.0 needs cuda, arch, or both",
+        ),
+        (
+            GOOD.replace("cuda: '12.4',", "cuda: '12.4', arch: {aarch64: '12.9'},"),
+            "releases.0.arch: Value error, arch 'aarch64' is not an architecture as "
+            "kubernetes.io/arch names it (386, amd64, arm, arm64, ppc64le, riscv64, s390x)",
+        ),
+        (
+            GOOD.replace("cuda: '12.4',", "arch: {arm64: '12.10.1'},"),
+            "releases.0.arch: Value error, arch arm64 must look like 12.4, got '12.10.1'",
+        ),
+        (
+            GOOD.replace("cuda: '12.4',", "arch: {arm64: 12.9},"),
+            "releases.0.arch.arm64: Input should be a valid string",
         ),
         (GOOD.replace("families:", "family:"), "test file is invalid: families: Field required"),
         ("- a\n- b\n", "test file must be a YAML mapping with a `families` list"),

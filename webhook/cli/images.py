@@ -92,7 +92,8 @@ def add_images_parser(sub: Any) -> None:
     images.add_argument(
         "--arch",
         default=DEFAULT_ARCH,
-        help="architecture of a multi-platform image to read (default: %(default)s)",
+        help="architecture the pods run on: the entry of a multi-platform image to read, and "
+        "shipped knowledge that differs by architecture (default: %(default)s)",
     )
     images.add_argument(
         "--no-lookup",
@@ -121,8 +122,8 @@ class ImageAnswer:
         }
 
 
-def _offline(image: str, config: WebhookConfig) -> ImageAnswer:
-    detection = cuda.detect({"image": image}, config)
+def _offline(image: str, config: WebhookConfig, arch: str) -> ImageAnswer:
+    detection = cuda.detect({"image": image}, config, archs=(arch,))
     if detection.requirement is not None:
         req = detection.requirement
         return ImageAnswer(image, req.version, _origin(req.source), req.source)
@@ -150,7 +151,7 @@ async def _look_up(client: RegistryClient, images: Sequence[str], arch: str) -> 
 def answers(
     images: Sequence[str], config: WebhookConfig, client: RegistryClient | None, arch: str
 ) -> list[ImageAnswer]:
-    found = [_offline(image, config) for image in dict.fromkeys(images)]
+    found = [_offline(image, config, arch) for image in dict.fromkeys(images)]
     unknown = [a for a in found if a.version is None]
     # Asked explicitly: registryLookups.enabled (the server's switch) does not apply here.
     if client is not None and unknown:

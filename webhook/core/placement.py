@@ -112,7 +112,10 @@ def _needs(
     policies: PolicySet,
     envs: Envs,
     facts: dict[str, cuda.Requirement] | None = None,
+    archs: tuple[str, ...] | None = None,
 ) -> tuple[list[_Need], list[ContainerRef]]:
+    """`archs`: the pod's architectures when the caller read them (None: read here only if an
+    image's CUDA depends on them; `facts` is None then)."""
     pod_req, warning = cuda.annotation_requirement(state.pod.annotations)
     if warning:
         state.warnings.append(short(warning))
@@ -123,7 +126,11 @@ def _needs(
     for c, keys in gpu:
         req = pod_req
         if req is None:
-            detection = cuda.detect(c.container, config, _env(envs, c), facts)
+            env = _env(envs, c)
+            detection = cuda.detect(c.container, config, env, facts, archs or cuda.DEFAULT_ARCHS)
+            if detection.by_arch and archs is None:
+                archs = pod_archs(state.pod.spec)
+                detection = cuda.detect(c.container, config, env, facts, archs)
             if detection.warnings:
                 where = container_label(c)
                 state.warnings += [after(f"{where}: ", w) for w in detection.warnings]
@@ -393,8 +400,11 @@ def place(
     if warning:
         state.warnings.append(short(warning))
     envs: Envs = {}
-    known = facts_for_archs(images, pod_archs(state.pod.spec)) if images else None
-    needs, unknown = _needs(state, gpu, config, policies or PolicySet.empty(), envs, known)
+    # The architectures the pod may run on, which registry answers and shipped knowledge may
+    # depend on (one tag, a multi-platform index). Only read when one does (~2 µs compiled).
+    archs = pod_archs(state.pod.spec) if images else None
+    known = facts_for_archs(images, archs) if images and archs else None
+    needs, unknown = _needs(state, gpu, config, policies or PolicySet.empty(), envs, known, archs)
     # The required intersection; None: no container with a known CUDA version. Computed once
     # for every step below.
     rng = _intersection([n.range for n in needs]) if needs else None
@@ -403,7 +413,7 @@ def place(
     if unknown:
         # What a registry lookup could still tell (only when placement would use the answer),
         # for every architecture the pod may run on (the strictest answer is used).
-        archs = pod_archs(state.pod.spec)
+        archs = archs or pod_archs(state.pod.spec)
         state.unresolved += [
             ImageQuery(image, arch)
             for c in unknown

@@ -15,6 +15,7 @@ from webhook.core.config import (
     ImageRules,
     WebhookConfig,
 )
+from webhook.core.rules.imagefacts import DEFAULT_ARCH
 from webhook.core.rules.images import (
     MAX_REFERENCE_LENGTH,
     image_repository,
@@ -25,6 +26,7 @@ from webhook.core.rules.versions import CudaVersion
 from webhook.core.wording import Message
 
 __all__ = [
+    "DEFAULT_ARCHS",
     "CudaVersion",
     "Detection",
     "Range",
@@ -44,6 +46,11 @@ __all__ = [
 _REQUIRE_CUDA = re.compile(r"cuda\s{0,8}>=\s{0,8}([0-9]{1,6})(?:\.([0-9]{1,6}))?")
 
 
+# The architectures of a pod that pins none: callers pass this object, so the common case
+# costs one identity check.
+DEFAULT_ARCHS = (DEFAULT_ARCH,)
+
+
 # NamedTuples rather than frozen dataclasses: built per review, and a frozen dataclass's
 # __init__ (object.__setattr__ per field) costs several times more.
 class Requirement(NamedTuple):
@@ -54,8 +61,11 @@ class Requirement(NamedTuple):
 class Detection(NamedTuple):
     """A container's CUDA requirement (None: unknown) and warnings met on the way."""
 
-    requirement: Requirement | None
+    requirement: Requirement | None  # on linux/amd64 when by_arch is set
     warnings: tuple[Message, ...] = ()
+    # Architecture -> requirement, for an image whose CUDA differs by architecture (shipped
+    # knowledge: one tag, a multi-platform index); an architecture not listed is unknown.
+    by_arch: tuple[tuple[str, Requirement], ...] = ()
 
 
 class Range(NamedTuple):
@@ -117,13 +127,16 @@ def detect(
     config: WebhookConfig,
     env: dict[str, str | None] | None = None,
     facts: Mapping[str, Requirement] | None = None,
+    archs: tuple[str, ...] = DEFAULT_ARCHS,
 ) -> Detection:
     """CUDA runtime a container needs (SPEC §4 steps 2-6; the pod annotation, step 1, is the
     caller's): env CUDA_VERSION / NVIDIA_REQUIRE_CUDA, then what the image reference says (the
     admin table, a version in the tag or path, the shipped knowledge), then `facts` (image ->
     requirement, read from the image's registry by the caller), the last resort. A None
     requirement means nothing knows the image yet: the caller may look it up.
-    `env` is the container's env_values() when the caller has it already."""
+    `env` is the container's env_values() when the caller has it already; `archs` the
+    architectures the pod may run on (imagefacts.pod_archs), for images whose CUDA differs by
+    architecture: the strictest of theirs, unknown when one of them is."""
     warnings: list[Message] = []
     env = env_values(container) if env is None else env
     cuda_env = env.get("CUDA_VERSION")
@@ -143,12 +156,28 @@ def detect(
     # Over-long references are no image (image_version); checked before the cache.
     if isinstance(image, str) and image and len(image) <= MAX_REFERENCE_LENGTH:
         found = _image_detection(image, config.image_rules)
+        if archs is not DEFAULT_ARCHS and found.by_arch and archs != DEFAULT_ARCHS:
+            found = _for_archs(found, archs)
         if found.requirement is None and facts and image in facts:
             found = Detection(facts[image], found.warnings)
         if not warnings:  # most containers: the cached answer as it is
             return found
         return Detection(found.requirement, (*warnings, *found.warnings))
     return Detection(None, tuple(warnings))
+
+
+def _for_archs(found: Detection, archs: tuple[str, ...]) -> Detection:
+    """The requirement for a pod that may run on any of `archs`: the strictest one, or None
+    when an architecture is not known (a registry lookup for it may still tell)."""
+    table = dict(found.by_arch)
+    best: Requirement | None = None
+    for arch in archs:
+        requirement = table.get(arch)
+        if requirement is None:
+            return Detection(None, found.warnings)
+        if best is None or requirement.version > best.version:
+            best = requirement
+    return Detection(best, found.warnings, found.by_arch)
 
 
 @lru_cache(maxsize=4096)
@@ -160,6 +189,9 @@ def _image_detection(image: str, rules: ImageRules) -> Detection:
     if guess is None:
         return Detection(None)
     warnings = (guess.problem,) if guess.problem else ()
+    if guess.by_arch:
+        by_arch = tuple((arch, Requirement(v, source)) for arch, v, source in guess.by_arch)
+        return Detection(dict(by_arch).get(DEFAULT_ARCH), warnings, by_arch)
     if guess.version is None:
         return Detection(None, warnings)
     return Detection(Requirement(guess.version, guess.source), warnings)

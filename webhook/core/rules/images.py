@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from webhook.core.config import ImageCudaEntry
-from webhook.core.rules.knowledge import ImageKnowledge
+from webhook.core.rules.knowledge import ARCHITECTURES, ImageKnowledge, Known
 from webhook.core.rules.versions import MIN_IMAGE_GUESS, CudaVersion
 from webhook.core.wording import Message, Wording
 
@@ -35,9 +35,12 @@ _HUB_PREFIXES = ("docker.io/", "index.docker.io/")
 class ImageGuess:
     """What an image reference says about CUDA: a version, or a problem to warn about."""
 
-    version: CudaVersion | None
+    version: CudaVersion | None  # None with by_arch: only those architectures are known
     source: str
     problem: Message = ""
+    # (architecture, version, source) where the shipped knowledge says the release's images
+    # differ by architecture; the version above holds for every other one.
+    by_arch: tuple[tuple[str, CudaVersion, str], ...] = ()
 
 
 def normalize(image: str) -> str | None:
@@ -151,5 +154,17 @@ def _image_version(
         repository, tag = split_tag(ref)
         known = knowledge.lookup(repository, tag) if tag else None
         if known is not None:
-            return ImageGuess(known.version, known.text)
+            return ImageGuess(known.version, known.text, by_arch=_by_arch(known))
     return None
+
+
+def _by_arch(known: Known) -> tuple[tuple[str, CudaVersion, str], ...]:
+    """Every architecture's version, when the release's differ by architecture (else ())."""
+    if not known.by_arch:
+        return ()
+    listed = dict(known.by_arch)
+    return tuple(
+        (arch, version, known.arch_text(arch))
+        for arch in sorted(ARCHITECTURES)
+        if (version := listed.get(arch, known.version)) is not None
+    )

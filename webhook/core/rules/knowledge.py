@@ -9,6 +9,10 @@ not validate fails loudly rather than shipping half a table.
 A lookup is a dict lookup by repository, one bounded regex full match on the tag (≤ 128
 characters, distribution/reference) per family of that repository, and a dict lookup by
 release: nothing here grows with the size of the table.
+
+One tag may name images built with different CUDA versions per architecture (a multi-platform
+index: vLLM v0.11.0 is CUDA 12.8 on linux/amd64 and 12.9 on linux/arm64). A release then says
+so (`arch: {arm64: '12.9'}`), and the answer depends on the architecture the pod runs on.
 """
 
 from __future__ import annotations
@@ -30,6 +34,11 @@ DATA_FILE = "images.yaml"
 # Sources are links a reader can open: release notes, or a file of the release at its tag.
 _SOURCE = re.compile(r"https://[^\s]{8,400}")
 _CUDA = re.compile(r"[0-9]{1,2}\.[0-9]{1,2}")
+# The architectures a release may name: GOARCH values, as the kubelet sets kubernetes.io/arch
+# and as OCI image indexes name platforms (image-spec image-index.md: "platform.architecture
+# ... values SHOULD be ... GOARCH"). `x86_64`/`aarch64` (uname's names) are refused: no node or
+# index carries them, so such an entry could never match.
+ARCHITECTURES = frozenset({"amd64", "arm64", "ppc64le", "s390x", "arm", "386", "riscv64"})
 # A repository as it is matched: normalised (no docker.io/, no library/), lowercase, no tag.
 _REPOSITORY = re.compile(r"[a-z0-9][a-z0-9._:/-]{0,250}[a-z0-9]")
 
@@ -46,7 +55,10 @@ class KnownRelease(_Model):
     """One release of a family: its CUDA runtime, and where that was read."""
 
     release: str = Field(min_length=1, max_length=64)
-    cuda: str
+    # Every architecture `arch` does not list; None: only those `arch` lists are known.
+    cuda: str | None = None
+    # Architecture -> CUDA, where the release's images differ by architecture.
+    arch: dict[str, str] = Field(default_factory=dict, max_length=len(ARCHITECTURES))
     source: str | None = None  # None: the family's source, with {release} filled in
     # None: the family's. Set when this release was read elsewhere than the family's kind of
     # source (an NGC release known from NVIDIA's build files, not its notes): notes must not
@@ -56,13 +68,35 @@ class KnownRelease(_Model):
 
     @field_validator("cuda")
     @classmethod
-    def _cuda(cls, value: str) -> str:
-        version = CudaVersion.parse(value)
-        if not _CUDA.fullmatch(value) or version is None:
-            raise ValueError(f"cuda must look like 12.4, got {value!r}")
-        if not version.plausible or version < MIN_IMAGE_GUESS:
-            raise ValueError(f"cuda {value!r} is not a plausible CUDA runtime (7.0 to 99.x)")
+    def _cuda(cls, value: str | None) -> str | None:
+        return None if value is None else _cuda_version("cuda", value)
+
+    @field_validator("arch")
+    @classmethod
+    def _arch(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, version in value.items():
+            if name not in ARCHITECTURES:
+                raise ValueError(
+                    f"arch {name!r} is not an architecture as kubernetes.io/arch names it "
+                    f"({', '.join(sorted(ARCHITECTURES))})"
+                )
+            _cuda_version(f"arch {name}", version)
         return value
+
+    @model_validator(mode="after")
+    def _some_version(self) -> KnownRelease:
+        if self.cuda is None and not self.arch:
+            raise ValueError(f"release {self.release} needs cuda, arch, or both")
+        return self
+
+
+def _cuda_version(what: str, value: str) -> str:
+    version = CudaVersion.parse(value)
+    if not _CUDA.fullmatch(value) or version is None:
+        raise ValueError(f"{what} must look like 12.4, got {value!r}")
+    if not version.plausible or version < MIN_IMAGE_GUESS:
+        raise ValueError(f"{what} {value!r} is not a plausible CUDA runtime (7.0 to 99.x)")
+    return value
 
 
 class KnownFamily(_Model):
@@ -138,16 +172,21 @@ class KnowledgeFile(_Model):
 class Known:
     """What the shipped knowledge says about one image."""
 
-    version: CudaVersion
+    version: CudaVersion | None  # every architecture not in by_arch; None: those unknown
     family: str
     release: str
     cite: str
     source: str  # the link, for `gpu-webhook images` and the README
+    by_arch: tuple[tuple[str, CudaVersion], ...] = ()  # sorted by architecture
 
     @property
     def text(self) -> str:
         """How notes name it: `shipped knowledge: NGC Triton 24.05, NVIDIA release notes`."""
         return f"shipped knowledge: {self.family} {self.release}, {self.cite}"
+
+    def arch_text(self, arch: str) -> str:
+        """`shipped knowledge: vLLM v0.11.0 for linux/arm64, vLLM release pipeline`."""
+        return f"shipped knowledge: {self.family} {self.release} for linux/{arch}, {self.cite}"
 
 
 class ImageKnowledge:
@@ -162,11 +201,12 @@ class ImageKnowledge:
         for family in families:
             releases = {
                 r.release: Known(
-                    CudaVersion.parse(r.cuda) or MIN_IMAGE_GUESS,  # parse checked by the model
+                    _parsed(r.cuda) if r.cuda is not None else None,
                     family.name,
                     r.release,
                     r.cite or family.cite,
                     (r.source or family.source or "").replace("{release}", r.release),
+                    tuple((arch, _parsed(r.arch[arch])) for arch in sorted(r.arch)),
                 )
                 for r in family.releases
             }
@@ -207,6 +247,10 @@ class ImageKnowledge:
         if len(documents) != 1:
             raise KnowledgeError(f"{where} must hold one YAML document, got {len(documents)}")
         return cls.from_mapping(documents[0], where)
+
+
+def _parsed(version: str) -> CudaVersion:
+    return CudaVersion.parse(version) or MIN_IMAGE_GUESS  # the model checked it parses
 
 
 def _problem(data: Any, err: Mapping[str, Any]) -> str:

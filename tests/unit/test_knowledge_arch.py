@@ -1,0 +1,159 @@
+"""Shipped knowledge whose images differ by architecture (one tag, a multi-platform index: vLLM
+v0.11.0 is CUDA 12.8 on linux/amd64 and 12.9 on linux/arm64): the pod's architecture decides
+which version its node affinity requires, as it decides which entry a registry lookup reads."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import pytest
+
+from tests.helpers import GPU, apply, container, expr, node_terms, pod, run, standard_policies
+from webhook.cli import main
+from webhook.core.config import WebhookConfig
+from webhook.core.config_parts import ImageRules
+from webhook.core.evaluate import evaluate
+from webhook.core.rules.cuda import Requirement
+from webhook.core.rules.imagefacts import ImageQuery
+from webhook.core.rules.knowledge import ImageKnowledge
+from webhook.core.rules.versions import CudaVersion
+
+VLLM = "vllm/vllm-openai:v0.11.0"
+ARCH = "kubernetes.io/arch"
+
+
+def terms(minor: int) -> list[dict[str, Any]]:
+    """Required terms on the manual labels for CUDA ≥ 12.<minor> (no upper bound)."""
+    return [
+        {
+            "matchExpressions": [
+                expr("cuda-major-version", "Gt", 11),
+                expr("cuda-major-version", "Lt", 13),
+                expr("cuda-minor-version", "Gt", minor - 1),
+            ]
+        },
+        {"matchExpressions": [expr("cuda-major-version", "Gt", 12)]},
+    ]
+
+
+def vllm_pod(image: str = VLLM, **spec: Any) -> dict[str, Any]:
+    return pod(container("server", image, limits={GPU: "1"}, requests={GPU: "1"}), **spec)
+
+
+def arch_affinity(*archs: str) -> dict[str, Any]:
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [expr(ARCH, "In", *archs)]}]
+            }
+        }
+    }
+
+
+def test_a_pod_that_pins_nothing_gets_the_amd64_version() -> None:
+    decision = run(vllm_pod())
+    assert node_terms(apply(decision)) == terms(8)
+    # (120 characters at most: the fixed words are shortened, the source kept)
+    assert decision.notes == (
+        "required CUDA ≥ 12.8 (shipped knowledge: vLLM 0.11.0 for linux/amd64, "
+        "vLLM release pipeline), preferably < 14.0",
+    )
+    assert decision.warnings == ()
+
+
+def test_an_arm64_pod_gets_the_arm64_version() -> None:
+    decision = run(vllm_pod(nodeSelector={ARCH: "arm64"}))
+    assert node_terms(apply(decision)) == terms(9)
+    assert decision.notes == (
+        "required CUDA ≥ 12.9 (shipped knowledge: vLLM 0.11.0 for linux/arm64, "
+        "vLLM release pipeline), preferably < 14.0",
+    )
+
+
+def test_a_pod_that_may_run_on_either_gets_the_strictest() -> None:
+    decision = run(vllm_pod(affinity=arch_affinity("amd64", "arm64")))
+    result = apply(decision)
+    # the pod's own arch term is kept in every injected term, with the CUDA bound added
+    for term in node_terms(result):
+        assert expr(ARCH, "In", "amd64", "arm64") in term["matchExpressions"]
+    assert "CUDA ≥ 12.9 (shipped knowledge: vLLM 0.11.0 for linux/arm64" in decision.notes[0]
+
+
+def test_an_architecture_the_release_was_not_built_for_is_unknown() -> None:
+    decision = run(vllm_pod(nodeSelector={ARCH: "ppc64le"}))
+    assert node_terms(apply(decision)) is None
+    assert decision.unresolved_images == (ImageQuery(VLLM, "ppc64le"),)
+    assert decision.warnings == (
+        f"CUDA version of {VLLM} unknown, no affinity: set features.alauda.io/cuda-version "
+        "or imageCudaTable",
+    )
+
+
+def with_knowledge(text: str) -> WebhookConfig:
+    """The default config with its shipped knowledge replaced (the rules are one cached,
+    identity-hashed object: the test sets that object)."""
+    config = WebhookConfig()
+    knowledge = ImageKnowledge.from_yaml(text, "test knowledge")
+    config.__dict__["image_rules"] = ImageRules(config.image_patterns, (), knowledge)
+    return config
+
+
+AMD64_ONLY = """
+families:
+- name: Fam
+  cite: notes
+  repositories: [example.com/fam]
+  tag: 'v(?P<release>[0-9.]+)'
+  releases:
+  - {release: '1.0', arch: {amd64: '12.8'}, source: 'https://example.com/1.0'}
+"""
+TEAM = "example.com/fam:v1.0"
+
+
+def test_a_release_known_for_amd64_only_is_looked_up_for_arm64() -> None:
+    config = with_knowledge(AMD64_ONLY)
+    amd64 = run(vllm_pod(TEAM), config=config)
+    assert amd64.notes == (
+        "required GPU nodes with CUDA ≥ 12.8 (shipped knowledge: Fam 1.0 for linux/amd64, notes), "
+        "preferably < 14.0",
+    )
+    arm64_pod = vllm_pod(TEAM, nodeSelector={ARCH: "arm64"})
+    arm64 = run(arm64_pod, config=config)
+    assert arm64.notes == ()
+    assert arm64.unresolved_images == (ImageQuery(TEAM, "arm64"),)
+    # what the registry then reads for linux/arm64 decides it
+    looked_up = {ImageQuery(TEAM, "arm64"): Requirement(CudaVersion(12, 9), "image config X")}
+    answered = evaluate(arm64_pod, standard_policies(), config, images=looked_up)
+    assert node_terms(apply(answered)) == terms(9)
+    assert answered.notes[0].startswith("required GPU nodes with CUDA ≥ 12.9 (image config X)")
+
+
+def test_a_multi_arch_pod_is_unknown_while_one_architecture_is() -> None:
+    config = with_knowledge(AMD64_ONLY)
+    decision = run(vllm_pod(TEAM, affinity=arch_affinity("amd64", "arm64")), config=config)
+    assert node_terms(apply(decision)) == [
+        {"matchExpressions": [expr(ARCH, "In", "amd64", "arm64")]}
+    ]
+    assert decision.unresolved_images == (ImageQuery(TEAM, "amd64"), ImageQuery(TEAM, "arm64"))
+
+
+@pytest.mark.parametrize(
+    ("arch", "line"),
+    [
+        ("amd64", "CUDA 12.8 from the shipped knowledge (vLLM 0.11.0 for linux/amd64, "),
+        ("arm64", "CUDA 12.9 from the shipped knowledge (vLLM 0.11.0 for linux/arm64, "),
+    ],
+)
+def test_the_images_command_answers_for_the_architecture_asked(arch: str, line: str) -> None:
+    out = io.StringIO()
+    code = main(["images", VLLM, "--no-lookup", "--arch", arch], out=out)
+    assert code == 0
+    assert out.getvalue() == f"{VLLM}: {line}vLLM release pipeline)\n"
+
+
+def test_the_images_command_says_unknown_for_an_architecture_not_built() -> None:
+    out = io.StringIO()
+    code = main(["images", VLLM, "--no-lookup", "--arch", "s390x"], out=out)
+    assert code == 1
+    assert out.getvalue() == f"{VLLM}: CUDA unknown (nothing offline names it)\n"
