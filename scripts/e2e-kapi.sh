@@ -8,7 +8,8 @@
 #   KAPI_DIR     where build.sh put the binaries (default ~/.cache/kapi)
 #   KAPI_PORT    API server port (default 6443)      WEBHOOK_PORT  webhook port (default 18443)
 #   E2E_CONFIG   optional webhook config file (e.g. noCompatibleNode: deny); passed to both the
-#                server (--config) and the tests (E2E_WEBHOOK_CONFIG)
+#                server (--config) and the tests (E2E_WEBHOOK_CONFIG). Default: public registry
+#                lookups off (registryLookups.publicRegistries: false), so nothing leaves loopback
 #   KEEP_KAPI=1  leave the API server running afterwards
 #   PYTHON       the dev venv's python (default .venv/bin/python)
 # Extra arguments go to pytest (e.g. -k kueue).
@@ -54,11 +55,14 @@ for path in sorted(pathlib.Path("configmaps").glob("*.yaml")):
             api.create_namespaced_config_map(doc["metadata"].get("namespace", "kube-public"), doc)
 PY
 
-config_args=()
-if [[ -n "${E2E_CONFIG:-}" ]]; then
-  config_args=(--config "$E2E_CONFIG")
-  export E2E_WEBHOOK_CONFIG="$E2E_CONFIG"
+# e2e traffic stays on loopback: by default the webhook asks no public registry (not even
+# DNS) about an image nothing else knows; it warns at once instead, as in an air-gapped cluster.
+if [[ -z "${E2E_CONFIG:-}" ]]; then
+  E2E_CONFIG="$WORK/config.yaml"
+  printf 'registryLookups:\n  publicRegistries: false\n' >"$E2E_CONFIG"
 fi
+config_args=(--config "$E2E_CONFIG")
+export E2E_WEBHOOK_CONFIG="$E2E_CONFIG"
 "$BIN/gpu-webhook" serve --self-signed --cert-dir "$WORK" --host 127.0.0.1 --port "$PORT" \
   --kubeconfig "$KUBECONFIG" --log-format text --log-level warning "${config_args[@]}" \
   >"$WORK/webhook.log" 2>&1 &

@@ -369,3 +369,34 @@ def test_new_crl_configmap_is_accepted_and_enforced_without_restarting_the_webho
     match = DENIED.match(str(status.get("message", "")))
     assert match, status
     assert match.group("message") == expected.denial_message()
+
+
+def test_an_arm64_pod_gets_the_cuda_its_architectures_image_was_built_with(
+    core: Any,
+    namespace: str,
+    policies: PolicySet,
+    webhook_config: WebhookConfig,
+    placement_inventory: NodeInventory | None,
+) -> None:
+    """vllm/vllm-openai:v0.11.0 is one tag over two images (amd64 CUDA 12.8, arm64 12.9): a
+    pod pinned to arm64 gets arm64's requirement."""
+    pod = gpu_pod(unique("vllm"), {"nvidia.com/gpu": "1"}, image="vllm/vllm-openai:v0.11.0")
+    pod["spec"]["nodeSelector"] = {"kubernetes.io/arch": "arm64"}
+    expected = evaluate(
+        admitted_pod(pod, namespace),
+        policies,
+        webhook_config,
+        kind="Pod",
+        namespace=namespace,
+        inventory=placement_inventory,
+    )
+    assert expected.allowed
+    lines = (*expected.notes, *expected.warnings)
+    assert any("12.9" in line and "vLLM 0.11.0 for linux/arm64" in line for line in lines), lines
+    want = admitted_pod(dict(expected.mutated or pod), namespace)["spec"].get("affinity")
+    returned, shown = dry_run_until(
+        core, namespace, pod, lambda p, _: p["spec"].get("affinity") == want
+    )
+    assert returned["spec"].get("affinity") == want, shown
+    for line in lines:
+        assert line in shown
