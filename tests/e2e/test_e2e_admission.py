@@ -20,7 +20,7 @@ import pytest
 
 from webhook.core.config import WebhookConfig
 from webhook.core.crl import crl_configmap as build_crl_configmap
-from webhook.core.evaluate import evaluate, evaluate_configmap
+from webhook.core.evaluate import Decision, evaluate, evaluate_configmap
 from webhook.core.inventory import NodeInventory
 from webhook.core.policyset import PolicySet
 
@@ -118,6 +118,25 @@ def gpu_deployment(name: str, limits: dict[str, str]) -> dict[str, Any]:
     }
 
 
+def expected_for(
+    pod: dict[str, Any],
+    namespace: str,
+    policies: PolicySet,
+    config: WebhookConfig,
+    inventory: NodeInventory | None,
+) -> Decision:
+    """What the webhook answers for `pod`: the evaluation core on the pod as admitted, with the
+    node inventory the webhook places against."""
+    return evaluate(
+        admitted_pod(pod, namespace),
+        policies,
+        config,
+        kind="Pod",
+        namespace=namespace,
+        inventory=inventory,
+    )
+
+
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
@@ -147,14 +166,7 @@ def test_pod_gets_resource_defaults_cuda_affinity_and_env_fixes(
 ) -> None:
     pod = gpu_pod(unique("paddle"), {"tencent.com/vcuda-core": "50"})
     # The webhook places pods against its node inventory: evaluate with the same one.
-    expected = evaluate(
-        admitted_pod(pod, namespace),
-        policies,
-        webhook_config,
-        kind="Pod",
-        namespace=namespace,
-        inventory=placement_inventory,
-    )
+    expected = expected_for(pod, namespace, policies, webhook_config, placement_inventory)
     assert expected.allowed
     assert expected.mutated is not None
     # The scenario really exercises all three mutations (the fixture added a CUDA 12.4 node;
@@ -382,14 +394,7 @@ def test_an_arm64_pod_gets_the_cuda_its_architectures_image_was_built_with(
     pod pinned to arm64 gets arm64's requirement."""
     pod = gpu_pod(unique("vllm"), {"nvidia.com/gpu": "1"}, image="vllm/vllm-openai:v0.11.0")
     pod["spec"]["nodeSelector"] = {"kubernetes.io/arch": "arm64"}
-    expected = evaluate(
-        admitted_pod(pod, namespace),
-        policies,
-        webhook_config,
-        kind="Pod",
-        namespace=namespace,
-        inventory=placement_inventory,
-    )
+    expected = expected_for(pod, namespace, policies, webhook_config, placement_inventory)
     assert expected.allowed
     lines = (*expected.notes, *expected.warnings)
     assert any("12.9" in line and "vLLM 0.11.0 for linux/arm64" in line for line in lines), lines

@@ -23,7 +23,14 @@ from webhook.core.policyset import PolicySet
 from webhook.core.rules.versions import CudaVersion
 
 from .conftest import INVENTORY_PROPAGATION_SECONDS, InventoryReader, NodeMaker, synced_inventory
-from .test_e2e_admission import admitted_pod, denial, dry_run_until, gpu_pod, unique
+from .test_e2e_admission import (
+    admitted_pod,
+    denial,
+    dry_run_until,
+    expected_for,
+    gpu_pod,
+    unique,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -48,14 +55,7 @@ def expected_decisions(
 ) -> tuple[Decision, Decision]:
     """What the mutating webhook answers, and what the validating one answers for the pod
     the API server stores after the mutation (re-defaulted)."""
-    mutating = evaluate(
-        admitted_pod(pod, namespace),
-        policies,
-        config,
-        kind="Pod",
-        namespace=namespace,
-        inventory=inventory,
-    )
+    mutating = expected_for(pod, namespace, policies, config, inventory)
     stored = admitted_pod(dict(mutating.mutated or admitted_pod(pod, namespace)), namespace)
     validating = evaluate(
         stored, policies, config, kind="Pod", namespace=namespace, inventory=inventory

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import GPU, apply, container, expr, node_terms, pod, run, standard_policies
+from tests.unit.test_knowledge import GOOD
 from webhook.cli import main
 from webhook.core.config import WebhookConfig
 from webhook.core.config_parts import ImageRules
@@ -99,15 +100,7 @@ def with_knowledge(text: str) -> WebhookConfig:
     return config
 
 
-AMD64_ONLY = """
-families:
-- name: Fam
-  cite: notes
-  repositories: [example.com/fam]
-  tag: 'v(?P<release>[0-9.]+)'
-  releases:
-  - {release: '1.0', arch: {amd64: '12.8'}, source: 'https://example.com/1.0'}
-"""
+AMD64_ONLY = GOOD.replace("cuda: '12.4'", "arch: {amd64: '12.8'}")
 TEAM = "example.com/fam:v1.0"
 
 
