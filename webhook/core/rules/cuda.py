@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from functools import lru_cache
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from webhook.core.config import (
@@ -65,7 +66,8 @@ class Detection(NamedTuple):
     warnings: tuple[Message, ...] = ()
     # Architecture -> requirement, for an image whose CUDA differs by architecture (shipped
     # knowledge: one tag, a multi-platform index); an architecture not listed is unknown.
-    by_arch: tuple[tuple[str, Requirement], ...] = ()
+    # Built once per image (the detection cache), read-only.
+    by_arch: Mapping[str, Requirement] = MappingProxyType({})
 
 
 class Range(NamedTuple):
@@ -156,7 +158,7 @@ def detect(
     # Over-long references are no image (image_version); checked before the cache.
     if isinstance(image, str) and image and len(image) <= MAX_REFERENCE_LENGTH:
         found = _image_detection(image, config.image_rules)
-        if archs is not DEFAULT_ARCHS and found.by_arch and archs != DEFAULT_ARCHS:
+        if archs is not DEFAULT_ARCHS and found.by_arch:
             found = _for_archs(found, archs)
         if found.requirement is None and facts and image in facts:
             found = Detection(facts[image], found.warnings)
@@ -169,10 +171,9 @@ def detect(
 def _for_archs(found: Detection, archs: tuple[str, ...]) -> Detection:
     """The requirement for a pod that may run on any of `archs`: the strictest one, or None
     when an architecture is not known (a registry lookup for it may still tell)."""
-    table = dict(found.by_arch)
     best: Requirement | None = None
     for arch in archs:
-        requirement = table.get(arch)
+        requirement = found.by_arch.get(arch)
         if requirement is None:
             return Detection(None, found.warnings)
         if best is None or requirement.version > best.version:
@@ -190,8 +191,8 @@ def _image_detection(image: str, rules: ImageRules) -> Detection:
         return Detection(None)
     warnings = (guess.problem,) if guess.problem else ()
     if guess.by_arch:
-        by_arch = tuple((arch, Requirement(v, source)) for arch, v, source in guess.by_arch)
-        return Detection(dict(by_arch).get(DEFAULT_ARCH), warnings, by_arch)
+        by_arch = MappingProxyType({a: Requirement(v, source) for a, v, source in guess.by_arch})
+        return Detection(by_arch.get(DEFAULT_ARCH), warnings, by_arch)
     if guess.version is None:
         return Detection(None, warnings)
     return Detection(Requirement(guess.version, guess.source), warnings)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from webhook.core.config import ImageCudaEntry
-from webhook.core.rules.knowledge import ARCHITECTURES, ImageKnowledge, Known
+from webhook.core.rules.knowledge import ImageKnowledge
 from webhook.core.rules.versions import MIN_IMAGE_GUESS, CudaVersion
 from webhook.core.wording import Message, Wording
 
@@ -154,17 +154,5 @@ def _image_version(
         repository, tag = split_tag(ref)
         known = knowledge.lookup(repository, tag) if tag else None
         if known is not None:
-            return ImageGuess(known.version, known.text, by_arch=_by_arch(known))
+            return ImageGuess(known.version, known.text, by_arch=known.by_arch)
     return None
-
-
-def _by_arch(known: Known) -> tuple[tuple[str, CudaVersion, str], ...]:
-    """Every architecture's version, when the release's differ by architecture (else ())."""
-    if not known.by_arch:
-        return ()
-    listed = dict(known.by_arch)
-    return tuple(
-        (arch, version, known.arch_text(arch))
-        for arch in sorted(ARCHITECTURES)
-        if (version := listed.get(arch, known.version)) is not None
-    )

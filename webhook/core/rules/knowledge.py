@@ -177,16 +177,15 @@ class Known:
     release: str
     cite: str
     source: str  # the link, for `gpu-webhook images` and the README
-    by_arch: tuple[tuple[str, CudaVersion], ...] = ()  # sorted by architecture
+    # When the release's images differ by architecture: (architecture, version, note text)
+    # for every architecture with a version (those of `arch`, and `cuda` for the others),
+    # sorted; built once at load time. () otherwise: `version` holds for every architecture.
+    by_arch: tuple[tuple[str, CudaVersion, str], ...] = ()
 
     @property
     def text(self) -> str:
         """How notes name it: `shipped knowledge: NGC Triton 24.05, NVIDIA release notes`."""
         return f"shipped knowledge: {self.family} {self.release}, {self.cite}"
-
-    def arch_text(self, arch: str) -> str:
-        """`shipped knowledge: vLLM v0.11.0 for linux/arm64, vLLM release pipeline`."""
-        return f"shipped knowledge: {self.family} {self.release} for linux/{arch}, {self.cite}"
 
 
 class ImageKnowledge:
@@ -199,17 +198,7 @@ class ImageKnowledge:
         self.families = families
         index: dict[str, list[tuple[re.Pattern[str], Mapping[str, Known]]]] = {}
         for family in families:
-            releases = {
-                r.release: Known(
-                    _parsed(r.cuda) if r.cuda is not None else None,
-                    family.name,
-                    r.release,
-                    r.cite or family.cite,
-                    (r.source or family.source or "").replace("{release}", r.release),
-                    tuple((arch, _parsed(r.arch[arch])) for arch in sorted(r.arch)),
-                )
-                for r in family.releases
-            }
+            releases = {r.release: _known(family, r) for r in family.releases}
             for repository in family.repositories:
                 index.setdefault(repository, []).append((re.compile(family.tag), releases))
         self._index = {repo: tuple(families) for repo, families in index.items()}
@@ -247,6 +236,28 @@ class ImageKnowledge:
         if len(documents) != 1:
             raise KnowledgeError(f"{where} must hold one YAML document, got {len(documents)}")
         return cls.from_mapping(documents[0], where)
+
+
+def _known(family: KnownFamily, release: KnownRelease) -> Known:
+    version = _parsed(release.cuda) if release.cuda is not None else None
+    cite = release.cite or family.cite
+    by_arch: tuple[tuple[str, CudaVersion, str], ...] = ()
+    if release.arch:
+        prefix = f"shipped knowledge: {family.name} {release.release} for linux/"
+        by_arch = tuple(
+            (arch, arch_version, f"{prefix}{arch}, {cite}")
+            for arch in sorted(ARCHITECTURES)
+            if (arch_version := _arch_version(release, arch, version)) is not None
+        )
+    source = (release.source or family.source or "").replace("{release}", release.release)
+    return Known(version, family.name, release.release, cite, source, by_arch)
+
+
+def _arch_version(
+    release: KnownRelease, arch: str, default: CudaVersion | None
+) -> CudaVersion | None:
+    listed = release.arch.get(arch)
+    return _parsed(listed) if listed is not None else default
 
 
 def _parsed(version: str) -> CudaVersion:
