@@ -150,3 +150,14 @@ def test_the_images_command_says_unknown_for_an_architecture_not_built() -> None
     code = main(["images", VLLM, "--no-lookup", "--arch", "s390x"], out=out)
     assert code == 1
     assert out.getvalue() == f"{VLLM}: CUDA unknown (nothing offline names it)\n"
+
+
+def test_an_ignored_env_version_does_not_lose_the_architecture() -> None:
+    """An implausible CUDA_VERSION env is warned about and ignored; the image still decides,
+    for the pod's architecture."""
+    the_pod = vllm_pod(nodeSelector={ARCH: "arm64"})
+    the_pod["spec"]["containers"][0]["env"] = [{"name": "CUDA_VERSION", "value": "999.1"}]
+    decision = run(the_pod)
+    assert node_terms(apply(decision)) == terms(9)
+    assert "vLLM 0.11.0 for linux/arm64" in decision.notes[0]
+    assert len(decision.warnings) == 1 and "999.1" in decision.warnings[0]

@@ -164,7 +164,7 @@ def detect(
             found = Detection(facts[image], found.warnings)
         if not warnings:  # most containers: the cached answer as it is
             return found
-        return Detection(found.requirement, (*warnings, *found.warnings))
+        return Detection(found.requirement, (*warnings, *found.warnings), found.by_arch)
     return Detection(None, tuple(warnings))
 
 
