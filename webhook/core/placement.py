@@ -127,7 +127,7 @@ def _needs(
         req = pod_req
         if req is None:
             env = _env(envs, c)
-            detection = cuda.detect(c.container, config, env, facts, archs or cuda.DEFAULT_ARCHS)
+            detection = cuda.detect(c.container, config, env, facts, archs)
             if detection.by_arch and archs is None:
                 archs = pod_archs(state.pod.spec)
                 detection = cuda.detect(c.container, config, env, facts, archs)

@@ -27,7 +27,6 @@ from webhook.core.rules.versions import CudaVersion
 from webhook.core.wording import Message
 
 __all__ = [
-    "DEFAULT_ARCHS",
     "CudaVersion",
     "Detection",
     "Range",
@@ -45,11 +44,6 @@ __all__ = [
 # `cuda>=12.4 brand=tesla,driver>=470,...` (the CUDA images' NVIDIA_REQUIRE_CUDA); a literal
 # prefix and bounded digits keep the search linear.
 _REQUIRE_CUDA = re.compile(r"cuda\s{0,8}>=\s{0,8}([0-9]{1,6})(?:\.([0-9]{1,6}))?")
-
-
-# The architectures of a pod that pins none: callers pass this object, so the common case
-# costs one identity check.
-DEFAULT_ARCHS = (DEFAULT_ARCH,)
 
 
 # NamedTuples rather than frozen dataclasses: built per review, and a frozen dataclass's
@@ -129,7 +123,7 @@ def detect(
     config: WebhookConfig,
     env: dict[str, str | None] | None = None,
     facts: Mapping[str, Requirement] | None = None,
-    archs: tuple[str, ...] = DEFAULT_ARCHS,
+    archs: tuple[str, ...] | None = None,
 ) -> Detection:
     """CUDA runtime a container needs (SPEC §4 steps 2-6; the pod annotation, step 1, is the
     caller's): env CUDA_VERSION / NVIDIA_REQUIRE_CUDA, then what the image reference says (the
@@ -137,8 +131,10 @@ def detect(
     requirement, read from the image's registry by the caller), the last resort. A None
     requirement means nothing knows the image yet: the caller may look it up.
     `env` is the container's env_values() when the caller has it already; `archs` the
-    architectures the pod may run on (imagefacts.pod_archs), for images whose CUDA differs by
-    architecture: the strictest of theirs, unknown when one of them is."""
+    architectures the pod may run on (imagefacts.pod_archs; None: linux/amd64, not read yet),
+    for images whose CUDA differs by architecture: the strictest of theirs, unknown when one
+    of them is. (None rather than a default tuple: compiled, a default tuple is not the same
+    object on every call, and an identity check on it would always fail.)"""
     warnings: list[Message] = []
     env = env_values(container) if env is None else env
     cuda_env = env.get("CUDA_VERSION")
@@ -158,7 +154,7 @@ def detect(
     # Over-long references are no image (image_version); checked before the cache.
     if isinstance(image, str) and image and len(image) <= MAX_REFERENCE_LENGTH:
         found = _image_detection(image, config.image_rules)
-        if archs is not DEFAULT_ARCHS and found.by_arch:
+        if archs is not None and found.by_arch:
             found = _for_archs(found, archs)
         if found.requirement is None and facts and image in facts:
             found = Detection(facts[image], found.warnings)
