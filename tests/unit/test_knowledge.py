@@ -370,6 +370,17 @@ def test_the_knowledge_is_loaded_once_and_shared_by_every_config() -> None:
             V(12, 9),
             "shipped knowledge: vLLM 0.11.1, vLLM release pipeline",
         ),
+        # a single-architecture tag: its architecture decides, not the pod's
+        (
+            "vllm/vllm-openai:v0.11.0-aarch64",
+            V(12, 9),
+            "shipped knowledge: vLLM 0.11.0 for linux/arm64, vLLM release pipeline",
+        ),
+        (
+            "vllm/vllm-openai:v0.11.0-x86_64",
+            V(12, 8),
+            "shipped knowledge: vLLM 0.11.0 for linux/amd64, vLLM release pipeline",
+        ),
         # a multi-platform tag whose images differ: linux/amd64 unless the pod says otherwise
         (
             "vllm/vllm-openai:v0.11.0",
@@ -419,6 +430,8 @@ def test_shipped_knowledge(image: str, version: CudaVersion, source: str) -> Non
         "vllm/vllm-openai:v0.10.2",  # its branch point against the arm64 change not read
         "vllm/vllm-openai:v0.11.2",  # its release branch was not read
         "vllm/vllm-openai:v0.8.5.post1",  # its release branch was not read
+        "vllm/vllm-openai:v0.11.0-arm64",  # vLLM spells it aarch64
+        "vllm/vllm-openai:v0.11.2-aarch64",
         "vllm/vllm-openai:latest",
         "lmsysorg/sglang:latest",
         "lmsysorg/sglang:v0.5.1",  # not pushed by the release workflow
@@ -579,6 +592,22 @@ families:
         (
             GOOD.replace("cuda: '12.4',", "arch: {arm64: 12.9},"),
             "releases.0.arch.arm64: Input should be a valid string",
+        ),
+        (
+            GOOD.replace("[0-9.]+)'", "[0-9.]+)(?:-(?P<arch>aarch64))?'"),
+            "families[0] (Fam): Value error, a tag group (?P<arch>...) and `arches` go together",
+        ),
+        (
+            GOOD.replace("  releases:", "  arches: {aarch64: arm64}\n  releases:"),
+            "families[0] (Fam): Value error, a tag group (?P<arch>...) and `arches` go together",
+        ),
+        (
+            GOOD.replace("[0-9.]+)'", "[0-9.]+)(?:-(?P<arch>aarch64))?'").replace(
+                "  releases:", "  arches: {aarch64: aarch64}\n  releases:"
+            ),
+            "families[0] (Fam): arches: Value error, arches 'aarch64': 'aarch64' is not an "
+            "architecture as kubernetes.io/arch names it (386, amd64, arm, arm64, ppc64le, "
+            "riscv64, s390x)",
         ),
         (GOOD.replace("families:", "family:"), "test file is invalid: families: Field required"),
         ("- a\n- b\n", "test file must be a YAML mapping with a `families` list"),

@@ -161,3 +161,46 @@ def test_an_ignored_env_version_does_not_lose_the_architecture() -> None:
     assert node_terms(apply(decision)) == terms(9)
     assert "vLLM 0.11.0 for linux/arm64" in decision.notes[0]
     assert len(decision.warnings) == 1 and "999.1" in decision.warnings[0]
+
+
+# --- single-architecture tags (`v0.11.0-aarch64`): the image's architecture decides ----------
+
+
+def test_a_single_architecture_tag_decides_whatever_the_pod_pins() -> None:
+    aarch64 = "vllm/vllm-openai:v0.11.0-aarch64"
+    decision = run(vllm_pod(aarch64))  # pins nothing, which alone would mean linux/amd64
+    assert node_terms(apply(decision)) == terms(9)
+    assert decision.notes == (
+        "required CUDA ≥ 12.9 (shipped knowledge: vLLM 0.11.0 for linux/arm64, "
+        "vLLM release pipeline), preferably < 14.0",
+    )
+    assert decision.unresolved_images == ()
+    x86 = run(vllm_pod("vllm/vllm-openai:v0.11.0-x86_64", affinity=arch_affinity("amd64", "arm64")))
+    assert [t["matchExpressions"][-1] for t in node_terms(apply(x86))] == [
+        expr("cuda-minor-version", "Gt", 7),
+        expr("cuda-major-version", "Gt", 12),
+    ]
+
+
+SPLIT = GOOD.replace("[0-9.]+)'", "[0-9.]+)(?:-(?P<arch>x86_64|aarch64))?'").replace(
+    "  releases:", "  arches: {x86_64: amd64, aarch64: arm64}\n  releases:"
+)
+
+
+def test_a_single_architecture_tag_of_an_architecture_the_release_lacks_is_unknown() -> None:
+    knowledge = ImageKnowledge.from_yaml(
+        SPLIT.replace("cuda: '12.4'", "arch: {amd64: '12.8'}"), "t"
+    )
+    x86 = knowledge.lookup("example.com/fam", "v1.0-x86_64")
+    assert x86 is not None and (x86.version, x86.text) == (
+        CudaVersion(12, 8),
+        "shipped knowledge: Fam 1.0 for linux/amd64, notes",
+    )
+    assert knowledge.lookup("example.com/fam", "v1.0-aarch64") is None
+    # a release the same for every architecture names none
+    same = ImageKnowledge.from_yaml(SPLIT, "t").lookup("example.com/fam", "v1.0-aarch64")
+    assert same is not None and (same.version, same.text, same.by_arch) == (
+        CudaVersion(12, 4),
+        "shipped knowledge: Fam 1.0, notes",
+        (),
+    )

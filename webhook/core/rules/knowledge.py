@@ -13,6 +13,9 @@ release: nothing here grows with the size of the table.
 One tag may name images built with different CUDA versions per architecture (a multi-platform
 index: vLLM v0.11.0 is CUDA 12.8 on linux/amd64 and 12.9 on linux/arm64). A release then says
 so (`arch: {arm64: '12.9'}`), and the answer depends on the architecture the pod runs on.
+A family may also push one single-architecture tag per architecture (`v0.11.0-aarch64`): its
+tag pattern then has a group `arch`, and `arches` says which architecture each spelling is.
+Such a tag names one image, so its architecture, not the pod's, decides.
 """
 
 from __future__ import annotations
@@ -105,8 +108,11 @@ class KnownFamily(_Model):
     name: str = Field(min_length=1, max_length=40)  # shown in notes: "NGC Triton"
     cite: str = Field(min_length=1, max_length=40)  # shown in notes: "NVIDIA release notes"
     repositories: tuple[str, ...] = Field(min_length=1)
-    # Full match on the tag; the named group `release` is looked up in `releases`.
+    # Full match on the tag; the named group `release` is looked up in `releases`. An optional
+    # group `arch` names a single-architecture tag's architecture, spelled as `arches` lists.
     tag: str
+    # The tag's spelling of an architecture -> the architecture (`aarch64: arm64`).
+    arches: dict[str, str] = Field(default_factory=dict, max_length=16)
     source: str | None = None
     releases: tuple[KnownRelease, ...]
 
@@ -140,6 +146,23 @@ class KnownFamily(_Model):
         if "release" not in compiled.groupindex:
             raise ValueError("tag must define the named group (?P<release>...)")
         return value
+
+    @field_validator("arches")
+    @classmethod
+    def _arches(cls, value: dict[str, str]) -> dict[str, str]:
+        for spelling, name in value.items():
+            if name not in ARCHITECTURES:
+                raise ValueError(
+                    f"arches {spelling!r}: {name!r} is not an architecture as "
+                    f"kubernetes.io/arch names it ({', '.join(sorted(ARCHITECTURES))})"
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _arch_group(self) -> KnownFamily:
+        if ("arch" in re.compile(self.tag).groupindex) != bool(self.arches):
+            raise ValueError("a tag group (?P<arch>...) and `arches` go together")
+        return self
 
     @model_validator(mode="after")
     def _sourced(self) -> KnownFamily:
@@ -181,11 +204,20 @@ class Known:
     # for every architecture with a version (those of `arch`, and `cuda` for the others),
     # sorted; built once at load time. () otherwise: `version` holds for every architecture.
     by_arch: tuple[tuple[str, CudaVersion, str], ...] = ()
+    arch: str = ""  # a single-architecture tag's architecture (`v0.11.0-aarch64`: arm64)
 
     @property
     def text(self) -> str:
         """How notes name it: `shipped knowledge: NGC Triton 24.05, NVIDIA release notes`."""
-        return f"shipped knowledge: {self.family} {self.release}, {self.cite}"
+        where = f" for linux/{self.arch}" if self.arch else ""
+        return f"shipped knowledge: {self.family} {self.release}{where}, {self.cite}"
+
+
+# A family's tag pattern, its releases, and (when its tags may name one architecture) the
+# spelling -> architecture map and the single-architecture entries by (release, architecture).
+_Indexed = tuple[
+    re.Pattern[str], Mapping[str, Known], Mapping[str, str], Mapping[tuple[str, str], Known]
+]
 
 
 class ImageKnowledge:
@@ -196,11 +228,18 @@ class ImageKnowledge:
 
     def __init__(self, families: tuple[KnownFamily, ...]) -> None:
         self.families = families
-        index: dict[str, list[tuple[re.Pattern[str], Mapping[str, Known]]]] = {}
+        index: dict[str, list[_Indexed]] = {}
         for family in families:
             releases = {r.release: _known(family, r) for r in family.releases}
+            single = {
+                (r.release, arch): known
+                for r in family.releases
+                for arch in set(family.arches.values())
+                if (known := _single_arch(family, r, arch)) is not None
+            }
+            entry = (re.compile(family.tag), releases, family.arches, single)
             for repository in family.repositories:
-                index.setdefault(repository, []).append((re.compile(family.tag), releases))
+                index.setdefault(repository, []).append(entry)
         self._index = {repo: tuple(families) for repo, families in index.items()}
 
     def __len__(self) -> int:
@@ -208,10 +247,15 @@ class ImageKnowledge:
 
     def lookup(self, repository: str, tag: str) -> Known | None:
         """The entry for `repository:tag` (normalised repository, tag without digest)."""
-        for tag_re, releases in self._index.get(repository, ()):
+        for tag_re, releases, arches, single in self._index.get(repository, ()):
             match = tag_re.fullmatch(tag)
             if match:
-                known = releases.get(match["release"])
+                spelled = match["arch"] if arches else None
+                if spelled is None:
+                    known = releases.get(match["release"])
+                else:  # a spelling `arches` does not list is no architecture known here
+                    arch = arches.get(spelled)
+                    known = single.get((match["release"], arch)) if arch else None
                 if known is not None:
                     return known
         return None
@@ -251,6 +295,19 @@ def _known(family: KnownFamily, release: KnownRelease) -> Known:
         )
     source = (release.source or family.source or "").replace("{release}", release.release)
     return Known(version, family.name, release.release, cite, source, by_arch)
+
+
+def _single_arch(family: KnownFamily, release: KnownRelease, arch: str) -> Known | None:
+    """The entry for a tag naming one architecture's image: that architecture's version, or
+    None when the release does not know it."""
+    version = _arch_version(release, arch, _parsed(release.cuda) if release.cuda else None)
+    if version is None:
+        return None
+    source = (release.source or family.source or "").replace("{release}", release.release)
+    cite = release.cite or family.cite
+    # Notes name the architecture only where the release's images differ by it.
+    shown = arch if release.arch else ""
+    return Known(version, family.name, release.release, cite, source, (), shown)
 
 
 def _arch_version(
