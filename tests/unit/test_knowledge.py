@@ -370,6 +370,22 @@ def test_the_knowledge_is_loaded_once_and_shared_by_every_config() -> None:
             V(12, 9),
             "shipped knowledge: vLLM 0.11.1, vLLM release pipeline",
         ),
+        # releases of the 2025-10-22 to 2026-04-21 window: both images CUDA_VERSION=12.9.1
+        (
+            "vllm/vllm-openai:v0.13.0",
+            V(12, 9),
+            "shipped knowledge: vLLM 0.13.0, vLLM release pipeline",
+        ),
+        (
+            "vllm/vllm-openai:v0.16.0",
+            V(12, 9),
+            "shipped knowledge: vLLM 0.16.0, vLLM release pipeline",
+        ),
+        (
+            "vllm/vllm-openai:v0.19.0",
+            V(12, 9),
+            "shipped knowledge: vLLM 0.19.0, vLLM release pipeline",
+        ),
         # a single-architecture tag: its architecture decides, not the pod's
         (
             "vllm/vllm-openai:v0.11.0-aarch64",
@@ -380,6 +396,11 @@ def test_the_knowledge_is_loaded_once_and_shared_by_every_config() -> None:
             "vllm/vllm-openai:v0.11.0-x86_64",
             V(12, 8),
             "shipped knowledge: vLLM 0.11.0 for linux/amd64, vLLM release pipeline",
+        ),
+        (
+            "vllm/vllm-openai:v0.16.0-aarch64",
+            V(12, 9),
+            "shipped knowledge: vLLM 0.16.0, vLLM release pipeline",
         ),
         # a multi-platform tag whose images differ: linux/amd64 unless the pod says otherwise
         (
@@ -430,6 +451,7 @@ def test_shipped_knowledge(image: str, version: CudaVersion, source: str) -> Non
         "vllm/vllm-openai:v0.10.2",  # its branch point against the arm64 change not read
         "vllm/vllm-openai:v0.11.2",  # its release branch was not read
         "vllm/vllm-openai:v0.8.5.post1",  # its release branch was not read
+        "vllm/vllm-openai:v0.19.1",  # out after the pipeline history read here ends
         "vllm/vllm-openai:v0.11.0-arm64",  # vLLM spells it aarch64
         "vllm/vllm-openai:v0.11.2-aarch64",
         "vllm/vllm-openai:latest",
