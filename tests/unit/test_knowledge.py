@@ -413,6 +413,16 @@ def test_the_knowledge_is_loaded_once_and_shared_by_every_config() -> None:
             V(12, 9),
             "shipped knowledge: SGLang 0.5.4.post2, release workflow",
         ),
+        (  # tag-built from 2025-12-29; `-runtime` is the same build's runtime stage
+            "lmsysorg/sglang:v0.5.8.post1",
+            V(12, 9),
+            "shipped knowledge: SGLang 0.5.8.post1, release workflow",
+        ),
+        (
+            "lmsysorg/sglang:v0.5.7-runtime",
+            V(12, 9),
+            "shipped knowledge: SGLang 0.5.7, release workflow",
+        ),
         (
             "lmsysorg/sglang:v0.5.3rc0",
             V(12, 9),
@@ -458,6 +468,8 @@ def test_shipped_knowledge(image: str, version: CudaVersion, source: str) -> Non
         "lmsysorg/sglang:latest",
         "lmsysorg/sglang:v0.5.1",  # not pushed by the release workflow
         "lmsysorg/sglang:v0.5.3",  # the workflow pushed only -cu129 and latest then
+        "lmsysorg/sglang:v0.5.9",  # not in the release index read here
+        "lmsysorg/sglang:v0.5.8-dev",
         "rayproject/ray:2.37.0-gpu",  # the alias target of this release was not read
         "rayproject/ray:2.47.1",  # the CPU image
         "rayproject/ray:2.46.0.0e19ea-py39-gpu",  # a release-branch build, not the release
