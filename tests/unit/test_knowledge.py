@@ -413,6 +413,17 @@ def test_the_knowledge_is_loaded_once_and_shared_by_every_config() -> None:
             V(12, 9),
             "shipped knowledge: SGLang 0.5.4.post2, release workflow",
         ),
+        # NIM: only releases whose notes state the container's CUDA
+        (
+            "nvcr.io/nim/nvidia/llm-nim:1.12.0",
+            V(12, 9),
+            "shipped knowledge: NIM for LLMs 1.12.0, NVIDIA NIM release notes",
+        ),
+        (
+            "nvcr.io/nim/nvidia/llama-3.2-nv-rerankqa-1b-v2:1.9.0",
+            V(13, 0),
+            "shipped knowledge: NIM rerankqa-1b-v2 1.9.0, NVIDIA NIM release notes",
+        ),
         (  # tag-built from 2025-12-29; `-runtime` is the same build's runtime stage
             "lmsysorg/sglang:v0.5.8.post1",
             V(12, 9),
@@ -469,6 +480,9 @@ def test_shipped_knowledge(image: str, version: CudaVersion, source: str) -> Non
         "lmsysorg/sglang:v0.5.1",  # not pushed by the release workflow
         "lmsysorg/sglang:v0.5.3",  # the workflow pushed only -cu129 and latest then
         "lmsysorg/sglang:v0.5.9",  # not in the release index read here
+        "nvcr.io/nim/nvidia/llm-nim:1.13.0",  # no CUDA line in its notes
+        "nvcr.io/nim/nvidia/llama-3.2-nv-rerankqa-1b-v2:1.9.1",  # a patch: not restated
+        "nvcr.io/nim/meta/llama-3.1-8b-instruct:1.12.0",  # a model NIM's own release line
         "lmsysorg/sglang:v0.5.8-dev",
         "rayproject/ray:2.37.0-gpu",  # the alias target of this release was not read
         "rayproject/ray:2.47.1",  # the CPU image
