@@ -469,12 +469,11 @@ def test_shipped_knowledge(image: str, version: CudaVersion, source: str) -> Non
         "nvcr.io/nvidia/tensorflow:19.11-py3",  # py2/py3 tags only up to 19.10
         "nvcr.io/nvidia/tensorflow:19.11-tf1-py2",  # the Python 2 image of the tf1/tf2 era
         "nvcr.io/nvidia/digits:19.04",  # DIGITS 19.04 tags name the framework
-        "vllm/vllm-openai:v0.10.2",  # its branch point against the arm64 change not read
-        "vllm/vllm-openai:v0.11.2",  # its release branch was not read
+        "vllm/vllm-openai:v0.11.2",  # linux/amd64's image: its release branch was not read
+        "vllm/vllm-openai:v0.11.2-x86_64",
         "vllm/vllm-openai:v0.8.5.post1",  # its release branch was not read
         "vllm/vllm-openai:v0.19.1",  # out after the pipeline history read here ends
         "vllm/vllm-openai:v0.11.0-arm64",  # vLLM spells it aarch64
-        "vllm/vllm-openai:v0.11.2-aarch64",
         "vllm/vllm-openai:latest",
         "lmsysorg/sglang:latest",
         "lmsysorg/sglang:v0.5.1",  # not pushed by the release workflow

@@ -204,3 +204,26 @@ def test_a_single_architecture_tag_of_an_architecture_the_release_lacks_is_unkno
         "shipped knowledge: Fam 1.0, notes",
         (),
     )
+
+
+@pytest.mark.parametrize(
+    ("image", "arch", "line"),
+    [
+        # the x86 image's CUDA is known over the whole window, the arm64 one's is not
+        ("vllm/vllm-openai:v0.10.2", "amd64", "CUDA 12.8 from the shipped knowledge (vLLM 0.10.2 "),
+        ("vllm/vllm-openai:v0.10.2", "arm64", "CUDA unknown (nothing offline names it)"),
+        # and the other way round
+        ("vllm/vllm-openai:v0.11.2", "amd64", "CUDA unknown (nothing offline names it)"),
+        ("vllm/vllm-openai:v0.11.2", "arm64", "CUDA 12.9 from the shipped knowledge (vLLM 0.11.2 "),
+        (
+            "vllm/vllm-openai:v0.11.2-aarch64",
+            "amd64",
+            "CUDA 12.9 from the shipped knowledge (vLLM ",
+        ),
+    ],
+)
+def test_releases_known_for_one_architecture_only(image: str, arch: str, line: str) -> None:
+    out = io.StringIO()
+    code = main(["images", image, "--no-lookup", "--arch", arch], out=out)
+    assert out.getvalue().startswith(f"{image}: {line}")
+    assert code == (1 if "unknown" in line else 0)
