@@ -78,11 +78,7 @@ class KnownRelease(_Model):
     @classmethod
     def _arch(cls, value: dict[str, str]) -> dict[str, str]:
         for name, version in value.items():
-            if name not in ARCHITECTURES:
-                raise ValueError(
-                    f"arch {name!r} is not an architecture as kubernetes.io/arch names it "
-                    f"({', '.join(sorted(ARCHITECTURES))})"
-                )
+            _architecture(f"arch {name!r}", name)
             _cuda_version(f"arch {name}", version)
         return value
 
@@ -91,6 +87,14 @@ class KnownRelease(_Model):
         if self.cuda is None and not self.arch:
             raise ValueError(f"release {self.release} needs cuda, arch, or both")
         return self
+
+
+def _architecture(what: str, name: str) -> None:
+    if name not in ARCHITECTURES:
+        raise ValueError(
+            f"{what} is not an architecture as kubernetes.io/arch names it "
+            f"({', '.join(sorted(ARCHITECTURES))})"
+        )
 
 
 def _cuda_version(what: str, value: str) -> str:
@@ -151,11 +155,7 @@ class KnownFamily(_Model):
     @classmethod
     def _arches(cls, value: dict[str, str]) -> dict[str, str]:
         for spelling, name in value.items():
-            if name not in ARCHITECTURES:
-                raise ValueError(
-                    f"arches {spelling!r}: {name!r} is not an architecture as "
-                    f"kubernetes.io/arch names it ({', '.join(sorted(ARCHITECTURES))})"
-                )
+            _architecture(f"arches {spelling!r}: {name!r}", name)
         return value
 
     @model_validator(mode="after")
