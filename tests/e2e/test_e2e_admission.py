@@ -383,17 +383,28 @@ def test_new_crl_configmap_is_accepted_and_enforced_without_restarting_the_webho
     assert match.group("message") == expected.denial_message()
 
 
+@pytest.mark.parametrize(
+    ("image", "node_selector"),
+    [
+        ("vllm/vllm-openai:v0.11.0", {"kubernetes.io/arch": "arm64"}),
+        # the single-architecture tag is arm64's image, whatever the pod pins
+        ("vllm/vllm-openai:v0.11.0-aarch64", None),
+    ],
+)
 def test_an_arm64_pod_gets_the_cuda_its_architectures_image_was_built_with(
     core: Any,
     namespace: str,
     policies: PolicySet,
     webhook_config: WebhookConfig,
     placement_inventory: NodeInventory | None,
+    image: str,
+    node_selector: dict[str, str] | None,
 ) -> None:
     """vllm/vllm-openai:v0.11.0 is one tag over two images (amd64 CUDA 12.8, arm64 12.9): a
-    pod pinned to arm64 gets arm64's requirement."""
-    pod = gpu_pod(unique("vllm"), {"nvidia.com/gpu": "1"}, image="vllm/vllm-openai:v0.11.0")
-    pod["spec"]["nodeSelector"] = {"kubernetes.io/arch": "arm64"}
+    pod pinned to arm64, or naming arm64's own tag, gets arm64's requirement."""
+    pod = gpu_pod(unique("vllm"), {"nvidia.com/gpu": "1"}, image=image)
+    if node_selector is not None:
+        pod["spec"]["nodeSelector"] = node_selector
     expected = expected_for(pod, namespace, policies, webhook_config, placement_inventory)
     assert expected.allowed
     lines = (*expected.notes, *expected.warnings)
