@@ -235,7 +235,7 @@ class ImageKnowledge:
                 (r.release, arch): known
                 for r in family.releases
                 for arch in set(family.arches.values())
-                if (known := _single_arch(family, r, arch)) is not None
+                if (known := _single_arch(releases[r.release], r, arch)) is not None
             }
             entry = (re.compile(family.tag), releases, family.arches, single)
             for repository in family.repositories:
@@ -297,17 +297,15 @@ def _known(family: KnownFamily, release: KnownRelease) -> Known:
     return Known(version, family.name, release.release, cite, source, by_arch)
 
 
-def _single_arch(family: KnownFamily, release: KnownRelease, arch: str) -> Known | None:
-    """The entry for a tag naming one architecture's image: that architecture's version, or
-    None when the release does not know it."""
-    version = _arch_version(release, arch, _parsed(release.cuda) if release.cuda else None)
+def _single_arch(known: Known, release: KnownRelease, arch: str) -> Known | None:
+    """The entry for a tag naming one architecture's image of a release (`known` is the
+    release's own entry): that architecture's version, or None when the release lacks it."""
+    version = _arch_version(release, arch, known.version)
     if version is None:
         return None
-    source = (release.source or family.source or "").replace("{release}", release.release)
-    cite = release.cite or family.cite
     # Notes name the architecture only where the release's images differ by it.
     shown = arch if release.arch else ""
-    return Known(version, family.name, release.release, cite, source, (), shown)
+    return Known(version, known.family, known.release, known.cite, known.source, (), shown)
 
 
 def _arch_version(
