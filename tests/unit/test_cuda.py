@@ -134,7 +134,7 @@ def test_version_from_image(image: str, version: CudaVersion) -> None:
         "cuda12-registry.corp:5000/x",  # the registry host is never read
         "cuda-12.4.corp:5000/team/x:1",
         "registry.cu121.example.com/team/x:1",
-        "vllm/vllm-openai:v0.10.2",  # no shipped entry (its arm64 build is not known)
+        "vllm/vllm-openai:v0.11.2",  # linux/amd64 (the default): its x86 build is not known
         "k8s.gcr.io/cuda-vector-add:v0.1",
         "example.com/cuda-app:12.1",  # a repository that mentions cuda, tag is the app version
         "ubuntu:22.04",
