@@ -574,6 +574,8 @@ families:
   releases:
   - {release: '1.0', cuda: '12.4', source: 'https://example.com/1.0'}
 """
+# GOOD whose tags may also name one architecture's image (`v1.0-aarch64`), without `arches`.
+ARCH_GROUP = GOOD.replace("[0-9.]+)'", "[0-9.]+)(?:-(?P<arch>x86_64|aarch64))?'")
 
 
 @pytest.mark.parametrize(
@@ -641,7 +643,7 @@ families:
             "releases.0.arch.arm64: Input should be a valid string",
         ),
         (
-            GOOD.replace("[0-9.]+)'", "[0-9.]+)(?:-(?P<arch>aarch64))?'"),
+            ARCH_GROUP,
             "families[0] (Fam): Value error, a tag group (?P<arch>...) and `arches` go together",
         ),
         (
@@ -649,9 +651,7 @@ families:
             "families[0] (Fam): Value error, a tag group (?P<arch>...) and `arches` go together",
         ),
         (
-            GOOD.replace("[0-9.]+)'", "[0-9.]+)(?:-(?P<arch>aarch64))?'").replace(
-                "  releases:", "  arches: {aarch64: aarch64}\n  releases:"
-            ),
+            ARCH_GROUP.replace("  releases:", "  arches: {aarch64: aarch64}\n  releases:"),
             "families[0] (Fam): arches: Value error, arches 'aarch64': 'aarch64' is not an "
             "architecture as kubernetes.io/arch names it (386, amd64, arm, arm64, ppc64le, "
             "riscv64, s390x)",

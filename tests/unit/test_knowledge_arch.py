@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import GPU, apply, container, expr, node_terms, pod, run, standard_policies
-from tests.unit.test_knowledge import GOOD
+from tests.unit.test_knowledge import ARCH_GROUP, GOOD
 from webhook.cli import main
 from webhook.core.config import WebhookConfig
 from webhook.core.config_parts import ImageRules
@@ -182,9 +182,7 @@ def test_a_single_architecture_tag_decides_whatever_the_pod_pins() -> None:
     ]
 
 
-SPLIT = GOOD.replace("[0-9.]+)'", "[0-9.]+)(?:-(?P<arch>x86_64|aarch64))?'").replace(
-    "  releases:", "  arches: {x86_64: amd64, aarch64: arm64}\n  releases:"
-)
+SPLIT = ARCH_GROUP.replace("  releases:", "  arches: {x86_64: amd64, aarch64: arm64}\n  releases:")
 
 
 def test_a_single_architecture_tag_of_an_architecture_the_release_lacks_is_unknown() -> None:

@@ -38,8 +38,8 @@ class ImageGuess:
     version: CudaVersion | None  # None with by_arch: only those architectures are known
     source: str
     problem: Message = ""
-    # (architecture, version, source) where the shipped knowledge says the release's images
-    # differ by architecture; the version above holds for every other one.
+    # (architecture, version, source) for every architecture with a version, where the shipped
+    # knowledge says the release's images differ by architecture; one not listed is unknown.
     by_arch: tuple[tuple[str, CudaVersion, str], ...] = ()
 
 
