@@ -79,7 +79,7 @@ for _ in $(seq 1 120); do
   sleep 0.5
 done
 "$BIN/python" scripts/register-webhook-url.py --url "https://127.0.0.1:$PORT" \
-  --ca-file "$WORK/ca.crt" --kubeconfig "$KUBECONFIG"
+  --ca-file "$WORK/ca.crt" --kubeconfig "$KUBECONFIG" --config "$E2E_CONFIG"
 
 status=0
 E2E_WEBHOOK_URL="https://127.0.0.1:$PORT" E2E_WEBHOOK_CA="$WORK/ca.crt" \

@@ -11,6 +11,9 @@ caBundle read from --ca-file.
     scripts/register-webhook-url.py --url https://HOST_IP:8443 --ca-file CA --kubeconfig KCFG
     scripts/register-webhook-url.py --delete --kubeconfig KCFG
 
+`--config FILE` renders the chart with that webhook config as its `config` values (the file
+`gpu-webhook serve --config` reads): the GPU access entry, for one, depends on `gpuAccess`.
+
 The serving certificate must be valid for HOST_IP (the API server verifies it against the CA).
 Needs the dev install (`make install`: helm-python-sdk, kubernetes).
 """
@@ -55,15 +58,21 @@ def check_url(url: str) -> str:
 
 
 def render_configurations(
-    name: str, base_url: str, ca_pem: bytes, kube_version: str
+    name: str,
+    base_url: str,
+    ca_pem: bytes,
+    kube_version: str,
+    webhook_config: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """The chart's Mutating/ValidatingWebhookConfiguration, pointed at `base_url`."""
+    """The chart's Mutating/ValidatingWebhookConfiguration, pointed at `base_url`, rendered
+    with `webhook_config` as the chart's `config` values when given."""
+    values = None if webhook_config is None else json.dumps({"config": webhook_config})
     with helm_python.Chart.load(CHART_DIR) as chart:
         # Chart.render() of helm-python-sdk 0.2.2 does not expose kube_version; the C ABI's
         # render options do (like `helm template --kube-version`).
         options = {"name": name, "namespace": PLACEHOLDER_NAMESPACE, "kube_version": kube_version}
         rendered: dict[str, str] = json.loads(
-            _native.call_string("helm_render", chart._raw(), None, json.dumps(options))
+            _native.call_string("helm_render", chart._raw(), values, json.dumps(options))
         )
     configurations = [doc for doc in yaml.safe_load_all(rendered[WEBHOOKS_TEMPLATE]) if doc]
     ca_bundle = base64.b64encode(ca_pem).decode()
@@ -132,7 +141,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--print", action="store_true", help="print the YAML instead of applying it"
     )
     parser.add_argument("--delete", action="store_true", help="remove the configurations")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        help="the webhook's config file, rendered as the chart's `config` values",
+    )
     args = parser.parse_args(argv)
+    if args.config is not None and not args.config.is_file():
+        parser.error(f"--config {args.config} does not exist")
     if not args.delete:
         if not args.url or not args.ca_file:
             parser.error("--url and --ca-file are required (unless --delete)")
@@ -149,9 +165,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    webhook_config = None
+    if args.config is not None:
+        loaded = yaml.safe_load(args.config.read_text(encoding="utf-8"))
+        webhook_config = loaded if isinstance(loaded, dict) else {}
     if args.print:
         configurations = render_configurations(
-            args.name, args.url, args.ca_file.read_bytes(), args.kube_version
+            args.name, args.url, args.ca_file.read_bytes(), args.kube_version, webhook_config
         )
         print(yaml.safe_dump_all(configurations, sort_keys=False), end="")
         return 0
@@ -163,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             version = args.kube_version or server_version(api)
             configurations = render_configurations(
-                args.name, args.url, args.ca_file.read_bytes(), version
+                args.name, args.url, args.ca_file.read_bytes(), version, webhook_config
             )
             lines = [apply(api, c) for c in configurations]
     finally:

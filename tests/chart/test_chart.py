@@ -386,12 +386,17 @@ def test_webhooks_have_safe_defaults(render: Render) -> None:
         (validating, "crl-configmaps"),
         (mutating, "operators"),
         (validating, "operators"),
+        # GPU access control (SPEC §12), on by default in `warn` mode.
+        (mutating, "gpu-access"),
+        (validating, "gpu-access"),
     }
     expected_failure = {
         "pods": "Fail",
         "workloads": "Ignore",
         "operators": "Ignore",
         "crl-configmaps": "Fail",
+        # An outage of the entry that sees pods requesting no GPU never stops pod creation.
+        "gpu-access": "Ignore",
     }
     for (kind, purpose), hook in hooks.items():
         assert hook["failurePolicy"] == expected_failure[purpose], (kind, purpose)
@@ -413,6 +418,7 @@ def test_webhooks_have_safe_defaults(render: Render) -> None:
         "workloads": {"CREATE", "UPDATE"},
         "operators": {"CREATE", "UPDATE"},
         "crl-configmaps": {"CREATE", "UPDATE"},
+        "gpu-access": {"CREATE"},
     }
     workload_resources = {
         (group, resource)
@@ -491,7 +497,12 @@ def test_failure_policies_and_timeout_are_configurable(render: Render) -> None:
     }
     for (_, purpose), hook in webhooks(render(values)).items():
         assert hook["timeoutSeconds"] == 3
-        expected = {"pods": "Ignore", "workloads": "Fail", "operators": "Ignore"}
+        expected = {
+            "pods": "Ignore",
+            "workloads": "Fail",
+            "operators": "Ignore",
+            "gpu-access": "Ignore",
+        }
         assert hook["failurePolicy"] == expected.get(purpose, "Fail")
 
 
@@ -504,11 +515,13 @@ def test_namespace_selectors_exclude_system_release_and_listed_namespaces(render
                 {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["kube-public"]}
             ]
             continue
+        # The GPU access entry also skips config.gpuAccess.exemptNamespaces.
+        exempt = ["gpu-operator", "nvidia-gpu-operator"] if purpose == "gpu-access" else []
         assert expressions == [
             {
                 "key": "kubernetes.io/metadata.name",
                 "operator": "NotIn",
-                "values": ["kube-system", NAMESPACE, "batch-legacy"],
+                "values": ["kube-system", NAMESPACE, "batch-legacy", *exempt],
             },
             # NotIn also matches namespaces without the label: only an explicit opt-out skips.
             {"key": "gpu-admission-webhook.io/ignore", "operator": "NotIn", "values": ["true"]},
@@ -562,7 +575,7 @@ def test_generated_ca_signed_the_serving_certificate_and_is_every_ca_bundle(
     assert f"{FULLNAME}.{NAMESPACE}.svc" in names.get_values_for_type(x509.DNSName)
     assert "PRIVATE KEY" in data["tls.key"]
     hooks = webhooks(objects)
-    assert len(hooks) == 7
+    assert len(hooks) == 9
     for hook in hooks.values():
         assert base64.b64decode(hook["clientConfig"]["caBundle"]).decode() == data["ca.crt"]
     for kind in WEBHOOK_KINDS:

@@ -56,6 +56,43 @@ def uses_extended_resource(pod_spec: dict[str, Any]) -> bool:
     return False
 
 
+DEVICE_ENV = {
+    "NVIDIA_VISIBLE_DEVICES",
+    "NVIDIA_MIG_CONFIG_DEVICES",
+    "NVIDIA_MIG_MONITOR_DEVICES",
+    "NVIDIA_IMEX_CHANNELS",
+}
+
+
+def may_reach_gpus(parent: dict[str, Any], pod_spec: dict[str, Any]) -> bool:
+    """Reference answer for the GPU access condition (SPEC §12), written independently of the
+    CEL: a superset of what the webhook finds (it only chooses what is sent)."""
+    containers = [*(pod_spec.get("containers") or []), *(pod_spec.get("initContainers") or [])]
+    for c in containers:
+        if any(e.get("name") in DEVICE_ENV for e in c.get("env") or []):
+            return True
+        if (c.get("securityContext") or {}).get("privileged") is True:
+            return True
+        if any("nvidia-container-devices" in m["mountPath"] for m in c.get("volumeMounts") or []):
+            return True
+    for volume in pod_spec.get("volumes") or []:
+        path = (volume.get("hostPath") or {}).get("path")
+        if path is not None and ("dev" in path or "/." in path or set(path) <= {"/"}):
+            return True
+    if "nvidia" in (pod_spec.get("runtimeClassName") or ""):
+        return True
+    annotations = (parent.get("metadata") or {}).get("annotations") or {}
+    return any(k.startswith(("cdi.k8s.io/", "nvidia.cdi.k8s.io")) for k in annotations)
+
+
+def template_parent(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object (Pod) or the template holding the pod spec's metadata."""
+    node: dict[str, Any] = obj
+    for key in POD_SPEC_PATHS[obj["kind"]][:-1]:
+        node = node[key]
+    return node
+
+
 @pytest.fixture(params=sorted(MANIFESTS))
 def manifests(request: pytest.FixtureRequest) -> Path:
     """A folder of manifests: the repository's (always there) or the external corpus."""
@@ -111,7 +148,15 @@ def test_conditions_select_exactly_the_objects_asking_for_extended_resources(
     for name, obj in corpus_objects(manifests):
         purpose = "pods" if obj["kind"] == "Pod" else "workloads"
         expected = uses_extended_resource(pod_spec(obj))
+        if purpose == "workloads":
+            # With GPU access control on (the default, warn), templates that could reach GPUs
+            # without a request are sent too, so `kubectl apply` shows the finding at once.
+            expected = expected or may_reach_gpus(template_parent(obj), pod_spec(obj))
         assert matches(exprs[(configuration, purpose)], obj) is expected, name
+        if purpose == "pods":
+            # The GPU access entry takes exactly the pods the pods entry leaves out that could.
+            access = not expected and may_reach_gpus(obj, pod_spec(obj))
+            assert matches(exprs[(configuration, "gpu-access")], obj) is access, name
 
 
 # (No explicit nulls: the API server serialises the typed object, so an empty map is omitted.)
@@ -154,6 +199,9 @@ def test_objects_missing_optional_fields_do_not_match_and_do_not_error(render: R
     for configuration in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
         for purpose, obj in cases:
             assert matches(exprs[(configuration, purpose)], obj) is False, (purpose, obj)
+        for purpose, obj in cases:
+            if purpose == "pods":
+                assert matches(exprs[(configuration, "gpu-access")], obj) is False, obj
 
 
 @pytest.mark.parametrize(
@@ -431,3 +479,97 @@ def test_pods_and_templates_with_dra_claims_are_sent(render: Render) -> None:
     assert not matches(
         exprs[("ValidatingWebhookConfiguration", "pods")], {"spec": {**spec, "resourceClaims": []}}
     )
+
+
+BYPASSES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+    ("env", {"containers": [{"name": "a", "env": [{"name": "NVIDIA_VISIBLE_DEVICES"}]}]}, {}),
+    (
+        "init env",
+        {
+            "containers": [{"name": "a"}],
+            "initContainers": [{"name": "i", "env": [{"name": "NVIDIA_IMEX_CHANNELS"}]}],
+        },
+        {},
+    ),
+    ("privileged", {"containers": [{"name": "a", "securityContext": {"privileged": True}}]}, {}),
+    (
+        "device-list mount",
+        {
+            "containers": [
+                {
+                    "name": "a",
+                    "volumeMounts": [
+                        {"name": "n", "mountPath": "/var/run/nvidia-container-devices/all"}
+                    ],
+                }
+            ]
+        },
+        {},
+    ),
+    (
+        "hostPath /dev",
+        {"containers": [{"name": "a"}], "volumes": [{"name": "d", "hostPath": {"path": "/dev"}}]},
+        {},
+    ),
+    (
+        "hostPath /",
+        {"containers": [{"name": "a"}], "volumes": [{"name": "d", "hostPath": {"path": "/"}}]},
+        {},
+    ),
+    ("runtime class", {"containers": [{"name": "a"}], "runtimeClassName": "nvidia"}, {}),
+    ("cdi annotation", {"containers": [{"name": "a"}]}, {"cdi.k8s.io/x": "nvidia.com/gpu=0"}),
+    ("nri annotation", {"containers": [{"name": "a"}]}, {"nvidia.cdi.k8s.io/pod": "x"}),
+]
+
+
+@pytest.mark.parametrize(("case", "spec", "annotations"), BYPASSES, ids=[b[0] for b in BYPASSES])
+def test_gpu_access_entry_sends_pods_with_a_bypass_and_no_gpu_request(
+    render: Render, case: str, spec: dict[str, Any], annotations: dict[str, str]
+) -> None:
+    exprs = expressions(render)
+    meta = {"name": "p", "annotations": annotations} if annotations else {"name": "p"}
+    obj = {"metadata": meta, "spec": spec}
+    for configuration in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        assert matches(exprs[(configuration, "gpu-access")], obj), case
+        # A pod that also requests a GPU goes through the pods entry, never both.
+        with_gpu = {
+            "metadata": meta,
+            "spec": {
+                **spec,
+                "containers": [
+                    *spec["containers"],
+                    {"name": "g", "resources": {"limits": {"nvidia.com/gpu": "1"}}},
+                ],
+            },
+        }
+        assert not matches(exprs[(configuration, "gpu-access")], with_gpu), case
+        assert matches(exprs[(configuration, "pods")], with_gpu), case
+    deployment = {"spec": {"template": {"metadata": meta, "spec": spec}}}
+    assert matches(exprs[("ValidatingWebhookConfiguration", "workloads")], deployment), case
+
+
+def test_gpu_access_entry_sees_every_pod_only_when_enforce_voids_images(render: Render) -> None:
+    plain = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "a", "image": "x"}]}}
+    for values, sent in (
+        ({}, False),
+        ({"config": {"gpuAccess": {"mode": "enforce"}}}, True),
+        ({"config": {"gpuAccess": {"mode": "enforce", "voidImageDevices": "off"}}}, False),
+    ):
+        found = {}
+        for obj in render(values, kube_version="v1.30.0"):
+            if obj["kind"] == "ValidatingWebhookConfiguration":
+                for hook in obj["webhooks"]:
+                    (condition,) = hook["matchConditions"]
+                    found[hook["name"].split(".", 1)[0]] = condition["expression"]
+        assert matches(found["gpu-access"], plain) is sent, values
+
+
+def test_gpu_access_off_removes_its_entry(render: Render) -> None:
+    names = {
+        hook["name"].split(".", 1)[0]
+        for obj in render({"config": {"gpuAccess": {"mode": "off"}}}, kube_version="v1.30.0")
+        if obj["kind"].endswith("WebhookConfiguration")
+        for hook in obj["webhooks"]
+    }
+    assert "gpu-access" not in names
+    assert "pods" in names

@@ -296,6 +296,7 @@ def test_result_json_names_each_finding_and_its_counts() -> None:
     assert document["summary"] == {
         "denied": 1,
         "changed": 0,
+        "gpuAccess": 0,
         "workloads": 1,
         "pods": 3,
         "finishedPods": 0,

@@ -96,17 +96,31 @@ def print_text(result: AuditResult, run_line: str, out: TextIO) -> None:
         out.write("\nWOULD CHANGE (what pods created again would get that these do not have):\n")
         for finding in changed:
             out.write("\n".join(_finding_text(finding, finding.changes)) + "\n")
+    access = result.access
+    if access:
+        out.write(
+            "\nGPU ACCESS (reach GPUs without requesting them; denied under gpuAccess enforce):\n"
+        )
+        for finding in access:
+            out.write("\n".join(_finding_text(finding, finding.access)) + "\n")
+    tail = f", {len(access)} reach GPUs without requesting them" if access else ""
     out.write(
-        f"\n{run_line}: {len(denied)} owner(s) would be denied, {len(changed)} would change\n"
+        f"\n{run_line}: {len(denied)} owner(s) would be denied, {len(changed)} would change{tail}\n"
     )
 
 
 def print_summary(result: AuditResult, out: TextIO) -> None:
-    """One line per owner: those that would be denied first, then those that would change."""
-    for finding in [*result.denied, *(f for f in result.changed if not f.denied)]:
-        verdict = "DENIED" if finding.denied else "CHANGES"
-        count = len(finding.denied) if finding.denied else len(finding.changes)
-        what = "violation(s)" if finding.denied else "change(s)"
+    """One line per owner: those that would be denied first, then those that would change,
+    then those that only reach GPUs without requesting them (gpuAccess warn or off)."""
+    denied, changed = result.denied, [f for f in result.changed if not f.denied]
+    others = [f for f in result.access if not f.denied and not f.changes]
+    for finding in [*denied, *changed, *others]:
+        if finding.denied:
+            verdict, count, what = "DENIED", len(finding.denied), "violation(s)"
+        elif finding.changes:
+            verdict, count, what = "CHANGES", len(finding.changes), "change(s)"
+        else:
+            verdict, count, what = "ACCESS", len(finding.access), "GPU access finding(s)"
         out.write(f"{verdict:<8} {finding.owner.label()}: {count} {what}; {finding.scope()}\n")
 
 

@@ -118,6 +118,9 @@ class Finding:
     owner: Ref
     denied: dict[tuple[str, str, str], Problem] = field(default_factory=dict)
     changes: dict[tuple[str, str, str], Problem] = field(default_factory=dict)
+    # GPU access findings admission only warns about (gpuAccess warn/off): denied ones are in
+    # `denied` like every violation.
+    access: dict[tuple[str, str, str], Problem] = field(default_factory=dict)
     pods: int = 0  # pods evaluated under this owner
     pods_denied: int = 0
     pods_changed: int = 0
@@ -144,6 +147,8 @@ class Finding:
             self.add_problem(self.denied, problem)
         for problem in other.changes.values():
             self.add_problem(self.changes, problem)
+        for problem in other.access.values():
+            self.add_problem(self.access, problem)
         self.pods += other.pods
         self.pods_denied += other.pods_denied
         self.pods_changed += other.pods_changed
@@ -178,6 +183,7 @@ class Finding:
             "templateDenied": self.owner_denied,
             "violations": [_problem_json(p) for p in self.denied.values()],
             "changes": [_problem_json(p) for p in self.changes.values()],
+            "gpuAccess": [_problem_json(p) for p in self.access.values()],
             "moreProblems": self.more,
         }
 
@@ -225,11 +231,16 @@ class AuditResult:
     def changed(self) -> list[Finding]:
         return [f for f in self.findings if f.changes]
 
+    @property
+    def access(self) -> list[Finding]:
+        return [f for f in self.findings if f.access]
+
     def to_json(self) -> dict[str, Any]:
         return {
             "summary": {
                 "denied": len(self.denied),
                 "changed": len(self.changed),
+                "gpuAccess": len(self.access),
                 "workloads": self.workloads,
                 "pods": self.pods,
                 "finishedPods": self.finished_pods,
@@ -276,9 +287,11 @@ class Audit:
         controller = controller_ref(obj) if is_pod else None
         denied = not decision.allowed
         changed = is_pod and decision.mutated is not None and bool(decision.notes)
+        # Access findings that are violations are listed with them.
+        warned = [v for v in decision.access if v not in decision.violations]
         if is_pod:
             self.pods += 1
-            if controller is None and not (denied or changed):
+            if controller is None and not (denied or changed or warned):
                 # Pods are counted per owner only: a clean standalone pod costs nothing.
                 return
         else:
@@ -299,6 +312,18 @@ class Audit:
                     policy_name(v.configmap),
                     v.rule or "evaluation",
                     _strip(v.message, decision.object_ref),
+                    pods=int(is_pod),
+                    in_owner=not is_pod,
+                    example=example,
+                ),
+            )
+        for v in warned:
+            finding.add_problem(
+                finding.access,
+                Problem(
+                    policy_name(v.configmap),
+                    v.rule,
+                    _strip(v.detail or v.message, decision.object_ref).rstrip("."),
                     pods=int(is_pod),
                     in_owner=not is_pod,
                     example=example,
@@ -350,7 +375,7 @@ class Audit:
                 held = merged[owner.key] = Finding(listed[0] if listed else owner)
             held.merge(finding)
         findings = sorted(
-            (f for f in merged.values() if f.denied or f.changes),
+            (f for f in merged.values() if f.denied or f.changes or f.access),
             key=lambda f: (f.owner.namespace, f.owner.kind, f.owner.name),
         )
         return AuditResult(
@@ -361,6 +386,15 @@ class Audit:
             self.skipped,
             tuple(self.notes),
         )
+
+
+def audit_config(config: WebhookConfig) -> WebhookConfig:
+    """The config an audit evaluates with: GPU access findings are listed in every mode (SPEC
+    §12), so an admin sees what `warn` or `enforce` would meet before switching them on."""
+    if config.gpu_access.checks:
+        return config
+    access = config.gpu_access.model_copy(update={"mode": "warn"})
+    return config.model_copy(update={"gpu_access": access})
 
 
 def pod_finished(obj: Mapping[str, Any]) -> bool:

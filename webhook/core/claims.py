@@ -155,6 +155,8 @@ class PodClaims:
     gpu: Mapping[str, ClaimClasses]
     warnings: tuple[str, ...]
     gpu_classes: frozenset[str] = frozenset()
+    # Pod claim names whose template or claim the snapshot does not know (yet).
+    unknown: frozenset[str] = frozenset()
 
     def uses_gpu(self, container: Mapping[str, Any]) -> bool:
         """Whether the container gets a GPU device through one of its `resources.claims`."""
@@ -165,6 +167,15 @@ class PodClaims:
             if classes is not None and classes.on(request, self.gpu_classes):
                 return True
         return False
+
+    def may_use_gpu(self, container: Mapping[str, Any]) -> bool:
+        """Whether the container may get a GPU device through a claim: a GPU claim, or one the
+        snapshot does not know yet (GPU access control gives it the benefit of the doubt)."""
+        if self.uses_gpu(container):
+            return True
+        return bool(self.unknown) and any(
+            name in self.unknown for name, _ in container_claim_refs(container)
+        )
 
 
 NO_CLAIMS = PodClaims({}, ())
@@ -190,6 +201,7 @@ def pod_claims(
     classes = frozenset(gpu_classes)
     gpu: dict[str, ClaimClasses] = {}
     unknown: list[str] = []
+    unknown_names: list[str] = []
     for entry in entries:
         if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str):
             continue
@@ -205,6 +217,7 @@ def pod_claims(
         found = table.get(key) if table is not None else None
         if found is None:
             unknown.append(source)
+            unknown_names.append(entry["name"])
         elif not found.isdisjoint(classes):
             gpu[entry["name"]] = found
     warnings: tuple[str, ...] = ()
@@ -213,7 +226,7 @@ def pod_claims(
         more = f" (+{len(unknown) - 1} more)" if len(unknown) > 1 else ""
         text = f"{unknown[0]}{more}: {what}; evaluated without it (no GPU placement from it)"
         warnings = (text if len(text) <= 120 else text[:119] + "…",)
-    return PodClaims(gpu, warnings, classes)
+    return PodClaims(gpu, warnings, classes, frozenset(unknown_names))
 
 
 def container_claim_refs(container: Mapping[str, Any]) -> list[tuple[str, str | None]]:

@@ -14,6 +14,7 @@ from pydantic import (
     field_validator,
 )
 
+from webhook.core.config_access import GpuAccess
 from webhook.core.config_parts import (
     ANNOTATION_CUDA_AFFINITY,
     ANNOTATION_CUDA_VERSION,
@@ -56,6 +57,7 @@ __all__ = [
     "ComputeCapabilityRule",
     "CudaLabels",
     "EnvFixRule",
+    "GpuAccess",
     "ImageCudaEntry",
     "ImageRules",
     "ImageTableConfigMap",
@@ -157,6 +159,8 @@ class WebhookConfig(_Model):
     claim_template_cache: bool = True
     # Read an image's CUDA version from its registry when nothing else tells it (SPEC §4).
     registry_lookups: RegistryLookups = RegistryLookups()
+    # GPU access control (SPEC §12): GPUs only through the resources and claims that count them.
+    gpu_access: GpuAccess = GpuAccess()
 
     # cached_property: derived once per config, read by every GPU pod's review (a pydantic
     # private attribute would go through BaseModel.__getattr__ on every read).
@@ -195,6 +199,12 @@ class WebhookConfig(_Model):
     def gpu_resources(self) -> ResourceNames:
         """Names and patterns that make a GPU container besides CRL keys: GPU and vGPU names."""
         return ResourceNames((*self.gpu_resource_names, *self.vgpu_resource_names))
+
+    @cached_property
+    def gpu_request_advice(self) -> str:
+        """The resource a message advises requesting: the first exact GPU resource name."""
+        exact = [n for n in self.gpu_resource_names if "*" not in n and "?" not in n]
+        return exact[0] if exact else "a GPU resource"
 
     @cached_property
     def vgpu_resources(self) -> ResourceNames:

@@ -58,6 +58,9 @@ class Decision:
     # GPU containers' images whose CUDA version nothing told (env, table, reference, shipped
     # knowledge): what a registry lookup could still answer (SPEC §4 step 6).
     unresolved_images: tuple[ImageQuery, ...] = ()
+    # GPU access findings (SPEC §12) in any mode: under `enforce` they are violations too,
+    # under `warn` warnings; the audit lists them either way.
+    access: tuple[Violation, ...] = ()
     original: Mapping[str, Any] | None = field(default=None, repr=False)
     mutated: Mapping[str, Any] | None = field(default=None, repr=False)
     # The draft that made `mutated`, when there is one: its patch is built from the places it
@@ -149,6 +152,7 @@ class PodState:
     warnings: list[Message] = field(default_factory=list)
     kinds: list[str] = field(default_factory=list)
     unresolved: list[ImageQuery] = field(default_factory=list)
+    access: list[Violation] = field(default_factory=list)
 
     def container_path(self, c: ContainerRef) -> tuple[str | int, ...]:
         if c.index < 0:  # a container-like field of the spec (KServe `model`), not a list item

@@ -31,6 +31,8 @@ from webhook.core.placement import place
 from webhook.core.policyset import PolicySet
 from webhook.core.quantity import format_quantity
 from webhook.core.registry import WorkloadKind
+from webhook.core.rules import access
+from webhook.core.rules.cuda import known_cuda_image
 from webhook.core.rules.envfix import env_fixes
 from webhook.core.rules.imagefacts import ImageFacts, ImageQuery
 from webhook.core.rules.resources import (
@@ -170,6 +172,76 @@ def _env(state: PodState, c: ContainerRef, keys: set[str], config: WebhookConfig
         state.note("env-fix", f"set {add.name}={add.value} in {where} ({add.rule} fix)")
 
 
+_IMAGE_FINDING = (
+    "runs a CUDA image, which gives it every GPU of its node, but requests no GPU: "
+    "gpuAccess enforce sets NVIDIA_VISIBLE_DEVICES=void"
+)
+# Said once per denial, after the findings (Violation.description).
+_ACCESS_WHY = "GPUs reached without a request are counted by no quota, CRL or scheduler."
+
+
+def _access(
+    state: PodState,
+    gpu: list[ContainerRef],
+    config: WebhookConfig,
+    violations_only: bool,
+) -> None:
+    """GPU access control for one pod spec (SPEC §12): findings become warnings (`warn`) or
+    violations (`enforce`), and under `enforce` containers whose image would hand them every
+    GPU of the node get NVIDIA_VISIBLE_DEVICES=void."""
+    rules = config.gpu_access
+    enforce = rules.mode == "enforce"
+    for finding in access.findings(
+        state.pod, gpu, config.gpu_request_advice, rules.runtime_class_names
+    ):
+        detail = f"{state.ref}, {finding.text()}."
+        violation = Violation(
+            f"{detail} {_ACCESS_WHY}",
+            state.ref,
+            finding.container,
+            rule=access.RULE,
+            configmap=access.POLICY,
+            detail=detail,
+            description=_ACCESS_WHY,
+        )
+        state.access.append(violation)
+        if enforce:
+            state.violations.append(violation)
+        elif not violations_only:
+            state.warnings.append(short(finding.text()))
+    if violations_only or rules.void_image_devices == "off":
+        return
+    gpu_ids = {id(c.container) for c in gpu}
+    for c in state.pod.containers:
+        if id(c.container) in gpu_ids or not access.needs_void(c.container):
+            continue
+        known = known_cuda_image(c.container.get("image"), config) or access.cuda_env(c.container)
+        if not known and not (enforce and rules.void_image_devices == "all"):
+            continue
+        where = container_label(c)
+        if not enforce:
+            # Not a warning: every CPU pod on a CUDA image would get one. The audit lists it,
+            # so an admin sees what `enforce` would change before switching it on.
+            state.access.append(
+                Violation(
+                    f"{state.ref}, {where} {_IMAGE_FINDING}.",
+                    state.ref,
+                    where,
+                    rule=access.RULE,
+                    configmap=access.POLICY,
+                )
+            )
+            continue
+        env = c.container.get("env")
+        if env is not None and not isinstance(env, list):
+            raise ObjectShapeError(f"{state.ref} {where}: env must be a list")
+        state.draft.extend(
+            state.container_path(c), "env", [{"name": access.VISIBLE_DEVICES, "value": access.VOID}]
+        )
+        why = "its CUDA image would give it every GPU" if known else "it requests no GPU"
+        state.note("gpu-access", f"set {access.VISIBLE_DEVICES}=void in {where}: {why}")
+
+
 def _note_prefixes(role: str) -> tuple[str, ...]:
     """What a template's notes start with, longest first (the role is never left out)."""
     if not role:
@@ -203,6 +275,8 @@ def _evaluate_spec(
     state.warnings += dra.warnings
     gpu: list[tuple[ContainerRef, set[str]]] = []
     unknown: list[str] = []
+    # Containers that request GPUs (or may, through a claim the cache does not know yet).
+    devices: list[ContainerRef] = []
     for c in pod.containers:
         keys = _resources(state, c, policies, config)
         # CRL rules govern extended resources only; a DRA claim on a GPU device class makes a
@@ -211,12 +285,17 @@ def _evaluate_spec(
         on_gpu_claim = dra.uses_gpu(c.container)
         if keys.crl or keys.gpu or on_gpu_claim:
             gpu.append((c, keys.asked))
+            devices.append(c)
             if env_fixes_on:
                 _env(state, c, keys.asked, config)
+        elif dra.unknown and dra.may_use_gpu(c.container):
+            devices.append(c)
         if keys.unknown:
             unknown += [key for key in keys.unknown if key not in unknown]
     if unknown and not violations_only:
         state.warnings.append(unknown_gpu_warning(sorted(unknown)))
+    if config.gpu_access.checks and namespace not in config.gpu_access.exempt_namespaces:
+        _access(state, devices, config, violations_only)
     if gpu:
         place(
             state,
@@ -256,6 +335,7 @@ def _evaluate_pod(
     warnings: list[str] = []
     kinds: list[str] = []
     unresolved: list[ImageQuery] = []
+    access_found: list[Violation] = []
     templates = False
     # A DaemonSet's pods are pinned to their nodes and get no affinity (SPEC §4): its template
     # says so. Unless the template itself is mutated: the controller runs pods only on the
@@ -276,6 +356,8 @@ def _evaluate_pod(
         templates = templates or pod.is_template
         if state.unresolved:
             unresolved += state.unresolved
+        if state.access:
+            access_found += state.access
         violations += state.violations
         kinds += state.kinds
         notes += [(pod.role, n) for n in state.notes]
@@ -285,7 +367,10 @@ def _evaluate_pod(
     unresolved_images = tuple(dict.fromkeys(unresolved)) if unresolved else ()
     if violations_only:
         return Decision(
-            object_ref=ref, violations=tuple(violations), unresolved_images=unresolved_images
+            object_ref=ref,
+            violations=tuple(violations),
+            unresolved_images=unresolved_images,
+            access=tuple(access_found),
         )
     mutated: Mapping[str, Any] | None = draft.root if draft.changed else None
     # Operator workloads are never mutated (their operator builds the pods; GitOps drift).
@@ -304,6 +389,7 @@ def _evaluate_pod(
         mutated=mutated,
         draft=draft if mutated is not None and draft.writes is not None else None,
         unresolved_images=unresolved_images,
+        access=tuple(access_found),
     )
 
 

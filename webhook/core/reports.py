@@ -9,7 +9,8 @@ report_types.go), which adds a report-level `source`. Kyverno writes it behind
 `--openreportsEnabled` since 1.15.
 
 One result per finding and policy rule: `fail` for what would be denied, `warn` for what pods
-created again would get that the running ones lack. Results name the owner (Deployment,
+created again would get that the running ones lack, and for GPU access findings admission only
+warns about (SPEC §12: listed in every gpuAccess mode). Results name the owner (Deployment,
 PyTorchJob, ...) as their resource; the message says what was found and in how many pods.
 """
 
@@ -99,10 +100,16 @@ def _properties(finding: Finding) -> dict[str, str]:
     return props
 
 
+def _tables(finding: Finding) -> tuple[tuple[str, Mapping[Any, Problem]], ...]:
+    """A finding's problems by result: denials fail; changes and GPU access findings that
+    admission only warns about (gpuAccess warn or off) warn."""
+    return (("fail", finding.denied), ("warn", finding.changes), ("warn", finding.access))
+
+
 def finding_results(finding: Finding, timestamp: int) -> list[dict[str, Any]]:
     """One result per (policy, rule) of the finding: fail for denials, warn for changes."""
     results = []
-    for verdict, table in (("fail", finding.denied), ("warn", finding.changes)):
+    for verdict, table in _tables(finding):
         by_rule: dict[tuple[str, str], list[Problem]] = {}
         for problem in table.values():
             by_rule.setdefault((problem.policy, problem.rule), []).append(problem)
@@ -177,7 +184,7 @@ def finding_counts(
     raw: dict[tuple[str, str, str], int] = {}
     for finding in result.findings:
         namespace = finding.owner.namespace
-        for verdict, table in (("fail", finding.denied), ("warn", finding.changes)):
+        for verdict, table in _tables(finding):
             for policy in {p.policy for p in table.values()}:
                 key = (policy, namespace, verdict)
                 raw[key] = raw.get(key, 0) + 1

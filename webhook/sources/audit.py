@@ -21,7 +21,7 @@ from typing import Any
 
 from kubernetes.aio.client import ApiClient
 
-from webhook.core.audit import Audit, AuditResult, evaluate_object, pod_finished
+from webhook.core.audit import Audit, AuditResult, audit_config, evaluate_object, pod_finished
 from webhook.core.claims import ClaimIndex
 from webhook.core.config import WebhookConfig
 from webhook.core.inventory import NodeInventory
@@ -155,6 +155,7 @@ async def run_audit(
     """List and evaluate everything the webhook checks; raises AuditError when the cluster
     cannot be read (a 403 or 404 on one kind is only a note)."""
     options = options or AuditOptions()
+    config = audit_config(config)
     started = time.monotonic()
     counted = _Counting(fetch)
     audit = Audit()

@@ -92,6 +92,88 @@ the failurePolicy instead of skipping the object.
 {{- printf "((has(%s.containers) && %s.containers.exists(c, %s)) || (has(%s.initContainers) && %s.initContainers.exists(c, %s)) || (has(%s.resourceClaims) && size(%s.resourceClaims) > 0))" $p $p $c $p $p $c $p $p -}}
 {{- end -}}
 
+{{/*
+CEL: true when the pod spec at `path` (of the object or template at `parent`) has a way to reach GPUs that no
+resource counts (SPEC §12): a device env var in a container, a privileged container, a mount at
+the device-list path, a hostPath that may hold device nodes, a RuntimeClass named like NVIDIA's, a
+CDI annotation (cdi.k8s.io/, nvidia.cdi.k8s.io). A superset of what
+the webhook finds (webhook/core/rules/access.py decides): it only chooses what is sent.
+*/}}
+{{- define "gaw.celGpuBypass" -}}
+{{- $p := index . 0 -}}
+{{- $o := index . 1 -}}
+{{- $c := "(has(c.env) && c.env.exists(e, e.name in ['NVIDIA_VISIBLE_DEVICES', 'NVIDIA_MIG_CONFIG_DEVICES', 'NVIDIA_MIG_MONITOR_DEVICES', 'NVIDIA_IMEX_CHANNELS'])) || (has(c.securityContext) && has(c.securityContext.privileged) && c.securityContext.privileged) || (has(c.volumeMounts) && c.volumeMounts.exists(v, v.mountPath.contains('nvidia-container-devices')))" -}}
+{{- $h := "v.hostPath.path.contains('dev') || v.hostPath.path.contains('/.') || v.hostPath.path.matches('^/*$')" -}}
+{{- printf "((has(%s.containers) && %s.containers.exists(c, %s)) || (has(%s.initContainers) && %s.initContainers.exists(c, %s)) || (has(%s.volumes) && %s.volumes.exists(v, has(v.hostPath) && (%s))) || (has(%s.runtimeClassName) && %s.runtimeClassName.contains('nvidia')) || (has(%s.metadata) && has(%s.metadata.annotations) && %s.metadata.annotations.exists(k, k.startsWith('cdi.k8s.io/') || k.startsWith('nvidia.cdi.k8s.io'))))" $p $p $c $p $p $c $p $p $h $p $p $o $o $o -}}
+{{- end -}}
+
+{{/* Whether GPU access control is on (config.gpuAccess.mode other than off; default warn). */}}
+{{- define "gaw.gpuAccessOn" -}}
+{{- $access := .Values.config.gpuAccess | default dict -}}
+{{- if ne (toString ($access.mode | default "warn")) "off" -}}true{{- end -}}
+{{- end -}}
+
+{{/* Whether every pod must be seen: enforce with NVIDIA_VISIBLE_DEVICES=void for images. */}}
+{{- define "gaw.gpuAccessAllPods" -}}
+{{- $access := .Values.config.gpuAccess | default dict -}}
+{{- if and (eq (toString ($access.mode | default "warn")) "enforce") (ne (toString ($access.voidImageDevices | default "known")) "off") -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+The GPU access entry's conditions: pods that the pods entry does not send (no extended resource,
+no claim) and that have a bypass in their spec, or every such pod when void injection needs to
+see images.
+*/}}
+{{- define "gaw.gpuAccessMatchConditions" -}}
+{{- $extended := printf "has(object.spec) && %s" (include "gaw.celUsesExtended" "object.spec") -}}
+{{- if include "gaw.gpuAccessAllPods" . }}
+- name: requests-no-gpu
+  expression: {{ printf "!(%s)" $extended | quote }}
+{{- else }}
+- name: reaches-gpus-without-a-request
+  expression: {{ printf "!(%s) && has(object.spec) && %s" $extended (include "gaw.celGpuBypass" (list "object.spec" "object")) | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* Namespaces the GPU access entry skips: the others' plus config.gpuAccess.exemptNamespaces. */}}
+{{- define "gaw.gpuAccessNamespaceSelector" -}}
+{{- $access := .Values.config.gpuAccess | default dict -}}
+{{- $exempt := $access.exemptNamespaces | default (list "gpu-operator" "nvidia-gpu-operator") -}}
+{{- $excluded := concat (list "kube-system" .Release.Namespace) .Values.webhooks.excludeNamespaces $exempt | uniq -}}
+matchExpressions:
+  - key: kubernetes.io/metadata.name
+    operator: NotIn
+    values: {{ toJson $excluded }}
+{{- if .Values.webhooks.namespaceOptOutLabel }}
+  - key: {{ .Values.webhooks.namespaceOptOutLabel }}
+    operator: NotIn
+    values: ["true"]
+{{- end }}
+{{- end -}}
+
+{{- define "gaw.gpuAccessWebhook" -}}
+{{- $root := index . 0 -}}
+{{- $path := index . 1 -}}
+{{- $fullname := include "gaw.fullname" $root -}}
+# GPU access control (SPEC §12): pods that reach GPUs without requesting them. Its own
+# failurePolicy (Ignore by default): an outage of this entry never stops pod creation.
+- name: {{ printf "gpu-access.%s.%s.svc" $fullname $root.Release.Namespace }}
+  admissionReviewVersions: ["v1"]
+  sideEffects: None
+  timeoutSeconds: {{ $root.Values.webhooks.timeoutSeconds }}
+  failurePolicy: {{ $root.Values.webhooks.gpuAccess.failurePolicy }}
+  {{- if eq $path "/mutate" }}
+  reinvocationPolicy: IfNeeded
+  {{- end }}
+  {{- include "gaw.clientConfig" (list $root $path) | nindent 2 }}
+  rules:
+    {{- include "gaw.podRules" $root | nindent 4 }}
+  namespaceSelector:
+    {{- include "gaw.gpuAccessNamespaceSelector" $root | nindent 4 }}
+  matchConditions:
+    {{- include "gaw.gpuAccessMatchConditions" $root | nindent 4 }}
+{{- end -}}
+
 {{- define "gaw.podMatchConditions" -}}
 - name: uses-extended-resources
   expression: {{ printf "has(object.spec) && %s" (include "gaw.celUsesExtended" "object.spec") | quote }}
@@ -100,8 +182,17 @@ the failurePolicy instead of skipping the object.
 {{- define "gaw.workloadMatchConditions" -}}
 {{- $template := printf "has(object.spec) && has(object.spec.template) && has(object.spec.template.spec) && %s" (include "gaw.celUsesExtended" "object.spec.template.spec") -}}
 {{- $cron := printf "has(object.spec) && has(object.spec.jobTemplate) && has(object.spec.jobTemplate.spec) && has(object.spec.jobTemplate.spec.template) && has(object.spec.jobTemplate.spec.template.spec) && %s" (include "gaw.celUsesExtended" "object.spec.jobTemplate.spec.template.spec") -}}
+{{- if include "gaw.gpuAccessOn" . }}
+{{- $tpl := "has(object.spec) && has(object.spec.template) && has(object.spec.template.spec)" -}}
+{{- $tplBypass := printf "%s && %s" $tpl (include "gaw.celGpuBypass" (list "object.spec.template.spec" "object.spec.template")) -}}
+{{- $cronTpl := "has(object.spec) && has(object.spec.jobTemplate) && has(object.spec.jobTemplate.spec) && has(object.spec.jobTemplate.spec.template) && has(object.spec.jobTemplate.spec.template.spec)" -}}
+{{- $cronBypass := printf "%s && %s" $cronTpl (include "gaw.celGpuBypass" (list "object.spec.jobTemplate.spec.template.spec" "object.spec.jobTemplate.spec.template")) -}}
+- name: uses-extended-resources-or-reaches-gpus
+  expression: {{ printf "(%s) || (%s) || (%s) || (%s)" $template $cron $tplBypass $cronBypass | quote }}
+{{- else }}
 - name: uses-extended-resources
   expression: {{ printf "(%s) || (%s)" $template $cron | quote }}
+{{- end }}
 {{- end -}}
 
 {{/*

@@ -194,6 +194,15 @@ def _image_detection(image: str, rules: ImageRules) -> Detection:
     return Detection(Requirement(guess.version, guess.source), warnings)
 
 
+def known_cuda_image(image: object, config: WebhookConfig) -> bool:
+    """Whether the image alone (admin table, reference, shipped knowledge) says it is built on
+    NVIDIA's CUDA images: those set NVIDIA_VISIBLE_DEVICES=all in their configuration (SPEC §12)."""
+    if not isinstance(image, str) or not image or len(image) > MAX_REFERENCE_LENGTH:
+        return False
+    found = _image_detection(image, config.image_rules)
+    return found.requirement is not None or bool(found.by_arch)
+
+
 def container_requirement(
     container: Mapping[str, Any], config: WebhookConfig
 ) -> Requirement | None:

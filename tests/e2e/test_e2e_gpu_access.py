@@ -1,0 +1,209 @@
+"""GPU access control (SPEC §12) through a real API server: what a tenant sees when a pod reaches
+GPUs without requesting them, in the mode the webhook runs with (E2E_WEBHOOK_CONFIG's
+`gpuAccess.mode`; the default is `warn`), and what the audit lists.
+
+The pods reach the webhook through the chart's own `gpu-access` entry (its matchConditions),
+as registered for the run: a pod that requests no extended resource is never sent to the pods
+entry, so these tests fail if that entry is missing or its conditions are wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from webhook.core.config import WebhookConfig
+from webhook.core.policyset import PolicySet
+
+from .conftest import ROOT
+from .test_e2e_admission import call, denial, expected_for, unique
+
+pytestmark = pytest.mark.e2e
+
+CUDA_IMAGE = "nvidia/cuda:12.4.1-runtime-ubuntu22.04"
+
+
+def plain_pod(name: str, image: str = "busybox:1.36", **container: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"containers": [{"name": "app", "image": image, **container}]},
+    }
+
+
+@pytest.fixture(scope="module")
+def exempt_namespace(core: Any, webhook_config: WebhookConfig) -> Iterator[str]:
+    """The first of gpuAccess.exemptNamespaces, created for the test if it does not exist."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    if not webhook_config.gpu_access.exempt_namespaces:
+        pytest.skip("the webhook's config exempts no namespace from gpuAccess")
+    name = webhook_config.gpu_access.exempt_namespaces[0]
+    created = False
+    try:
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+        created = True
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    try:
+        yield name
+    finally:
+        if created:
+            core.delete_namespace(name)
+
+
+def _mode(config: WebhookConfig) -> str:
+    return config.gpu_access.mode
+
+
+def test_a_pod_setting_nvidia_visible_devices_without_a_gpu_request(
+    core: Any, namespace: str, policies: PolicySet, webhook_config: WebhookConfig
+) -> None:
+    pod = plain_pod(unique("sneaky"), env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}])
+    expected = expected_for(pod, namespace, policies, webhook_config, None)
+    mode = _mode(webhook_config)
+    if mode == "off":
+        pytest.skip("the webhook runs with gpuAccess.mode: off")
+    text = (
+        'container "app" sets NVIDIA_VISIBLE_DEVICES=all but requests no GPU: '
+        "request nvidia.com/gpu or set it to void"
+    )
+    if mode == "enforce":
+        assert not expected.allowed
+        message = denial(core.create_namespaced_pod, namespace, pod)
+        assert message == expected.denial_message()
+        assert message.startswith(f"Pod {namespace}/{pod['metadata']['name']}, {text}.")
+        return
+    created, shown = call(core.create_namespaced_pod, namespace, pod)
+    assert text in shown
+    assert created["spec"]["containers"][0]["env"] == [
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}
+    ]
+
+
+def test_a_privileged_pod_and_a_cdi_annotation(
+    core: Any, namespace: str, policies: PolicySet, webhook_config: WebhookConfig
+) -> None:
+    pod = plain_pod(unique("priv"), securityContext={"privileged": True})
+    pod["metadata"]["annotations"] = {"cdi.k8s.io/gpu": "nvidia.com/gpu=all"}
+    mode = _mode(webhook_config)
+    if mode == "off":
+        pytest.skip("the webhook runs with gpuAccess.mode: off")
+    expected = expected_for(pod, namespace, policies, webhook_config, None)
+    if mode == "enforce":
+        assert denial(core.create_namespaced_pod, namespace, pod, dry_run="All") == (
+            expected.denial_message()
+        )
+        return
+    _, shown = call(core.create_namespaced_pod, namespace, pod, dry_run="All")
+    assert list(expected.warnings) == [w for w in shown if w in expected.warnings]
+    assert len(expected.warnings) == 2
+
+
+def test_a_cuda_image_without_a_gpu_request(
+    core: Any, namespace: str, policies: PolicySet, webhook_config: WebhookConfig
+) -> None:
+    pod = plain_pod(unique("cpu-on-cuda"), CUDA_IMAGE, command=["sleep", "1"])
+    created, shown = call(core.create_namespaced_pod, namespace, pod)
+    env = created["spec"]["containers"][0].get("env")
+    voids = (
+        _mode(webhook_config) == "enforce" and webhook_config.gpu_access.void_image_devices != "off"
+    )
+    if voids:
+        assert env == [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]
+        assert (
+            'set NVIDIA_VISIBLE_DEVICES=void in container "app": its CUDA image would give it '
+            "every GPU" in shown
+        )
+    else:
+        assert env is None
+        assert shown == []
+
+
+def test_an_exempt_namespace_is_unaffected(
+    core: Any, exempt_namespace: str, webhook_config: WebhookConfig
+) -> None:
+    pod = plain_pod(
+        unique("dcgm"),
+        CUDA_IMAGE,
+        env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}],
+        securityContext={"privileged": True},
+    )
+    created, shown = call(core.create_namespaced_pod, exempt_namespace, pod)
+    try:
+        assert created["spec"]["containers"][0]["env"] == [
+            {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}
+        ]
+        assert shown == []
+    finally:
+        core.delete_namespaced_pod(pod["metadata"]["name"], exempt_namespace)
+
+
+def test_the_audit_lists_what_reaches_gpus_without_a_request(
+    core: Any, cluster: Any, namespace: str, webhook_config: WebhookConfig, tmp_path: Path
+) -> None:
+    """Pods the webhook let in (warn mode, or created before enforce) are listed by the
+    audit; with `enforce` in the audit's config they are what the next change would deny."""
+    kubeconfig = os.environ.get("E2E_KUBECONFIG")
+    if not kubeconfig:
+        pytest.skip("the audit CLI needs the cluster's kubeconfig file (E2E_KUBECONFIG)")
+    name = unique("listed")
+    # Created where the webhook does not look, so it exists whatever mode the server runs.
+    from kubernetes import client
+
+    hidden = f"gaw-e2e-hidden-{name[-6:]}"
+    core.create_namespace(
+        client.V1Namespace(
+            metadata=client.V1ObjectMeta(
+                name=hidden, labels={"gpu-admission-webhook.io/ignore": "true"}
+            )
+        )
+    )
+    try:
+        pod = plain_pod(name, env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "0"}])
+        call(core.create_namespaced_pod, hidden, pod)
+        config_file = tmp_path / "config.yaml"
+        config_file.write_text(
+            yaml.safe_dump({"registryLookups": {"publicRegistries": False}}), encoding="utf-8"
+        )
+        result = subprocess.run(
+            [
+                str(Path(sys.executable).parent / "gpu-webhook"),
+                "audit",
+                "--kubeconfig",
+                kubeconfig,
+                "--namespace",
+                hidden,
+                "--config",
+                str(config_file),
+                "-o",
+                "json",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=120,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr
+        document = json.loads(result.stdout)
+        assert document["summary"]["gpuAccess"] == 1
+        (finding,) = document["findings"]
+        assert (finding["kind"], finding["name"]) == ("Pod", name)
+        assert [p["message"] for p in finding["gpuAccess"]] == [
+            'container "app" sets NVIDIA_VISIBLE_DEVICES=0 but requests no GPU: '
+            "request nvidia.com/gpu or set it to void"
+        ]
+    finally:
+        core.delete_namespace(hidden)

@@ -1,0 +1,379 @@
+"""GPU access control (SPEC §12): devices only through the resources and claims that count them.
+
+Table tests of what a user sees in each mode: the warning, the denial message, the object after
+the patch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.helpers import GPU, apply, container, get, pod, run, standard_policies, workload
+from webhook.core.audit import Audit, audit_config
+from webhook.core.claims import ClaimIndex
+from webhook.core.config import WebhookConfig, load_config
+from webhook.core.errors import ConfigError
+from webhook.core.evaluate import evaluate
+from webhook.core.reports import WGPOLICY, build_reports
+from webhook.core.rules.access import device_host_path
+
+CUDA_IMAGE = "nvidia/cuda:12.4.1-runtime-ubuntu22.04"
+WHY = "GPUs reached without a request are counted by no quota, CRL or scheduler."
+
+
+def config(mode: str, **access: Any) -> WebhookConfig:
+    return load_config({"gpuAccess": {"mode": mode, **access}})
+
+
+def env(name: str, value: str) -> list[dict[str, Any]]:
+    return [{"name": name, "value": value}]
+
+
+VISIBLE_ALL = env("NVIDIA_VISIBLE_DEVICES", "all")
+
+# (case, pod, the warning under `warn` = the denial's line under `enforce`)
+FINDINGS: list[tuple[str, dict[str, Any], str]] = [
+    (
+        "env all",
+        pod(container("app", env=VISIBLE_ALL)),
+        'container "app" sets NVIDIA_VISIBLE_DEVICES=all but requests no GPU: '
+        "request nvidia.com/gpu or set it to void",
+    ),
+    (
+        "env index list",
+        pod(container("app", env=env("NVIDIA_VISIBLE_DEVICES", "0,1"))),
+        'container "app" sets NVIDIA_VISIBLE_DEVICES=0,1 but requests no GPU: '
+        "request nvidia.com/gpu or set it to void",
+    ),
+    (
+        "env from a ConfigMap",
+        pod(
+            container(
+                "app",
+                env=[
+                    {
+                        "name": "NVIDIA_VISIBLE_DEVICES",
+                        "valueFrom": {"configMapKeyRef": {"name": "x", "key": "y"}},
+                    }
+                ],
+            )
+        ),
+        'container "app" sets NVIDIA_VISIBLE_DEVICES from valueFrom but requests no GPU: '
+        "request nvidia.com/gpu instead",
+    ),
+    (
+        "MIG monitor devices",
+        pod(container("mon", env=env("NVIDIA_MIG_MONITOR_DEVICES", "all"))),
+        'container "mon" sets NVIDIA_MIG_MONITOR_DEVICES=all but requests no GPU: '
+        "request nvidia.com/gpu or set it to void",
+    ),
+    (
+        "init container",
+        pod(container("app"), init=[container("setup", env=VISIBLE_ALL)]),
+        'init container "setup" sets NVIDIA_VISIBLE_DEVICES=all but requests no GPU: '
+        "request nvidia.com/gpu or set it to void",
+    ),
+    (
+        "privileged",
+        pod(container("app", securityContext={"privileged": True})),
+        'container "app" is privileged but requests no GPU: '
+        "drop privileged or run it in a namespace exempt from gpuAccess",
+    ),
+    (
+        "hostPath /dev/dri",
+        pod(
+            container("app", volumeMounts=[{"name": "dri", "mountPath": "/host-dri"}]),
+            volumes=[{"name": "dri", "hostPath": {"path": "/dev/dri"}}],
+        ),
+        'container "app" mounts host path /dev/dri but requests no GPU: '
+        "request nvidia.com/gpu instead",
+    ),
+    (
+        "device-list mount path",
+        pod(
+            container(
+                "app",
+                volumeMounts=[{"name": "x", "mountPath": "/var/run/nvidia-container-devices/all"}],
+            ),
+            volumes=[{"name": "x", "emptyDir": {}}],
+        ),
+        'container "app" mounts /var/run/nvidia-container-devices/all but requests no GPU: '
+        "request nvidia.com/gpu instead",
+    ),
+    (
+        "CDI annotation",
+        pod(container("app"), annotations={"cdi.k8s.io/gpu": "nvidia.com/gpu=all"}),
+        "annotation cdi.k8s.io/gpu names devices for the runtime: "
+        "request nvidia.com/gpu or a GPU DRA claim instead",
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "obj", "text"), FINDINGS, ids=[f[0] for f in FINDINGS])
+def test_warn_mode_warns_and_allows(case: str, obj: dict[str, Any], text: str) -> None:
+    decision = run(obj, config=config("warn"))
+    assert decision.allowed
+    assert text in decision.warnings
+    assert decision.mutated is None
+
+
+@pytest.mark.parametrize(("case", "obj", "text"), FINDINGS, ids=[f[0] for f in FINDINGS])
+def test_enforce_mode_denies_with_the_finding(case: str, obj: dict[str, Any], text: str) -> None:
+    decision = run(obj, config=config("enforce"))
+    assert decision.denial_message() == f"Pod ml/train, {text}. {WHY}"
+    assert [v.rule for v in decision.violations] == ["gpu access"]
+    # /validate (violations only) denies the same.
+    assert run(obj, config=config("enforce"), violations_only=True).violations == (
+        decision.violations
+    )
+
+
+@pytest.mark.parametrize(("case", "obj", "text"), FINDINGS, ids=[f[0] for f in FINDINGS])
+def test_off_mode_says_nothing(case: str, obj: dict[str, Any], text: str) -> None:
+    decision = run(obj, config=config("off"))
+    assert decision.allowed and not decision.warnings and not decision.access
+
+
+@pytest.mark.parametrize("value", ["void", "none", "", "VOID", " void "])
+def test_values_that_name_no_device_are_allowed(value: str) -> None:
+    decision = run(
+        pod(container("app", env=env("NVIDIA_VISIBLE_DEVICES", value))), config=config("enforce")
+    )
+    assert decision.allowed and not decision.warnings
+    assert decision.mutated is None  # the user's value is never overridden
+
+
+def test_gpu_containers_are_unaffected() -> None:
+    """A container that requests a GPU keeps working exactly as before in every mode (a
+    privileged one included: it asked for its GPU)."""
+    obj = pod(
+        container("train", CUDA_IMAGE, limits={GPU: 1}, securityContext={"privileged": True}),
+        volumes=[{"name": "dev", "hostPath": {"path": "/dev"}}],
+    )
+    off = run(obj, config=config("off"))
+    for mode in ("warn", "enforce"):
+        decision = run(obj, config=config(mode))
+        assert decision.allowed
+        assert decision.warnings == off.warnings
+        assert decision.patch == off.patch
+
+
+@pytest.mark.parametrize("value", ["all", "0,1,2,3", "GPU-0b5a"])
+def test_a_gpu_container_that_chooses_its_own_devices(value: str) -> None:
+    """Under the device plugin's default envvar strategy a GPU container's own value replaces
+    the GPUs it was given (the runtime keeps the last value)."""
+    obj = pod(container("train", limits={GPU: 1}, env=env("NVIDIA_VISIBLE_DEVICES", value)))
+    text = (
+        f'container "train" sets NVIDIA_VISIBLE_DEVICES={value}: '
+        "remove it: the device plugin sets the GPUs a container gets"
+    )
+    assert text in run(obj, config=config("warn")).warnings
+    assert run(obj, config=config("enforce")).denial_message() == (f"Pod ml/train, {text}. {WHY}")
+    void = pod(container("train", limits={GPU: 1}, env=env("NVIDIA_VISIBLE_DEVICES", "void")))
+    assert run(void, config=config("enforce")).allowed
+
+
+def test_runtime_class_of_nvidia_without_a_gpu_request() -> None:
+    obj = pod(container("app"), runtimeClassName="nvidia")
+    assert run(obj, config=config("enforce")).denial_message() == (
+        "Pod ml/train, runtimeClassName nvidia runs NVIDIA's runtime for a pod requesting no "
+        f"GPU: request nvidia.com/gpu or drop runtimeClassName. {WHY}"
+    )
+    with_gpu = pod(container("app", limits={GPU: 1}), runtimeClassName="nvidia")
+    assert run(with_gpu, config=config("enforce")).allowed
+    other = pod(container("app"), runtimeClassName="gvisor")
+    assert run(other, config=config("enforce")).allowed
+
+
+def test_nri_plugin_annotations_are_cdi_annotations() -> None:
+    obj = pod(container("app"), annotations={"nvidia.cdi.k8s.io/pod": "nvidia.com/gpu=all"})
+    assert run(obj, config=config("enforce")).denial_message() == (
+        "Pod ml/train, annotation nvidia.cdi.k8s.io/pod names devices for the runtime: "
+        f"request nvidia.com/gpu or a GPU DRA claim instead. {WHY}"
+    )
+
+
+def test_a_legacy_cuda_env_is_voided() -> None:
+    """CUDA_VERSION without NVIDIA_REQUIRE_CUDA makes the toolkit default to every GPU."""
+    obj = pod(container("cpu", "python:3.12", env=env("CUDA_VERSION", "12.4.1")))
+    after = apply(run(obj, config=config("enforce")))
+    assert get(after, "spec", "containers", 0, "env") == [
+        {"name": "CUDA_VERSION", "value": "12.4.1"},
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},
+    ]
+
+
+def test_a_zero_gpu_request_is_no_request() -> None:
+    obj = pod(container("app", limits={GPU: 0}, env=VISIBLE_ALL))
+    assert not run(obj, config=config("enforce")).allowed
+
+
+def test_a_gpu_dra_claim_counts_and_an_unknown_claim_gets_the_benefit_of_the_doubt() -> None:
+    def claim_pod(template: str) -> dict[str, Any]:
+        c = container("app", securityContext={"privileged": True})
+        c["resources"] = {"claims": [{"name": "gpu"}]}
+        return pod(c, resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": template}])
+
+    def tpl(name: str, device_class: str) -> dict[str, Any]:
+        return {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name, "namespace": "ml"},
+            "spec": {
+                "spec": {
+                    "devices": {
+                        "requests": [{"name": "r", "exactly": {"deviceClassName": device_class}}]
+                    }
+                }
+            },
+        }
+
+    claims = ClaimIndex.from_objects([tpl("one-gpu", "gpu.nvidia.com"), tpl("nic", "rdma.x")])
+    cfg = config("enforce")
+    policies = standard_policies()
+
+    def decide(template: str) -> bool:
+        return evaluate(claim_pod(template), policies, cfg, claims=claims).allowed
+
+    assert decide("one-gpu")
+    assert not decide("nic")  # a claim on another device class gives no GPU
+    assert decide("not-cached-yet")
+
+
+def test_exempt_namespaces() -> None:
+    obj = pod(container("dcgm", env=VISIBLE_ALL), namespace="gpu-operator")
+    assert run(obj, config=config("enforce")).allowed
+    obj = pod(container("dcgm", env=VISIBLE_ALL), namespace="monitoring")
+    assert not run(obj, config=config("enforce")).allowed
+    cfg = config("enforce", exemptNamespaces=["monitoring"])
+    assert run(obj, config=cfg).allowed
+
+
+def test_enforce_voids_a_cuda_image_without_a_gpu_request() -> None:
+    obj = pod(container("cpu", CUDA_IMAGE), container("gpu", CUDA_IMAGE, limits={GPU: 1}))
+    decision = run(obj, config=config("enforce"))
+    assert decision.allowed
+    after = apply(decision)
+    assert get(after, "spec", "containers", 0, "env") == [
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
+    ]
+    assert get(after, "spec", "containers", 1, "env") is None
+    assert (
+        'set NVIDIA_VISIBLE_DEVICES=void in container "cpu": its CUDA image would give it every GPU'
+        in decision.notes
+    )
+    # Idempotent: the patched pod needs nothing more (reinvocationPolicy: IfNeeded).
+    assert run(after, config=config("enforce")).patch == []
+
+
+def test_void_keeps_the_users_other_env_and_never_overrides_a_value() -> None:
+    obj = pod(container("cpu", CUDA_IMAGE, env=[{"name": "A", "value": "1"}]))
+    after = apply(run(obj, config=config("enforce")))
+    assert get(after, "spec", "containers", 0, "env") == [
+        {"name": "A", "value": "1"},
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},
+    ]
+    obj = pod(container("cpu", CUDA_IMAGE, env=env("NVIDIA_VISIBLE_DEVICES", "none")))
+    assert run(obj, config=config("enforce")).patch == []
+
+
+def test_void_modes() -> None:
+    unknown = pod(container("cpu", "python:3.12"))
+    cuda = pod(container("cpu", CUDA_IMAGE))
+    assert run(unknown, config=config("enforce")).patch == []
+    everything = run(unknown, config=config("enforce", voidImageDevices="all"))
+    assert get(apply(everything), "spec", "containers", 0, "env") == [
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
+    ]
+    assert 'set NVIDIA_VISIBLE_DEVICES=void in container "cpu": it requests no GPU' in (
+        everything.notes
+    )
+    assert run(cuda, config=config("enforce", voidImageDevices="off")).patch == []
+
+
+def test_warn_mode_does_not_warn_about_a_cuda_image_but_the_audit_lists_it() -> None:
+    """Every CPU pod on a CUDA image would get that warning: the audit says it instead."""
+    obj = pod(container("cpu", CUDA_IMAGE), name="cpu-job")
+    decision = run(obj, config=config("warn"))
+    assert decision.allowed and decision.patch == [] and decision.warnings == ()
+    audit = Audit()
+    audit.add(obj, "v1", "Pod", decision)
+    (finding,) = audit.result().findings
+    assert [p.message for p in finding.access.values()] == [
+        'container "cpu" runs a CUDA image, which gives it every GPU of its node, but requests '
+        "no GPU: gpuAccess enforce sets NVIDIA_VISIBLE_DEVICES=void"
+    ]
+
+
+def test_templates_are_judged_as_their_pods_and_never_mutated() -> None:
+    bad = workload("Deployment", pod(container("app", env=VISIBLE_ALL)))
+    decision = run(bad, config=config("enforce"))
+    assert decision.denial_message() == (
+        'Deployment ml/app, container "app" sets NVIDIA_VISIBLE_DEVICES=all but requests no GPU: '
+        f"request nvidia.com/gpu or set it to void. {WHY}"
+    )
+    cuda = workload("Deployment", pod(container("cpu", CUDA_IMAGE)))
+    decision = run(cuda, config=config("enforce"))
+    assert decision.allowed and decision.mutated is None
+    assert decision.notes == (
+        'will apply to pods: set NVIDIA_VISIBLE_DEVICES=void in container "cpu": its CUDA image '
+        "would give it every GPU",
+    )
+
+
+@pytest.mark.parametrize(
+    ("path", "reaches"),
+    [
+        ("/dev", True),
+        ("/dev/", True),
+        ("/", True),
+        ("/dev/nvidia0", True),
+        ("/dev/nvidiactl", True),
+        ("/dev/nvidia-caps", True),
+        ("/dev/dri/renderD128", True),
+        ("/dev/char", True),
+        ("//dev//dri", True),
+        ("/tmp/../dev", True),
+        ("/dev/shm", False),
+        ("/dev/fuse", False),
+        ("/var/lib/data", False),
+        ("", False),
+    ],
+)
+def test_device_host_paths(path: str, reaches: bool) -> None:
+    assert device_host_path(path) is reaches
+
+
+def test_config_refuses_bad_values() -> None:
+    with pytest.raises(ConfigError, match=r"gpuAccess\.mode"):
+        load_config({"gpuAccess": {"mode": "block"}})
+    with pytest.raises(ConfigError, match="not a namespace name"):
+        load_config({"gpuAccess": {"exemptNamespaces": ["Not_A_Namespace"]}})
+
+
+def test_default_mode_is_warn() -> None:
+    assert WebhookConfig().gpu_access.mode == "warn"
+
+
+def test_audit_lists_findings_in_every_mode_and_reports_them() -> None:
+    policies = standard_policies()
+    obj = pod(container("app", env=VISIBLE_ALL), name="sneaky")
+    for mode, result in (("off", "warn"), ("warn", "warn"), ("enforce", "fail")):
+        cfg = audit_config(config(mode))
+        audit = Audit()
+        audit.add(obj, "v1", "Pod", evaluate(obj, policies, cfg))
+        found = audit.result()
+        assert len(found.findings) == 1, mode
+        reports = build_reports(found, WGPOLICY, 0)
+        results = reports["ml"]["results"]
+        assert [(r["policy"], r["rule"], r["result"]) for r in results] == [
+            ("gpu-access", "gpu access", result)
+        ]
+        why = f". {WHY}" if mode == "enforce" else ""  # a denial says why, as CRLs' do
+        assert results[0]["message"] == (
+            'container "app" sets NVIDIA_VISIBLE_DEVICES=all but requests no GPU: '
+            f"request nvidia.com/gpu or set it to void{why} (in 1 pod(s))"
+        ), mode
+        assert found.to_json()["summary"]["gpuAccess"] == (0 if mode == "enforce" else 1)

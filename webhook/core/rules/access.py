@@ -1,0 +1,277 @@
+"""GPU access control (SPEC §12): a container reaches GPUs only through what quotas, CRLs and
+the scheduler count — GPU extended resources and GPU DRA claims.
+
+Pure: one pod spec's containers, which of them are GPU containers, and the config in; findings
+(what a container could reach GPUs through without requesting one) and the containers whose
+image would hand them every GPU out. evaluate.py turns them into warnings, denials or the
+NVIDIA_VISIBLE_DEVICES=void change by `gpuAccess.mode`.
+
+Which node configurations honour each path, with NVIDIA's and the runtimes' sources, is in
+docs/gpu-access.md; the code cites what each rule relies on.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
+
+from webhook.core.wording import cut
+from webhook.core.workloads import ContainerRef, PodSpecRef
+
+# nvidia-container-toolkit internal/config/image/cuda_image.go: the device request is read from
+# NVIDIA_VISIBLE_DEVICES (EnvVarNvidiaVisibleDevices); "void" and empty behave like runc (no GPU,
+# no driver), "none" mounts the driver but no device (VisibleDevicesFromEnvVar, and the
+# toolkit's docs "docker-specialized.md"). Any other value (`all`, indexes, UUIDs) names devices.
+VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+NO_DEVICE_VALUES = frozenset({"", "void", "none"})
+VOID = "void"
+# Environment variables the toolkit reads as device requests besides NVIDIA_VISIBLE_DEVICES
+# (internal/config/image/cuda_image.go): MIG configuration and monitoring capabilities
+# (NVIDIA_MIG_CONFIG_DEVICES, NVIDIA_MIG_MONITOR_DEVICES) and IMEX channels
+# (NVIDIA_IMEX_CHANNELS). A container that requests no GPU has no business setting them.
+DEVICE_ENV_NAMES = (
+    VISIBLE_DEVICES,
+    "NVIDIA_MIG_CONFIG_DEVICES",
+    "NVIDIA_MIG_MONITOR_DEVICES",
+    "NVIDIA_IMEX_CHANNELS",
+)
+# container-device-interface pkg/cdi annotations.go: AnnotationPrefix "cdi.k8s.io/"; the
+# toolkit in cdi mode injects the devices such an annotation names when it reaches the OCI spec
+# (containerd passes pod annotations there only with a `pod_annotations` setting). NVIDIA's NRI
+# plugin (toolkit >= 1.20, ClusterPolicy cdi.nriPluginEnabled) injects the devices named by pod
+# annotations `nvidia.cdi.k8s.io/...` from any namespace (nvidia-container-toolkit
+# cmd/nvidia-ctk-installer/container/runtime/nri/plugin.go). Device plugins write theirs into the
+# container's CRI config, never onto the pod: a pod annotation with either is a user's.
+CDI_ANNOTATION_PREFIXES = ("cdi.k8s.io/", "nvidia.cdi.k8s.io")
+# The device-list strategy "volume-mounts" (k8s-device-plugin DEVICE_LIST_STRATEGY): the
+# plugin mounts /dev/null at /var/run/nvidia-container-devices/<id> and the toolkit reads the
+# container's mounts under this path as its device request
+# (nvidia-container-toolkit internal/config/image: DeviceListAsVolumeMountsRoot).
+DEVICE_LIST_MOUNT_ROOT = "/var/run/nvidia-container-devices"
+# Host paths whose mount reaches GPU device nodes: /dev itself, NVIDIA's nodes (/dev/nvidia0,
+# /dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidia-caps/...), DRM render nodes (/dev/dri) and
+# /dev/char (links to every character device by major:minor). "/" holds them all.
+_DEVICE_PATHS = ("/dev/nvidia", "/dev/dri", "/dev/char")
+
+RULE = "gpu access"
+# The policy findings are reported under (audit, policy reports, a denial's "About these
+# policies"): the webhook config's gpuAccess, not a CRL.
+POLICY = "gpu-access"
+_MAX_VALUE = 24
+_MAX_PATH = 48
+
+
+class AccessFinding(NamedTuple):
+    """A way to reach GPUs without requesting one: `what` is said of the container (or the pod,
+    when `container` is empty), `advice` what to do instead."""
+
+    container: str  # `container "app"`, or "" for the pod (an annotation)
+    what: str
+    advice: str
+    gpu: bool = False  # said of a GPU container (that chooses devices beyond its request)
+
+    def text(self) -> str:
+        """`container "app" sets NVIDIA_VISIBLE_DEVICES=all but requests no GPU: request ...`"""
+        if not self.container:
+            return f"{self.what}: {self.advice}"
+        if self.gpu:
+            return f"{self.container} {self.what}: {self.advice}"
+        return f"{self.container} {self.what} but requests no GPU: {self.advice}"
+
+
+def _value(text: str) -> str:
+    return cut(text, _MAX_VALUE)
+
+
+def env_entries(container: Mapping[str, Any], name: str) -> list[Mapping[str, Any]]:
+    env = container.get("env")
+    if not isinstance(env, list):
+        return []
+    return [e for e in env if isinstance(e, Mapping) and e.get("name") == name]
+
+
+def _env_finding(container: Mapping[str, Any], label: str, request: str) -> AccessFinding | None:
+    for name in DEVICE_ENV_NAMES:
+        for entry in env_entries(container, name):
+            value = entry.get("value")
+            if "valueFrom" in entry and not value:
+                return AccessFinding(
+                    label,
+                    f"sets {name} from valueFrom",
+                    f"request {request} instead",
+                )
+            text = value if isinstance(value, str) else ""
+            if text.strip().lower() not in NO_DEVICE_VALUES:
+                return AccessFinding(
+                    label,
+                    f"sets {name}={_value(text)}",
+                    f"request {request} or set it to void",
+                )
+    return None
+
+
+def _normpath(path: str) -> str:
+    """`path` as the kernel resolves it without links: `//dev//dri/../dri` is /dev/dri."""
+    norm = posixpath.normpath("/" + path.strip())
+    # POSIX keeps a leading "//" (implementation-defined); Linux treats it as "/".
+    return "/" + norm.lstrip("/")
+
+
+def device_host_path(path: str) -> bool:
+    """Whether a hostPath volume of `path` reaches GPU device nodes."""
+    if not path.strip():
+        return False
+    norm = _normpath(path)
+    if norm in ("/", "/dev"):
+        return True
+    return any(norm == p or norm.startswith(p) for p in _DEVICE_PATHS)
+
+
+def _device_volumes(spec: Mapping[str, Any]) -> dict[str, str]:
+    """volume name -> host path, for the pod's hostPath volumes that reach device nodes."""
+    volumes = spec.get("volumes")
+    found: dict[str, str] = {}
+    if not isinstance(volumes, list):
+        return found
+    for volume in volumes:
+        if not isinstance(volume, Mapping) or not isinstance(volume.get("name"), str):
+            continue
+        host = volume.get("hostPath")
+        path = host.get("path") if isinstance(host, Mapping) else None
+        if isinstance(path, str) and device_host_path(path):
+            found[volume["name"]] = path
+    return found
+
+
+def _mount_findings(
+    container: Mapping[str, Any], label: str, devices: Mapping[str, str], request: str
+) -> list[AccessFinding]:
+    mounts = container.get("volumeMounts")
+    findings: list[AccessFinding] = []
+    if not isinstance(mounts, list):
+        return findings
+    for mount in mounts:
+        if not isinstance(mount, Mapping):
+            continue
+        name, at = mount.get("name"), mount.get("mountPath")
+        if isinstance(name, str) and name in devices:
+            findings.append(
+                AccessFinding(
+                    label,
+                    f"mounts host path {cut(devices[name], _MAX_PATH)}",
+                    f"request {request} instead",
+                )
+            )
+        elif isinstance(at, str):
+            norm = _normpath(at)
+            if norm == DEVICE_LIST_MOUNT_ROOT or norm.startswith(DEVICE_LIST_MOUNT_ROOT + "/"):
+                findings.append(
+                    AccessFinding(
+                        label,
+                        f"mounts {cut(norm, _MAX_PATH)}",
+                        f"request {request} instead",
+                    )
+                )
+    return findings
+
+
+def _privileged(container: Mapping[str, Any]) -> bool:
+    context = container.get("securityContext")
+    return isinstance(context, Mapping) and context.get("privileged") is True
+
+
+def _label(c: ContainerRef) -> str:
+    kind = "init container" if c.list_name == "initContainers" else "container"
+    return f'{kind} "{c.name}"'
+
+
+def _override(container: Mapping[str, Any], label: str) -> AccessFinding | None:
+    """A GPU container's own NVIDIA_VISIBLE_DEVICES naming devices: the kubelet appends the
+    container's env after the device plugin's (pkg/kubelet/kubelet_pods.go
+    GenerateRunContainerOptions) and the runtime keeps the last value (containerd
+    pkg/oci/spec_opts.go replaceOrAppendEnvValues), so under the plugin's default `envvar`
+    device-list strategy it replaces the GPUs it was given (NVIDIA/k8s-device-plugin#90)."""
+    for entry in env_entries(container, VISIBLE_DEVICES):
+        value = entry.get("value")
+        text = value if isinstance(value, str) else ""
+        if "valueFrom" in entry or text.strip().lower() not in NO_DEVICE_VALUES:
+            shown = "from valueFrom" if "valueFrom" in entry and not text else f"={_value(text)}"
+            return AccessFinding(
+                label,
+                f"sets {VISIBLE_DEVICES}{shown}",
+                "remove it: the device plugin sets the GPUs a container gets",
+                gpu=True,
+            )
+    return None
+
+
+def findings(
+    pod: PodSpecRef,
+    gpu: Iterable[ContainerRef],
+    request: str,
+    runtime_classes: frozenset[str] = frozenset(),
+) -> list[AccessFinding]:
+    """Every way one pod spec's containers that are not in `gpu` could reach GPUs, GPU
+    containers that choose their own devices, and the pod's CDI device annotations (whatever
+    its containers request: a device a runtime injects from an annotation is counted by
+    nothing). `request` is the resource to advise; `runtime_classes` the RuntimeClasses whose
+    handler is NVIDIA's runtime (a pod that requests no GPU has no use for them)."""
+    found: list[AccessFinding] = []
+    gpu = list(gpu)
+    runtime = pod.spec.get("runtimeClassName")
+    if not gpu and isinstance(runtime, str) and runtime in runtime_classes:
+        found.append(
+            AccessFinding(
+                "",
+                f"runtimeClassName {_value(runtime)} runs NVIDIA's runtime for a pod requesting "
+                "no GPU",
+                f"request {request} or drop runtimeClassName",
+            )
+        )
+    for key in pod.annotations:
+        if isinstance(key, str) and key.startswith(CDI_ANNOTATION_PREFIXES):
+            found.append(
+                AccessFinding(
+                    "",
+                    f"annotation {_value(key)} names devices for the runtime",
+                    f"request {request} or a GPU DRA claim instead",
+                )
+            )
+    gpu_ids = {id(c.container) for c in gpu}
+    devices = _device_volumes(pod.spec)
+    for c in pod.containers:
+        label = _label(c)
+        if id(c.container) in gpu_ids:
+            override = _override(c.container, label)
+            if override is not None:
+                found.append(override)
+            continue
+        env = _env_finding(c.container, label, request)
+        if env is not None:
+            found.append(env)
+        if _privileged(c.container):
+            found.append(
+                AccessFinding(
+                    label,
+                    "is privileged",
+                    "drop privileged or run it in a namespace exempt from gpuAccess",
+                )
+            )
+        found += _mount_findings(c.container, label, devices, request)
+    return found
+
+
+def cuda_env(container: Mapping[str, Any]) -> bool:
+    """Whether the container's env says CUDA: with CUDA_VERSION and no NVIDIA_REQUIRE_CUDA the
+    toolkit takes it for a legacy CUDA image, whose devices default to `all`
+    (nvidia-container-toolkit internal/config/image/cuda_image.go IsLegacy, devicesFromEnvvars)."""
+    return bool(
+        env_entries(container, "CUDA_VERSION") or env_entries(container, "NVIDIA_REQUIRE_CUDA")
+    )
+
+
+def needs_void(container: Mapping[str, Any]) -> bool:
+    """Whether NVIDIA_VISIBLE_DEVICES=void may be added: the container sets none itself (a
+    value the user wrote is never overridden; a device-naming one is a finding instead)."""
+    return not env_entries(container, VISIBLE_DEVICES)
