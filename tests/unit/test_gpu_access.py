@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import GPU, apply, container, get, pod, run, standard_policies, workload
-from webhook.core.audit import Audit, audit_config
+from webhook.core.audit import Audit, audit_config, evaluate_object
 from webhook.core.claims import ClaimIndex
 from webhook.core.config import WebhookConfig, load_config
 from webhook.core.errors import ConfigError
@@ -298,8 +298,14 @@ def test_warn_mode_does_not_warn_about_a_cuda_image_but_the_audit_lists_it() -> 
     obj = pod(container("cpu", CUDA_IMAGE), name="cpu-job")
     decision = run(obj, config=config("warn"))
     assert decision.allowed and decision.patch == [] and decision.warnings == ()
+    assert decision.access == ()
     audit = Audit()
-    audit.add(obj, "v1", "Pod", decision)
+    audit.add(
+        obj,
+        "v1",
+        "Pod",
+        evaluate_object(obj, "v1", "Pod", standard_policies(), audit_config(config("off"))),
+    )
     (finding,) = audit.result().findings
     assert [p.message for p in finding.access.values()] == [
         'container "cpu" runs a CUDA image, which gives it every GPU of its node, but requests '

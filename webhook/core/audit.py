@@ -428,6 +428,7 @@ def evaluate_object(
             inventory=inventory,
             claims=claims,
             violations_only=not is_pod,
+            audit=True,
         )
     except WebhookError as exc:
         text = f"cannot evaluate: {exc}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Literal
 
 from pydantic import field_validator
@@ -36,7 +37,7 @@ class GpuAccess(_Model):
     # with one of them gets whatever its image's NVIDIA_VISIBLE_DEVICES says.
     runtime_classes: tuple[str, ...] = ("nvidia", "nvidia-cdi", "nvidia-legacy")
 
-    @property
+    @cached_property
     def runtime_class_names(self) -> frozenset[str]:
         return frozenset(self.runtime_classes)
 

@@ -185,15 +185,17 @@ def _access(
     gpu: list[ContainerRef],
     config: WebhookConfig,
     violations_only: bool,
+    audit: bool,
 ) -> None:
     """GPU access control for one pod spec (SPEC §12): findings become warnings (`warn`) or
     violations (`enforce`), and under `enforce` containers whose image would hand them every
     GPU of the node get NVIDIA_VISIBLE_DEVICES=void."""
     rules = config.gpu_access
     enforce = rules.mode == "enforce"
-    for finding in access.findings(
+    found, candidates = access.findings(
         state.pod, gpu, config.gpu_request_advice, rules.runtime_class_names
-    ):
+    )
+    for finding in found:
         detail = f"{state.ref}, {finding.text()}."
         violation = Violation(
             f"{detail} {_ACCESS_WHY}",
@@ -209,13 +211,12 @@ def _access(
             state.violations.append(violation)
         elif not violations_only:
             state.warnings.append(short(finding.text()))
-    if violations_only or rules.void_image_devices == "off":
+    # Outside enforce, what void would change is only listed for the audit.
+    if violations_only or rules.void_image_devices == "off" or not (enforce or audit):
         return
-    gpu_ids = {id(c.container) for c in gpu}
-    for c in state.pod.containers:
-        if id(c.container) in gpu_ids or not access.needs_void(c.container):
-            continue
-        known = known_cuda_image(c.container.get("image"), config) or access.cuda_env(c.container)
+    for candidate in candidates:
+        c = candidate.ref
+        known = candidate.cuda or known_cuda_image(c.container.get("image"), config)
         if not known and not (enforce and rules.void_image_devices == "all"):
             continue
         where = container_label(c)
@@ -259,6 +260,7 @@ def _evaluate_spec(
     violations_only: bool,
     images: ImageFacts | None = None,
     daemonset: bool = False,
+    audit: bool = False,
 ) -> None:
     pod = state.pod
     # Env fixes only ever add changes and warnings: a violations-only caller skips them.
@@ -295,7 +297,7 @@ def _evaluate_spec(
     if unknown and not violations_only:
         state.warnings.append(unknown_gpu_warning(sorted(unknown)))
     if config.gpu_access.checks and namespace not in config.gpu_access.exempt_namespaces:
-        _access(state, devices, config, violations_only)
+        _access(state, devices, config, violations_only, audit)
     if gpu:
         place(
             state,
@@ -322,6 +324,7 @@ def _evaluate_pod(
     mutate_template: bool,
     violations_only: bool = False,
     images: ImageFacts | None = None,
+    audit: bool = False,
 ) -> Decision:
     """`ref` and `ns` are the object reference and namespace evaluate() already worked out."""
     # The places written are recorded only when a patch can be asked for: a Pod's (or a
@@ -351,7 +354,16 @@ def _evaluate_pod(
             pod_draft, mutate_template = Draft(pod.scratch), False
         state = PodState(f"{ref}, {pod.role}" if pod.role else ref, pod, pod_draft)
         _evaluate_spec(
-            state, policies, config, inventory, claims, ns, violations_only, images, daemonset
+            state,
+            policies,
+            config,
+            inventory,
+            claims,
+            ns,
+            violations_only,
+            images,
+            daemonset,
+            audit,
         )
         templates = templates or pod.is_template
         if state.unresolved:
@@ -408,6 +420,7 @@ def evaluate(
     claims: ClaimIndex | None = None,
     violations_only: bool = False,
     images: ImageFacts | None = None,
+    audit: bool = False,
 ) -> Decision:
     """Evaluate one admitted object. Raises only WebhookError subclasses on malformed input.
 
@@ -419,7 +432,9 @@ def evaluate(
     taken from the object's apiVersion); `sub_resource` and `old_object` come from the
     AdmissionReview; `inventory` and `claims` are the cluster snapshots (None: not known);
     `images` the CUDA versions read from images' registries, for the images an earlier
-    evaluation listed in `Decision.unresolved_images` (SPEC §4 step 6).
+    evaluation listed in `Decision.unresolved_images` (SPEC §4 step 6). `audit=True` also
+    lists, in `Decision.access`, the containers `gpuAccess: enforce` would give
+    NVIDIA_VISIBLE_DEVICES=void (what the audit reports, never a warning).
     """
     if not isinstance(obj, Mapping):
         raise ObjectShapeError(f"the object must be a JSON object, got {type(obj).__name__}")
@@ -473,6 +488,7 @@ def evaluate(
         mutate_template=mutate_template,
         violations_only=violations_only,
         images=images,
+        audit=audit,
     )
 
 

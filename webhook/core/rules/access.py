@@ -16,6 +16,7 @@ import posixpath
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
+from webhook.core.shapes import is_mapping
 from webhook.core.wording import cut
 from webhook.core.workloads import ContainerRef, PodSpecRef
 
@@ -84,31 +85,58 @@ def _value(text: str) -> str:
     return cut(text, _MAX_VALUE)
 
 
-def env_entries(container: Mapping[str, Any], name: str) -> list[Mapping[str, Any]]:
+class EnvScan(NamedTuple):
+    """What one pass over a container's env found. Any entry of a device variable that names
+    devices counts, not only the last one of its name (which is what the kubelet and the
+    toolkit keep): an admission answer must not depend on which duplicate a reader keeps."""
+
+    device: Mapping[str, Any] | None  # the first entry of a device variable that names devices
+    visible: bool  # NVIDIA_VISIBLE_DEVICES is set, to anything
+    cuda: bool  # CUDA_VERSION or NVIDIA_REQUIRE_CUDA is set
+
+
+_NO_ENV = EnvScan(None, False, False)
+_CUDA_ENV = frozenset({"CUDA_VERSION", "NVIDIA_REQUIRE_CUDA"})
+_DEVICE_ENV = frozenset(DEVICE_ENV_NAMES)
+
+
+def _names_devices(entry: Mapping[str, Any]) -> bool:
+    value = entry.get("value")
+    text = value if isinstance(value, str) else ""
+    return "valueFrom" in entry or text.strip().lower() not in NO_DEVICE_VALUES
+
+
+def scan_env(container: Mapping[str, Any]) -> EnvScan:
     env = container.get("env")
-    if not isinstance(env, list):
-        return []
-    return [e for e in env if isinstance(e, Mapping) and e.get("name") == name]
+    if type(env) is not list or not env:
+        return _NO_ENV
+    device: Mapping[str, Any] | None = None
+    visible = cuda = False
+    for entry in env:
+        if not is_mapping(entry):
+            continue
+        name = entry.get("name")
+        if type(name) is not str:
+            continue
+        if name in _DEVICE_ENV:
+            if name == VISIBLE_DEVICES:
+                visible = True
+            if device is None and _names_devices(entry):
+                device = entry
+        elif name in _CUDA_ENV:
+            cuda = True
+    return EnvScan(device, visible, cuda)
 
 
-def _env_finding(container: Mapping[str, Any], label: str, request: str) -> AccessFinding | None:
-    for name in DEVICE_ENV_NAMES:
-        for entry in env_entries(container, name):
-            value = entry.get("value")
-            if "valueFrom" in entry and not value:
-                return AccessFinding(
-                    label,
-                    f"sets {name} from valueFrom",
-                    f"request {request} instead",
-                )
-            text = value if isinstance(value, str) else ""
-            if text.strip().lower() not in NO_DEVICE_VALUES:
-                return AccessFinding(
-                    label,
-                    f"sets {name}={_value(text)}",
-                    f"request {request} or set it to void",
-                )
-    return None
+def _env_finding(entry: Mapping[str, Any], label: str, request: str) -> AccessFinding:
+    name = str(entry.get("name"))
+    value = entry.get("value")
+    text = value if isinstance(value, str) else ""
+    if "valueFrom" in entry and not text:
+        return AccessFinding(label, f"sets {name} from valueFrom", f"request {request} instead")
+    return AccessFinding(
+        label, f"sets {name}={_value(text)}", f"request {request} or set it to void"
+    )
 
 
 def _normpath(path: str) -> str:
@@ -132,10 +160,12 @@ def _device_volumes(spec: Mapping[str, Any]) -> dict[str, str]:
     """volume name -> host path, for the pod's hostPath volumes that reach device nodes."""
     volumes = spec.get("volumes")
     found: dict[str, str] = {}
-    if not isinstance(volumes, list):
+    if type(volumes) is not list:
         return found
     for volume in volumes:
-        if not isinstance(volume, Mapping) or not isinstance(volume.get("name"), str):
+        if not is_mapping(volume) or "hostPath" not in volume:
+            continue
+        if not isinstance(volume.get("name"), str):
             continue
         host = volume.get("hostPath")
         path = host.get("path") if isinstance(host, Mapping) else None
@@ -149,10 +179,10 @@ def _mount_findings(
 ) -> list[AccessFinding]:
     mounts = container.get("volumeMounts")
     findings: list[AccessFinding] = []
-    if not isinstance(mounts, list):
+    if type(mounts) is not list:
         return findings
     for mount in mounts:
-        if not isinstance(mount, Mapping):
+        if not is_mapping(mount):
             continue
         name, at = mount.get("name"), mount.get("mountPath")
         if isinstance(name, str) and name in devices:
@@ -163,7 +193,7 @@ def _mount_findings(
                     f"request {request} instead",
                 )
             )
-        elif isinstance(at, str):
+        elif isinstance(at, str) and "nvidia-container-devices" in at:
             norm = _normpath(at)
             if norm == DEVICE_LIST_MOUNT_ROOT or norm.startswith(DEVICE_LIST_MOUNT_ROOT + "/"):
                 findings.append(
@@ -178,7 +208,7 @@ def _mount_findings(
 
 def _privileged(container: Mapping[str, Any]) -> bool:
     context = container.get("securityContext")
-    return isinstance(context, Mapping) and context.get("privileged") is True
+    return is_mapping(context) and context.get("privileged") is True
 
 
 def _label(c: ContainerRef) -> str:
@@ -186,24 +216,32 @@ def _label(c: ContainerRef) -> str:
     return f'{kind} "{c.name}"'
 
 
-def _override(container: Mapping[str, Any], label: str) -> AccessFinding | None:
+def _override(scan: EnvScan, label: str) -> AccessFinding | None:
     """A GPU container's own NVIDIA_VISIBLE_DEVICES naming devices: the kubelet appends the
     container's env after the device plugin's (pkg/kubelet/kubelet_pods.go
     GenerateRunContainerOptions) and the runtime keeps the last value (containerd
     pkg/oci/spec_opts.go replaceOrAppendEnvValues), so under the plugin's default `envvar`
     device-list strategy it replaces the GPUs it was given (NVIDIA/k8s-device-plugin#90)."""
-    for entry in env_entries(container, VISIBLE_DEVICES):
-        value = entry.get("value")
-        text = value if isinstance(value, str) else ""
-        if "valueFrom" in entry or text.strip().lower() not in NO_DEVICE_VALUES:
-            shown = "from valueFrom" if "valueFrom" in entry and not text else f"={_value(text)}"
-            return AccessFinding(
-                label,
-                f"sets {VISIBLE_DEVICES}{shown}",
-                "remove it: the device plugin sets the GPUs a container gets",
-                gpu=True,
-            )
-    return None
+    entry = scan.device
+    if entry is None or entry.get("name") != VISIBLE_DEVICES:
+        return None
+    value = entry.get("value")
+    text = value if isinstance(value, str) else ""
+    shown = "from valueFrom" if "valueFrom" in entry and not text else f"={_value(text)}"
+    return AccessFinding(
+        label,
+        f"sets {VISIBLE_DEVICES}{shown}",
+        "remove it: the device plugin sets the GPUs a container gets",
+        gpu=True,
+    )
+
+
+class Candidate(NamedTuple):
+    """A container that requests no GPU and sets no NVIDIA_VISIBLE_DEVICES: one `void` may be
+    added to, when its image (or its CUDA env, `cuda`) would hand it every GPU."""
+
+    ref: ContainerRef
+    cuda: bool
 
 
 def findings(
@@ -211,13 +249,16 @@ def findings(
     gpu: Iterable[ContainerRef],
     request: str,
     runtime_classes: frozenset[str] = frozenset(),
-) -> list[AccessFinding]:
+) -> tuple[list[AccessFinding], list[Candidate]]:
     """Every way one pod spec's containers that are not in `gpu` could reach GPUs, GPU
     containers that choose their own devices, and the pod's CDI device annotations (whatever
     its containers request: a device a runtime injects from an annotation is counted by
     nothing). `request` is the resource to advise; `runtime_classes` the RuntimeClasses whose
-    handler is NVIDIA's runtime (a pod that requests no GPU has no use for them)."""
+    handler is NVIDIA's runtime (a pod that requests no GPU has no use for them).
+
+    Also returns the containers NVIDIA_VISIBLE_DEVICES=void may be added to (Candidate)."""
     found: list[AccessFinding] = []
+    candidates: list[Candidate] = []
     gpu = list(gpu)
     runtime = pod.spec.get("runtimeClassName")
     if not gpu and isinstance(runtime, str) and runtime in runtime_classes:
@@ -241,16 +282,24 @@ def findings(
     gpu_ids = {id(c.container) for c in gpu}
     devices = _device_volumes(pod.spec)
     for c in pod.containers:
-        label = _label(c)
+        scan = scan_env(c.container)
         if id(c.container) in gpu_ids:
-            override = _override(c.container, label)
-            if override is not None:
-                found.append(override)
+            if scan.device is not None:
+                label = _label(c)
+                override = _override(scan, label)
+                if override is not None:
+                    found.append(override)
             continue
-        env = _env_finding(c.container, label, request)
-        if env is not None:
-            found.append(env)
-        if _privileged(c.container):
+        if not scan.visible:
+            candidates.append(Candidate(c, scan.cuda))
+        privileged = _privileged(c.container)
+        mounts = c.container.get("volumeMounts")
+        if scan.device is None and not privileged and not mounts:
+            continue
+        label = _label(c)
+        if scan.device is not None:
+            found.append(_env_finding(scan.device, label, request))
+        if privileged:
             found.append(
                 AccessFinding(
                     label,
@@ -258,20 +307,6 @@ def findings(
                     "drop privileged or run it in a namespace exempt from gpuAccess",
                 )
             )
-        found += _mount_findings(c.container, label, devices, request)
-    return found
-
-
-def cuda_env(container: Mapping[str, Any]) -> bool:
-    """Whether the container's env says CUDA: with CUDA_VERSION and no NVIDIA_REQUIRE_CUDA the
-    toolkit takes it for a legacy CUDA image, whose devices default to `all`
-    (nvidia-container-toolkit internal/config/image/cuda_image.go IsLegacy, devicesFromEnvvars)."""
-    return bool(
-        env_entries(container, "CUDA_VERSION") or env_entries(container, "NVIDIA_REQUIRE_CUDA")
-    )
-
-
-def needs_void(container: Mapping[str, Any]) -> bool:
-    """Whether NVIDIA_VISIBLE_DEVICES=void may be added: the container sets none itself (a
-    value the user wrote is never overridden; a device-naming one is a finding instead)."""
-    return not env_entries(container, VISIBLE_DEVICES)
+        if mounts:
+            found += _mount_findings(c.container, label, devices, request)
+    return found, candidates
