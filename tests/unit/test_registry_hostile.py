@@ -11,12 +11,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.fakeregistry import FakeRegistry, docker_config
 from tests.ociimages import OCI_INDEX, OCI_MANIFEST, config_image, dumps, image, raw_top
-from tests.registryhelpers import FakeResolver, client
-from webhook.registry import documents
-from webhook.registry.results import FOUND, INVALID, NO_CUDA, UNAUTHORIZED, LookupResult
+from tests.registryhelpers import FakeResolver, client, no_connection
+from webhook.registry import documents, http
+from webhook.registry.results import (
+    FOUND,
+    INVALID,
+    NO_CUDA,
+    REFUSED,
+    UNAUTHORIZED,
+    LookupFailure,
+    LookupResult,
+)
 from webhook.tls.certs import CertPaths, write_certificates
 
 CUDA_12_4 = ["CUDA_VERSION=12.4.1"]
@@ -277,3 +287,85 @@ async def test_no_cookie_goes_from_one_registry_to_another(tls: CertPaths) -> No
         await first.close()
         await second.close()
     assert all(hit.cookie is None for hit in first.hits + second.hits)
+
+
+# --- 4. token and lock caches bounded and expiring ---------------------------------------------
+
+
+async def test_tokens_of_many_repositories_are_bounded_and_locks_released(
+    tls: CertPaths, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(http, "MAX_AUTH_ENTRIES", 4)
+    fake = FakeRegistry(tls, auth="bearer")
+    await fake.start()
+    c = client(tls.ca_cert, fake.host)
+    try:
+        for i in range(10):
+            fake.push(f"public/app{i}", "1", image(CUDA_12_4))
+            assert (await c.lookup(f"{fake.host}/public/app{i}:1", "amd64")).status == FOUND
+        assert c.http.cached_authorizations == 4
+        assert c.http.auth_locks == 0
+        # The most recent tokens are the ones kept: app9 needs no new token.
+        before = len(fake.token_hits)
+        assert (await c.lookup(f"{fake.host}/public/app9:1", "amd64")).status == FOUND
+        assert len(fake.token_hits) == before
+    finally:
+        await c.close()
+        await fake.close()
+
+
+# --- 5. never raises: any bytes, any JSON, any reference --------------------------------------
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=10), inner),
+    max_leaves=30,
+)
+_SHAPED = st.fixed_dictionaries(
+    {},
+    optional={
+        "mediaType": st.sampled_from([OCI_INDEX, OCI_MANIFEST, "x"]) | st.text(max_size=5),
+        "manifests": _JSON,
+        "config": _JSON,
+    },
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    body=st.binary(max_size=200) | (_JSON | _SHAPED).map(lambda d: json.dumps(d).encode()),
+    content_type=st.sampled_from([OCI_INDEX, OCI_MANIFEST, "application/json", ""]),
+    arch=st.sampled_from(["amd64", "arm64", "arm"]),
+    top=st.booleans(),
+)
+def test_reading_any_document_fails_only_with_a_lookup_failure(
+    body: bytes, content_type: str, arch: str, top: bool
+) -> None:
+    failures: list[LookupFailure] = []
+    for read in (
+        lambda: documents.read_manifest(body, content_type, "", arch, top),
+        lambda: documents.read_config(body, documents.digest_of(body)),
+    ):
+        try:
+            read()
+        except LookupFailure as failure:
+            failures.append(failure)
+    assert all(f.status == INVALID and len(f.detail) <= 120 for f in failures)
+
+
+@settings(max_examples=200, deadline=None)
+@given(image_ref=st.text(max_size=300), arch=st.text(max_size=30))
+async def test_lookup_of_any_reference_returns_a_result(image_ref: str, arch: str) -> None:
+    # Nothing allowed: every reference is answered before any connection (no_connection fails
+    # the test if one is opened).
+    c = client(None, connector=no_connection, public_registries=False)
+    try:
+        result = await c.lookup(image_ref, arch)
+    finally:
+        await c.close()
+    assert isinstance(result, LookupResult) and result.status in (INVALID, REFUSED)
+
+
+async def test_an_architecture_that_is_no_name_is_not_looked_up(tls: CertPaths) -> None:
+    result = await lookup(tls, "127.0.0.1", "127.0.0.1:5000/team/app:1", arch="x" * 65536)
+    assert (result.status, result.detail) == (INVALID, f"{'x' * 20!r} is not an architecture name")

@@ -22,6 +22,7 @@ from aiohttp.abc import AbstractResolver
 
 from webhook.core.config import WebhookConfig
 from webhook.core.rules import cuda
+from webhook.core.rules.imagefacts import KNOWN_ARCHS
 from webhook.core.wording import fit
 from webhook.registry import documents
 from webhook.registry.credentials import AuthFile, Keyring
@@ -123,6 +124,8 @@ class RegistryClient:
 
     async def lookup(self, image: str, arch: str, known: Known | None = None) -> LookupResult:
         """Never raises (but CancelledError): every failure is a LookupResult."""
+        if arch not in KNOWN_ARCHS:
+            return LookupResult(INVALID, detail=f"{arch[:20]!r} is not an architecture name")
         ref, refused = self.precheck(image)
         if ref is None:
             assert refused is not None
