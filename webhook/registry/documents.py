@@ -28,8 +28,8 @@ from typing import Any
 from webhook.registry.results import INVALID, LookupFailure
 
 # Values (strings, numbers, objects, arrays...) a document may hold: a large real image config
-# (long history, a hundred layers) holds a few thousand; parsed, 65,536 tiny values are ~5 MiB.
-MAX_JSON_VALUES = 65_536
+# (long history, a hundred layers) holds a few thousand; parsed, 16,384 tiny values ~1.3 MiB.
+MAX_JSON_VALUES = 16_384
 # Real manifests and configs nest 4 levels deep (annotations, config.Labels).
 MAX_DEPTH = 32
 # Entries of an index: one per platform plus an attestation each; real ones hold a few dozen.
