@@ -62,6 +62,7 @@ class FakeRegistry:
     blob_location: str = ""
     token_value: str | None = None
     set_cookie: str = ""
+    manifest_error: tuple[int, str] | None = None  # (status, reason phrase) for every manifest
     hits: list[Hit] = field(default_factory=list)
     token_hits: list[Hit] = field(default_factory=list)
     token_forms: list[dict[str, str]] = field(default_factory=list)  # POST /token bodies
@@ -156,6 +157,8 @@ class FakeRegistry:
         refused = self._allowed(request, name)
         if refused is not None:
             return refused
+        if self.manifest_error is not None:
+            return web.Response(status=self.manifest_error[0], reason=self.manifest_error[1])
         found = self.manifests.get((name, ref))
         if found is None:
             return web.json_response({"errors": [{"code": "MANIFEST_UNKNOWN"}]}, status=404)

@@ -24,6 +24,7 @@ from webhook.registry.results import (
     NO_CUDA,
     REFUSED,
     UNAUTHORIZED,
+    UNREACHABLE,
     LookupFailure,
     LookupResult,
 )
@@ -224,6 +225,15 @@ async def test_a_token_with_a_line_break_is_invalid_not_raised(tls: CertPaths) -
     finally:
         await fake.close()
     assert (result.status, result.detail) == (INVALID, "the token service sent no usable token")
+
+
+async def test_a_long_reason_phrase_is_not_kept(tls: CertPaths, registry: FakeRegistry) -> None:
+    registry.manifest_error = (503, "Busy " + "z" * 4000)
+    result = await lookup(tls, registry.host, f"{registry.host}/team/app:1")
+    assert (result.status, result.detail) == (
+        UNREACHABLE,
+        f"the registry answered 503 Busy {'z' * 35} for the manifest",
+    )
 
 
 # --- 5. credentials: netrc, removal, cookies ---------------------------------------------------

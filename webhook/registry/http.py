@@ -160,7 +160,10 @@ async def _read(resp: aiohttp.ClientResponse, limit: int, what: str) -> bytearra
 def _status_failure(status: int, reason: str, ref: ImageRef, what: str) -> LookupFailure:
     if status == 404:
         return LookupFailure(NOT_FOUND, f"{what} not found (404)")
-    return LookupFailure(UNREACHABLE, f"the registry answered {status} {reason} for the {what}")
+    # The reason phrase is the server's own text: a few words are kept, never its whole line.
+    return LookupFailure(
+        UNREACHABLE, f"the registry answered {status} {reason[:40]} for the {what}"
+    )
 
 
 class RegistryHttp:
@@ -437,7 +440,8 @@ class RegistryHttp:
                 raise _denied(resp.status, ref, credential)
             if resp.status != 200:
                 raise LookupFailure(
-                    UNREACHABLE, f"the token service answered {resp.status} {resp.reason or ''}"
+                    UNREACHABLE,
+                    f"the token service answered {resp.status} {(resp.reason or '')[:40]}",
                 )
             body = await _read(resp, MAX_TOKEN_BYTES, "token")
         try:

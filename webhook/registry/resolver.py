@@ -132,7 +132,7 @@ class ImageResolver:
                     raise
                 except Exception as exc:  # the client never raises; a bug must not spread
                     log.exception("image lookup of %s failed", query.image)
-                    result = LookupResult("invalid", detail=f"internal error: {exc}")
+                    result = LookupResult("invalid", detail=f"internal error: {exc}"[:120])
                 elapsed = self.clock() - started
             self._store(key, query.image, result, bool(ref.digest))
             if result.digest and result.cacheable_long and not ref.digest:
