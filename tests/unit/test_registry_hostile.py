@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -233,6 +234,28 @@ async def test_a_long_reason_phrase_is_not_kept(tls: CertPaths, registry: FakeRe
     assert (result.status, result.detail) == (
         UNREACHABLE,
         f"the registry answered 503 Busy {'z' * 35} for the manifest",
+    )
+
+
+async def test_a_token_answer_of_many_tiny_values_is_refused_by_its_structure(
+    tls: CertPaths, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeRegistry(tls, auth="bearer")
+    answer = b'{"token":"t","x":[' + b",".join([b"0"] * 400_000) + b"]}"
+
+    async def token(request: web.Request) -> web.Response:
+        return web.Response(body=answer, content_type="application/json")
+
+    monkeypatch.setattr(fake, "_token", token)
+    await fake.start()
+    try:
+        fake.push("public/app", "1", image(CUDA_12_4))
+        result = await lookup(tls, fake.host, f"{fake.host}/public/app:1")
+    finally:
+        await fake.close()
+    assert (result.status, result.detail) == (
+        INVALID,
+        f"the token answer has more than {documents.MAX_JSON_VALUES} JSON values",
     )
 
 

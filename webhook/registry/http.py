@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import json
 import re
 import ssl
 import time
@@ -46,6 +45,7 @@ from yarl import URL
 
 from webhook.registry.challenge import Challenge, parse_challenges
 from webhook.registry.credentials import Credential, Keyring
+from webhook.registry.documents import parse
 from webhook.registry.guard import (
     AddressRefused,
     GuardResolver,
@@ -444,16 +444,19 @@ class RegistryHttp:
                     f"the token service answered {resp.status} {(resp.reason or '')[:40]}",
                 )
             body = await _read(resp, MAX_TOKEN_BYTES, "token")
+        # Bounded by structure like every registry document (small: parsed here, on the loop).
         try:
-            data = json.loads(body)
-        except ValueError:
+            data: dict[str, Any] | None = parse(body, "token answer")
+        except LookupFailure as failure:
+            if not failure.detail.endswith("is not a JSON object"):
+                raise
             data = None
-        token = data.get("token") or data.get("access_token") if isinstance(data, dict) else None
+        token = data.get("token") or data.get("access_token") if data is not None else None
         if not isinstance(token, str) or not token:
             raise LookupFailure(INVALID, "the token service sent no token")
         if not _TOKEN.fullmatch(token):
             raise LookupFailure(INVALID, "the token service sent no usable token")
-        expires = data.get("expires_in") if isinstance(data, dict) else None
+        expires = data.get("expires_in") if data is not None else None
         seconds = expires if isinstance(expires, int) and expires > 0 else DEFAULT_TOKEN_SECONDS
         seconds = min(seconds, MAX_TOKEN_SECONDS)
         # Renewed a little early, so a token never expires between two requests of a lookup.
