@@ -122,3 +122,30 @@ def image(
     media = DOCKER_LIST if docker else OCI_INDEX
     built.top = (media, dumps({"schemaVersion": 2, "mediaType": media, "manifests": entries}))
     return built
+
+
+def config_image(config: bytes, *, config_size: int | None = None) -> Built:
+    """A single OCI manifest whose config blob is `config` as it is (hostile configs)."""
+    built = Built()
+    built.blobs[digest(config)] = config
+    body = dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "config": {
+                "mediaType": OCI_CONFIG,
+                "digest": digest(config),
+                "size": len(config) if config_size is None else config_size,
+            },
+            "layers": [],
+        }
+    )
+    built.top = (OCI_MANIFEST, body)
+    return built
+
+
+def raw_top(media: str, body: bytes) -> Built:
+    """What a tag names is `body` as it is (hostile manifests and indexes)."""
+    built = Built()
+    built.top = (media, body)
+    return built
