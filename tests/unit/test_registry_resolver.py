@@ -113,7 +113,7 @@ async def test_answers_are_cached_for_the_tag_ttl() -> None:
     assert len(client.calls) == 2
 
 
-async def test_a_digest_answer_serves_the_same_image_pinned_by_digest_and_does_not_expire() -> None:
+async def test_a_digest_answer_serves_the_same_image_pinned_by_digest_for_the_digest_ttl() -> None:
     client = ScriptedClient(lambda image, arch: FOUND_12_4)
     clock = Clock()
     images = resolver(client, clock, tag_ttl_seconds=60)
@@ -123,6 +123,10 @@ async def test_a_digest_answer_serves_the_same_image_pinned_by_digest_and_does_n
     found = await images.resolve([pinned])
     assert found.facts == {pinned: FOUND_12_4.requirement}
     assert len(client.calls) == 1
+    # Every cache expires (SPEC §12): a digest's answer after digestTtlSeconds (24 h).
+    clock.now += 86_400
+    await images.resolve([pinned])
+    assert len(client.calls) == 2
 
 
 async def test_a_moved_tag_lookup_is_told_the_digests_it_knows() -> None:

@@ -109,7 +109,7 @@ class ImageResolver:
         if not result.cacheable_long:
             ttl: float | None = self.settings.negative_ttl_seconds
         else:
-            ttl = None if digest_ref else self.settings.tag_ttl_seconds
+            ttl = self.settings.digest_ttl_seconds if digest_ref else self.settings.tag_ttl_seconds
         self._cache[key] = Entry(image, key[1], result, now, None if ttl is None else now + ttl)
         self._cache.move_to_end(key)
         while len(self._cache) > self.settings.max_cache_entries:
