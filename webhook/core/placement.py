@@ -22,7 +22,7 @@ from webhook.core.rules.images import shown_image
 from webhook.core.rules.terms import preferred_terms, range_terms, union_terms
 from webhook.core.rules.versions import CudaVersion
 from webhook.core.shapes import is_mapping
-from webhook.core.wording import Wording, after
+from webhook.core.wording import Message, Wording, after
 from webhook.core.workloads import ContainerRef
 
 _V12_4 = CudaVersion(12, 4)
@@ -85,12 +85,13 @@ def meta(state: PodState) -> Any:
     return state.draft.original.get("metadata")
 
 
-def _problem(state: PodState, config: WebhookConfig, text: str, rule: str) -> bool:
+def _problem(state: PodState, config: WebhookConfig, text: Message, rule: str) -> bool:
     """Report a placement nobody can satisfy; True when it denies."""
     if config.no_compatible_node == "deny":
-        state.violations.append(Violation(f"{state.ref}: {text}.", state.ref, rule=rule))
+        whole = text.wordings[0] if isinstance(text, Wording) else text
+        state.violations.append(Violation(f"{state.ref}: {whole}.", state.ref, rule=rule))
         return True
-    state.warnings.append(short(text))
+    state.warnings.append(text if isinstance(text, Wording) else short(text))
     return False
 
 
@@ -322,15 +323,62 @@ def _compute_requirement(
     return max((r for r in found if r is not None), key=lambda r: r.version, default=None)
 
 
+class _Floor(NamedTuple):
+    """The architecture floor of the pod's CUDA (SPEC §4): the strictest of its containers'."""
+
+    low: CudaVersion  # minimum compute capability
+    runtime: CudaVersion  # the CUDA version that sets it
+    image: str  # the image that needs that CUDA, for the warning
+
+    @property
+    def requirement(self) -> cuda.Requirement:
+        return cuda.Requirement(self.low, f"architecture floor of CUDA {self.runtime}")
+
+    def problem(self) -> Wording:
+        """No node at or above the floor: names the image whole, the fixed words get shorter."""
+        head = f"no node with compute capability ≥ {self.low} for CUDA {self.runtime}"
+        return Wording(
+            (
+                f"{head} (image {self.image})",
+                f"{head} ({self.image})",
+                f"no GPU ≥ {self.low} for CUDA {self.runtime} ({self.image})",
+            )
+        )
+
+
+def _floor(needs: list[_Need]) -> _Floor | None:
+    best: _Floor | None = None
+    for n in needs:
+        low = cuda.architecture_floor(n.requirement.version)
+        if low is not None and (best is None or low > best.low):
+            image = n.container.container.get("image")
+            name = shown_image(image) if isinstance(image, str) and image else n.container.name
+            best = _Floor(low, n.requirement.version, name)
+    return best
+
+
+def _stricter(req: cuda.Requirement | None, floor: _Floor | None) -> cuda.Requirement | None:
+    """The compute-capability requirement in force: the rule's or the floor's, the higher."""
+    if floor is not None and (req is None or floor.low > req.version):
+        return floor.requirement
+    return req
+
+
 def _compute_terms(
     state: PodState,
-    req: cuda.Requirement | None,
+    asked: cuda.Requirement | None,
+    floor: _Floor | None,
     config: WebhookConfig,
     facts: InventoryFacts | None,
     plan: Plan,
 ) -> bool:
+    """Add the compute-capability part to `plan`: the annotation's or a rule's minimum
+    (`asked`) and the architecture floor of the pod's CUDA (`floor`, when it excludes some
+    node), the stricter of the two; False when denied."""
+    req = _stricter(asked, floor)
     if req is None:
         return True
+    by_floor = floor is not None and req is not asked
     low = req.version
     if facts is not None:
         if not facts.compute:
@@ -339,7 +387,10 @@ def _compute_terms(
             )
             return True
         text = fit.compute_problem(facts, low)
-        if text and _problem(state, config, text, "compute capability"):
+        if text and by_floor and floor is not None:
+            if _problem(state, config, floor.problem(), "compute capability"):
+                return False
+        elif text and _problem(state, config, text, "compute capability"):
             return False
         if not text and plan.fits is not None:
             # Each is met somewhere; check that some node meets both.
@@ -430,7 +481,15 @@ def place(
         state.warnings.append(_NOT_ENFORCED_YET)
         return
     facts = inventory.facts(config) if inventory is not None else None
-    compute = _compute_requirement(state, gpu, config, envs)
+    asked = _compute_requirement(state, gpu, config, envs)
+    floor = _floor(needs)
+    if floor is not None and (facts is None or all(v >= floor.low for v in facts.compute)):
+        # The floor alone is placed only where it makes a difference: with an inventory in
+        # which some node advertises a compute capability below it. Otherwise every node that
+        # advertises one meets it, and a term on every CUDA pod would only say so again (and
+        # without an inventory, nothing says the nodes carry GFD's compute labels at all).
+        floor = None
+    compute = _stricter(asked, floor)
     if state.pod.is_template:
         if daemonset:
             _daemonset_template(state, rng, compute, facts)
@@ -450,5 +509,5 @@ def place(
     plan = Plan()
     if not _cuda_terms(state, needs, rng, unknown, config, facts, plan):
         return
-    if _compute_terms(state, compute, config, facts, plan):
+    if _compute_terms(state, asked, floor, config, facts, plan):
         inject(state, config, plan)

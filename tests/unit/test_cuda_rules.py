@@ -1,0 +1,138 @@
+"""NVIDIA's compatibility axes (SPEC §4 "Compatibility rule"): the architecture floor of each
+CUDA major, `cudaCompatibility: backward | minorVersion`, and forward compatibility on the
+nodes the config names, from the driver branches an image declares in NVIDIA_REQUIRE_CUDA."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import pytest
+
+from tests.helpers import apply, assert_idempotent, container, expr, node_terms, pod, run
+from tests.unit.test_placement_inventory import CMAJ, CMIN, DENY, GMAJ, gfd, gpu_pod, nodes
+from webhook.cli import main
+from webhook.core.rules.cuda import architecture_floor
+from webhook.core.rules.versions import CudaVersion
+
+CUDA13 = "nvidia/cuda:13.0.0-base-ubuntu24.04"
+CUDA13_NOTE = f"required GPU nodes with CUDA ≥ 13.0 (image {CUDA13}), preferably < 15.0"
+V100 = {CMAJ: "7", CMIN: "0"}
+L4 = {CMAJ: "8", CMIN: "9"}
+GT_12 = expr(GMAJ, "Gt", 12)
+FLOOR_7_5 = [[expr(CMAJ, "Gt", 6), expr(CMAJ, "Lt", 8), expr(CMIN, "Gt", 4)], [expr(CMAJ, "Gt", 7)]]
+
+
+def terms(*groups: list[Any]) -> list[dict[str, Any]]:
+    return [{"matchExpressions": list(g)} for g in groups]
+
+
+# --- 1. the architecture floor -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("runtime", "floor"),
+    [
+        (CudaVersion(13, 0), CudaVersion(7, 5)),
+        (CudaVersion(13, 2), CudaVersion(7, 5)),
+        (CudaVersion(14, 1), CudaVersion(7, 5)),  # a newer major keeps at least the newest floor
+        (CudaVersion(12, 9), CudaVersion(5, 0)),
+        (CudaVersion(12, 0), CudaVersion(5, 0)),
+        (CudaVersion(11, 8), CudaVersion(3, 5)),
+        (CudaVersion(10, 2), None),
+    ],
+)
+def test_architecture_floor_per_major(runtime: CudaVersion, floor: CudaVersion | None) -> None:
+    assert architecture_floor(runtime) == floor
+
+
+def test_cuda13_pod_is_kept_off_a_volta_node_with_a_cuda13_driver() -> None:
+    inventory = nodes(gfd("13", "0") | V100, gfd("13", "0") | L4)
+    decision = run(gpu_pod(CUDA13), inventory=inventory)
+    assert node_terms(apply(decision)) == terms(*[[GT_12, *cc] for cc in FLOOR_7_5])
+    assert decision.notes == (
+        CUDA13_NOTE,
+        "required compute capability ≥ 7.5 (architecture floor of CUDA 13.0)",
+    )
+    assert decision.warnings == ()
+    assert_idempotent(decision)
+
+
+def test_floor_implied_by_every_node_adds_no_term() -> None:
+    # Every node that advertises a compute capability meets 7.5: no term on every pod.
+    decision = run(gpu_pod(CUDA13), inventory=nodes(gfd("13", "0") | L4, gfd("13", "1")))
+    assert node_terms(apply(decision)) == terms([GT_12])
+    assert decision.notes == (CUDA13_NOTE,)
+    # a CUDA 12 pod on a V100 cluster: 7.0 ≥ 5.0
+    decision = run(gpu_pod("nvidia/cuda:12.4.1"), inventory=nodes(gfd("13", "0") | V100))
+    assert [n for n in decision.notes if "compute" in n] == []
+
+
+def test_floor_without_inventory_adds_no_term() -> None:
+    decision = run(gpu_pod(CUDA13))
+    assert node_terms(apply(decision)) == terms([expr("cuda-major-version", "Gt", 12)])
+    assert len(decision.notes) == 1
+
+
+def test_no_node_at_the_floor_warns_or_denies() -> None:
+    inventory = nodes(gfd("13", "0") | V100, gfd("13", "0") | V100)
+    message = f"no node with compute capability ≥ 7.5 for CUDA 13.0 (image {CUDA13})"
+    warned = run(gpu_pod(CUDA13), inventory=inventory)
+    assert warned.allowed
+    assert warned.warnings == (message,)
+    assert len(message) <= 120
+    denied = run(gpu_pod(CUDA13), config=DENY, inventory=inventory)
+    assert not denied.allowed
+    assert denied.denial_message() == f"Pod ml/train: {message}."
+
+
+def test_stricter_of_floor_and_compute_rule_wins() -> None:
+    inventory = nodes(gfd("13", "0") | V100, gfd("13", "0") | L4)
+    asked_more = run(
+        gpu_pod(CUDA13, annotations={"features.alauda.io/min-compute-capability": "8.0"}),
+        inventory=inventory,
+    )
+    assert node_terms(apply(asked_more)) == terms([GT_12, expr(CMAJ, "Gt", 7)])
+    assert asked_more.notes[1] == (
+        "required compute capability ≥ 8.0 (annotation features.alauda.io/min-compute-capability)"
+    )
+    asked_less = run(
+        gpu_pod(CUDA13, annotations={"features.alauda.io/min-compute-capability": "6.1"}),
+        inventory=inventory,
+    )
+    assert node_terms(apply(asked_less)) == terms(*[[GT_12, *cc] for cc in FLOOR_7_5])
+    assert (
+        asked_less.notes[1] == "required compute capability ≥ 7.5 (architecture floor of CUDA 13.0)"
+    )
+
+
+def test_floor_of_the_newest_container_counts() -> None:
+    inventory = nodes(gfd("13", "0") | V100, gfd("13", "0") | L4)
+    obj = pod(
+        container("old", "nvidia/cuda:12.8.1", limits={"nvidia.com/gpu": "1"}),
+        container("new", CUDA13, limits={"nvidia.com/gpu": "1"}),
+    )
+    decision = run(obj, inventory=inventory)
+    assert node_terms(apply(decision)) == terms(*[[GT_12, *cc] for cc in FLOOR_7_5])
+
+
+def test_daemonset_pod_on_a_volta_node_is_warned_by_the_floor() -> None:
+    inventory = nodes(gfd("13", "0") | V100, gfd("13", "0") | L4)
+    obj = gpu_pod(CUDA13, nodeName="node-0")
+    obj["metadata"]["ownerReferences"] = [
+        {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "uid": "u", "controller": True}
+    ]
+    decision = run(obj, inventory=inventory)
+    assert decision.patch == []
+    assert decision.warnings == (
+        "node node-0 has compute capability 7.0; this DaemonSet pod needs ≥ 7.5",
+    )
+
+
+def test_images_command_shows_the_floor() -> None:
+    out = io.StringIO()
+    assert main(["images", CUDA13, "--no-lookup"], out=out) == 0
+    assert out.getvalue() == (
+        f"{CUDA13}: CUDA 13.0 from the reference\n"
+        "  GPUs with compute capability ≥ 7.5 (architecture floor of CUDA 13.0)\n"
+    )
