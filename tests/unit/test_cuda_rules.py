@@ -10,8 +10,11 @@ from typing import Any
 import pytest
 
 from tests.helpers import apply, assert_idempotent, container, expr, node_terms, pod, run
+from tests.helpers import preferred_terms as preferred_of
 from tests.unit.test_placement_inventory import CMAJ, CMIN, DENY, GMAJ, gfd, gpu_pod, nodes
 from webhook.cli import main
+from webhook.core.config import WebhookConfig, load_config
+from webhook.core.errors import ConfigError
 from webhook.core.rules.cuda import architecture_floor
 from webhook.core.rules.versions import CudaVersion
 
@@ -135,4 +138,124 @@ def test_images_command_shows_the_floor() -> None:
     assert out.getvalue() == (
         f"{CUDA13}: CUDA 13.0 from the reference\n"
         "  GPUs with compute capability ≥ 7.5 (architecture floor of CUDA 13.0)\n"
+    )
+
+
+# --- 2. cudaCompatibility: backward | minorVersion ---------------------------------------------
+
+MV = load_config({"cudaCompatibility": "minorVersion"})
+MAJ, MIN = "cuda-major-version", "cuda-minor-version"
+AT_LEAST_12_4 = [
+    [expr(MAJ, "Gt", 11), expr(MAJ, "Lt", 13), expr(MIN, "Gt", 3)],
+    [expr(MAJ, "Gt", 12)],
+]
+
+
+def weighted(*groups: list[Any]) -> list[dict[str, Any]]:
+    return [{"weight": 100, "preference": {"matchExpressions": list(g)}} for g in groups]
+
+
+def test_config_defaults_to_backward() -> None:
+    assert WebhookConfig().cuda_compatibility == "backward"
+    with pytest.raises(ConfigError, match="cudaCompatibility"):
+        load_config({"cudaCompatibility": "forward"})
+
+
+def test_minor_version_requires_the_major_family_and_prefers_the_full_version() -> None:
+    decision = run(gpu_pod("nvidia/cuda:12.4.1"), config=MV)
+    mutated = apply(decision)
+    assert node_terms(mutated) == terms([expr(MAJ, "Gt", 11)])
+    assert preferred_of(mutated) == weighted(*AT_LEAST_12_4, [expr(MAJ, "Lt", 14)])
+    assert decision.notes == (
+        "required GPU nodes with CUDA ≥ 12.0 (minorVersion: image nvidia/cuda:12.4.1), "
+        "preferably ≥ 12.4 and < 14.0",
+    )
+    assert decision.warnings == ()
+    assert_idempotent(decision, config=MV)
+
+
+def test_minor_version_says_when_only_the_limited_feature_set_is_available() -> None:
+    inventory = nodes(gfd("12", "2"), gfd("12", "2"))
+    decision = run(gpu_pod("nvidia/cuda:12.4.1"), config=MV, inventory=inventory)
+    assert node_terms(apply(decision)) == terms([expr(GMAJ, "Gt", 11)])
+    assert decision.warnings == (
+        "no node has CUDA ≥ 12.4: minorVersion places it on CUDA 12.2 nodes, "
+        "with a limited feature-set",
+    )
+    older = nodes(gfd("11", "8"))
+    message = (
+        "no node supports CUDA 12.x (minorVersion, for 12.4); highest available is 11.8 (1 node)"
+    )
+    assert run(gpu_pod("nvidia/cuda:12.4.1"), config=MV, inventory=older).warnings == (message,)
+    denied = run(
+        gpu_pod("nvidia/cuda:12.4.1"),
+        config=MV.model_copy(update={"no_compatible_node": "deny"}),
+        inventory=older,
+    )
+    assert denied.denial_message() == f"Pod ml/train: {message}."
+
+
+def test_pod_may_ask_for_backward_where_the_cluster_says_minor_version() -> None:
+    obj = gpu_pod(
+        "nvidia/cuda:12.4.1", annotations={"features.alauda.io/cuda-compatibility": "backward"}
+    )
+    decision = run(obj, config=MV)
+    assert node_terms(apply(decision)) == terms(*AT_LEAST_12_4)
+    assert preferred_of(apply(decision)) == weighted([expr(MAJ, "Lt", 14)])
+    assert decision.notes == (
+        "required GPU nodes with CUDA ≥ 12.4 (backward, as annotated: image nvidia/cuda:12.4.1), "
+        "preferably < 14.0",
+    )
+    assert decision.warnings == ()
+
+
+def test_pod_cannot_relax_a_backward_cluster() -> None:
+    obj = gpu_pod(
+        "nvidia/cuda:12.4.1", annotations={"features.alauda.io/cuda-compatibility": "minorVersion"}
+    )
+    decision = run(obj)
+    assert node_terms(apply(decision)) == terms(*AT_LEAST_12_4)
+    assert decision.notes == (
+        "required GPU nodes with CUDA ≥ 12.4 (image nvidia/cuda:12.4.1), preferably < 14.0",
+    )
+    assert decision.warnings == (
+        "annotation features.alauda.io/cuda-compatibility=minorVersion cannot relax the "
+        "cluster's backward rule",
+    )
+    bad = run(
+        gpu_pod("nvidia/cuda:12.4.1", annotations={"features.alauda.io/cuda-compatibility": "yes"}),
+        config=MV,
+    )
+    assert bad.warnings == (
+        "annotation features.alauda.io/cuda-compatibility='yes' is not backward or minorVersion; "
+        "ignored",
+    )
+    assert node_terms(apply(bad)) == terms([expr(MAJ, "Gt", 11)])
+
+
+def test_minor_version_only_from_cuda_11_and_never_for_vgpu() -> None:
+    old = run(gpu_pod("nvidia/cuda:10.2"), config=MV)
+    assert node_terms(apply(old)) == terms(
+        [expr(MAJ, "Gt", 9), expr(MAJ, "Lt", 11), expr(MIN, "Gt", 1)], [expr(MAJ, "Gt", 10)]
+    )
+    assert old.notes == (
+        "required GPU nodes with CUDA ≥ 10.2 (image nvidia/cuda:10.2), preferably < 12.0",
+    )
+    vgpu = pod(container(image="nvidia/cuda:12.4.1", limits={"nvidia.com/gpumem": "4000"}))
+    decision = run(vgpu, config=MV)
+    assert node_terms(apply(decision)) == terms(
+        [expr(MAJ, "Gt", 11), expr(MAJ, "Lt", 13), expr(MIN, "Gt", 3)]
+    )
+    assert decision.notes[0] == "required vGPU nodes with CUDA ≥ 12.4 (image nvidia/cuda:12.4.1)"
+
+
+def test_minor_version_intersection_of_two_containers() -> None:
+    obj = pod(
+        container("a", "nvidia/cuda:12.2.0", limits={"nvidia.com/gpu": "1"}),
+        container("b", "nvidia/cuda:12.6.3", limits={"nvidia.com/gpu": "1"}),
+    )
+    decision = run(obj, config=MV)
+    assert node_terms(apply(decision)) == terms([expr(MAJ, "Gt", 11)])
+    assert preferred_of(apply(decision))[:2] == weighted(
+        [expr(MAJ, "Gt", 11), expr(MAJ, "Lt", 13), expr(MIN, "Gt", 5)], [expr(MAJ, "Gt", 12)]
     )

@@ -16,6 +16,7 @@ from pydantic import (
 
 from webhook.core.config_parts import (
     ANNOTATION_CUDA_AFFINITY,
+    ANNOTATION_CUDA_COMPATIBILITY,
     ANNOTATION_CUDA_VERSION,
     ANNOTATION_ENV_FIXES,
     ANNOTATION_MIN_COMPUTE,
@@ -44,6 +45,7 @@ from webhook.core.rules.knowledge import shipped_knowledge
 
 __all__ = [
     "ANNOTATION_CUDA_AFFINITY",
+    "ANNOTATION_CUDA_COMPATIBILITY",
     "ANNOTATION_CUDA_VERSION",
     "ANNOTATION_ENV_FIXES",
     "ANNOTATION_MIN_COMPUTE",
@@ -129,6 +131,14 @@ class WebhookConfig(_Model):
     # "Blocked": by default the bound is a scheduling preference (a CUDA 11 image still runs
     # on a cluster upgraded to CUDA 13 drivers); "require" makes it a hard bound.
     major_skew: Literal["prefer", "require"] = "prefer"
+    # Which of NVIDIA's rules places a physical-GPU container needing CUDA R (SPEC §4):
+    # "backward" requires a driver D ≥ R; "minorVersion" (NVIDIA's minor-version compatibility,
+    # CUDA ≥ 11 only: "applications compiled with a CUDA Toolkit release from within a CUDA
+    # major release family can run, with limited feature-set, on systems having at least the
+    # minimum required driver version", docs.nvidia.com/deploy/cuda-compatibility/
+    # minor-version-compatibility.html) requires "same major, or D ≥ R" and prefers D ≥ R.
+    # A pod annotation (features.alauda.io/cuda-compatibility: backward) may only be stricter.
+    cuda_compatibility: Literal["backward", "minorVersion"] = "backward"
     cuda_affinity: bool = True
     image_patterns: tuple[str, ...] = DEFAULT_IMAGE_PATTERNS
     image_cuda_table: tuple[ImageCudaEntry, ...] = ()

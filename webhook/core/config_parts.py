@@ -29,6 +29,8 @@ ANNOTATION_CUDA_VERSION = "features.alauda.io/cuda-version"
 ANNOTATION_CUDA_AFFINITY = "features.alauda.io/cuda-affinity"
 ANNOTATION_ENV_FIXES = "features.alauda.io/env-fixes"
 ANNOTATION_MIN_COMPUTE = "features.alauda.io/min-compute-capability"
+# A pod may ask for the stricter `backward` rule where the cluster says `minorVersion`.
+ANNOTATION_CUDA_COMPATIBILITY = "features.alauda.io/cuda-compatibility"
 
 # Regexes searched in the normalised image reference (registry `docker.io/`, `library/` and the
 # digest removed). Each must define the named groups `major` and `minor`; the first match wins.
