@@ -9,14 +9,28 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import apply, assert_idempotent, container, expr, node_terms, pod, run
+from tests.helpers import (
+    DATA,
+    apply,
+    assert_idempotent,
+    container,
+    expr,
+    node_terms,
+    pod,
+    run,
+    standard_policies,
+)
 from tests.helpers import preferred_terms as preferred_of
 from tests.unit.test_placement_inventory import CMAJ, CMIN, DENY, GMAJ, gfd, gpu_pod, nodes
 from webhook.cli import main
 from webhook.core.config import WebhookConfig, load_config
 from webhook.core.errors import ConfigError
+from webhook.core.evaluate import evaluate
 from webhook.core.rules.cuda import architecture_floor
+from webhook.core.rules.imagefacts import ImageQuery
+from webhook.core.rules.requires import branch_list, forward_branches
 from webhook.core.rules.versions import CudaVersion
+from webhook.registry.client import config_requirement
 
 CUDA13 = "nvidia/cuda:13.0.0-base-ubuntu24.04"
 CUDA13_NOTE = f"required GPU nodes with CUDA ≥ 13.0 (image {CUDA13}), preferably < 15.0"
@@ -259,3 +273,232 @@ def test_minor_version_intersection_of_two_containers() -> None:
     assert preferred_of(apply(decision))[:2] == weighted(
         [expr(MAJ, "Gt", 11), expr(MAJ, "Lt", 13), expr(MIN, "Gt", 5)], [expr(MAJ, "Gt", 12)]
     )
+
+
+# --- 3. forward compatibility ------------------------------------------------------------------
+
+REQUIRE_12_8 = (DATA / "cuda" / "nvidia-cuda-12.8.1.require").read_text().strip()
+REQUIRE_13_0 = (DATA / "cuda" / "nvidia-cuda-13.0.3.require").read_text().strip()
+PRODUCT = "nvidia.com/gpu.product"
+DRIVER = "nvidia.com/cuda.driver-version.major"
+FC = load_config(
+    {
+        "forwardCompatibleNodes": {
+            "matchExpressions": [
+                {
+                    "key": PRODUCT,
+                    "operator": "In",
+                    "values": ["NVIDIA-A100-SXM4-80GB", "NVIDIA-H100-80GB-HBM3"],
+                }
+            ]
+        }
+    }
+)
+FC_EXPR = {
+    "key": PRODUCT,
+    "operator": "In",
+    "values": ["NVIDIA-A100-SXM4-80GB", "NVIDIA-H100-80GB-HBM3"],
+}
+A100 = {PRODUCT: "NVIDIA-A100-SXM4-80GB"}
+
+
+@pytest.mark.parametrize(
+    ("env", "branches"),
+    [
+        # NVIDIA's own images: every branch their cuda-compat package supports
+        ({"NVIDIA_REQUIRE_CUDA": REQUIRE_12_8}, [470, 535, 550, 560, 565]),
+        ({"NVIDIA_REQUIRE_CUDA": REQUIRE_13_0}, [535, 550, 565, 570, 575]),
+        # the legacy rule alone, or CUDA_VERSION only: nothing declared
+        ({"NVIDIA_REQUIRE_CUDA": "cuda>=12.8"}, []),
+        ({"CUDA_VERSION": "12.8.1"}, []),
+        # a branch range (an image built by hand): every branch in it
+        ({"NVIDIA_REQUIRE_CUDA": "cuda>=12.8 brand=tesla,driver>=525,driver<528"}, [525, 526, 527]),
+        # no upper bound: not a forward-compatibility declaration
+        ({"NVIDIA_REQUIRE_CUDA": "cuda>=12.8 brand=tesla,driver>=535"}, []),
+        # only part of a branch is declared: the branch is not taken (never wider)
+        ({"NVIDIA_REQUIRE_CUDA": "cuda>=12.8 driver>=535.104,driver<536"}, []),
+        ({"NVIDIA_REQUIRE_CUDA": "cuda>=12.8 driver>=535,driver<535.200"}, []),
+        # an unknown or malformed constraint makes its alternative unusable, not wider
+        ({"NVIDIA_REQUIRE_CUDA": "cuda>=12.8 brand=tesla,driver>=535,driver<536,foo=1"}, []),
+        ({"NVIDIA_REQUIRE_CUDA": "cuda>=12.8 brand=tesla,driver=>535,driver<536"}, []),
+        ({"NVIDIA_REQUIRE_CUDA": "cuda>=12.8 brand=tesla,driver>=5x5,driver<536"}, []),
+        ({"NVIDIA_REQUIRE_CUDA": "cuda>=12.8 arch>=8.0,driver>=535,driver<536"}, []),
+        # names are case-insensitive (dsl.c str_case_equal); empty pieces are skipped
+        ({"NVIDIA_REQUIRE_CUDA": "cuda>=12.8  BRAND=tesla,,DRIVER>=535,driver<536 "}, [535]),
+        # several variables are ANDed: another one that no driver branch satisfies blocks all
+        ({"NVIDIA_REQUIRE_CUDA": REQUIRE_12_8, "NVIDIA_REQUIRE_ARCH": "arch>=7.5"}, []),
+        (
+            {
+                "NVIDIA_REQUIRE_CUDA": REQUIRE_12_8,
+                "NVIDIA_REQUIRE_DRIVER": "driver>=535,driver<556",
+            },
+            [535, 550],
+        ),
+        # NVIDIA_REQUIRE_JETPACK is not a requirement the toolkit checks
+        (
+            {"NVIDIA_REQUIRE_CUDA": REQUIRE_12_8, "NVIDIA_REQUIRE_JETPACK": "csv-mounts=all"},
+            [470, 535, 550, 560, 565],
+        ),
+        # NVIDIA_DISABLE_REQUIRE (strconv.ParseBool true) turns every requirement off
+        ({"NVIDIA_REQUIRE_CUDA": REQUIRE_12_8, "NVIDIA_DISABLE_REQUIRE": "true"}, []),
+        (
+            {"NVIDIA_REQUIRE_CUDA": REQUIRE_12_8, "NVIDIA_DISABLE_REQUIRE": "no"},
+            [470, 535, 550, 560, 565],
+        ),
+    ],
+)
+def test_forward_branches_as_the_toolkit_reads_them(
+    env: dict[str, str], branches: list[int]
+) -> None:
+    assert branch_list(forward_branches(env)) == branches
+
+
+def fc_container(
+    image: str = "registry.example/team/app:v1", require: str = REQUIRE_12_8
+) -> dict[str, Any]:
+    env = [
+        {"name": "CUDA_VERSION", "value": "12.8.1"},
+        {"name": "NVIDIA_REQUIRE_CUDA", "value": require},
+    ]
+    return container(
+        image=image, limits={"nvidia.com/gpu": "1"}, requests={"nvidia.com/gpu": "1"}, env=env
+    )
+
+
+def fc_term(*branches: int) -> list[dict[str, Any]]:
+    return [FC_EXPR, expr(DRIVER, "In", *branches)]
+
+
+AT_LEAST_12_8_GFD = [
+    [
+        expr(GMAJ, "Gt", 11),
+        expr(GMAJ, "Lt", 13),
+        expr("nvidia.com/cuda.runtime-version.minor", "Gt", 7),
+    ],
+    [expr(GMAJ, "Gt", 12)],
+]
+
+
+def test_forward_compatible_nodes_are_ored_in() -> None:
+    decision = run(pod(fc_container()), config=FC)
+    assert node_terms(apply(decision)) == terms(
+        [expr(MAJ, "Gt", 11), expr(MAJ, "Lt", 13), expr(MIN, "Gt", 7)],
+        [expr(MAJ, "Gt", 12)],
+        fc_term(470, 535, 550, 560, 565),
+    )
+    assert decision.notes == (
+        "required GPU nodes with CUDA ≥ 12.8 (env CUDA_VERSION=12.8.1), preferably < 14.0",
+        "or driver 470, 535, 550, 560, 565 on forwardCompatibleNodes (forward compatibility the "
+        "image declares)",
+    )
+    assert_idempotent(decision, config=FC)
+
+
+def test_no_forward_compatibility_unless_configured() -> None:
+    decision = run(pod(fc_container()))
+    assert node_terms(apply(decision)) == terms(
+        [expr(MAJ, "Gt", 11), expr(MAJ, "Lt", 13), expr(MIN, "Gt", 7)], [expr(MAJ, "Gt", 12)]
+    )
+
+
+def test_forward_compatibility_with_inventory() -> None:
+    r535 = gfd("12", "2") | A100 | {DRIVER: "535"}
+    t4 = gfd("12", "2") | {PRODUCT: "Tesla-T4", DRIVER: "535"}
+    inventory = nodes(r535, t4)
+    decision = run(pod(fc_container()), config=FC, inventory=inventory)
+    assert node_terms(apply(decision)) == terms(
+        *AT_LEAST_12_8_GFD, fc_term(470, 535, 550, 560, 565)
+    )
+    # the R535 A100 can run it: no "no node supports" warning
+    assert decision.warnings == ()
+    assert_idempotent(decision, config=FC, inventory=inventory)
+    # only the T4 (not forward compatible): the usual warning, and no forward term
+    only_t4 = run(pod(fc_container()), config=FC, inventory=nodes(t4))
+    assert only_t4.warnings == ("no node supports CUDA 12.8; highest available is 12.2 (1 node)",)
+    assert node_terms(apply(only_t4)) == terms(*AT_LEAST_12_8_GFD)
+    # an A100 on R580 runs it by the CUDA rule; R525 is not a branch the image lists
+    r525 = gfd("12", "0") | A100 | {DRIVER: "525"}
+    denied = run(
+        pod(fc_container()),
+        config=FC.model_copy(update={"no_compatible_node": "deny"}),
+        inventory=nodes(r525),
+    )
+    assert denied.denial_message() == (
+        "Pod ml/train: no node supports CUDA 12.8; highest available is 12.0 (1 node)."
+    )
+
+
+def test_forward_compatibility_of_every_container_intersects() -> None:
+    other = "cuda>=12.6 brand=tesla,driver>=535,driver<536 brand=tesla,driver>=470,driver<471"
+    obj = pod(fc_container(), fc_container(require=other) | {"name": "side"})
+    decision = run(obj, config=FC)
+    assert node_terms(apply(decision))[-1] == {"matchExpressions": fc_term(470, 535)}
+    # a container that declares nothing: the CUDA rule only (narrower, never wider)
+    plain = container("plain", "nvidia/cuda:12.8.1", limits={"nvidia.com/gpu": "1"})
+    decision = run(pod(fc_container(), plain), config=FC)
+    assert all(DRIVER not in str(t) for t in node_terms(apply(decision)))
+
+
+def test_forward_compatibility_from_the_image_config_in_its_registry() -> None:
+    blob = {
+        "config": {
+            "Env": ["PATH=/usr/bin", "CUDA_VERSION=12.8.1", f"NVIDIA_REQUIRE_CUDA={REQUIRE_12_8}"]
+        }
+    }
+    result = config_requirement(blob, FC)
+    assert result.requirement is not None
+    image = "registry.example/team/app:v1"
+    c = container(image=image, limits={"nvidia.com/gpu": "1"}, requests={"nvidia.com/gpu": "1"})
+    decision = evaluate(
+        pod(c), standard_policies(), FC, images={ImageQuery(image): result.requirement}
+    )
+    assert node_terms(apply(decision)) == terms(
+        [expr(MAJ, "Gt", 11), expr(MAJ, "Lt", 13), expr(MIN, "Gt", 7)],
+        [expr(MAJ, "Gt", 12)],
+        fc_term(470, 535, 550, 560, 565),
+    )
+    assert decision.notes[0] == (
+        "required GPU nodes with CUDA ≥ 12.8 (image config CUDA_VERSION=12.8.1), preferably < 14.0"
+    )
+
+
+@pytest.mark.parametrize(
+    ("term", "message"),
+    [
+        ({"matchExpressions": []}, "an empty node selector term matches no node"),
+        (
+            {"matchExpressions": [{"key": PRODUCT, "operator": "In"}]},
+            "operator In needs at least one value",
+        ),
+        (
+            {"matchExpressions": [{"key": "pool", "operator": "Exists", "values": ["a"]}]},
+            "operator Exists takes no values",
+        ),
+        (
+            {"matchExpressions": [{"key": "pool", "operator": "Gt", "values": ["a"]}]},
+            "exactly one integer value",
+        ),
+        (
+            {"matchExpressions": [{"key": "pool", "operator": "Near", "values": ["a"]}]},
+            "Input should be",
+        ),
+        ({"matchExpressions": [{"key": "-pool", "operator": "Exists"}]}, "not a valid label key"),
+        (
+            {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["a b"]}]},
+            "not a valid label value",
+        ),
+    ],
+)
+def test_forward_compatible_nodes_validated_at_load(term: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match="forwardCompatibleNodes") as caught:
+        load_config({"forwardCompatibleNodes": term})
+    assert message in str(caught.value)
+
+
+def test_inventory_counts_forward_compatible_branches() -> None:
+    inventory = nodes(
+        gfd("12", "2") | A100 | {DRIVER: "535"},
+        gfd("13", "0") | A100 | {DRIVER: "580"},
+        gfd("12", "2") | {DRIVER: "535"},
+    )
+    assert inventory.to_json(FC)["forwardCompatibleDriverBranches"] == {"535": 1, "580": 1}

@@ -24,6 +24,7 @@ from webhook.core.quantity import parse_quantity
 from webhook.core.rules import cuda, fit
 from webhook.core.rules.imagefacts import ImageFacts, ImageQuery, facts_for_archs, pod_archs
 from webhook.core.rules.images import shown_image
+from webhook.core.rules.requires import Branches, branch_list, intersect
 from webhook.core.rules.terms import (
     preferred_range_terms,
     preferred_terms,
@@ -217,6 +218,23 @@ def _needs(
     return needs, unknown, compatibility
 
 
+def _forward_branches(needs: list[_Need], config: WebhookConfig) -> Branches:
+    """Driver branches on which every GPU container runs through forward compatibility, from
+    what each image declares (SPEC §4); () unless the config names forward-compatible nodes
+    and every container declares some. (A pod whose containers mix the two rules gets only
+    the CUDA rule's terms: narrower than the exact union, never wider.) Not for vGPU."""
+    if config.forward_compatible_nodes is None or not needs:
+        return ()
+    result: Branches | None = None
+    for n in needs:
+        if n.vgpu or not n.requirement.forward:
+            return ()
+        result = (
+            n.requirement.forward if result is None else intersect(result, n.requirement.forward)
+        )
+    return result or ()
+
+
 def _unknown_warning(c: ContainerRef, others: bool, annotatable: bool) -> Wording:
     """Names the image whole in every wording (SPEC §4); the fixed words get shorter."""
     image = c.container.get("image")
@@ -321,19 +339,26 @@ def _cuda_terms(
     full = max((n.full for n in needs if n.full is not None), default=None)
     if full is not None and full <= rng.low:
         full = None
+    forward = _forward_branches(needs, config)
     if facts is not None:
         if not facts.labelled:
             state.warnings.append(
                 "CUDA placement is not enforced: no node advertises its CUDA version"
             )
             return True
+        if forward and not any(b in branch_list(forward) for b in facts.forward):
+            forward = ()  # no forward-compatible node with a branch the image lists
         wanted = ""
         if full is not None:
             wanted = f"{rng.low.major}.x (minorVersion, for {full})"
         text = fit.cuda_problem(facts, rng, vgpu, wanted)
-        if text and _problem(state, config, text, "cuda"):
+        if text and forward:
+            # None by the CUDA rule, but forward-compatible nodes with a listed branch exist.
+            text, plan.fits = "", None
+        elif text and _problem(state, config, text, "cuda"):
             return False
-        plan.fits = None if text else rng
+        else:
+            plan.fits = None if text or forward else rng
         if not text and full is not None:
             warning = fit.full_version_warning(facts, rng, full)
             if warning:
@@ -345,6 +370,23 @@ def _cuda_terms(
                 state.warnings.append(short(warning))
     schemes = config.schemes[:1] if facts is None else facts.carried
     plan.cuda = union_terms(schemes, rng.low, rng.max_major)
+    if forward and config.forward_compatible_nodes is not None:
+        branches = [str(b) for b in branch_list(forward)]
+        plan.cuda.append(
+            [
+                *(e.as_expression() for e in config.forward_compatible_nodes.match_expressions),
+                {"key": config.driver_branch_label, "operator": "In", "values": branches},
+            ]
+        )
+        plan.forward_keys = config.forward_label_keys
+        listed = ", ".join(branches)
+        plan.forward_note = Wording(
+            (
+                f"or driver {listed} on forwardCompatibleNodes "
+                "(forward compatibility the image declares)",
+                f"or forwardCompatibleNodes with driver {listed}",
+            )
+        )
     preferably = ""
     if full is not None:
         plan.preferred = preferred_range_terms(schemes, full)

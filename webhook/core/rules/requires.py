@@ -77,7 +77,8 @@ def _constraint_branches(operator: str, value: tuple[int, ...]) -> Branches:
     return ()  # "=": no branch has a single driver version
 
 
-def _intersect(a: Branches, b: Branches) -> Branches:
+def intersect(a: Branches, b: Branches) -> Branches:
+    """The branches in both."""
     out: list[tuple[int, int | None]] = []
     for low_a, high_a in a:
         for low_b, high_b in b:
@@ -131,7 +132,7 @@ def _alternative(alternative: str) -> Branches | None:
         parsed = _version(value)
         if parsed is None:
             return None
-        allowed = _intersect(allowed, _constraint_branches(operator, parsed))
+        allowed = intersect(allowed, _constraint_branches(operator, parsed))
         bounded = True
     return allowed if bounded else None
 
@@ -171,7 +172,7 @@ def forward_branches(env: Mapping[str, str | None]) -> Branches:
     for value in values:
         if not value.strip():
             continue  # an empty requirement is no constraint (factory.go: nil, skipped)
-        result = _intersect(result, _variable(value))
+        result = intersect(result, _variable(value))
         if not result:
             return ()
     # Only finite sets: "driver>=535" alone on a variable is a branch floor, not forward
