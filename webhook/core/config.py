@@ -142,8 +142,8 @@ class WebhookConfig(_Model):
     # A pod annotation (features.alauda.io/cuda-compatibility: backward) may only be stricter.
     cuda_compatibility: Literal["backward", "minorVersion"] = "backward"
     # Forward compatibility (SPEC §4): the nodes where NVIDIA's CUDA forward compatibility is
-    # supported (data-center GPUs: "Forward Compatibility is applicable only for systems with
-    # NVIDIA Data Center GPUs", CUDA Compatibility guide), as a node selector term, e.g. GFD's
+    # supported (NVIDIA's CUDA Compatibility guide, "Forward Compatibility": data-center GPUs,
+    # not GeForce), as a node selector term, e.g. GFD's
     # nvidia.com/gpu.product In [...] or a pool label. There, the driver branches an image
     # declares in NVIDIA_REQUIRE_CUDA (`brand=…,driver>=B,driver<B+1`) are compatible too, on
     # `driverBranchLabel`. Unset: no forward compatibility.
