@@ -139,8 +139,8 @@ def gpu_nodes(
 def _ready(url: str, ca: Path) -> bool:
     import ssl
 
-    context = ssl.create_default_context(cafile=str(ca))
     try:
+        context = ssl.create_default_context(cafile=str(ca))  # written when the server starts
         with urllib.request.urlopen(f"{url}/readyz", context=context, timeout=2) as reply:
             return bool(reply.status == 200)
     except OSError:
