@@ -5,11 +5,14 @@ nodes the config names, from the driver branches an image declares in NVIDIA_REQ
 from __future__ import annotations
 
 import io
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.helpers import (
+    CONFIGMAPS,
     DATA,
     apply,
     assert_idempotent,
@@ -502,3 +505,27 @@ def test_inventory_counts_forward_compatible_branches() -> None:
         gfd("12", "2") | {DRIVER: "535"},
     )
     assert inventory.to_json(FC)["forwardCompatibleDriverBranches"] == {"535": 1, "580": 1}
+
+
+def test_review_command_shows_the_floor(tmp_path: Path) -> None:
+    (tmp_path / "pod.yaml").write_text(yaml.safe_dump(gpu_pod(CUDA13)), encoding="utf-8")
+    nodes_doc = {
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [
+            {"kind": "Node", "metadata": {"name": name, "labels": gfd("13", "0") | labels}}
+            for name, labels in (("v100", V100), ("l4", L4))
+        ],
+    }
+    (tmp_path / "nodes.yaml").write_text(yaml.safe_dump(nodes_doc), encoding="utf-8")
+    out = io.StringIO()
+    code = main(
+        ["review", "-f", str(tmp_path / "pod.yaml"), "--policies", str(CONFIGMAPS),
+         "--nodes", str(tmp_path / "nodes.yaml")],
+        out=out,
+    )  # fmt: skip
+    assert code == 0
+    assert (
+        "  - required compute capability ≥ 7.5 (architecture floor of CUDA 13.0)\n"
+        in out.getvalue()
+    )
