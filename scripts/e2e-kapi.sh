@@ -10,6 +10,11 @@
 #   E2E_CONFIG   optional webhook config file (e.g. noCompatibleNode: deny); passed to both the
 #                server (--config) and the tests (E2E_WEBHOOK_CONFIG). Default: public registry
 #                lookups off (registryLookups.publicRegistries: false), so nothing leaves loopback
+#   KAPI_CONTROLLERS=1  also run the real kube-scheduler and kube-controller-manager
+#                (start.sh --controllers): Deployments/Jobs create pods, the scheduler binds them,
+#                and tests/e2e/test_e2e_scheduling.py runs (it makes Nodes with node.sh and
+#                starts one webhook per compatibility mode on WEBHOOK_PORT+7)
+#   KAPI_ETCD_PORT, KAPI_SCHEDULER_PORT, KAPI_CM_PORT  passed on to start.sh (private instance)
 #   KEEP_KAPI=1  leave the API server running afterwards
 #   PYTHON       the dev venv's python (default .venv/bin/python)
 # Extra arguments go to pytest (e.g. -k kueue).
@@ -42,7 +47,19 @@ cleanup() {
 }
 trap cleanup EXIT
 
-bash "$TOOLS/start.sh" --clean
+start_args=(--clean)
+if [[ "${KAPI_CONTROLLERS:-0}" == "1" ]]; then
+  if [[ ! -x "$KAPI_DIR/bin/kube-scheduler" || ! -x "$KAPI_DIR/bin/kube-controller-manager" ]]; then
+    echo "e2e-kapi: KAPI_CONTROLLERS=1 needs kube-scheduler and kube-controller-manager in" \
+      "$KAPI_DIR/bin ($TOOLS/build.sh builds them)." >&2
+    exit 2
+  fi
+  start_args+=(--controllers)
+  # The scheduling tests: node.sh (with kubectl from the kapi bin) and a port for their webhooks.
+  export E2E_SCHEDULER=1 E2E_KAPI_TOOLS="$(cd "$TOOLS" && pwd)" E2E_KAPI_BIN="$KAPI_DIR/bin"
+  export E2E_WEBHOOK_PORT="$PORT"
+fi
+bash "$TOOLS/start.sh" "${start_args[@]}"
 export KUBECONFIG="$KAPI_DIR/kubeconfig"
 # The shipped policies into kube-public (the etcd is fresh: create; no kubectl needed).
 "$BIN/python" - <<'PY'

@@ -40,6 +40,9 @@ class Plan:
     cuda_want: str = ""  # "CUDA ≥ 12.4, preferably < 14.0", for the kept-affinity warning
     compute_want: str = ""
     fits: Range | None = None  # set when some inventory node meets it (or no inventory)
+    # Forward compatibility: the label keys its terms (part of `cuda`) use, and its note.
+    forward_keys: frozenset[str] = frozenset()
+    forward_note: Message = ""
 
 
 def _mentions(state: PodState, config: WebhookConfig, plan: Plan) -> tuple[str, str]:
@@ -63,7 +66,7 @@ def _injected_before(
     for with_cuda, with_compute in options:
         keys: frozenset[str] = frozenset()
         if with_cuda:
-            keys |= config.cuda_label_keys
+            keys |= config.cuda_label_keys | plan.forward_keys
         if with_compute:
             keys |= config.compute_label_keys
         required = cross(plan.cuda if with_cuda else [], plan.compute if with_compute else [])
@@ -118,5 +121,7 @@ def inject(state: PodState, config: WebhookConfig, plan: Plan) -> None:
         )
     if with_cuda:
         state.note("cuda-affinity", plan.cuda_note)
+        if plan.forward_note:
+            state.note("forward-compatibility-affinity", plan.forward_note)
     if with_compute:
         state.note("compute-capability-affinity", plan.compute_note)

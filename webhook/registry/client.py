@@ -64,7 +64,8 @@ def config_requirement(variables: Mapping[str, str], config: WebhookConfig) -> L
         detail = fit(detection.warnings[0]) if detection.warnings else ""
         return LookupResult(NO_CUDA, detail=detail or "its config sets no CUDA_VERSION")
     source = detection.requirement.source.removeprefix("env ")
-    requirement = cuda.Requirement(detection.requirement.version, f"image config {source}")
+    # The forward-compatible driver branches the image declares travel with it (SPEC §4).
+    requirement = detection.requirement._replace(source=f"image config {source}")
     return LookupResult(FOUND, requirement, detail=source)
 
 

@@ -24,12 +24,27 @@ def highest(counts: Mapping[CudaVersion, int]) -> str:
     return f"{top} ({n} node{'s' if n != 1 else ''})"
 
 
-def cuda_problem(facts: InventoryFacts, rng: Range, vgpu: bool) -> str:
+def cuda_problem(facts: InventoryFacts, rng: Range, vgpu: bool, wanted: str = "") -> str:
+    """`wanted`: how to name what the pod needs when it is not `rng.low` (minor-version
+    compatibility: "12.x (minorVersion, for 12.4)")."""
     if any(rng.holds(v) for counts in facts.by_scheme for v in counts):
         return ""
     return (
-        f"no node supports CUDA {rng.low}{' on vGPU' if vgpu else ''}; "
+        f"no node supports CUDA {wanted or rng.low}{' on vGPU' if vgpu else ''}; "
         f"highest available is {highest(facts.cuda)}"
+    )
+
+
+def full_version_warning(facts: InventoryFacts, rng: Range, full: CudaVersion) -> str:
+    """Some node meets the minor-version rule `rng` but none has CUDA ≥ `full`: the pod runs
+    with NVIDIA's "limited feature-set" (SPEC §4)."""
+    fitting = {v for counts in facts.by_scheme for v in counts if rng.holds(v)}
+    if not fitting or any(v >= full for v in fitting):
+        return ""
+    span = _span(min(fitting), max(fitting))
+    return (
+        f"no node has CUDA ≥ {full}: minorVersion places it on CUDA {span} nodes, "
+        "with a limited feature-set"
     )
 
 

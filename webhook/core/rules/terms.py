@@ -71,6 +71,18 @@ def preferred_terms(schemes: Iterable[CudaLabels], max_major: int) -> list[dict[
     ]
 
 
+def preferred_range_terms(schemes: Iterable[CudaLabels], low: CudaVersion) -> list[dict[str, Any]]:
+    """Preferred scheduling terms for nodes whose version is ≥ `low` (minor-version
+    compatibility prefers the full version): the terms of range_terms, each weighted. A node
+    matches at most one term per scheme (the same major with a minor ≥ low's, or a newer
+    major), so the weight it gets is the same either way."""
+    return [
+        {"weight": PREFERRED_WEIGHT, "preference": {"matchExpressions": term}}
+        for scheme in schemes
+        for term in range_terms(scheme, low, None)
+    ]
+
+
 def preferred_of(spec: Mapping[str, Any]) -> Any:
     """The pod's preferredDuringScheduling node affinity as written (None when absent)."""
     affinity = spec.get("affinity")
