@@ -4,7 +4,9 @@ nodes the config names, from the driver branches an image declares in NVIDIA_REQ
 
 from __future__ import annotations
 
+import hashlib
 import io
+import json
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +36,7 @@ from webhook.core.rules.imagefacts import ImageQuery
 from webhook.core.rules.requires import branch_list, forward_branches
 from webhook.core.rules.versions import CudaVersion
 from webhook.registry.client import config_requirement
+from webhook.registry.documents import read_config
 
 CUDA13 = "nvidia/cuda:13.0.0-base-ubuntu24.04"
 CUDA13_NOTE = f"required GPU nodes with CUDA ≥ 13.0 (image {CUDA13}), preferably < 15.0"
@@ -448,7 +451,9 @@ def test_forward_compatibility_from_the_image_config_in_its_registry() -> None:
             "Env": ["PATH=/usr/bin", "CUDA_VERSION=12.8.1", f"NVIDIA_REQUIRE_CUDA={REQUIRE_12_8}"]
         }
     }
-    result = config_requirement(blob, FC)
+    body = json.dumps(blob).encode()
+    digest = "sha256:" + hashlib.sha256(body).hexdigest()
+    result = config_requirement(read_config(body, digest), FC)
     assert result.requirement is not None
     image = "registry.example/team/app:v1"
     c = container(image=image, limits={"nvidia.com/gpu": "1"}, requests={"nvidia.com/gpu": "1"})
@@ -529,3 +534,22 @@ def test_review_command_shows_the_floor(tmp_path: Path) -> None:
         "  - required compute capability ≥ 7.5 (architecture floor of CUDA 13.0)\n"
         in out.getvalue()
     )
+
+
+def test_the_registry_reader_keeps_every_requirement_variable_and_the_switch_a_few() -> None:
+    """All NVIDIA_REQUIRE_* are ANDed and NVIDIA_DISABLE_REQUIRE turns them off (requires.py):
+    the image config reader keeps them, a bounded number, cut like NVIDIA_REQUIRE_CUDA."""
+    env = [
+        "CUDA_VERSION=12.8.1",
+        f"NVIDIA_REQUIRE_CUDA={REQUIRE_12_8}",
+        "NVIDIA_REQUIRE_ARCH=arch=x86_64",
+        "NVIDIA_DISABLE_REQUIRE=true",
+        *(f"NVIDIA_REQUIRE_X{i}=cuda>=1.0" for i in range(20)),
+    ]
+    body = json.dumps({"config": {"Env": env}}).encode()
+    found = read_config(body, "sha256:" + hashlib.sha256(body).hexdigest())
+    assert found["NVIDIA_REQUIRE_ARCH"] == "arch=x86_64"
+    assert found["NVIDIA_DISABLE_REQUIRE"] == "true"
+    assert found["NVIDIA_REQUIRE_CUDA"] == REQUIRE_12_8
+    # NVIDIA_REQUIRE_CUDA and at most MAX_REQUIRE_VARIABLES (8) others.
+    assert len([n for n in found if n.startswith("NVIDIA_REQUIRE_")]) == 9

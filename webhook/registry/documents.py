@@ -39,7 +39,11 @@ MAX_ENV_ENTRIES = 4096
 # What is kept of the variables a lookup reads (cuda.detect): CUDA_VERSION is a version
 # ("12.4.1"); NVIDIA_REQUIRE_CUDA lists brands and drivers (~1 KiB in NVIDIA's CUDA 12 images:
 # cuda>=12.4 brand=tesla,driver>=470,driver<471 ...), read for its leading `cuda>=`.
-CUDA_VARIABLES = {"CUDA_VERSION": 32, "NVIDIA_REQUIRE_CUDA": 4096}
+CUDA_VARIABLES = {"CUDA_VERSION": 32, "NVIDIA_REQUIRE_CUDA": 4096, "NVIDIA_DISABLE_REQUIRE": 16}
+# The other NVIDIA_REQUIRE_* variables (ANDed with NVIDIA_REQUIRE_CUDA for forward
+# compatibility, rules/requires.py): kept like it, at most this many.
+REQUIRE_PREFIX = "NVIDIA_REQUIRE_"
+MAX_REQUIRE_VARIABLES = 8
 # The client's parsing threads: one, so parsed documents are never in memory side by side.
 WORKER_THREADS = 1
 
@@ -186,7 +190,8 @@ def read_manifest(
 
 def read_config(body: bytes | bytearray, digest: str) -> dict[str, str]:
     """The CUDA variables of an image config's Env (name -> value, cut to what is read; the
-    last entry of a name wins, as for a container's env), checked against `digest`."""
+    last entry of a name wins, as for a container's env), checked against `digest`: CUDA_VERSION,
+    the NVIDIA_REQUIRE_* variables (a few) and NVIDIA_DISABLE_REQUIRE."""
     verify(body, digest, "image config")
     document = parse(body, "image config")
     inner = document.get("config")
@@ -195,10 +200,15 @@ def read_config(body: bytes | bytearray, digest: str) -> dict[str, str]:
     if len(entries) > MAX_ENV_ENTRIES:
         raise LookupFailure(INVALID, f"its config has more than {MAX_ENV_ENTRIES} Env entries")
     found: dict[str, str] = {}
+    requires = 0
     for entry in entries:
         if isinstance(entry, str):
             name, _, value = entry.partition("=")
             limit = CUDA_VARIABLES.get(name)
+            if limit is None and name.startswith(REQUIRE_PREFIX) and name not in found:
+                requires += 1
+                if requires <= MAX_REQUIRE_VARIABLES and len(name) <= 64:
+                    limit = CUDA_VARIABLES["NVIDIA_REQUIRE_CUDA"]
             if limit is not None:
                 # Leading and trailing blanks are no part of a version; what is past the cut
                 # is never read.
