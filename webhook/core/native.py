@@ -181,7 +181,8 @@ def _value_problems(field_name: str, value: str, prefix: str) -> str:
         + msg(
             "'is above ' + variables.unit + ' but not a multiple of ' + variables.unit + "
             "' (values up to ' + variables.unit + ' are fractional shares; above it only whole "
-            "units are allowed)'",
+            "units ' + variables.unit + ', ' + string(2 * int(variables.unit)) + ', ' + "
+            "string(3 * int(variables.unit)) + '… are allowed)'",
             "'wholeUnit: ' + variables.unit",
         )
         + " : [])"
