@@ -11,6 +11,7 @@ Run: NATIVE_KUBECONFIG=~/.cache/kapi/kubeconfig .venv/bin/pytest -q tests/native
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -118,7 +119,7 @@ def shipped_crls() -> list[dict[str, Any]]:
 
 
 def all_keys(crls: list[dict[str, Any]]) -> list[str]:
-    return sorted({cm["data"]["key"] for cm in crls}) + ["example.com/other"]
+    return [*sorted({cm["data"]["key"] for cm in crls}), "example.com/other"]
 
 
 def container(rng: random.Random, name: str, keys: list[str]) -> dict[str, Any]:
@@ -201,18 +202,22 @@ def as_admitted(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Any]:
-    from kubernetes import client, config, utils
+    # The client's generated signatures want its model classes; the test sends plain dicts.
+    from kubernetes import client as _client
+    from kubernetes import config as _config
+    from kubernetes import utils as _utils
 
+    client: Any = _client
+    config: Any = _config
+    utils: Any = _utils
     api = config.new_client_from_config(config_file=KUBECONFIG)
     core = client.CoreV1Api(api)
     crls = shipped_crls() + TEST_CRLS
-    for cm in crls:
-        cm = copy.deepcopy(cm)
+    for source in crls:
+        cm = copy.deepcopy(source)
         cm["metadata"]["namespace"] = "kube-public"
-        try:
+        with contextlib.suppress(client.ApiException):
             core.delete_namespaced_config_map(cm["metadata"]["name"], "kube-public")
-        except client.ApiException:
-            pass
         core.create_namespaced_config_map("kube-public", cm)
     try:
         core.create_namespace({"metadata": {"name": NAMESPACE}})
@@ -224,15 +229,11 @@ def cluster() -> Iterator[Any]:
     for obj in export(policies.by_key.values()).objects:
         name = obj["metadata"]["name"]
         if obj["kind"] == "ValidatingAdmissionPolicy":
-            try:
+            with contextlib.suppress(client.ApiException):
                 adm.delete_validating_admission_policy(name)
-            except client.ApiException:
-                pass
         else:
-            try:
+            with contextlib.suppress(client.ApiException):
                 adm.delete_validating_admission_policy_binding(name)
-            except client.ApiException:
-                pass
     utils.create_from_yaml(api, yaml_objects=export(policies.by_key.values()).objects)
     time.sleep(3)  # the policy and param informers sync
     yield api, policies, crls
@@ -242,10 +243,11 @@ def cluster() -> Iterator[Any]:
 
 def server_verdict(api: Any, obj: Mapping[str, Any]) -> tuple[str, str]:
     """("allowed" | "policy" | "invalid", message) from a server-side dry-run create."""
-    from kubernetes import client
+    from kubernetes import client as _client
 
+    client: Any = _client
     kind = obj["kind"]
-    create = {
+    create: dict[str, Any] = {
         "Pod": lambda b: client.CoreV1Api(api).create_namespaced_pod(NAMESPACE, b, dry_run="All"),
         "Deployment": lambda b: client.AppsV1Api(api).create_namespaced_deployment(
             NAMESPACE, b, dry_run="All"
@@ -263,11 +265,11 @@ def server_verdict(api: Any, obj: Mapping[str, Any]) -> tuple[str, str]:
         "CronJob": lambda b: client.BatchV1Api(api).create_namespaced_cron_job(
             NAMESPACE, b, dry_run="All"
         ),
-    }[kind]
+    }
     try:
-        create(obj)
+        create[kind](obj)
     except client.ApiException as exc:
-        message = json.loads(exc.body).get("message", "")
+        message = json.loads(exc.body or "{}").get("message", "")
         if "ValidatingAdmissionPolicy" in message:
             return "policy", message
         if exc.status == 422:
@@ -318,8 +320,9 @@ def test_policy_and_webhook_agree_on_crl_rules(cluster: Any) -> None:
 def test_violating_pod_denied_with_the_webhook_down(cluster: Any) -> None:
     """A webhook registered with failurePolicy: Ignore whose process is stopped (nothing
     listens on its port): the policy still denies a violating pod, and admits a good one."""
-    from kubernetes import client
+    from kubernetes import client as _client
 
+    client: Any = _client
     api, _, _ = cluster
     adm = client.AdmissionregistrationV1Api(api)
     name = "gpu-webhook-stopped"
@@ -342,7 +345,7 @@ def test_violating_pod_denied_with_the_webhook_down(cluster: Any) -> None:
     adm.create_validating_webhook_configuration({"metadata": {"name": name}, "webhooks": [hook]})
     core = client.CoreV1Api(api)
     try:
-        bad = {
+        bad: dict[str, Any] = {
             "metadata": {"name": "too-many-cards"},
             "spec": {
                 "containers": [
@@ -358,9 +361,9 @@ def test_violating_pod_denied_with_the_webhook_down(cluster: Any) -> None:
             core.create_namespaced_pod(NAMESPACE, bad)
         assert denied.value.status == 403
         assert (
-            "Pod native-diff/too-many-cards, container \"train\": "
+            'Pod native-diff/too-many-cards, container "train": '
             "limits.tencent.com/vcuda-core='150' is above 100 but not a multiple of 100"
-        ) in json.loads(denied.value.body)["message"]
+        ) in json.loads(denied.value.body or "{}")["message"]
         good = copy.deepcopy(bad)
         good["metadata"]["name"] = "two-cards"
         good["spec"]["containers"][0]["resources"]["limits"]["tencent.com/vcuda-core"] = "200"

@@ -169,13 +169,15 @@ def _value_problems(field_name: str, value: str, prefix: str) -> str:
         )
 
     unit = _num("wholeUnit")
+    below = _q("is below the minimum ") + " + variables.min"
+    above = _q("is above the maximum ") + " + variables.max"
     return (
         f"(!{q}.isInteger() || sign({q}) < 0 ? "
         f"{msg(_q('is not a whole number ≥ 0'), _q('dataType: integer'))} : "
         f"{_has('min')} && {q}.compareTo({_num('min')}) < 0 ? "
-        f"{msg(_q('is below the minimum ') + ' + variables.min', _q('min: ') + ' + variables.min')} : "
+        f"{msg(below, _q('min: ') + ' + variables.min')} : "
         f"{_has('max')} && {q}.compareTo({_num('max')}) > 0 ? "
-        f"{msg(_q('is above the maximum ') + ' + variables.max', _q('max: ') + ' + variables.max')} : "
+        f"{msg(above, _q('max: ') + ' + variables.max')} : "
         f"{_has('wholeUnit')} && {q}.isGreaterThan({unit}) && "
         f"{q}.asInteger() % {unit}.asInteger() != 0 ? "
         + msg(
@@ -218,7 +220,7 @@ def _container_problems(c: str, label: str, ref: str) -> str:
     prefix = f"{ref} + ', {label} \"' + {c}.name + '\": '"
 
     def fixed(field_name: str, problem: str, rule: str, value: str | None = None) -> str:
-        shown = f"\"='\" + {value} + \"' \"" if value else "' '"
+        shown = f'"=\'" + {value} + "\' "' if value else "' '"
         return (
             f"[{prefix} + '{field_name}.' + {K} + {shown} + {problem} + ' (' + {rule} + "
             "' in ConfigMap ' + variables.cm + ').' + variables.desc]"
