@@ -1,4 +1,5 @@
-"""`gpu-webhook` command line: serve, review (offline, for CI), audit, images, lint, certs."""
+"""`gpu-webhook` command line: serve, review (offline, for CI), audit, images, lint, certs,
+export-policies."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import TextIO
 
 from webhook.cli.audit import add_audit_arguments, cmd_audit
 from webhook.cli.exits import EXIT_OK, EXIT_USAGE, CommandError
+from webhook.cli.export import add_export_parser, cmd_export
 from webhook.cli.images import add_images_parser, add_registry_arguments, cmd_images
 from webhook.cli.lint import cmd_lint
 from webhook.cli.review import cmd_review
@@ -90,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_audit_arguments(audit)
 
     add_images_parser(sub)
+    add_export_parser(sub)
 
     lint = sub.add_parser("lint", help="validate CRL ConfigMaps offline (exit 1 on errors)")
     lint.add_argument("path", help="a CRL ConfigMap YAML file or a directory of them")
@@ -117,6 +120,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             return cmd_audit(args, out)
         if args.command == "lint":
             return cmd_lint(args, out)
+        if args.command == "export-policies":
+            return cmd_export(args, out)
         if args.command == "images":
             return cmd_images(args, out)
         if args.command == "serve":
