@@ -438,12 +438,16 @@ def place(
         pinned = None
     else:
         pinned = fit.daemonset_node(meta(state), state.pod.spec)
+    who = "this DaemonSet pod"
+    if pinned is None and not state.pod.is_template:
+        # Bound with spec.nodeName (SPEC §4): the kubelet would fail it on an affinity.
+        pinned, who = fit.bound_node(state.pod.spec), "this pod"
     if pinned is not None:
         # Pinned to one node by the controller, and created for every node the DaemonSet
         # selects: an affinity would only leave the pods on unfit nodes Pending.
         if facts is not None and pinned:
             low = compute.version if compute is not None else None
-            for text, rule in fit.pinned_problems(facts, pinned, rng, low):
+            for text, rule in fit.pinned_problems(facts, pinned, rng, low, who):
                 if _problem(state, config, text, rule):
                     break
         return
