@@ -180,8 +180,7 @@ def pinned_problems(
     if low is not None and pinned.compute is not None and pinned.compute < low:
         problems.append(
             (
-                f"node {node} has compute capability {pinned.compute}; "
-                f"{pod} needs ≥ {low}",
+                f"node {node} has compute capability {pinned.compute}; {pod} needs ≥ {low}",
                 "compute capability",
             )
         )
