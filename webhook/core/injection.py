@@ -166,7 +166,7 @@ def inject(state: PodState, config: WebhookConfig, plan: Plan) -> None:
     if marked:
         meta = (*state.pod.template_path, "metadata", "annotations")
         state.draft.set(meta, ANNOTATION_INJECTED_AFFINITY, mark)
-    if with_cuda:
+    if with_cuda and plan.cuda_note:
         state.note("cuda-affinity", plan.cuda_note)
     if with_compute:
         state.note("compute-capability-affinity", plan.compute_note)

@@ -18,7 +18,7 @@ from webhook.core.policyset import PolicySet
 from webhook.core.quantity import parse_quantity
 from webhook.core.rules import cuda, fit
 from webhook.core.rules.imagefacts import ImageFacts, ImageQuery, facts_for_archs, pod_archs
-from webhook.core.rules.images import shown_image
+from webhook.core.rules.images import image_repository, shown_image
 from webhook.core.rules.terms import preferred_terms, range_terms, union_terms
 from webhook.core.rules.versions import CudaVersion
 from webhook.core.shapes import is_mapping
@@ -305,6 +305,55 @@ def _cuda_terms(
     return True
 
 
+# A digest no image has: what a reference by digest tells without a registry (SPEC §4: a
+# digest-only reference is matched by its name).
+_SOME_DIGEST = "@sha256:" + "0" * 64
+
+
+def _tag_only(state: PodState, needs: list[_Need], config: WebhookConfig) -> bool:
+    """For pods their operator runs by digest (Knative, PodSpecRef.by_digest): warn for each
+    container whose CUDA only its tag tells, and True then (the template's note must not
+    promise a placement the pods will not get). A version the pods' reference by digest gives
+    too (env, a pod annotation, an image table entry or a path that names the repository) is
+    what the pods get; so is a registry answer for the tag (the digest is that image)."""
+    if cuda.annotation_requirement(state.pod.annotations)[0] is not None:
+        return False
+    tag_only = False
+    for need in needs:
+        container = need.container.container
+        image = container.get("image")
+        if not isinstance(image, str) or "@" in image:
+            continue  # already by digest: the pods run it as it is
+        by_tag = cuda.detect(container, config).requirement
+        if by_tag is None:
+            continue  # read from the registry for the tag: the digest names that image
+        pinned = cuda.detect({**container, "image": image_repository(image) + _SOME_DIGEST}, config)
+        got = pinned.requirement
+        if got is not None and got.version == by_tag.version:
+            continue
+        tag_only = True
+        name, want, fix = shown_image(image), f"CUDA ≥ {by_tag.version}", ANNOTATION_CUDA_VERSION
+        head = f"Knative runs {name} by digest: "
+        if got is not None:
+            said = f"CUDA ≥ {got.version}, not {want}"
+        elif config.registry_lookups.enabled:
+            said = f"{want} only if its registry says so"
+        else:
+            said = "no CUDA affinity"
+        # Shorter wordings for a long image: without "its pods get", then without the advice.
+        state.warnings.append(
+            Wording(
+                (
+                    f"{head}its pods get {said}; set {fix}",
+                    f"{head}{said}; set {fix}",
+                    f"{head}its pods get {said}",
+                    f"{head}set {fix}",
+                )
+            )
+        )
+    return tag_only
+
+
 def _compute_requirement(
     state: PodState, gpu: list[tuple[ContainerRef, set[str]]], config: WebhookConfig, envs: Envs
 ) -> cuda.Requirement | None:
@@ -454,5 +503,7 @@ def place(
     plan = Plan()
     if not _cuda_terms(state, needs, rng, unknown, config, facts, plan):
         return
+    if state.pod.by_digest and needs and _tag_only(state, needs, config):
+        plan.cuda_note = ""  # the pods' own evaluation decides (SPEC §4, Knative)
     if _compute_terms(state, compute, config, facts, plan):
         inject(state, config, plan)

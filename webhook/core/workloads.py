@@ -49,6 +49,8 @@ class PodSpecRef:
     # False when no annotation of the object reaches these pods (registry `annotations: ()`):
     # then advice to set a pod annotation here could not be followed.
     annotatable: bool = True
+    # The operator runs these pods by digest (registry rule by_digest: Knative).
+    by_digest: bool = False
 
 
 class Registry:
@@ -229,6 +231,7 @@ def _pod_spec(
         spec_path=spec_path,
         role=hit.role,
         annotatable=tpl.annotations != (),
+        by_digest=tpl.by_digest,
     )
 
 
