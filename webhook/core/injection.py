@@ -29,6 +29,7 @@ from webhook.core.rules.terms import (
 )
 from webhook.core.wording import Message
 
+_NO_KEYS: frozenset[str] = frozenset()
 _REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 _PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 
@@ -67,7 +68,7 @@ def _own(state: PodState, config: WebhookConfig) -> Own | None:
     if not mark:
         return None
     cuda, compute = config.cuda_label_keys, config.compute_label_keys
-    key_sets = ((cuda | compute, cuda), (cuda, cuda), (compute, frozenset[str]()))
+    key_sets = ((cuda | compute, cuda), (cuda, cuda), (compute, _NO_KEYS))
     return own_terms(state.pod.spec, mark, key_sets)
 
 
