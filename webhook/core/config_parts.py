@@ -31,6 +31,9 @@ ANNOTATION_ENV_FIXES = "features.alauda.io/env-fixes"
 ANNOTATION_MIN_COMPUTE = "features.alauda.io/min-compute-capability"
 # A pod may ask for the stricter `backward` rule where the cluster says `minorVersion`.
 ANNOTATION_CUDA_COMPATIBILITY = "features.alauda.io/cuda-compatibility"
+# Written by the webhook, never read as a setting: the digest of the node affinity it injected
+# into a pod template (SPEC §4 "The webhook's own terms are its own"; core/injection).
+ANNOTATION_INJECTED_AFFINITY = "features.alauda.io/injected-node-affinity"
 
 # Regexes searched in the normalised image reference (registry `docker.io/`, `library/` and the
 # digest removed). Each must define the named groups `major` and `minor`; the first match wins.

@@ -23,7 +23,7 @@ from webhook.core.policyset import PolicySet
 from webhook.core.quantity import parse_quantity
 from webhook.core.rules import cuda, fit
 from webhook.core.rules.imagefacts import ImageFacts, ImageQuery, facts_for_archs, pod_archs
-from webhook.core.rules.images import shown_image
+from webhook.core.rules.images import image_repository, shown_image
 from webhook.core.rules.requires import Branches, branch_list, intersect
 from webhook.core.rules.terms import (
     preferred_range_terms,
@@ -420,6 +420,55 @@ def _cuda_terms(
     return True
 
 
+# A digest no image has: what a reference by digest tells without a registry (SPEC §4: a
+# digest-only reference is matched by its name).
+_SOME_DIGEST = "@sha256:" + "0" * 64
+
+
+def _tag_only(state: PodState, needs: list[_Need], config: WebhookConfig) -> bool:
+    """For pods their operator runs by digest (Knative, PodSpecRef.by_digest): warn for each
+    container whose CUDA only its tag tells, and True then (the template's note must not
+    promise a placement the pods will not get). A version the pods' reference by digest gives
+    too (env, a pod annotation, an image table entry or a path that names the repository) is
+    what the pods get; so is a registry answer for the tag (the digest is that image)."""
+    if cuda.annotation_requirement(state.pod.annotations)[0] is not None:
+        return False
+    tag_only = False
+    for need in needs:
+        container = need.container.container
+        image = container.get("image")
+        if not isinstance(image, str) or "@" in image:
+            continue  # already by digest: the pods run it as it is
+        by_tag = cuda.detect(container, config).requirement
+        if by_tag is None:
+            continue  # read from the registry for the tag: the digest names that image
+        pinned = cuda.detect({**container, "image": image_repository(image) + _SOME_DIGEST}, config)
+        got = pinned.requirement
+        if got is not None and got.version == by_tag.version:
+            continue
+        tag_only = True
+        name, want, fix = shown_image(image), f"CUDA ≥ {by_tag.version}", ANNOTATION_CUDA_VERSION
+        head = f"Knative runs {name} by digest: "
+        if got is not None:
+            said = f"CUDA ≥ {got.version}, not {want}"
+        elif config.registry_lookups.enabled:
+            said = f"{want} only if its registry says so"
+        else:
+            said = "no CUDA affinity"
+        # Shorter wordings for a long image: without "its pods get", then without the advice.
+        state.warnings.append(
+            Wording(
+                (
+                    f"{head}its pods get {said}; set {fix}",
+                    f"{head}{said}; set {fix}",
+                    f"{head}its pods get {said}",
+                    f"{head}set {fix}",
+                )
+            )
+        )
+    return tag_only
+
+
 def _compute_requirement(
     state: PodState, gpu: list[tuple[ContainerRef, set[str]]], config: WebhookConfig, envs: Envs
 ) -> cuda.Requirement | None:
@@ -613,17 +662,23 @@ def place(
         pinned = None
     else:
         pinned = fit.daemonset_node(meta(state), state.pod.spec)
+    who = "this DaemonSet pod"
+    if pinned is None and not state.pod.is_template:
+        # Bound with spec.nodeName (SPEC §4): the kubelet would fail it on an affinity.
+        pinned, who = fit.bound_node(state.pod.spec), "this pod"
     if pinned is not None:
         # Pinned to one node by the controller, and created for every node the DaemonSet
         # selects: an affinity would only leave the pods on unfit nodes Pending.
         if facts is not None and pinned:
             low = compute.version if compute is not None else None
-            for text, rule in fit.pinned_problems(facts, pinned, rng, low):
+            for text, rule in fit.pinned_problems(facts, pinned, rng, low, who):
                 if _problem(state, config, text, rule):
                     break
         return
     plan = Plan()
     if not _cuda_terms(state, needs, rng, unknown, config, facts, plan, compatibility):
         return
+    if state.pod.by_digest and needs and _tag_only(state, needs, config):
+        plan.cuda_note = ""  # the pods' own evaluation decides (SPEC §4, Knative)
     if _compute_terms(state, asked, floor, config, facts, plan):
         inject(state, config, plan)
