@@ -398,13 +398,14 @@ def test_an_update_that_opens_a_bypass_is_judged_and_an_unrelated_one_is_not() -
     assert not decision.allowed
     assert "is privileged but requests no GPU" in decision.denial_message()
     # A runtime class, a device hostPath and a CDI annotation are changes too.
-    for change in (
-        lambda t: t["spec"].update(runtimeClassName="nvidia"),
-        lambda t: t["spec"].update(volumes=[{"name": "d", "hostPath": {"path": "/dev"}}]),
-        lambda t: t["metadata"].update(annotations={"cdi.k8s.io/x": "nvidia.com/gpu=0"}),
-    ):
+    changes: list[tuple[str, dict[str, Any]]] = [
+        ("spec", {"runtimeClassName": "nvidia"}),
+        ("spec", {"volumes": [{"name": "d", "hostPath": {"path": "/dev"}}]}),
+        ("metadata", {"annotations": {"cdi.k8s.io/x": "nvidia.com/gpu=0"}}),
+    ]
+    for part, fields in changes:
         changed = copy.deepcopy(old)
-        change(changed["spec"]["template"])
+        changed["spec"]["template"][part].update(fields)
         decision = evaluate(changed, policies, cfg, operation="UPDATE", old_object=old)
         assert decision.reason != "the pod template is unchanged"
     # Another env var (Stakater Reloader's bump) is not.
