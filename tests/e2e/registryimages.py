@@ -16,8 +16,9 @@ from tests.ociimages import (
     raw_top,
 )
 
-# A plain image (one manifest) whose config sets CUDA_VERSION=12.4.1.
-NORMAL = "e2e/cuda:12.4"
+# A plain image (one manifest) whose config sets CUDA_VERSION=12.4.1; its name tells nothing
+# (a name like cuda:12.4 would tell the webhook CUDA 12.4 without a lookup).
+NORMAL = "e2e/plain:v1"
 NORMAL_ENV = ("CUDA_VERSION=12.4.1",)
 # One tag over two images (and BuildKit's attestation entry first): amd64 CUDA 12.4.1, arm64
 # 12.6.0. WIDE is the same index under another tag, so its lookups start from an empty cache.
