@@ -16,7 +16,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.fakeregistry import FakeRegistry, docker_config
-from tests.ociimages import OCI_INDEX, OCI_MANIFEST, config_image, dumps, image, raw_top
+from tests.ociimages import (
+    OCI_INDEX,
+    OCI_MANIFEST,
+    bloated_config,
+    config_image,
+    dumps,
+    empty_objects_index,
+    env_config,
+    image,
+    padded_cuda_config,
+    raw_top,
+)
 from tests.registryhelpers import FakeResolver, client, no_connection
 from webhook.registry import documents, http
 from webhook.registry.results import (
@@ -57,10 +68,6 @@ async def lookup(
         await c.close()
 
 
-def env_config(env: list[str]) -> bytes:
-    return dumps({"architecture": "amd64", "os": "linux", "config": {"Env": env}})
-
-
 # --- 1. structure, not only bytes ------------------------------------------------------------
 
 
@@ -68,7 +75,7 @@ async def test_a_config_of_millions_of_tiny_env_entries_is_refused_by_its_struct
     tls: CertPaths, registry: FakeRegistry
 ) -> None:
     # The 8 MiB config: ~1.7 million entries, ~460 MiB once parsed.
-    config = env_config([""] * 1_700_000)
+    config = bloated_config()
     assert len(config) < 8 * 1024 * 1024
     registry.push("team/bloat", "1", config_image(config))
     result = await lookup(tls, registry.host, f"{registry.host}/team/bloat:1")
@@ -93,7 +100,7 @@ async def test_too_many_env_entries_under_the_value_cap_are_refused(
 async def test_an_index_of_empty_objects_is_refused_by_its_structure(
     tls: CertPaths, registry: FakeRegistry
 ) -> None:
-    body = b'{"schemaVersion":2,"manifests":[' + b",".join([b"{}"] * 1_300_000) + b"]}"
+    body = empty_objects_index()
     assert len(body) < 4 * 1024 * 1024
     registry.push("team/index", "1", raw_top(OCI_INDEX, body))
     result = await lookup(tls, registry.host, f"{registry.host}/team/index:1")
@@ -179,7 +186,7 @@ async def test_documents_are_parsed_off_the_event_loop(
 async def test_a_cuda_version_padded_with_megabytes_is_kept_short(
     tls: CertPaths, registry: FakeRegistry
 ) -> None:
-    config = env_config(["CUDA_VERSION=12.4" + " " * (6 * 1024 * 1024)])
+    config = padded_cuda_config()
     registry.push("team/pad", "1", config_image(config))
     result = await lookup(tls, registry.host, f"{registry.host}/team/pad:1")
     assert (result.status, result.detail) == (FOUND, "CUDA_VERSION=12.4")
