@@ -30,6 +30,7 @@ CRD_KINDS = {
     ("cert-manager.io/v1", "Issuer"): "cert-manager CRD",
     ("cert-manager.io/v1", "Certificate"): "cert-manager CRD",
     ("monitoring.coreos.com/v1", "ServiceMonitor"): "Prometheus Operator CRD",
+    ("monitoring.coreos.com/v1", "PrometheusRule"): "Prometheus Operator CRD",
 }
 
 
@@ -89,6 +90,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     },
     "servicemonitor": {
         "metrics": {"serviceMonitor": {"enabled": True}},
+        "prometheusRule": {"enabled": True},
         "priorityClassName": "system-cluster-critical",
         "webhooks": {"excludeNamespaces": ["batch-legacy"]},
     },
@@ -122,7 +124,7 @@ def test_every_manifest_is_valid_for_kubernetes(
     # Skipping is explicit: only the CRD kinds this variant is expected to render.
     expected_skips = {
         "cert-manager": {"Issuer", "Certificate"},
-        "servicemonitor": {"ServiceMonitor"},
+        "servicemonitor": {"ServiceMonitor", "PrometheusRule"},
     }.get(variant, set())
     assert {kind for kind, _ in skipped} == expected_skips
 
