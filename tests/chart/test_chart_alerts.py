@@ -445,3 +445,38 @@ def test_promtool_unit_tests_fire_each_alert_on_synthetic_series(
         if case["exp_alerts"]
     }
     assert fired == set(rules)
+
+
+def test_dashboard_configmap_for_the_sidecar_and_the_grafana_operator(render: Render) -> None:
+    assert find(render(), "GrafanaDashboard") == []
+    assert [
+        c for c in find(render(), "ConfigMap") if c["metadata"]["name"].endswith("-dashboard")
+    ] == []
+    objects = render({"grafanaDashboard": {"enabled": True}})
+    board = one(objects, "ConfigMap", f"{FULLNAME}-dashboard")
+    # kube-prometheus-stack's Grafana sidecar loads ConfigMaps labelled grafana_dashboard: "1".
+    assert board["metadata"]["labels"]["grafana_dashboard"] == "1"
+    shipped = (
+        ROOT / "charts/gpu-admission-webhook/dashboards/gpu-admission-webhook.json"
+    ).read_text()
+    assert board["data"]["gpu-admission-webhook.json"] == shipped.rstrip("\n")
+    assert find(objects, "GrafanaDashboard") == []
+    operator = one(
+        render(
+            {
+                "grafanaDashboard": {
+                    "enabled": True,
+                    "namespace": "monitoring",
+                    "grafanaOperator": {"enabled": True, "folder": "GPU"},
+                }
+            }
+        ),
+        "GrafanaDashboard",
+    )
+    assert operator["metadata"]["namespace"] == "monitoring"
+    assert operator["spec"]["configMapRef"] == {
+        "name": f"{FULLNAME}-dashboard",
+        "key": "gpu-admission-webhook.json",
+    }
+    assert operator["spec"]["folder"] == "GPU"
+    assert operator["spec"]["instanceSelector"] == {"matchLabels": {"dashboards": "grafana"}}
