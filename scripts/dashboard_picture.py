@@ -97,7 +97,7 @@ def pod(name: str, image: str, limits: dict[str, str]) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": "ml", "generateName": "train-"},
+        "metadata": {"namespace": "ml", "generateName": f"{name}-"},
         "spec": {"containers": [{"name": "main", "image": image, "resources": {"limits": limits}}]},
     }
 
@@ -108,9 +108,10 @@ def load(port: int, ca: Path, closed_port: int, seconds: float, stop: threading.
     tell, and the README's vGPU example; each to /mutate, then /validate."""
     example = json.loads((ROOT / "examples" / "admissionreview-pod.json").read_text())
     objects = [
-        pod("", IMAGE, {GPU: "1"}),
-        pod("", IMAGE, {GPU: "100"}),
-        pod("", f"127.0.0.1:{closed_port}/team/app:{{n}}", {GPU: "1"}),
+        pod("train", IMAGE, {GPU: "1"}),
+        # Above the shipped vcuda-core policy's maximum of 100: denied.
+        pod("share", IMAGE, {"tencent.com/vcuda-core": "150", "tencent.com/vcuda-memory": "4"}),
+        pod("serve", f"127.0.0.1:{closed_port}/team/app:{{n}}", {GPU: "1"}),
         example["request"]["object"],
     ]
     weights = [6, 1, 1, 2]
@@ -136,9 +137,10 @@ def load(port: int, ca: Path, closed_port: int, seconds: float, stop: threading.
                         "object": obj,
                     },
                 }
-                conn.request(
-                    "POST", f"/{endpoint}", json.dumps(body), {"Content-Type": "application/json"}
-                )
+                # Compact, in the API server's field order (the decision cache finds the uid
+                # where the API server puts it).
+                payload = json.dumps(body, separators=(",", ":"))
+                conn.request("POST", f"/{endpoint}", payload, {"Content-Type": "application/json"})
                 conn.getresponse().read()
             n += 1
             # A steady rate that leaves this 2-core machine's other users some CPU.
