@@ -1,6 +1,7 @@
 # syntax=docker/dockerfile:1
 # gpu-admission-webhook: `gpu-webhook serve` on a small, non-root, read-only-root-FS friendly image.
-# Build: docker build -t gpu-admission-webhook:0.1.0 .
+# Build: docker build -t gpu-admission-webhook:0.1.0 .   (or, without a Docker engine:
+#        buildah bud --isolation=chroot -t gpu-admission-webhook:0.1.0 .; tests/image builds it)
 
 # --- builder: install the project into a self-contained virtualenv -------------------------
 FROM python:3.11-slim AS builder
@@ -20,9 +21,12 @@ COPY webhook ./webhook
 # The README's install (`pip install '.[fast]'`, with uvloop/orjson), with the evaluation core
 # compiled by mypyc (GPU_WEBHOOK_COMPILE=1, setup.py). The compiler (mypy) and what it reads
 # (the project's dependencies, for their types) go into the system interpreter, which builds
-# the wheel: the virtualenv gets only the wheel and its runtime dependencies.
+# the wheel: the virtualenv gets only the wheel and its runtime dependencies. The `fast` extra
+# too: mypyc type-checks what it compiles, and webhook/admission/jsoncodec.py imports orjson
+# (without it the build stops with "Cannot find implementation or library stub for module named
+# "orjson"", as it did until tests/image built this file).
 RUN /usr/local/bin/python -m pip install --no-cache-dir 'setuptools>=77' 'mypy==2.4.1' \
-       types-pyyaml . \
+       types-pyyaml '.[fast]' \
     && GPU_WEBHOOK_COMPILE=1 /usr/local/bin/python -m pip wheel --no-cache-dir \
        --no-build-isolation --no-deps --wheel-dir /wheels . \
     && pip install --no-cache-dir "$(ls /wheels/gpu_admission_webhook-*.whl)[fast]" \

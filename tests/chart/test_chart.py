@@ -30,6 +30,8 @@ CRD_KINDS = {
     ("cert-manager.io/v1", "Issuer"): "cert-manager CRD",
     ("cert-manager.io/v1", "Certificate"): "cert-manager CRD",
     ("monitoring.coreos.com/v1", "ServiceMonitor"): "Prometheus Operator CRD",
+    ("monitoring.coreos.com/v1", "PrometheusRule"): "Prometheus Operator CRD",
+    ("grafana.integreatly.org/v1beta1", "GrafanaDashboard"): "grafana-operator CRD",
 }
 
 
@@ -89,6 +91,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     },
     "servicemonitor": {
         "metrics": {"serviceMonitor": {"enabled": True}},
+        "prometheusRule": {"enabled": True},
+        "grafanaDashboard": {"enabled": True, "grafanaOperator": {"enabled": True}},
         "priorityClassName": "system-cluster-critical",
         "webhooks": {"excludeNamespaces": ["batch-legacy"]},
     },
@@ -122,7 +126,7 @@ def test_every_manifest_is_valid_for_kubernetes(
     # Skipping is explicit: only the CRD kinds this variant is expected to render.
     expected_skips = {
         "cert-manager": {"Issuer", "Certificate"},
-        "servicemonitor": {"ServiceMonitor"},
+        "servicemonitor": {"ServiceMonitor", "PrometheusRule", "GrafanaDashboard"},
     }.get(variant, set())
     assert {kind for kind, _ in skipped} == expected_skips
 

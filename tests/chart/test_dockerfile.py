@@ -117,6 +117,11 @@ def test_builder_compiles_the_core_with_pinned_tools_outside_the_virtualenv() ->
     tools = [c for c in commands if c[:4] == [*system_pip, "install"]]
     assert len(tools) == 1
     assert any(re.fullmatch(r"mypy==[0-9.]+", a) for a in tools[0]), "mypyc's version is pinned"
+    # mypyc type-checks what it compiles: the interpreter that compiles needs every import the
+    # compiled modules' imports reach, orjson (jsoncodec.py) included, so the project goes in
+    # with its `fast` extra (without it the build stopped at 'Cannot find implementation or
+    # library stub for module named "orjson"'; tests/image builds the image for real).
+    assert ".[fast]" in tools[0]
     wheels = [c for c in commands if c[:1] == ["GPU_WEBHOOK_COMPILE=1"]]
     assert len(wheels) == 1
     assert wheels[0][1:5] == [*system_pip, "wheel"]

@@ -17,6 +17,22 @@
 {{- end -}}
 {{- end -}}
 
+{{/* The image reference, as the peers' charts write it (Kyverno's "kyverno.image": an optional
+registry before the repository, the tag defaulting to the chart's appVersion); a digest, when
+set, pins the image and replaces the tag (REPOSITORY@sha256:...), as Bitnami's common.images.image
+does: a tag can be moved, a digest cannot. */}}
+{{- define "gaw.image" -}}
+{{- $repository := .Values.image.repository -}}
+{{- with .Values.image.registry -}}
+{{- $repository = printf "%s/%s" (trimSuffix "/" .) $repository -}}
+{{- end -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" $repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $repository (default .Chart.AppVersion .Values.image.tag | toString) -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "gaw.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "gaw.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}

@@ -1,0 +1,293 @@
+"""The container image, built from the Dockerfile and run as its non-root user on a read-only
+root filesystem, answering an AdmissionReview over TLS on loopback (SPEC §10).
+
+Debian's `buildah` builds the Dockerfile without a Docker engine (`--isolation=chroot`). No
+container runtime can run here, so the built image's filesystem is run the way
+shared/tools/image/standin-base.sh shows: `buildah mount`, then `chroot --userspec=65532:65532`
+into a read-only bind mount of it, with a tmpfs on /tmp (the chart's emptyDir) and the serving
+certificate and policies bind-mounted read-only where a kubelet would mount them. The process
+shares the host's network namespace: it listens on 127.0.0.1 only.
+
+Where Docker Hub cannot be reached, the base `python:3.11-slim` is the local stand-in that
+standin-base.sh imports under that name (Debian bookworm's Python 3.11): the test says so when
+it runs, and the image size it prints is then that of an image on the stand-in.
+
+Skipped, with the reason, without root, without buildah, without the base image in local
+storage, or with GPU_WEBHOOK_SKIP_IMAGE=1 (the build downloads the project's dependencies from
+the package index, ~1.5 min on 2 cores; later builds reuse buildah's layer cache).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import http.client
+import json
+import os
+import shutil
+import ssl
+import subprocess
+import time
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.helpers import free_port, write_policies
+from tests.integration.serving import (
+    EXAMPLE,
+    Lines,
+    assert_no_errors,
+    get,
+    json_lines,
+    poll,
+    serve_process,
+)
+from webhook.tls.certs import write_certificates
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE = "docker.io/library/python:3.11-slim"
+TAG = "localhost/gpu-admission-webhook:test"
+USER = "65532:65532"
+STANDIN_SCRIPT = "shared/tools/image/standin-base.sh"
+
+
+def _buildah(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["buildah", *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def _skip_reason() -> str | None:
+    if os.environ.get("GPU_WEBHOOK_SKIP_IMAGE") == "1":
+        return "GPU_WEBHOOK_SKIP_IMAGE=1: the image is not built"
+    if shutil.which("buildah") is None:
+        return "buildah is not installed (Debian: apt-get install buildah) to build the Dockerfile"
+    if os.geteuid() != 0:
+        return "building with buildah and running the image with mount + chroot needs root"
+    if _buildah("inspect", "--type", "image", BASE).returncode != 0:
+        return (
+            f"the base image {BASE} is not in local container storage and is not pulled here: "
+            f"pull it, or build the local stand-in with {STANDIN_SCRIPT}"
+        )
+    return None
+
+
+pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=_skip_reason() or "")
+
+
+@dataclass
+class Image:
+    name: str
+    config: dict[str, Any]  # the OCI image config's `config` (User, Env, Entrypoint, Cmd)
+    size: str
+    standin: bool  # built on standin-base.sh's stand-in, not the official python:3.11-slim
+
+    @property
+    def env(self) -> dict[str, str]:
+        return dict(item.split("=", 1) for item in self.config.get("Env") or [])
+
+
+def _inspect(name: str) -> dict[str, Any]:
+    result = _buildah("inspect", "--type", "image", name)
+    assert result.returncode == 0, result.stderr
+    inspected: dict[str, Any] = json.loads(result.stdout)
+    return inspected
+
+
+@pytest.fixture(scope="session")
+def image() -> Image:
+    """The Dockerfile built with buildah (layers cached between runs)."""
+    started = time.monotonic()
+    build = _buildah(
+        "bud",
+        "--isolation=chroot",
+        "--pull-never",
+        "--network=host",
+        "--layers",
+        "-t",
+        TAG,
+        str(ROOT),
+        timeout=1200,
+    )
+    assert build.returncode == 0, f"buildah bud failed:\n{build.stdout[-4000:]}{build.stderr}"
+    seconds = time.monotonic() - started
+    base_env = _inspect(BASE)["OCIv1"]["config"].get("Env") or []
+    inspected = _inspect(TAG)
+    listed = _buildah("images", "--json", TAG)
+    size = str(json.loads(listed.stdout)[0]["size"])  # buildah's own rounding, e.g. "632 MB"
+    # The official python images set PYTHON_VERSION; the stand-in (a `podman import` of a
+    # debootstrap tree) has no environment at all.
+    standin = not any(item.startswith("PYTHON_VERSION=") for item in base_env)
+    print(f"\nimage {TAG}: built in {seconds:.0f} s, {size}", end="")
+    if standin:
+        print(f" (on the local stand-in for python:3.11-slim from {STANDIN_SCRIPT})", end="")
+    return Image(TAG, inspected["OCIv1"]["config"], size, standin)
+
+
+@dataclass
+class Rootfs:
+    path: Path  # the read-only view of the image's filesystem
+    policies: Path  # the host directory mounted at /etc/webhook/policies
+
+
+@contextlib.contextmanager
+def _mounted(image: Image, tls_dir: Path, policies: Path, view: Path) -> Iterator[Rootfs]:
+    container = _buildah("from", "--pull-never", image.name).stdout.strip()
+    assert container, "buildah from failed"
+    mounts: list[Path] = []
+    try:
+        merged = Path(_buildah("mount", container).stdout.strip())
+        # Mount points, as a kubelet creates them for the chart's volumes (in the container's
+        # layer, not the image's).
+        for point in ("etc/webhook/tls", "etc/webhook/policies"):
+            (merged / point).mkdir(parents=True, exist_ok=True)
+        view.mkdir()
+        for source, target, options in (
+            (merged, view, "ro"),
+            (None, view / "tmp", "size=64m,mode=1777"),
+            (tls_dir, view / "etc/webhook/tls", "ro"),
+            (policies, view / "etc/webhook/policies", "ro"),
+        ):
+            if source is None:
+                command = ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(target)]
+                subprocess.run(command, check=True)
+            else:
+                subprocess.run(["mount", "--bind", str(source), str(target)], check=True)
+                remount = ["mount", "-o", f"remount,bind,{options}", str(target)]
+                subprocess.run(remount, check=True)
+            mounts.append(target)
+        yield Rootfs(view, policies)
+    finally:
+        for target in reversed(mounts):
+            subprocess.run(["umount", str(target)], check=False)
+        _buildah("umount", container)
+        _buildah("rm", container)
+
+
+@pytest.fixture(scope="module")
+def rootfs(image: Image, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rootfs]:
+    tls_dir = tmp_path_factory.mktemp("tls")
+    write_certificates(tls_dir, ["localhost"], ["127.0.0.1"], days=2)
+    # A Secret volume's files are 0644 by default (the key is readable by the non-root user).
+    for path in [tls_dir, *tls_dir.iterdir()]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    policies = write_policies(tmp_path_factory.mktemp("policies"))
+    policies.chmod(0o755)
+    with _mounted(image, tls_dir, policies, tmp_path_factory.mktemp("run") / "rootfs") as mounted:
+        yield mounted
+
+
+def _chroot(image: Image, rootfs: Rootfs, *command: str) -> list[str]:
+    return ["chroot", f"--userspec={image.config['User']}", str(rootfs.path), *command]
+
+
+def _run(image: Image, rootfs: Rootfs, *command: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        _chroot(image, rootfs, *command),
+        env=image.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_image_runs_as_its_non_root_user_with_the_compiled_core(
+    image: Image, rootfs: Rootfs
+) -> None:
+    assert image.config["User"] == USER
+    assert image.config["Entrypoint"] == ["gpu-webhook"]
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"][
+        "version"
+    ]
+    result = _run(image, rootfs, "gpu-webhook", "--version")
+    assert (result.returncode, result.stdout) == (0, f"gpu-webhook {version}\n"), result.stderr
+    assert result.stderr == ""
+    # The mypyc build of the evaluation core is what is imported, with the `fast` extra.
+    probe = (
+        "import webhook.core.evaluate as e, orjson, uvloop, os; "
+        "print(e.__file__.rsplit('.', 1)[-1], os.getuid(), os.getgid())"
+    )
+    result = _run(image, rootfs, "python", "-c", probe)
+    assert result.stdout == "so 65532 65532\n", result.stderr
+    # The root filesystem is read-only for it; /tmp (the chart's emptyDir) is writable.
+    write = "import sys; open(sys.argv[1], 'w').write('x')"
+    denied = _run(image, rootfs, "python", "-c", write, "/opt/venv/x")
+    assert "Read-only file system" in denied.stderr
+    assert _run(image, rootfs, "python", "-c", write, "/tmp/x").returncode == 0
+
+
+def test_image_serves_an_admission_review_over_tls_on_a_read_only_root(
+    image: Image, rootfs: Rootfs, tmp_path: Path
+) -> None:
+    port, metrics_port = free_port(), free_port()
+    # The image's own ENTRYPOINT and CMD (certificate from /etc/webhook/tls, JSON logs), with
+    # loopback ports and the policies from files instead of the cluster's kube-public.
+    command = [
+        *image.config["Entrypoint"],
+        *image.config["Cmd"],
+        *("--host", "127.0.0.1", "--port", str(port), "--metrics-port", str(metrics_port)),
+        *("--policies", "/etc/webhook/policies"),
+    ]
+    started = time.monotonic()
+    process = subprocess.Popen(
+        _chroot(image, rootfs, *command),
+        env=image.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stderr is not None
+    log = Lines(process.stderr)
+
+    def ready() -> bool:
+        with contextlib.suppress(OSError):
+            return get(metrics_port, "/readyz")[0] == 200
+        return process.poll() is not None
+
+    try:
+        poll(ready, "/readyz answers 200", 60)
+        assert process.poll() is None, f"serve exited at start:\n{log.join()}"
+        startup = time.monotonic() - started
+        print(f"\nimage {image.name}: /readyz answered 200 {startup:.2f} s after start", end="")
+
+        context = ssl.create_default_context(cafile=str(_ca_of(rootfs)))
+        conn = http.client.HTTPSConnection("localhost", port, context=context, timeout=10)
+        conn.request("POST", "/mutate", EXAMPLE.read_bytes(), {"Content-Type": "application/json"})
+        reply = conn.getresponse()
+        status, body = reply.status, json.loads(reply.read())
+        conn.close()
+        assert status == 200
+        response = body["response"]
+        assert response["uid"] == json.loads(EXAMPLE.read_text())["request"]["uid"]
+        assert response["allowed"] is True
+        patch = json.loads(base64.b64decode(response["patch"]))
+        # The example's vcuda-core request gets its vcuda-memory limit and PaddlePaddle's
+        # allocator fix; the answer is the source tree's server's, op for op.
+        paths = {op["path"] for op in patch}
+        assert "/spec/containers/0/resources/limits/tencent.com~1vcuda-memory" in paths
+        with serve_process(tmp_path, rootfs.policies) as source:
+            expected = source.https_json("POST", "/mutate", EXAMPLE.read_bytes())["response"]
+        assert patch == json.loads(base64.b64decode(expected["patch"]))
+        assert response.get("warnings") == expected.get("warnings")
+        assert "gpu_webhook_reviews_total" in get(metrics_port, "/metrics")[1]
+    finally:
+        process.terminate()
+        process.wait(30)
+    stderr = log.join()
+    messages = [line["msg"] for line in json_lines(stderr)]
+    assert (
+        f"serving admission reviews on https://127.0.0.1:{port} (json=orjson, loop=uvloop, "
+        f"metrics port {metrics_port})"
+    ) in messages
+    assert "review" in messages
+    assert_no_errors(stderr)
+
+
+def _ca_of(rootfs: Rootfs) -> Path:
+    """The CA of the certificate mounted at /etc/webhook/tls (written beside it)."""
+    return rootfs.path / "etc/webhook/tls/ca.crt"
