@@ -40,6 +40,8 @@ DATA = ROOT / "tests" / "data" / "cuda"
 REQUIRE_12_8 = (DATA / "nvidia-cuda-12.8.1.require").read_text().strip()
 REQUIRE_13_0 = (DATA / "nvidia-cuda-13.0.3.require").read_text().strip()
 RUN = uuid.uuid4().hex[:6]
+# The taint on this run's nodes (see gpu_nodes).
+TAINT_KEY = "gaw-sched-only"
 GMAJ, GMIN = "nvidia.com/cuda.runtime-version.major", "nvidia.com/cuda.runtime-version.minor"
 CMAJ, CMIN = "nvidia.com/gpu.compute.major", "nvidia.com/gpu.compute.minor"
 DRIVER, PRODUCT = "nvidia.com/cuda.driver-version.major", "nvidia.com/gpu.product"
@@ -124,9 +126,11 @@ def gpu_nodes(
             name = f"gaw-sched-{RUN}-{short}"
             args = [f"{k}={v}" for k, v in labels.items()]
             args += [f"gaw-sched={RUN}", f"gaw-sched-node={short}"]
+            # Tainted: pods other e2e modules left Pending (unschedulable until now) must not
+            # take these nodes' GPUs; this module's pods tolerate the taint.
             subprocess.run(
                 ["bash", str(Path(scheduler["tools"]) / "node.sh"), name, *args,
-                 "--capacity", "nvidia.com/gpu=8"],
+                 "--capacity", "nvidia.com/gpu=8", "--taint", f"{TAINT_KEY}={RUN}:NoSchedule"],
                 check=True, env=env, capture_output=True, timeout=60,
             )  # fmt: skip
             names[short] = name
@@ -147,10 +151,13 @@ def _ready(url: str, ca: Path) -> bool:
         return False
 
 
-def _register(cluster: Cluster, url: str, ca: str) -> None:
+def _register(cluster: Cluster, url: str, ca: str, config: str | None) -> None:
+    """Register the webhook at `url` with the chart's entries for its config file (the GPU
+    access entry depends on it)."""
+    extra = ["--config", config] if config else []
     subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "register-webhook-url.py"), "--url", url,
-         "--ca-file", ca, "--kubeconfig", str(cluster.kubeconfig)],
+         "--ca-file", ca, "--kubeconfig", str(cluster.kubeconfig), *extra],
         check=True, capture_output=True, timeout=60,
     )  # fmt: skip
 
@@ -216,7 +223,7 @@ def serving(
             assert server.poll() is None, (tmp_path / "webhook.log").read_text()
             assert time.monotonic() < deadline, "the mode's webhook never turned ready"
             time.sleep(0.5)
-        _register(cluster, url, str(tmp_path / "ca.crt"))
+        _register(cluster, url, str(tmp_path / "ca.crt"), str(path))
         # The API server picks the new registration up through its own watch: wait until the
         # probe's answer is this config's.
         inventory = cluster_inventory(core, config)
@@ -232,7 +239,7 @@ def serving(
             time.sleep(0.5)
         yield config
     finally:
-        _register(cluster, scheduler["url"], scheduler["ca"])
+        _register(cluster, scheduler["url"], scheduler["ca"], os.environ.get("E2E_WEBHOOK_CONFIG"))
         server.terminate()
         server.wait(timeout=30)
         log.close()
@@ -258,9 +265,14 @@ def _template(
     meta: dict[str, Any] = {"labels": {"app": app}}
     if annotations:
         meta["annotations"] = annotations
+    toleration = {"key": TAINT_KEY, "operator": "Equal", "value": RUN, "effect": "NoSchedule"}
     return {
         "metadata": meta,
-        "spec": {"nodeSelector": selector, "containers": [_container(image, env)]},
+        "spec": {
+            "nodeSelector": selector,
+            "tolerations": [toleration],
+            "containers": [_container(image, env)],
+        },
     }
 
 
