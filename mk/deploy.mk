@@ -1,11 +1,16 @@
 # Deployment targets (included from the Makefile): image, chart sync, end-to-end tests.
 IMAGE ?= gpu-admission-webhook:dev
 
-.PHONY: image chart-sync chart-check e2e e2e-kind e2e-kapi
+.PHONY: image image-test chart-sync chart-check e2e e2e-kind e2e-kapi
 
 # Build the container image (needs docker).
 image:
 	docker build -t $(IMAGE) .
+
+# Build the image with buildah (no Docker engine) and run it as its user on a read-only root
+# filesystem (tests/image; needs root, buildah and the base image, see the test's docstring).
+image-test: $(STAMP)
+	GPU_WEBHOOK_IMAGE_TEST=1 $(BIN)/pytest -q -rs tests/image
 
 # Copy configmaps/ into the chart and regenerate the config part of values.schema.json.
 chart-sync: $(STAMP)
