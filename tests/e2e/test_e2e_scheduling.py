@@ -121,6 +121,12 @@ def gpu_nodes(
         "PATH": f"{scheduler['bin']}:{os.environ.get('PATH', '')}",
     }
     names: dict[str, str] = {}
+    # Pods other modules left Pending (no node could take them) would be bound to these nodes
+    # the moment they appear, before node.sh's taint is set, and take their GPUs: they are
+    # done with, so they go first.
+    for pod in core.list_namespaced_pod(namespace).items:
+        if not pod.spec.node_name:
+            core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
     try:
         for short, labels in NODES.items():
             name = f"gaw-sched-{RUN}-{short}"
