@@ -17,6 +17,11 @@
 {{- end -}}
 {{- end -}}
 
+{{/* The installation the audit's policy reports belong to (their name and owner label). */}}
+{{- define "gaw.reportOwner" -}}
+{{- .Values.audit.reportOwner | default (include "gaw.fullname" .) -}}
+{{- end -}}
+
 {{- define "gaw.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "gaw.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
