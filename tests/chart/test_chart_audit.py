@@ -14,8 +14,8 @@ import yaml
 
 from tests.chart.conftest import CHART_DIR, NAMESPACE, Render
 from tests.chart.test_chart import FULLNAME, container, find, one, supported_schema_versions
-from webhook.core.audit import Audit
-from webhook.core.reports import FORMATS, build_reports
+from webhook.core.audit import Audit, AuditResult, Finding, Problem, Ref
+from webhook.core.reports import FORMATS, MAX_RESULTS, build_reports
 from webhook.core.workloads import registry_for
 
 AUDIT_ROLE = f"{FULLNAME}-audit"
@@ -227,6 +227,16 @@ def test_a_report_the_webhook_writes_is_valid_for_its_crd(name: str) -> None:
     (report,) = build_reports(audit.result(), fmt, 1_700_000_000).values()
     strict = _no_unknown_fields(schema)
     jsonschema.validate(report, strict)
+    # A report with results left out (its last result, without a resource, says so).
+    findings = []
+    for index in range(MAX_RESULTS + 3):
+        finding = Finding(Ref("v1", "Pod", "ml", f"p-{index}"))
+        finding.denied[("p", "r", "m")] = Problem("p", "r", "x")
+        findings.append(finding)
+    result = AuditResult(tuple(findings), 0, len(findings), 0)
+    (cut,) = build_reports(result, fmt, 1_700_000_000).values()
+    assert cut["results"][-1]["rule"] == "report size"
+    jsonschema.validate(cut, strict)
 
 
 def _no_unknown_fields(schema: dict[str, Any]) -> dict[str, Any]:
