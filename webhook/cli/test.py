@@ -340,7 +340,11 @@ def _patched_check(exp: Expectation, result: DocumentResult, doc: Any, base: Pat
         )
     expected = expected_docs[0]
     # The patch the core answered, applied as the API server applies it.
-    actual = jsonpatch.apply_patch(doc, result.patch) if result.patch else doc
+    try:
+        actual = jsonpatch.apply_patch(doc, result.patch) if result.patch else doc
+    except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
+        # The API server would refuse such a patch too: a failed expectation, not a crash.
+        return Check("patchedResource", False, f"the webhook's patch does not apply: {exc}")
     if actual == expected:
         return Check("patchedResource", True, f"the patched object equals {exp.patchedResource}")
     diff = "".join(
