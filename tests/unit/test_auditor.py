@@ -212,6 +212,7 @@ async def test_each_installation_replaces_and_deletes_only_its_own_reports(
     assert await production.run_once() is True
     assert sorted(by_owner(cluster)) == [("ml", "proposed"), ("research", "proposed")]
     assert prod_store.audit is not None and prod_store.audit.reports_deleted == 1
+    assert prod_store.audit.to_json()["reportOwner"] == "gaw-prod"  # shown on /audit
 
 
 async def test_a_report_named_like_ours_with_another_owner_label_is_not_ours(

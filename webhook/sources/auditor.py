@@ -78,7 +78,9 @@ class Auditor:
         # namespace: audit (and report on) one namespace only; None: the whole cluster.
         self.options = AuditOptions(namespace=namespace, page_size=page_size, page_pause=page_pause)
         self._first_delay = min(first_run_delay, interval)
-        self.status = store.audit = AuditStatus(interval=interval, report_format=report_format)
+        self.status = store.audit = AuditStatus(
+            interval=interval, report_format=report_format, report_owner=self.report_owner
+        )
         # One client for every run (connections and TLS set up once), dropped after a failure
         # so the next run starts afresh (rotated credentials, a moved API server).
         self._api: ApiClient | None = None
