@@ -432,3 +432,17 @@ def test_serve_with_proposed_policies_must_name_its_report_owner(
     argv += ["--log-format", "text", "--audit-interval", "60", *extra]
     assert main(argv) == 2
     assert capsys.readouterr().err.endswith(message)
+
+
+def test_serve_passes_its_report_owner_to_the_audit() -> None:
+    from webhook.cli import build_parser
+    from webhook.cli.serve import _audit_tasks
+
+    argv = ["serve", "--policies", str(CONFIGMAPS), "--audit-interval", "60"]
+    args = build_parser().parse_args([*argv, "--report-owner", "proposed"])
+    (task,) = _audit_tasks(args, PolicyStore(), WebhookConfig())
+    assert task.__self__.report_owner == "proposed"  # type: ignore[attr-defined]
+    # Policies from the cluster: the default owner.
+    args = build_parser().parse_args(["serve", "--audit-interval", "60"])
+    (task,) = _audit_tasks(args, PolicyStore(), WebhookConfig())
+    assert task.__self__.report_owner == "gpu-admission-webhook"  # type: ignore[attr-defined]
