@@ -42,6 +42,7 @@ COMPILED = [
     "webhook/core/rules/fit.py",
     "webhook/core/rules/imagefacts.py",
     "webhook/core/rules/images.py",
+    "webhook/core/rules/requires.py",
     "webhook/core/rules/resources.py",
     "webhook/core/rules/terms.py",
     "webhook/core/rules/versions.py",

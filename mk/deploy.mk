@@ -11,6 +11,7 @@ image:
 chart-sync: $(STAMP)
 	cp configmaps/*.yaml charts/gpu-admission-webhook/policies/
 	$(BIN)/python scripts/sync_chart_schema.py
+	$(BIN)/python scripts/sync_native_policy.py
 
 # Render and schema-check the chart (also part of `make test`).
 chart-check: $(STAMP)

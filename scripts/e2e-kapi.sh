@@ -10,7 +10,18 @@
 #   E2E_CONFIG   optional webhook config file (e.g. noCompatibleNode: deny); passed to both the
 #                server (--config) and the tests (E2E_WEBHOOK_CONFIG). Default: public registry
 #                lookups off (registryLookups.publicRegistries: false), so nothing leaves loopback
+#   KAPI_CONTROLLERS=1  also run the real kube-scheduler and kube-controller-manager
+#                (start.sh --controllers): Deployments/Jobs create pods, the scheduler binds them,
+#                and tests/e2e/test_e2e_scheduling.py runs (it makes Nodes with node.sh and
+#                starts one webhook per compatibility mode on WEBHOOK_PORT+7)
+#   KAPI_ETCD_PORT, KAPI_SCHEDULER_PORT, KAPI_CM_PORT  passed on to start.sh (private instance)
 #   KEEP_KAPI=1  leave the API server running afterwards
+#   E2E_REGISTRY=1  also run the registry lookups end to end (tests/e2e/test_e2e_registry.py):
+#                start the CNCF registry (~/.cache/registry/registry, built by
+#                ../shared/tools/registry/build.sh) on 127.0.0.1:<free port> with TLS, push the
+#                images of tests/e2e/registryimages.py (normal and hostile), and run the webhook
+#                with that registry in registryLookups.allowedRegistries, its CA as --registry-ca
+#                and /metrics, /images on METRICS_PORT (default WEBHOOK_PORT+1)
 #   PYTHON       the dev venv's python (default .venv/bin/python)
 # Extra arguments go to pytest (e.g. -k kueue).
 set -euo pipefail
@@ -33,16 +44,30 @@ if [[ ! -x "$KAPI_DIR/bin/kube-apiserver" || ! -f "$TOOLS/start.sh" ]]; then
 fi
 
 server_pid=""
+REGISTRY_PID=""
 cleanup() {
   set +e
   "$BIN/python" scripts/register-webhook-url.py --delete --kubeconfig "$KUBECONFIG" >/dev/null 2>&1
   [[ -n "$server_pid" ]] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
+  [[ -n "$REGISTRY_PID" ]] && kill "$REGISTRY_PID" 2>/dev/null
   [[ "${KEEP_KAPI:-0}" == "1" ]] || bash "$TOOLS/stop.sh" >/dev/null 2>&1
   rm -rf "$WORK"
 }
 trap cleanup EXIT
 
-bash "$TOOLS/start.sh" --clean
+start_args=(--clean)
+if [[ "${KAPI_CONTROLLERS:-0}" == "1" ]]; then
+  if [[ ! -x "$KAPI_DIR/bin/kube-scheduler" || ! -x "$KAPI_DIR/bin/kube-controller-manager" ]]; then
+    echo "e2e-kapi: KAPI_CONTROLLERS=1 needs kube-scheduler and kube-controller-manager in" \
+      "$KAPI_DIR/bin ($TOOLS/build.sh builds them)." >&2
+    exit 2
+  fi
+  start_args+=(--controllers)
+  # The scheduling tests: node.sh (with kubectl from the kapi bin) and a port for their webhooks.
+  export E2E_SCHEDULER=1 E2E_KAPI_TOOLS="$(cd "$TOOLS" && pwd)" E2E_KAPI_BIN="$KAPI_DIR/bin"
+  export E2E_WEBHOOK_PORT="$PORT"
+fi
+bash "$TOOLS/start.sh" "${start_args[@]}"
 export KUBECONFIG="$KAPI_DIR/kubeconfig"
 # The shipped policies into kube-public (the etcd is fresh: create; no kubectl needed).
 "$BIN/python" - <<'PY'
@@ -61,11 +86,35 @@ if [[ -z "${E2E_CONFIG:-}" ]]; then
   E2E_CONFIG="$WORK/config.yaml"
   printf 'registryLookups:\n  publicRegistries: false\n' >"$E2E_CONFIG"
 fi
+extra_args=()
+if [[ "${E2E_REGISTRY:-0}" == "1" ]]; then
+  # The registry on loopback with the test images (exit 2, saying why, without its binary).
+  "$BIN/python" scripts/e2e-registry.py "$WORK/registry"
+  # shellcheck disable=SC1091
+  source "$WORK/registry/registry.env"
+  METRICS_PORT="${METRICS_PORT:-$((PORT + 1))}"
+  # The run's config plus: that registry allowed (a loopback address must be listed), public
+  # registries never asked, and a 3 s budget: the registry itself takes ~1.2 s to serve the
+  # 4 MiB index of empty objects (it parses it), which the 2 s default leaves little room for.
+  "$BIN/python" - "$E2E_CONFIG" "$WORK/config-registry.yaml" "$REGISTRY_HOST" <<'PY'
+import pathlib, sys, yaml
+source, target, host = sys.argv[1:]
+config = yaml.safe_load(pathlib.Path(source).read_text()) or {}
+lookups = config.setdefault("registryLookups", {})
+lookups["publicRegistries"] = False
+lookups["allowedRegistries"] = [*lookups.get("allowedRegistries", []), host]
+lookups.setdefault("budgetSeconds", 3.0)
+pathlib.Path(target).write_text(yaml.safe_dump(config))
+PY
+  E2E_CONFIG="$WORK/config-registry.yaml"
+  extra_args=(--registry-ca "$REGISTRY_CA" --metrics-port "$METRICS_PORT")
+  export E2E_REGISTRY_HOST="$REGISTRY_HOST" E2E_WEBHOOK_METRICS_URL="http://127.0.0.1:$METRICS_PORT"
+fi
 config_args=(--config "$E2E_CONFIG")
 export E2E_WEBHOOK_CONFIG="$E2E_CONFIG"
 "$BIN/gpu-webhook" serve --self-signed --cert-dir "$WORK" --host 127.0.0.1 --port "$PORT" \
   --kubeconfig "$KUBECONFIG" --log-format text --log-level warning "${config_args[@]}" \
-  >"$WORK/webhook.log" 2>&1 &
+  "${extra_args[@]}" >"$WORK/webhook.log" 2>&1 &
 server_pid=$!
 
 # Ready: policies and the first Node list (SPEC §4), answered over TLS with the throwaway CA.

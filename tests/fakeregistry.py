@@ -39,6 +39,7 @@ async def serve_tls(app: web.Application, tls: CertPaths) -> tuple[web.AppRunner
 class Hit:
     path: str
     authorization: str | None
+    cookie: str | None = None
 
 
 @dataclass
@@ -56,6 +57,12 @@ class FakeRegistry:
     # OAuth2 refresh tokens (dockerconfigjson `identitytoken`) the POST /token accepts -> user.
     identity_tokens: Mapping[str, str] = field(default_factory=lambda: {"rt-alice-1": "alice"})
     realm: str = ""  # host:port of the token service its challenges name ("" = its own)
+    # Hostile answers: a raw Location for blob redirects, the token the token service issues
+    # (default: user|scope), a Set-Cookie on every answer.
+    blob_location: str = ""
+    token_value: str | None = None
+    set_cookie: str = ""
+    manifest_error: tuple[int, str] | None = None  # (status, reason phrase) for every manifest
     hits: list[Hit] = field(default_factory=list)
     token_hits: list[Hit] = field(default_factory=list)
     token_forms: list[dict[str, str]] = field(default_factory=list)  # POST /token bodies
@@ -88,7 +95,7 @@ class FakeRegistry:
 
     def _allowed(self, request: web.Request, name: str) -> web.Response | None:
         header = request.headers.get("Authorization")
-        self.hits.append(Hit(request.path, header))
+        self.hits.append(Hit(request.path, header, request.headers.get("Cookie")))
         private = name.startswith(self.private)
         if self.auth == "none":
             return None
@@ -123,7 +130,8 @@ class FakeRegistry:
             if not user:
                 return web.json_response({"details": "bad credentials"}, status=401)
         scope = " ".join(request.query.getall("scope", []))
-        return web.json_response({"token": f"{user}|{scope}", "expires_in": 300})
+        token = f"{user}|{scope}" if self.token_value is None else self.token_value
+        return web.json_response({"token": token, "expires_in": 300})
 
     async def _oauth_token(self, request: web.Request) -> web.Response:
         """distribution docs/spec/auth/oauth.md: the refresh-token grant, form-encoded."""
@@ -149,19 +157,24 @@ class FakeRegistry:
         refused = self._allowed(request, name)
         if refused is not None:
             return refused
+        if self.manifest_error is not None:
+            return web.Response(status=self.manifest_error[0], reason=self.manifest_error[1])
         found = self.manifests.get((name, ref))
         if found is None:
             return web.json_response({"errors": [{"code": "MANIFEST_UNKNOWN"}]}, status=404)
         media, body = found
-        return web.Response(
-            body=body, headers={"Content-Type": media, "Docker-Content-Digest": _digest(body)}
-        )
+        headers = {"Content-Type": media, "Docker-Content-Digest": _digest(body)}
+        if self.set_cookie:
+            headers["Set-Cookie"] = self.set_cookie
+        return web.Response(body=body, headers=headers)
 
     async def _blob(self, request: web.Request) -> web.Response:
         name, digest = request.match_info["name"], request.match_info["digest"]
         refused = self._allowed(request, name)
         if refused is not None:
             return refused
+        if self.blob_location:
+            return web.Response(status=307, headers={"Location": self.blob_location})
         if self.redirect_loop:
             raise web.HTTPTemporaryRedirect(f"https://{self.host}/v2/{name}/blobs/{digest}")
         if self.blob_redirect:

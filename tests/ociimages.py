@@ -122,3 +122,53 @@ def image(
     media = DOCKER_LIST if docker else OCI_INDEX
     built.top = (media, dumps({"schemaVersion": 2, "mediaType": media, "manifests": entries}))
     return built
+
+
+def config_image(config: bytes, *, config_size: int | None = None) -> Built:
+    """A single OCI manifest whose config blob is `config` as it is (hostile configs)."""
+    built = Built()
+    built.blobs[digest(config)] = config
+    body = dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "config": {
+                "mediaType": OCI_CONFIG,
+                "digest": digest(config),
+                "size": len(config) if config_size is None else config_size,
+            },
+            "layers": [],
+        }
+    )
+    built.top = (OCI_MANIFEST, body)
+    return built
+
+
+def raw_top(media: str, body: bytes) -> Built:
+    """What a tag names is `body` as it is (hostile manifests and indexes)."""
+    built = Built()
+    built.top = (media, body)
+    return built
+
+
+# --- hostile documents (issue 29 part 2): cheap in bytes, costly once parsed -------------------
+
+
+def env_config(env: Sequence[str]) -> bytes:
+    """An image config whose Env is `env` exactly (no PATH added)."""
+    return dumps({"architecture": "amd64", "os": "linux", "config": {"Env": list(env)}})
+
+
+def bloated_config(entries: int = 1_700_000) -> bytes:
+    """The issue's config: `entries` empty Env strings (1.7 million: < 8 MiB, ~460 MiB parsed)."""
+    return env_config([""] * entries)
+
+
+def empty_objects_index(entries: int = 1_300_000) -> bytes:
+    """An index of `entries` empty objects (1.3 million: under 4 MiB, ~860 MiB for eight parsed)."""
+    return b'{"schemaVersion":2,"manifests":[' + b",".join([b"{}"] * entries) + b"]}"
+
+
+def padded_cuda_config(spaces: int = 6 * 1024 * 1024) -> bytes:
+    """A config whose CUDA_VERSION is "12.4" followed by `spaces` spaces."""
+    return env_config(["CUDA_VERSION=12.4" + " " * spaces])

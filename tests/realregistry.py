@@ -62,6 +62,9 @@ class Registry:
     tls: CertPaths
     storage: Path
     token: Mapping[str, str] | None = None  # realm, service, issuer, rootcertbundle
+    # More top-level configuration, e.g. {"validation": {"manifests": {"indexes": {"platforms":
+    # "none"}}}} to accept indexes whose entries name no stored manifest (hostile ones).
+    extra: Mapping[str, Any] = field(default_factory=dict)
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
 
@@ -81,6 +84,7 @@ class Registry:
         }
         if self.token is not None:
             config["auth"] = {"token": dict(self.token)}
+        config.update(self.extra)
         path = workdir / f"registry-{self.port}.json"  # YAML is a superset of JSON
         path.write_text(json.dumps(config))
         log = (workdir / f"registry-{self.port}.log").open("wb")
@@ -113,12 +117,15 @@ class Registry:
 
 
 async def push(host: str, ca: Path, repository: str, tag: str, built: Built) -> None:
-    """Push with the OCI distribution API: each blob (POST an upload, PUT it with its digest),
-    the child manifests by digest, then what the tag names."""
+    """Push with the OCI distribution API: each blob the repository lacks (POST an upload, PUT it
+    with its digest), the child manifests by digest, then what the tag names."""
     context = ssl.create_default_context(cafile=str(ca))
     base = f"https://{host}/v2/{repository}"
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as session:
         for blob_digest, blob in built.blobs.items():
+            async with session.head(f"{base}/blobs/{blob_digest}") as held:
+                if held.status == 200:
+                    continue  # already in this repository (another tag of the same image)
             async with session.post(f"{base}/blobs/uploads/") as started:
                 assert started.status == 202, await started.text()
                 location = started.headers["Location"]

@@ -223,14 +223,24 @@ def test_deployment_template_is_not_patched_but_warned(
     ]
 
 
-def test_deployment_template_request_is_denied(server: RunningServer) -> None:
+def test_deployment_template_request_is_judged_as_its_pods(server: RunningServer) -> None:
+    # requests = limits: every pod made from it is admitted (the API server defaults a pod's
+    # requests from its limits), so the template is too; a request that differs is denied.
     c = container("busybox", {"tencent.com/vcuda-core": "50"})
     c["resources"]["requests"] = {"tencent.com/vcuda-core": "50"}
     response = server.review("/validate", admission_review(deployment(c), group="apps"))
+    assert response["response"]["allowed"] is True
+    c["resources"]["requests"] = {"tencent.com/vcuda-core": "25"}
+    response = server.review("/validate", admission_review(deployment(c), group="apps"))
     assert response["response"]["status"]["message"] == (
-        "Deployment ml/web, container \"train\": requests.tencent.com/vcuda-core='50' is not "
-        "allowed (requests: disabled in ConfigMap kube-public/cf-crl-test-vcuda-core). "
-        "vGPU compute, 100 per card."
+        "Deployment ml/web: 2 GPU policy violations:\n"
+        "- Deployment ml/web, container \"train\": requests.tencent.com/vcuda-core='25' is not "
+        "allowed (requests: disabled in ConfigMap kube-public/cf-crl-test-vcuda-core).\n"
+        "- Deployment ml/web, container \"train\": requests.tencent.com/vcuda-core='25' differs "
+        "from limits (50): extended resources cannot be overcommitted, set requests equal to "
+        "limits or omit them (requests = limits in ConfigMap kube-public/cf-crl-test-vcuda-core)."
+        "\nAbout these policies:\n"
+        "- kube-public/cf-crl-test-vcuda-core: vGPU compute, 100 per card."
     )
 
 

@@ -26,7 +26,7 @@ from tests.integration.helpers import metric_samples
 from tests.integration.test_admission import admission_review, apply_patch
 from tests.ociimages import digest, image
 from tests.registryhelpers import client as registry_client
-from webhook.admission.app import create_app
+from webhook.admission.app import create_app, create_metrics_app
 from webhook.core.config import WebhookConfig
 from webhook.registry.client import RegistryClient
 from webhook.registry.resolver import ImageResolver
@@ -50,8 +50,11 @@ async def registry(tls: CertPaths) -> AsyncIterator[FakeRegistry]:
 
 
 class Webhook:
-    def __init__(self, http: TestClient[Any, Any], images: ImageResolver) -> None:
-        self.http = http
+    def __init__(
+        self, http: TestClient[Any, Any], ops: TestClient[Any, Any], images: ImageResolver
+    ) -> None:
+        self.http = http  # the admission port
+        self.ops = ops  # the metrics port: /metrics, /images
         self.images = images
 
     async def mutate(self, obj: dict[str, Any]) -> tuple[dict[str, Any], list[str], float]:
@@ -65,7 +68,7 @@ class Webhook:
         return apply_patch(obj, response), response.get("warnings", []), elapsed
 
     async def get(self, path: str) -> Any:
-        reply = await self.http.get(path)
+        reply = await self.ops.get(path)
         assert reply.status == 200
         return await reply.json() if path != "/metrics" else await reply.text()
 
@@ -74,9 +77,12 @@ async def started(client: RegistryClient, config: WebhookConfig) -> Webhook:
     store = PolicyStore()
     store.replace(standard_policies())
     images = ImageResolver(client, config.registry_lookups)
-    http: TestClient[Any, Any] = TestClient(TestServer(create_app(config, store, images=images)))
+    app = create_app(config, store, images=images)
+    http: TestClient[Any, Any] = TestClient(TestServer(app))
     await http.start_server()
-    return Webhook(http, images)
+    ops: TestClient[Any, Any] = TestClient(TestServer(create_metrics_app(app)))
+    await ops.start_server()
+    return Webhook(http, ops, images)
 
 
 @pytest.fixture
@@ -91,6 +97,7 @@ async def webhook_for(tls: CertPaths) -> AsyncIterator[Any]:
 
     yield make
     for hook in hooks:
+        await hook.ops.close()
         await hook.http.close()
 
 
@@ -429,3 +436,16 @@ async def test_images_endpoint_and_metrics_show_the_cache(
     assert samples['gpu_webhook_image_lookups_total{result="unauthorized"}'] == 1
     assert samples["gpu_webhook_image_cache_entries"] == 3
     assert samples["gpu_webhook_image_lookup_duration_seconds_count"] == 2
+
+
+async def test_lookup_results_are_not_served_on_the_admission_port(
+    registry: FakeRegistry, webhook_for: Any
+) -> None:
+    registry.push("public/trainer", "v3", image(CUDA_12_4))
+    hook = await webhook_for(registry.host)
+    await hook.mutate(gpu_pod(f"{registry.host}/public/trainer:v3"))
+    assert (await hook.http.get("/images")).status == 404
+    listing = await hook.get("/images")  # the metrics port
+    assert [row["image"] for row in listing["images"] if "@" not in row["image"]] == [
+        f"{registry.host}/public/trainer:v3"
+    ]

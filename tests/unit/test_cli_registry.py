@@ -73,12 +73,17 @@ def test_images_prints_versions_origins_and_the_table_entries(
         auth_for(tmp_path, host),
     )
     assert code == 0
+    floor_12_4 = "  GPUs with compute capability ≥ 5.0 (architecture floor of CUDA 12.4)\n"
     assert out == (
         "nvidia/cuda:12.4.1-runtime-ubuntu22.04: CUDA 12.4 from the reference\n"
+        f"{floor_12_4}"
         "nvcr.io/nvidia/tritonserver:24.05-py3: CUDA 12.4 from the shipped knowledge "
         "(NGC Triton 24.05, NVIDIA release notes)\n"
+        f"{floor_12_4}"
         f"{host}/public/trainer:v3: CUDA 12.4 from its registry (CUDA_VERSION=12.4.1)\n"
+        f"{floor_12_4}"
         f"{host}/private/trainer:v3: CUDA 12.2 from its registry (NVIDIA_REQUIRE_CUDA)\n"
+        "  GPUs with compute capability ≥ 5.0 (architecture floor of CUDA 12.2)\n"
         "\n# webhook config entries that pin the registry answers (for clusters whose webhook "
         "cannot ask the registries):\n"
         "imageCudaTable:\n"
@@ -114,6 +119,8 @@ def test_images_exits_1_when_a_version_stays_unknown(
             "origin": None,
             "source": "its config sets no CUDA_VERSION",
             "digest": digest(registry.manifests[("public/python", "3.12")][1]),
+            "minComputeCapability": None,
+            "forwardCompatibleDriverBranches": [],
         },
         {
             "image": f"{host}/private/trainer:v3",
@@ -121,6 +128,8 @@ def test_images_exits_1_when_a_version_stays_unknown(
             "origin": None,
             "source": "401 from the registry: add credentials for it to --registry-auth",
             "digest": None,
+            "minComputeCapability": None,
+            "forwardCompatibleDriverBranches": [],
         },
     ]
 

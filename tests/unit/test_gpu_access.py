@@ -6,6 +6,7 @@ the patch.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -383,3 +384,32 @@ def test_audit_lists_findings_in_every_mode_and_reports_them() -> None:
             f"request nvidia.com/gpu or set it to void{why} (in 1 pod(s))"
         ), mode
         assert found.to_json()["summary"]["gpuAccess"] == (0 if mode == "enforce" else 1)
+
+
+def test_an_update_that_opens_a_bypass_is_judged_and_an_unrelated_one_is_not() -> None:
+    """Updates compare only what the evaluation reads (SPEC §6): with access control on, that
+    includes what its rules read, so `privileged: true` added to a template is re-judged."""
+    old = workload("Deployment", pod(container("app", env=[{"name": "A", "value": "1"}])))
+    new = copy.deepcopy(old)
+    new["spec"]["template"]["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    cfg = config("enforce")
+    policies = standard_policies()
+    decision = evaluate(new, policies, cfg, operation="UPDATE", old_object=old)
+    assert not decision.allowed
+    assert "is privileged but requests no GPU" in decision.denial_message()
+    # A runtime class, a device hostPath and a CDI annotation are changes too.
+    changes: list[tuple[str, dict[str, Any]]] = [
+        ("spec", {"runtimeClassName": "nvidia"}),
+        ("spec", {"volumes": [{"name": "d", "hostPath": {"path": "/dev"}}]}),
+        ("metadata", {"annotations": {"cdi.k8s.io/x": "nvidia.com/gpu=0"}}),
+    ]
+    for part, fields in changes:
+        changed = copy.deepcopy(old)
+        changed["spec"]["template"][part].update(fields)
+        decision = evaluate(changed, policies, cfg, operation="UPDATE", old_object=old)
+        assert decision.reason != "the pod template is unchanged"
+    # Another env var (Stakater Reloader's bump) is not.
+    bumped = copy.deepcopy(old)
+    bumped["spec"]["template"]["spec"]["containers"][0]["env"][0]["value"] = "2"
+    decision = evaluate(bumped, policies, cfg, operation="UPDATE", old_object=old)
+    assert decision.reason == "the pod template is unchanged"

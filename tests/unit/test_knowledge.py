@@ -79,6 +79,28 @@ def test_the_knowledge_is_loaded_once_and_shared_by_every_config() -> None:
             V(11, 0),
             "shipped knowledge: NGC Triton 20.09, NVIDIA release notes",
         ),
+        # 21.02 and 21.03's SDK images were built on nvidia/cuda:11.1 (Dockerfile.sdk at
+        # v2.7.0 and v2.8.0), not on the release's -py3-min (11.2): that came in 21.04 (#2762)
+        (
+            "nvcr.io/nvidia/tritonserver:21.02-py3-sdk",
+            V(11, 1),
+            "shipped knowledge: NGC Triton SDK 21.02, the release's Dockerfile.sdk",
+        ),
+        (
+            "nvcr.io/nvidia/tritonserver:21.03-py3-sdk",
+            V(11, 1),
+            "shipped knowledge: NGC Triton SDK 21.03, the release's Dockerfile.sdk",
+        ),
+        (
+            "nvcr.io/nvidia/tritonserver:21.03-py3",
+            V(11, 2),
+            "shipped knowledge: NGC Triton 21.03, NVIDIA release notes",
+        ),
+        (
+            "nvcr.io/nvidia/tritonserver:21.04-py3-sdk",
+            V(11, 3),
+            "shipped knowledge: NGC Triton 21.04, NVIDIA release notes",
+        ),
         # the TensorRT-LLM and vLLM containers have their own CUDA (24.05: 12.3, not 12.4)
         (
             "nvcr.io/nvidia/tritonserver:25.01-trtllm-python-py3",

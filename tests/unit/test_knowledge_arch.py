@@ -142,7 +142,11 @@ def test_the_images_command_answers_for_the_architecture_asked(arch: str, line: 
     out = io.StringIO()
     code = main(["images", VLLM, "--no-lookup", "--arch", arch], out=out)
     assert code == 0
-    assert out.getvalue() == f"{VLLM}: {line}vLLM release pipeline)\n"
+    version = line.split()[1]
+    assert out.getvalue() == (
+        f"{VLLM}: {line}vLLM release pipeline)\n"
+        f"  GPUs with compute capability ≥ 5.0 (architecture floor of CUDA {version})\n"
+    )
 
 
 def test_the_images_command_says_unknown_for_an_architecture_not_built() -> None:

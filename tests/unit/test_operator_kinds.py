@@ -301,13 +301,67 @@ def test_knative_service_template_gets_placement_and_a_violation_names_no_role()
     ksvc = doc("knative_service_vllm.yaml")
     container = ksvc["spec"]["template"]["spec"]["containers"][0]
     container["image"] = "vllm/vllm-openai:v0.8.5-cu124"
+    container["env"].append({"name": "CUDA_VERSION", "value": "12.4.1"})
     decision = run(ksvc)
     assert decision.notes == (
         "will apply to pods: required GPU nodes with CUDA ≥ 12.4 "
-        "(image vllm/vllm-openai:v0.8.5-cu124), preferably < 14.0",
+        "(env CUDA_VERSION=12.4.1), preferably < 14.0",
     )
     assert (decision.warnings, decision.patch) == ((), [])
     container["resources"]["limits"][GPU] = container["resources"]["requests"][GPU] = 2
     assert [v.message.split(": ")[0] for v in run(ksvc, ONE_GPU).violations] == [
         'Service vllm-inference-service, container "kfserving-container"'
     ]
+
+
+# Knative runs a revision's pods by digest, not by the tag the Service names (issue 28 item 5
+# f): knative/serving pkg/reconciler/revision/resources/deploy.go BuildUserContainers sets
+# `container.Image = rev.Status.ContainerStatuses[i].ImageDigest`, which resolve.go makes
+# `repository@digest` (the tag dropped). What the tag alone told is not what the pods get.
+KSVC_TAG = "vllm/vllm-openai:v0.8.5-cu124"
+
+
+def knative(image: str = KSVC_TAG, **annotations: str) -> dict[str, Any]:
+    ksvc = doc("knative_service_vllm.yaml")
+    ksvc["spec"]["template"]["spec"]["containers"][0]["image"] = image
+    if annotations:
+        ksvc["spec"]["template"]["metadata"]["annotations"].update(annotations)
+    return ksvc
+
+
+def test_a_knative_cuda_known_from_the_tag_only_promises_no_placement() -> None:
+    looked_up = run(knative())
+    assert looked_up.notes == ()
+    assert looked_up.warnings == (
+        "Knative runs vllm/vllm-openai:v0.8.5-cu124 by digest: its pods get CUDA ≥ 12.4 only if "
+        "its registry says so",
+    )
+    # (a shorter image leaves room for the advice)
+    short = run(knative("org/llm:cu124"))
+    assert short.warnings == (
+        "Knative runs org/llm:cu124 by digest: CUDA ≥ 12.4 only if its registry says so; "
+        "set features.alauda.io/cuda-version",
+    )
+    offline = run(knative(), config=load_config({"registryLookups": {"enabled": False}}))
+    assert offline.notes == ()
+    assert offline.warnings == (
+        "Knative runs vllm/vllm-openai:v0.8.5-cu124 by digest: its pods get no CUDA affinity; "
+        "set features.alauda.io/cuda-version",
+    )
+    assert all(len(w) <= 120 for w in (*looked_up.warnings, *offline.warnings))
+
+
+def test_a_knative_cuda_the_digest_tells_as_well_keeps_its_note() -> None:
+    annotated = run(knative(**{"features.alauda.io/cuda-version": "12.4"}))
+    assert annotated.notes == (
+        "will apply to pods: required GPU nodes with CUDA ≥ 12.4 "
+        "(annotation features.alauda.io/cuda-version), preferably < 14.0",
+    )
+    assert annotated.warnings == ()
+    table = load_config({"imageCudaTable": [{"image": "vllm/vllm-openai*", "cudaVersion": "12.4"}]})
+    by_name = run(knative(), config=table)
+    assert by_name.warnings == ()
+    assert by_name.notes == (
+        "for pods: required GPU nodes with CUDA ≥ 12.4 "
+        "(image table entry for vllm/vllm-openai:v0.8.5-cu124), preferably < 14.0",
+    )

@@ -428,3 +428,35 @@ def test_a_pod_merely_owned_by_a_daemonset_without_controller_flag_is_placed() -
     assert run(obj).notes == (
         "required GPU nodes with CUDA ≥ 12.4 (image nvidia/cuda:12.4.1), preferably < 14.0",
     )
+
+
+# A pod bound with spec.nodeName, not a DaemonSet's (issue 28 item 5 e; SPEC §4 "DaemonSet
+# pods"): the kubelet enforces required node affinity on it and fails it with NodeAffinity, so
+# it gets none; with an inventory the named node is checked.
+
+
+def bound_pod(node: str, **kw: Any) -> dict[str, Any]:
+    obj = gpu_pod(**kw)
+    obj["spec"]["nodeName"] = node
+    return obj
+
+
+def test_a_pod_bound_by_node_name_gets_no_affinity() -> None:
+    decision = run(bound_pod("node-0"))
+    assert (decision.patch, decision.notes, decision.warnings) == ([], (), ())
+    assert run(bound_pod("node-0"), inventory=nodes(manual("12", "6"))).patch == []
+
+
+def test_a_pod_bound_to_an_incompatible_node_warns_or_denies() -> None:
+    inventory = nodes(manual("12", "2"), manual("12", "6"))
+    warned = run(bound_pod("node-0"), inventory=inventory)
+    assert warned.patch == []
+    assert warned.warnings == ("node node-0 supports CUDA 12.2; this pod needs CUDA ≥ 12.4",)
+    denied = run(bound_pod("node-0"), config=DENY, inventory=inventory)
+    assert denied.denial_message() == (
+        "Pod ml/train: node node-0 supports CUDA 12.2; this pod needs CUDA ≥ 12.4."
+    )
+    compute = run(
+        bound_pod("node-0", args=BF16), inventory=nodes(manual("12", "6") | {CMAJ: "7", CMIN: "0"})
+    )
+    assert compute.warnings == ("node node-0 has compute capability 7.0; this pod needs ≥ 8.0",)

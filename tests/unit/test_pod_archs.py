@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from webhook.core.rules.imagefacts import pod_archs
+from webhook.core.rules.imagefacts import MAX_ARCHS, pod_archs
 
 ARCH = "kubernetes.io/arch"
 BETA = "beta.kubernetes.io/arch"
@@ -75,3 +75,25 @@ def test_the_architectures_a_pod_may_run_on(
     pod_spec: dict[str, Any], archs: tuple[str, ...]
 ) -> None:
     assert pod_archs(pod_spec) == archs
+
+
+# Values from the pod are user input (issue 29): only architecture names cause lookups, each
+# once, at most MAX_ARCHS of them, the GPU architectures first.
+
+
+def test_sixty_four_architectures_make_at_most_max_archs_lookups() -> None:
+    known = ["386", "amd64", "arm", "arm64", "loong64", "mips64le", "ppc64le", "riscv64", "s390x"]
+    values = [*known, *(f"arch{i}" for i in range(55))]
+    archs = pod_archs(spec(term(expr(ARCH, "In", *values))))
+    assert MAX_ARCHS == 4
+    assert archs == ("386", "amd64", "arm64", "ppc64le")  # the GPU ones, then by name
+
+
+def test_values_that_are_no_architecture_name_cause_no_lookup() -> None:
+    huge = "a" * 65536
+    assert pod_archs(spec(term(expr(ARCH, "In", huge, "arm64", "Arm64", "arm64 ", "")))) == (
+        "arm64",
+    )
+    assert pod_archs(spec(term(expr(ARCH, "In", huge)))) == ("amd64",)
+    assert pod_archs({"nodeSelector": {ARCH: huge}}) == ("amd64",)
+    assert pod_archs(spec(term(expr(ARCH, "In", *["arm64"] * 1000)))) == ("arm64",)

@@ -5,15 +5,17 @@ any connection: the clients' sockets fail the test if one is ever about to be op
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
+from yarl import URL
 
 from tests.registryhelpers import FakeResolver, client, no_connection
 from webhook.core.config import WebhookConfig, load_config
 from webhook.core.config_registry import RegistryLookups
 from webhook.core.errors import ConfigError
-from webhook.registry.guard import HostPolicy, public_address
+from webhook.registry.guard import HostPolicy, env_proxy, public_address
 from webhook.registry.results import REFUSED
 
 
@@ -124,6 +126,15 @@ def test_hosts_of_the_auth_file_are_allowed() -> None:
         "::ffff:169.254.169.254",
         "224.0.0.1",
         "240.0.0.1",
+        # IPv4 embedded in IPv6, each leading to 169.254.169.254 or 10.0.0.1:
+        "64:ff9b::a9fe:a9fe",  # NAT64 well-known prefix (RFC 6052)
+        "64:ff9b::10.0.0.1",
+        "64:ff9b:1::a9fe:a9fe",  # NAT64 local-use prefix (RFC 8215)
+        "::a9fe:a9fe",  # IPv4-compatible ::a.b.c.d
+        "::169.254.169.254",
+        "2002:a9fe:a9fe::1",  # 6to4
+        "2002:0a00:0001::1",
+        "2001:0:a9fe:a9fe::1",  # Teredo, server 169.254.169.254
     ],
 )
 def test_non_public_addresses(address: str) -> None:
@@ -132,6 +143,19 @@ def test_non_public_addresses(address: str) -> None:
 
 def test_public_addresses() -> None:
     assert public_address("8.8.8.8") and public_address("2606:4700::1111")
+    # The same forms leading to a public IPv4 address are public.
+    assert public_address("64:ff9b::8.8.8.8") and public_address("2002:808:808::1")
+
+
+@pytest.mark.parametrize(
+    "registry", ["ghcr.io:22", "nvcr.io:8080", "docker.io:6379", "x.gcr.io:25"]
+)
+def test_public_registries_are_asked_on_port_443_only(registry: str) -> None:
+    assert policy().registry_refusal(registry) == (
+        "only port 443 of a public registry is asked; list it in allowedRegistries"
+    )
+    assert policy().registry_refusal(registry.split(":", maxsplit=1)[0] + ":443") == ""
+    assert policy(allowed_registries=(registry,)).registry_refusal(registry) == ""
 
 
 def test_config_refuses_a_host_that_is_not_one() -> None:
@@ -202,3 +226,33 @@ async def test_a_proxy_host_may_be_private(monkeypatch: pytest.MonkeyPatch) -> N
     guard_policy = HostPolicy(WebhookConfig().registry_lookups)
     assert guard_policy.trusted_name("proxy.corp.example", 3128)
     assert not guard_policy.trusted_name("nvcr.io", 443)
+
+
+@pytest.mark.parametrize("no_proxy", ["metadata.internal", "metadata.internal,.svc"])
+def test_a_no_proxy_name_is_not_taken_for_a_proxy(
+    monkeypatch: pytest.MonkeyPatch, no_proxy: str
+) -> None:
+    for name in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("no_proxy", no_proxy)
+    guard_policy = HostPolicy(WebhookConfig().registry_lookups)
+    assert guard_policy.proxies == frozenset()
+    assert not guard_policy.trusted_name("metadata.internal", 443)
+
+
+def test_proxies_come_from_the_environment_without_netrc(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine proxy.corp.example login root password hunter2\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.corp.example:3128")
+    monkeypatch.setenv("no_proxy", "registry.corp.example")
+    assert env_proxy(URL("https://ghcr.io/v2/")) == (URL("http://proxy.corp.example:3128"), {})
+    assert env_proxy(URL("https://registry.corp.example/v2/")) == (None, {})
+    monkeypatch.setenv("HTTPS_PROXY", "http://user:pw@proxy.corp.example:3128")
+    assert env_proxy(URL("https://ghcr.io/v2/")) == (
+        URL("http://proxy.corp.example:3128"),
+        {"Proxy-Authorization": "Basic dXNlcjpwdw=="},
+    )

@@ -11,7 +11,7 @@ import pytest
 
 from webhook.registry.challenge import parse_challenge, parse_challenges
 from webhook.registry.credentials import AuthFile, Credential, CredentialsError, Keyring
-from webhook.registry.http import _site
+from webhook.registry.http import realm_may_get_credentials
 from webhook.registry.reference import ImageRef, ReferenceError, parse_reference
 
 DIGEST = "sha256:" + "a" * 64
@@ -179,8 +179,34 @@ def test_challenges_as_registries_send_them() -> None:
     assert [c.scheme for c in ordered] == ["bearer", "basic"]
 
 
-def test_credentials_may_go_to_a_realm_of_the_same_site_only() -> None:
-    assert _site("auth.docker.io") == _site("registry-1.docker.io")
-    assert _site("nvcr.io") == "nvcr.io"
-    assert _site("token.evil.example") != _site("registry.corp.example.com")
-    assert _site("127.0.0.1") == "127.0.0.1"
+@pytest.mark.parametrize(
+    ("realm", "registry"),
+    [
+        ("auth.docker.io", "registry-1.docker.io"),  # Docker Hub's token service
+        ("nvcr.io", "nvcr.io"),
+        ("ghcr.io", "ghcr.io"),
+        ("auth.corp.example.com", "registry.corp.example.com"),
+        ("corp.example.com", "registry.corp.example.com"),
+        ("auth.example.co.uk", "registry.example.co.uk"),
+        ("127.0.0.1", "127.0.0.1"),
+    ],
+)
+def test_credentials_may_go_to_a_realm_of_the_registrys_own_site(realm: str, registry: str) -> None:
+    assert realm_may_get_credentials(realm, registry)
+
+
+@pytest.mark.parametrize(
+    ("realm", "registry"),
+    [
+        ("evil.co.uk", "example.co.uk"),  # the last two labels are a public suffix here
+        ("evil.docker.io", "docker.io"),
+        ("token.evil.example", "registry.corp.example.com"),
+        ("attacker.s3.amazonaws.com", "1234.dkr.ecr.us-east-1.amazonaws.com"),
+        ("evil.amazonaws.com", "1234.dkr.ecr.us-east-1.amazonaws.com"),
+        ("evil.io", "nvcr.io"),
+        ("127.0.0.2", "127.0.0.1"),
+        ("example.com", "registry.example.com"),  # a two-label parent: not trusted
+    ],
+)
+def test_credentials_never_go_to_a_realm_of_another_site(realm: str, registry: str) -> None:
+    assert not realm_may_get_credentials(realm, registry)

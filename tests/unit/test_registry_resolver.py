@@ -16,7 +16,7 @@ from webhook.core.rules.imagefacts import ImageQuery
 from webhook.core.rules.versions import CudaVersion
 from webhook.registry.client import Known
 from webhook.registry.reference import ImageRef, ReferenceError, parse_reference
-from webhook.registry.resolver import ImageResolver
+from webhook.registry.resolver import MAX_LOOKUPS_PER_REVIEW, ImageResolver
 from webhook.registry.results import (
     FOUND,
     INVALID,
@@ -113,7 +113,7 @@ async def test_answers_are_cached_for_the_tag_ttl() -> None:
     assert len(client.calls) == 2
 
 
-async def test_a_digest_answer_serves_the_same_image_pinned_by_digest_and_does_not_expire() -> None:
+async def test_a_digest_answer_serves_the_same_image_pinned_by_digest_for_the_digest_ttl() -> None:
     client = ScriptedClient(lambda image, arch: FOUND_12_4)
     clock = Clock()
     images = resolver(client, clock, tag_ttl_seconds=60)
@@ -123,6 +123,10 @@ async def test_a_digest_answer_serves_the_same_image_pinned_by_digest_and_does_n
     found = await images.resolve([pinned])
     assert found.facts == {pinned: FOUND_12_4.requirement}
     assert len(client.calls) == 1
+    # Every cache expires (SPEC §12): a digest's answer after digestTtlSeconds (24 h).
+    clock.now += 86_400
+    await images.resolve([pinned])
+    assert len(client.calls) == 2
 
 
 async def test_a_moved_tag_lookup_is_told_the_digests_it_knows() -> None:
@@ -278,3 +282,55 @@ async def test_close_cancels_lookups_in_flight(budget: float) -> None:
     assert images.in_flight == 1
     await images.close()
     assert images.in_flight == 0
+
+
+# Values from a pod are user input (issue 29): one pod, or one registry that never answers,
+# cannot take every pending slot from the other tenants.
+
+
+async def test_one_pod_cannot_take_every_pending_slot() -> None:
+    client = ScriptedClient(lambda image, arch: FOUND_12_4)
+    client.gate.clear()  # a registry that never answers
+    images = resolver(client, max_concurrent=256)
+    hostile = [ImageQuery(f"ghcr.io/evil/app{i}:1") for i in range(300)]
+    first = await images.resolve(hostile, budget=0.01)
+    assert len(client.calls) == MAX_LOOKUPS_PER_REVIEW
+    assert first.warnings[-1] == (
+        "CUDA lookup of ghcr.io/evil/app16:1: too many images to look up for one object; "
+        "284 not asked"
+    )
+    other = await images.resolve([Q], budget=0.01)
+    assert client.calls[-1] == (Q.image, "amd64")
+    assert not any("too many registry lookups in progress" in w for w in other.warnings)
+    await images.close()
+
+
+async def test_a_registry_that_never_answers_cannot_take_every_pending_slot() -> None:
+    client = ScriptedClient(lambda image, arch: FOUND_12_4)
+    client.gate.clear()
+    images = resolver(client, max_pending=100, max_concurrent=256)
+    for pod in range(10):  # many pods, each under the per-review cap
+        queries = [ImageQuery(f"ghcr.io/evil/app{pod}-{i}:1") for i in range(8)]
+        await images.resolve(queries, budget=0.01)
+    assert images.in_flight == 25  # a quarter of maxPending for one registry
+    other = await images.resolve([Q], budget=0.01)
+    assert images.in_flight == 26 and client.calls[-1] == (Q.image, "amd64")
+    assert other.warnings == [
+        "CUDA lookup of nvcr.io/nvidia/pytorch:24.05-py3: no answer within 0.01 s; "
+        "later pods get the answer when it comes"
+    ]
+    busy = await images.resolve([ImageQuery("ghcr.io/evil/more:1")], budget=0.01)
+    assert busy.warnings == [
+        "CUDA lookup of ghcr.io/evil/more:1: too many lookups in progress at its registry; "
+        "not asked"
+    ]
+    await images.close()
+
+
+async def test_an_architecture_that_is_no_architecture_name_is_not_looked_up() -> None:
+    client = ScriptedClient(lambda image, arch: FOUND_12_4)
+    images = resolver(client)
+    found = await images.resolve([ImageQuery(Q.image, "x" * 65536), ImageQuery(Q.image, "arm64")])
+    assert client.calls == [(Q.image, "arm64")]
+    assert found.warnings == []
+    assert {row["arch"] for row in images.entries()} == {"arm64"}

@@ -260,20 +260,12 @@ def test_requests_disabled_pod_request_equal_to_limit_is_accepted(limit: Any, re
 @pytest.mark.parametrize(
     "kind", ["Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob"]
 )
-def test_requests_disabled_template_request_equal_to_limit_is_rejected(kind: str) -> None:
+def test_requests_disabled_template_request_equal_to_limit_is_judged_as_its_pods(kind: str) -> None:
+    """Every pod made from the template has requests = limits, which the API server makes of
+    a pod's limits anyway (SetDefaults_Pod): the pods are admitted, so the template is too
+    (SPEC §6: a template is judged as its pods will be judged)."""
     obj = workload(kind, pod(container(limits={VCORE: "1", VMEM: "4"}, requests={VCORE: "1000m"})))
-    decision = run(obj, config=NO_CUDA)
-    assert messages(decision) == [
-        violation(
-            "requests.tencent.com/vcuda-core",
-            "1000m",
-            "is not allowed",
-            "requests: disabled",
-            CM_VCORE,
-            where=f'{kind} ml/app, container "c"',
-            description=VCORE_DESC,
-        )
-    ]
+    assert messages(run(obj, config=NO_CUDA)) == []
 
 
 def test_requests_disabled_request_without_limit_on_a_pod() -> None:

@@ -342,3 +342,148 @@ def test_pod_update_is_not_evaluated() -> None:
     old = pod(container(limits={GPU: "8"}))
     decision = review(labelled(old), old=old)
     assert decision.allowed and not decision.handled
+
+
+# --- only what the evaluation reads (issue 28 item 5 c, d) -------------------------------------
+
+
+def serving(**spec: Any) -> dict[str, Any]:
+    """A Deployment asking for 8 GPUs (above TIGHT's max), with what controllers and tools
+    change: env, cpu/memory, args; and what the evaluation reads."""
+    c = container(
+        "server",
+        image="nvidia/cuda:12.4.1-base",
+        limits={GPU: "8", "cpu": "4", "memory": "16Gi"},
+        requests={"cpu": "2", "memory": "8Gi"},
+        env=[
+            {"name": "STAKATER_APP_CONFIG_CONFIGMAP", "value": "a1b2"},
+            {"name": "LOG_LEVEL", "value": "info"},
+        ],
+        args=["--port", "8000"],
+    )
+    return workload("Deployment", pod(c, **spec))
+
+
+def changed(obj: dict[str, Any], change: Any) -> dict[str, Any]:
+    new = copy.deepcopy(obj)
+    change(new["spec"]["template"]["spec"]["containers"][0], new["spec"]["template"]["spec"])
+    return new
+
+
+def _env(name: str, value: str) -> Any:
+    def change(c: dict[str, Any], _: dict[str, Any]) -> None:
+        c["env"] = [e for e in c["env"] if e["name"] != name] + [{"name": name, "value": value}]
+
+    return change
+
+
+def _set(field: str, value: Any) -> Any:
+    def change(c: dict[str, Any], _: dict[str, Any]) -> None:
+        c[field] = value
+
+    return change
+
+
+def _resources(limits: dict[str, str], requests: dict[str, str]) -> Any:
+    def change(c: dict[str, Any], _: dict[str, Any]) -> None:
+        c["resources"] = {"limits": limits, "requests": requests}
+
+    return change
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        # Stakater Reloader's default strategy: an env var whose value is the config's hash.
+        pytest.param(_env("STAKATER_APP_CONFIG_CONFIGMAP", "c3d4"), id="Reloader env bump"),
+        pytest.param(_env("LOG_LEVEL", "debug"), id="another env value"),
+        pytest.param(_env("NEW_FLAG", "1"), id="a new unrelated env var"),
+        pytest.param(
+            _resources({GPU: "8", "cpu": "6", "memory": "24Gi"}, {"cpu": "3", "memory": "12Gi"}),
+            id="cpu/memory rightsizing",
+        ),
+        pytest.param(_set("args", ["--port", "8001"]), id="an argument no rule reads"),
+        pytest.param(
+            lambda c, s: s.update(nodeSelector={"kubernetes.io/arch": "arm64"}),
+            id="architecture of an image whose CUDA does not depend on it",
+        ),
+    ],
+)
+def test_a_change_the_evaluation_does_not_read_is_allowed_untouched(change: Any) -> None:
+    old = serving()
+    assert not review(old, operation="CREATE").allowed  # created before the policy said 4
+    assert_untouched(review(changed(old, change), old=old), "the pod template is unchanged")
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(_env("CUDA_VERSION", "12.8.0"), id="env CUDA_VERSION"),
+        pytest.param(_env("NVIDIA_REQUIRE_CUDA", "cuda>=12.8"), id="env NVIDIA_REQUIRE_CUDA"),
+        pytest.param(_env("FLAGS_allocator_strategy", "auto_growth"), id="an env fix's variable"),
+        pytest.param(_set("envFrom", [{"configMapRef": {"name": "x"}}]), id="envFrom"),
+        pytest.param(
+            _set("args", ["--port", "8000", "--dtype", "bfloat16"]),
+            id="an argument a compute-capability rule reads",
+        ),
+        pytest.param(_resources({GPU: "8", "example.com/fpga": "1"}, {}), id="extended resource"),
+        pytest.param(_set("image", "nvidia/cuda:12.8.0-base"), id="image"),
+    ],
+)
+def test_a_change_of_what_the_evaluation_reads_is_judged(change: Any) -> None:
+    old = serving()
+    decision = review(changed(old, change), old=old)
+    assert decision.reason == ""
+    assert [v.message for v in decision.violations] == [
+        f'Deployment ml/app, container "server": {TOO_MANY}'
+    ]
+
+
+VLLM = "vllm/vllm-openai:v0.11.0"  # shipped knowledge: CUDA 12.8 on amd64, 12.9 on arm64
+
+
+def vllm(**spec: Any) -> dict[str, Any]:
+    return workload("Deployment", pod(container(image=VLLM, limits={GPU: "1"}), **spec))
+
+
+def arch_term(arch: str) -> dict[str, Any]:
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "kubernetes.io/arch", "operator": "In", "values": [arch]}]}]}}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        pytest.param({"nodeSelector": {"kubernetes.io/arch": "amd64"}},
+                     {"nodeSelector": {"kubernetes.io/arch": "arm64"}}, id="nodeSelector"),
+        pytest.param({"affinity": arch_term("amd64")}, {"affinity": arch_term("arm64")},
+                     id="node affinity"),
+        pytest.param({}, {"nodeSelector": {"kubernetes.io/arch": "arm64"}}, id="pinned"),
+    ],
+)  # fmt: skip
+def test_moving_a_per_architecture_image_to_arm64_is_judged(
+    before: dict[str, Any], after: dict[str, Any]
+) -> None:
+    old, new = vllm(**before), vllm(**after)
+    decision = review(new, old=old)
+    assert decision.reason == ""
+    assert decision.notes == (
+        'will apply to pods: set requests.nvidia.com/gpu=1 from limits in container "c"',
+        "for pods: required GPU nodes with CUDA ≥ 12.9 (shipped knowledge: vLLM 0.11.0 for "
+        "linux/arm64, vLLM release pipeline)",
+    )
+
+
+def test_a_template_with_requests_equal_to_limits_is_judged_as_its_pods() -> None:
+    """The API server defaults a Pod's requests from its limits (SetDefaults_Pod), so every
+    pod made from this template has requests = limits, and a `requests: disabled` policy
+    admits them: the template is not denied either (SPEC §6)."""
+    no_requests = policies(crl(VCORE, "gpu-manager", requests="disabled"))
+    c = container(limits={VCORE: "100"}, requests={VCORE: "100"})
+    for obj in (pod(c), workload("Deployment", pod(c))):
+        decision = evaluate(obj, no_requests, DEFAULT)
+        assert decision.violations == ()
+    differing = container(limits={VCORE: "100"}, requests={VCORE: "50"})
+    decision = evaluate(workload("Deployment", pod(differing)), no_requests, DEFAULT)
+    assert [v.rule for v in decision.violations] == ["requests: disabled", "requests = limits"]

@@ -20,8 +20,9 @@ from tests.helpers import (
     run,
     workload,
 )
-from webhook.core.config import WebhookConfig, load_config
+from webhook.core.config import ANNOTATION_INJECTED_AFFINITY, WebhookConfig, load_config
 from webhook.core.errors import ObjectShapeError
+from webhook.core.rules.terms import digest
 from webhook.core.workloads import find_pod_spec, handles_kind, object_ref
 
 PATHS = {
@@ -145,8 +146,17 @@ def test_template_mutation_on(kind: str, path: tuple[str, ...]) -> None:
             ]
         }
     ]
+    # The mark that tells these terms are the webhook's (SPEC §4 "The webhook's own terms are
+    # its own"): the digest of exactly what was injected, in the template's annotations.
+    assert get(mutated, *path, "metadata", "annotations", ANNOTATION_INJECTED_AFFINITY) == (
+        digest([[expr("cuda-major-version", "Gt", 11), expr("cuda-major-version", "Lt", 13)]], [])
+    )
     pointer = "/" + "/".join(path)
-    assert all(op["path"].startswith(pointer + "/spec/") for op in decision.patch)
+    assert all(
+        op["path"].startswith(pointer + "/spec/")
+        or op["path"].startswith(pointer + "/metadata/annotations")
+        for op in decision.patch
+    )
     # nothing outside the template changed
     assert {k: v for k, v in mutated.items() if k != "spec"} == {
         k: v for k, v in obj.items() if k != "spec"
@@ -160,6 +170,7 @@ def test_cronjob_patch_paths_exact() -> None:
     assert [op["path"] for op in decision.patch] == [
         "/spec/jobTemplate/spec/template/spec/containers/0/resources/requests",
         "/spec/jobTemplate/spec/template/spec/affinity",
+        "/spec/jobTemplate/spec/template/metadata/annotations",
     ]
 
 

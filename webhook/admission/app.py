@@ -520,7 +520,6 @@ def create_app(
     app.router.add_get("/policies", _policies)
     app.router.add_get("/inventory", _inventory)
     app.router.add_get("/audit", _audit)
-    app.router.add_get("/images", _images)
     app.cleanup_ctx.append(_background)
     app.on_response_prepare.append(_close_when_draining)
     return app
@@ -543,8 +542,11 @@ def _add_probe_routes(app: web.Application) -> None:
 
 
 def create_metrics_app(admission_app: web.Application) -> web.Application:
-    """Plain-HTTP app for Prometheus and probes, sharing the admission app's state."""
+    """Plain-HTTP app for Prometheus, probes and /images, sharing the admission app's state."""
     app = web.Application(client_max_size=1024, handler_args=HANDLER_ARGS)
     app[STATE] = admission_app[STATE]
     _add_probe_routes(app)
+    # Every tenant's images and digests: not on the admission port, which anyone who can
+    # reach the Service can call (SPEC §12, "Registry lookups under attack").
+    app.router.add_get("/images", _images)
     return app

@@ -1,5 +1,5 @@
 """`gpu-webhook` command line: serve, review and test (offline, for CI), audit, images, lint,
-certs."""
+certs, export-policies."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import TextIO
 
 from webhook.cli.audit import add_audit_arguments, cmd_audit
 from webhook.cli.exits import EXIT_OK, EXIT_USAGE, CommandError
+from webhook.cli.export import add_export_parser, cmd_export
 from webhook.cli.images import add_images_parser, add_registry_arguments, cmd_images
 from webhook.cli.lint import cmd_lint
 from webhook.cli.review import cmd_review
@@ -92,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_audit_arguments(audit)
 
     add_images_parser(sub)
+    add_export_parser(sub)
 
     test = sub.add_parser(
         "test",
@@ -128,6 +130,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             return cmd_test(args, out)
         if args.command == "lint":
             return cmd_lint(args, out)
+        if args.command == "export-policies":
+            return cmd_export(args, out)
         if args.command == "images":
             return cmd_images(args, out)
         if args.command == "serve":

@@ -20,6 +20,7 @@ from webhook.core.config import WebhookConfig, load_config
 from webhook.core.rules import cuda
 from webhook.core.rules.imagefacts import DEFAULT_ARCH
 from webhook.core.rules.images import normalize
+from webhook.core.rules.requires import branch_list
 from webhook.core.wording import fit
 
 if TYPE_CHECKING:
@@ -111,6 +112,13 @@ class ImageAnswer:
     origin: str  # "admin table" | "reference" | "shipped knowledge" | "registry" | ""
     source: str  # the rule or env entry it came from; why it is unknown otherwise
     digest: str = ""
+    # Driver branches the image declares forward compatibility for (its NVIDIA_REQUIRE_CUDA).
+    forward: tuple[int, ...] = ()
+
+    @property
+    def floor(self) -> cuda.CudaVersion | None:
+        """The lowest compute capability the image's CUDA supports (SPEC §4)."""
+        return cuda.architecture_floor(self.version) if self.version else None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -119,7 +127,24 @@ class ImageAnswer:
             "origin": self.origin or None,
             "source": self.source,
             "digest": self.digest or None,
+            "minComputeCapability": str(self.floor) if self.floor else None,
+            "forwardCompatibleDriverBranches": list(self.forward),
         }
+
+    def details(self) -> str:
+        """The indented lines under the image's line: its floor and forward-compatible branches."""
+        lines = ""
+        if self.floor is not None:
+            lines += (
+                f"  GPUs with compute capability ≥ {self.floor} "
+                f"(architecture floor of CUDA {self.version})\n"
+            )
+        if self.forward:
+            branches = ", ".join(str(b) for b in self.forward)
+            lines += (
+                f"  forward compatible on driver branches {branches} (on forwardCompatibleNodes)\n"
+            )
+        return lines
 
 
 def _offline(image: str, config: WebhookConfig, arch: str) -> ImageAnswer:
@@ -162,6 +187,7 @@ def answers(
             if result.requirement is not None:
                 answer.version = result.requirement.version
                 answer.origin = "registry"
+                answer.forward = tuple(branch_list(result.requirement.forward))
     return found
 
 
@@ -195,6 +221,7 @@ def cmd_images(args: argparse.Namespace, out: TextIO) -> int:
             else:
                 source = a.source.removeprefix("shipped knowledge: ")
                 out.write(f"{a.image}: CUDA {a.version} from the {a.origin} ({source})\n")
+            out.write(a.details())
         pinned = table(found)
         if pinned:
             out.write(

@@ -17,8 +17,10 @@ from pydantic import (
 from webhook.core.config_access import GpuAccess
 from webhook.core.config_parts import (
     ANNOTATION_CUDA_AFFINITY,
+    ANNOTATION_CUDA_COMPATIBILITY,
     ANNOTATION_CUDA_VERSION,
     ANNOTATION_ENV_FIXES,
+    ANNOTATION_INJECTED_AFFINITY,
     ANNOTATION_MIN_COMPUTE,
     DEFAULT_COMPUTE_LABELS,
     DEFAULT_COMPUTE_RULES,
@@ -31,6 +33,7 @@ from webhook.core.config_parts import (
     ImageCudaEntry,
     ImageRules,
     ImageTableConfigMap,
+    NodeSelectorTerm,
     WorkloadEntry,
     WorkloadTemplate,
     _Model,
@@ -45,8 +48,10 @@ from webhook.core.rules.knowledge import shipped_knowledge
 
 __all__ = [
     "ANNOTATION_CUDA_AFFINITY",
+    "ANNOTATION_CUDA_COMPATIBILITY",
     "ANNOTATION_CUDA_VERSION",
     "ANNOTATION_ENV_FIXES",
+    "ANNOTATION_INJECTED_AFFINITY",
     "ANNOTATION_MIN_COMPUTE",
     "DEFAULT_COMPUTE_LABELS",
     "DEFAULT_COMPUTE_RULES",
@@ -61,6 +66,7 @@ __all__ = [
     "ImageCudaEntry",
     "ImageRules",
     "ImageTableConfigMap",
+    "NodeSelectorTerm",
     "RegistryLookups",
     "WebhookConfig",
     "WorkloadEntry",
@@ -131,6 +137,24 @@ class WebhookConfig(_Model):
     # "Blocked": by default the bound is a scheduling preference (a CUDA 11 image still runs
     # on a cluster upgraded to CUDA 13 drivers); "require" makes it a hard bound.
     major_skew: Literal["prefer", "require"] = "prefer"
+    # Which of NVIDIA's rules places a physical-GPU container needing CUDA R (SPEC §4):
+    # "backward" requires a driver D ≥ R; "minorVersion" (NVIDIA's minor-version compatibility,
+    # CUDA ≥ 11 only: "applications compiled with a CUDA Toolkit release from within a CUDA
+    # major release family can run, with limited feature-set, on systems having at least the
+    # minimum required driver version", docs.nvidia.com/deploy/cuda-compatibility/
+    # minor-version-compatibility.html) requires "same major, or D ≥ R" and prefers D ≥ R.
+    # A pod annotation (features.alauda.io/cuda-compatibility: backward) may only be stricter.
+    cuda_compatibility: Literal["backward", "minorVersion"] = "backward"
+    # Forward compatibility (SPEC §4): the nodes where NVIDIA's CUDA forward compatibility is
+    # supported (NVIDIA's CUDA Compatibility guide, "Forward Compatibility": data-center GPUs,
+    # not GeForce), as a node selector term, e.g. GFD's
+    # nvidia.com/gpu.product In [...] or a pool label. There, the driver branches an image
+    # declares in NVIDIA_REQUIRE_CUDA (`brand=…,driver>=B,driver<B+1`) are compatible too, on
+    # `driverBranchLabel`. Unset: no forward compatibility.
+    forward_compatible_nodes: NodeSelectorTerm | None = None
+    # GFD's label for the driver's major version, i.e. its branch (gpu-feature-discovery
+    # internal/lm: "nvidia.com/cuda.driver-version.major": driverMajor).
+    driver_branch_label: str = "nvidia.com/cuda.driver-version.major"
     cuda_affinity: bool = True
     image_patterns: tuple[str, ...] = DEFAULT_IMAGE_PATTERNS
     image_cuda_table: tuple[ImageCudaEntry, ...] = ()
@@ -181,7 +205,14 @@ class WebhookConfig(_Model):
     @cached_property
     def inventory_label_keys(self) -> frozenset[str]:
         """Node label keys the node inventory keeps: everything placement reads, nothing else."""
-        return self.cuda_label_keys | self.compute_label_keys
+        return self.cuda_label_keys | self.compute_label_keys | self.forward_label_keys
+
+    @cached_property
+    def forward_label_keys(self) -> frozenset[str]:
+        """The keys forward-compatibility terms use: forwardCompatibleNodes' and the driver
+        branch label (none when forward compatibility is off)."""
+        term = self.forward_compatible_nodes
+        return frozenset() if term is None else term.keys | {self.driver_branch_label}
 
     @cached_property
     def cuda_label_keys(self) -> frozenset[str]:
@@ -247,6 +278,14 @@ class WebhookConfig(_Model):
             e.model_dump(by_alias=True) for e in (*entries, *self.image_cuda_table)
         ]
         return WebhookConfig.model_validate(data)
+
+    @field_validator("driver_branch_label")
+    @classmethod
+    def _driver_label(cls, value: str) -> str:
+        problem = label_key_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
 
     @field_validator("cuda_label_schemes")
     @classmethod

@@ -59,9 +59,11 @@ class RegistryLookups(_Model):
     # One lookup (token, manifests, config) is abandoned after this long, then counts as a
     # failure for negativeTtlSeconds.
     timeout_seconds: float = Field(default=10.0, gt=0, le=300)
-    # How long an answer for a tag is kept (tags move); answers for a digest are kept until
-    # the cache is full.
+    # How long an answer for a tag is kept (tags move).
     tag_ttl_seconds: float = Field(default=3600.0, ge=0)
+    # How long an answer for a digest is kept (it never changes; every cache still expires,
+    # SPEC §12, so an entry no pod asks about again leaves even a cache that never fills).
+    digest_ttl_seconds: float = Field(default=86400.0, ge=0)
     # How long a failure is kept: an unreachable registry costs one budget per image per this.
     negative_ttl_seconds: float = Field(default=600.0, ge=0)
     max_concurrent: int = Field(default=8, ge=1, le=256)

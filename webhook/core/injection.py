@@ -9,21 +9,27 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.core.config import WebhookConfig
+from webhook.core.config import ANNOTATION_INJECTED_AFFINITY, WebhookConfig
 from webhook.core.decision import PodState, short
 from webhook.core.errors import ObjectShapeError
 from webhook.core.rules.cuda import Range
 from webhook.core.rules.terms import (
+    Own,
     Term,
     already_injected,
     cross,
+    digest,
     mentioned_key,
     merge_preferred,
     merge_terms,
+    own_terms,
+    preferred_of,
     required_terms,
+    same_terms,
 )
 from webhook.core.wording import Message
 
+_NO_KEYS: frozenset[str] = frozenset()
 _REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 _PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 
@@ -40,12 +46,14 @@ class Plan:
     cuda_want: str = ""  # "CUDA ≥ 12.4, preferably < 14.0", for the kept-affinity warning
     compute_want: str = ""
     fits: Range | None = None  # set when some inventory node meets it (or no inventory)
+    # Forward compatibility: the label keys its terms (part of `cuda`) use, and its note.
+    forward_keys: frozenset[str] = frozenset()
+    forward_note: Message = ""
 
 
-def _mentions(state: PodState, config: WebhookConfig, plan: Plan) -> tuple[str, str]:
+def _mentions(spec: Mapping[str, Any], config: WebhookConfig, plan: Plan) -> tuple[str, str]:
     """(CUDA key, compute key) the user's nodeSelector or required affinity already names,
     for the parts the plan holds ('' when none)."""
-    spec = state.pod.spec
     # Most pods carry no node constraints at all: skip the inspection of their terms.
     if not (spec.get("affinity") or spec.get("nodeSelector")):
         return "", ""
@@ -53,6 +61,28 @@ def _mentions(state: PodState, config: WebhookConfig, plan: Plan) -> tuple[str, 
         mentioned_key(spec, config.cuda_label_keys) if plan.cuda else "",
         mentioned_key(spec, config.compute_label_keys) if plan.compute else "",
     )
+
+
+def _own(state: PodState, config: WebhookConfig) -> Own | None:
+    """The spec's node affinity without what the webhook injected earlier and marked (a
+    mutated template, and the pods made from it), or None when there is no such mark or the
+    terms are not exactly the user's crossed with what it says (then they are the user's)."""
+    mark = state.pod.annotations.get(ANNOTATION_INJECTED_AFFINITY)
+    if not mark:
+        return None
+    cuda, compute = config.cuda_label_keys, config.compute_label_keys
+    key_sets = ((cuda | compute, cuda), (cuda, cuda), (compute, _NO_KEYS))
+    return own_terms(state.pod.spec, mark, key_sets)
+
+
+def _without_own(spec: Mapping[str, Any], own: Own) -> dict[str, Any]:
+    """The spec as the user wrote it, for the mention checks (nothing is written into it)."""
+    node: dict[str, Any] = {}
+    if own.required:
+        node[_REQUIRED] = {"nodeSelectorTerms": own.required}
+    if own.preferred:
+        node[_PREFERRED] = own.preferred
+    return {**spec, "affinity": {"nodeAffinity": node}}
 
 
 def _injected_before(
@@ -63,7 +93,7 @@ def _injected_before(
     for with_cuda, with_compute in options:
         keys: frozenset[str] = frozenset()
         if with_cuda:
-            keys |= config.cuda_label_keys
+            keys |= config.cuda_label_keys | plan.forward_keys
         if with_compute:
             keys |= config.compute_label_keys
         required = cross(plan.cuda if with_cuda else [], plan.compute if with_compute else [])
@@ -75,9 +105,16 @@ def _injected_before(
 
 def inject(state: PodState, config: WebhookConfig, plan: Plan) -> None:
     """Write the plan's terms into the pod spec, leaving alone each part (CUDA, compute
-    capability) whose label keys the user's own nodeSelector or affinity already names."""
+    capability) whose label keys the user's own nodeSelector or affinity already names.
+
+    Terms the webhook injected earlier and marked (a template mutated with `mutateTemplates`,
+    whose image then changed: SPEC §4 "The webhook's own terms are its own") are replaced, not
+    taken for the user's."""
     with_cuda, with_compute = bool(plan.cuda), bool(plan.compute)
-    mentioned_cuda, mentioned_compute = _mentions(state, config, plan)
+    spec = state.pod.spec
+    own = _own(state, config) if spec.get("affinity") else None
+    view = spec if own is None else _without_own(spec, own)
+    mentioned_cuda, mentioned_compute = _mentions(view, config, plan)
     if mentioned_cuda or mentioned_compute:
         # Our own earlier injection names these keys too: then the terms are exactly ours.
         options = [(with_cuda, with_compute)]
@@ -85,7 +122,7 @@ def inject(state: PodState, config: WebhookConfig, plan: Plan) -> None:
             options.append((True, False))
         if mentioned_cuda and with_compute:
             options.append((False, True))
-        if _injected_before(state, config, plan, options):
+        if own is None and _injected_before(state, config, plan, options):
             return
         for key, want in ((mentioned_cuda, plan.cuda_want), (mentioned_compute, plan.compute_want)):
             if key:
@@ -97,11 +134,29 @@ def inject(state: PodState, config: WebhookConfig, plan: Plan) -> None:
     injected = cross(plan.cuda if with_cuda else [], plan.compute if with_compute else [])
     if not injected:
         return
-    spec = state.pod.spec
-    existing = required_terms(spec) if spec.get("affinity") else None
+    current = required_terms(spec) if spec.get("affinity") else None
+    existing = own.required if own is not None else current
     merged = merge_terms(existing, injected)
     if merged == existing:
         return  # only empty user terms: they stay empty, and the pod can run nowhere anyway
+    ours_preferred = plan.preferred if with_cuda else []
+    now_preferred = preferred_of(spec)
+    user_preferred = own.preferred if own is not None else now_preferred
+    preferred: Any = user_preferred
+    if ours_preferred and (user_preferred is None or isinstance(user_preferred, list)):
+        # (A malformed preferred list is the user's to fix; the API server rejects it anyway.)
+        preferred = merge_preferred(user_preferred, ours_preferred)
+    # A template carries the mark (and so do the pods made from it): the next evaluation
+    # knows these terms are the webhook's, whatever the template's image becomes.
+    mark = digest(injected, ours_preferred)
+    marked = state.pod.is_template or ANNOTATION_INJECTED_AFFINITY in state.pod.annotations
+    if (
+        current is not None
+        and same_terms(merged, current)
+        and preferred == now_preferred
+        and (not marked or state.pod.annotations.get(ANNOTATION_INJECTED_AFFINITY) == mark)
+    ):
+        return  # what we injected before (another webhook may have added to each term since)
     path = (*state.pod.spec_path, "affinity", "nodeAffinity")
     node_affinity = state.draft.writable(path)
     if not isinstance(node_affinity, dict):
@@ -110,13 +165,14 @@ def inject(state: PodState, config: WebhookConfig, plan: Plan) -> None:
     # A new NodeSelector (its other fields kept): nothing of the user's object is changed.
     selector = {**(required if isinstance(required, Mapping) else {}), "nodeSelectorTerms": merged}
     state.draft.set_in(node_affinity, path, _REQUIRED, selector)
-    current = node_affinity.get(_PREFERRED)
-    if with_cuda and plan.preferred and (current is None or isinstance(current, list)):
-        # (A malformed preferred list is the user's to fix; the API server rejects it anyway.)
-        state.draft.set_in(
-            node_affinity, path, _PREFERRED, merge_preferred(current, plan.preferred)
-        )
-    if with_cuda:
+    if preferred is not now_preferred and preferred is not None:
+        state.draft.set_in(node_affinity, path, _PREFERRED, preferred)
+    if marked:
+        meta = (*state.pod.template_path, "metadata", "annotations")
+        state.draft.set(meta, ANNOTATION_INJECTED_AFFINITY, mark)
+    if with_cuda and plan.cuda_note:
         state.note("cuda-affinity", plan.cuda_note)
+        if plan.forward_note:
+            state.note("forward-compatibility-affinity", plan.forward_note)
     if with_compute:
         state.note("compute-capability-affinity", plan.compute_note)

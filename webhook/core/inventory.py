@@ -11,14 +11,15 @@ the number of distinct versions in the cluster (a handful), never the number of 
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from webhook.core.config import CudaLabels, WebhookConfig
+from webhook.core.config import CudaLabels, NodeSelectorTerm, WebhookConfig
 from webhook.core.rules.versions import CudaVersion, label_int
 
 _DEFAULT_CONFIG = WebhookConfig()
@@ -49,6 +50,9 @@ class InventoryFacts:
     # Schemes at least one node carries, in config order: what every GPU review's terms use,
     # so worked out with the snapshot rather than per review.
     carried: tuple[CudaLabels, ...]
+    # Forward compatibility: driver branch -> how many nodes match forwardCompatibleNodes and
+    # advertise that branch (empty when the config names no such nodes).
+    forward: Mapping[int, int] = field(default_factory=lambda: MappingProxyType({}))
 
 
 def _version(labels: Mapping[str, str], scheme: CudaLabels) -> CudaVersion | None:
@@ -58,6 +62,18 @@ def _version(labels: Mapping[str, str], scheme: CudaLabels) -> CudaVersion | Non
         # (except for a .0 version, where the count is only an under-estimate for messages).
         return None
     return CudaVersion(major, minor)
+
+
+def _forward(
+    nodes: Mapping[str, Mapping[str, str]], term: NodeSelectorTerm | None, label: str
+) -> Mapping[int, int]:
+    counts: Counter[int] = Counter()
+    if term is not None:
+        for labels in nodes.values():
+            branch = label_int(labels.get(label))
+            if branch is not None and term.matches(labels):
+                counts[branch] += 1
+    return MappingProxyType(dict(counts))
 
 
 def _facts(
@@ -183,10 +199,13 @@ class NodeInventory:
         last = self._last
         if last is not None and last[0] is config:
             return last[1]
-        key = (config.schemes, config.compute_capability_labels)
+        forward = (config.forward_compatible_nodes, config.driver_branch_label)
+        key = (config.schemes, config.compute_capability_labels, *forward)
         facts = self._facts.get(key)
         if facts is None:
             facts = _facts(self.nodes, config.schemes, config.compute_capability_labels)
+            if forward[0] is not None:
+                facts = dataclasses.replace(facts, forward=_forward(self.nodes, *forward))
             self._facts[key] = facts
         self._last = (config, facts)
         return facts
@@ -202,6 +221,15 @@ class NodeInventory:
             "computeCapability": {
                 str(v): n for v, n in sorted(facts.compute.items(), reverse=True)
             },
+            **(
+                {
+                    "forwardCompatibleDriverBranches": {
+                        str(b): n for b, n in sorted(facts.forward.items())
+                    }
+                }
+                if facts.forward
+                else {}
+            ),
         }
 
     def __repr__(self) -> str:

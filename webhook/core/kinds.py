@@ -262,7 +262,12 @@ BUILTIN_KINDS: tuple[WorkloadKind, ...] = (
         # corev1.PodSpec: a pod template at spec.template.
         "serving.knative.dev",
         "Service",
-        (rule("spec.template"),),
+        # The revision's pods run the image by digest: pkg/reconciler/revision/resources/
+        # deploy.go BuildUserContainers sets container.Image = rev.Status.ContainerStatuses[i].
+        # ImageDigest, which resolve.go (digestResolver.Resolve) makes "repository@digest", the
+        # tag dropped (unless the registry is in config-deployment's
+        # registries-skipping-tag-resolving: kind.local, ko.local, dev.local by default).
+        (rule("spec.template", by_digest=True),),
         "knative/serving knative-v1.23.0 pkg/apis/serving/v1 RevisionTemplateSpec",
     ),
 )

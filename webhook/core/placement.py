@@ -9,7 +9,12 @@ from functools import reduce
 from typing import Any, NamedTuple
 
 from webhook.core.annotations import parse_opt_out
-from webhook.core.config import ANNOTATION_CUDA_AFFINITY, ANNOTATION_CUDA_VERSION, WebhookConfig
+from webhook.core.config import (
+    ANNOTATION_CUDA_AFFINITY,
+    ANNOTATION_CUDA_COMPATIBILITY,
+    ANNOTATION_CUDA_VERSION,
+    WebhookConfig,
+)
 from webhook.core.decision import PodState, Violation, container_label, short
 from webhook.core.errors import QuantityError
 from webhook.core.injection import Plan, inject
@@ -18,11 +23,17 @@ from webhook.core.policyset import PolicySet
 from webhook.core.quantity import parse_quantity
 from webhook.core.rules import cuda, fit
 from webhook.core.rules.imagefacts import ImageFacts, ImageQuery, facts_for_archs, pod_archs
-from webhook.core.rules.images import shown_image
-from webhook.core.rules.terms import preferred_terms, range_terms, union_terms
+from webhook.core.rules.images import image_repository, shown_image
+from webhook.core.rules.requires import Branches, branch_list, intersect
+from webhook.core.rules.terms import (
+    preferred_range_terms,
+    preferred_terms,
+    range_terms,
+    union_terms,
+)
 from webhook.core.rules.versions import CudaVersion
 from webhook.core.shapes import is_mapping
-from webhook.core.wording import Wording, after
+from webhook.core.wording import Message, Wording, after
 from webhook.core.workloads import ContainerRef
 
 _V12_4 = CudaVersion(12, 4)
@@ -38,6 +49,36 @@ class _Need(NamedTuple):
     vgpu: bool
     range: cuda.Range  # required
     recommended: cuda.Range  # within maxMajorSkew: required, or preferred (majorSkew: prefer)
+    # Under minor-version compatibility: the version the full feature set needs (D ≥ R),
+    # preferred; None when the required range already asks for it.
+    full: CudaVersion | None = None
+
+
+# NVIDIA's minor-version compatibility holds "from CUDA 11 onwards" (CUDA Compatibility guide,
+# "Minor Version Compatibility": "CUDA 11 and Later Defaults to Minor Version Compatibility").
+_MINOR_VERSION_FROM = 11
+_COMPATIBILITY_VALUES = ("backward", "minorVersion")
+
+
+def _compatibility(state: PodState, config: WebhookConfig) -> str:
+    """The rule in force for the pod: the config's, or `backward` when the pod asks for it; a
+    pod can never relax the cluster's rule (SPEC §4)."""
+    raw = state.pod.annotations.get(ANNOTATION_CUDA_COMPATIBILITY)
+    if raw is None:
+        return config.cuda_compatibility
+    name = ANNOTATION_CUDA_COMPATIBILITY
+    shown = raw if len(raw) <= 20 else raw[:19] + "…"
+    if raw not in _COMPATIBILITY_VALUES:
+        state.warnings.append(
+            short(f"annotation {name}={shown!r} is not backward or minorVersion; ignored")
+        )
+        return config.cuda_compatibility
+    if raw == "minorVersion" and config.cuda_compatibility == "backward":
+        state.warnings.append(
+            short(f"annotation {name}=minorVersion cannot relax the cluster's backward rule")
+        )
+        return "backward"
+    return raw
 
 
 def _value_in(resources: Any, key: str) -> Any:
@@ -85,12 +126,13 @@ def meta(state: PodState) -> Any:
     return state.draft.original.get("metadata")
 
 
-def _problem(state: PodState, config: WebhookConfig, text: str, rule: str) -> bool:
+def _problem(state: PodState, config: WebhookConfig, text: Message, rule: str) -> bool:
     """Report a placement nobody can satisfy; True when it denies."""
     if config.no_compatible_node == "deny":
-        state.violations.append(Violation(f"{state.ref}: {text}.", state.ref, rule=rule))
+        whole = text.wordings[0] if isinstance(text, Wording) else text
+        state.violations.append(Violation(f"{state.ref}: {whole}.", state.ref, rule=rule))
         return True
-    state.warnings.append(short(text))
+    state.warnings.append(text if isinstance(text, Wording) else short(text))
     return False
 
 
@@ -113,7 +155,7 @@ def _needs(
     envs: Envs,
     facts: dict[str, cuda.Requirement] | None = None,
     archs: tuple[str, ...] | None = None,
-) -> tuple[list[_Need], list[ContainerRef]]:
+) -> tuple[list[_Need], list[ContainerRef], str]:
     """`archs`: the pod's architectures when the caller read them (None: read here only if an
     image's CUDA depends on them; `facts` is None then)."""
     pod_req, warning = cuda.annotation_requirement(state.pod.annotations)
@@ -123,6 +165,8 @@ def _needs(
     unknown: list[ContainerRef] = []
     skew = config.max_major_skew
     require = config.major_skew == "require"
+    compatibility = _compatibility(state, config) if gpu else config.cuda_compatibility
+    minor_version = compatibility == "minorVersion"
     for c, keys in gpu:
         req = pod_req
         if req is None:
@@ -159,12 +203,36 @@ def _needs(
                     "MPS memory limits need CUDA ≥ 11.4"
                 )
             )
-        recommended = cuda.cuda_range(req.version, vgpu=vgpu, skew=skew)
+        runtime, full = req.version, None
+        if minor_version and not vgpu and runtime.major >= _MINOR_VERSION_FROM:
+            # Any driver of R's major family runs it (limited feature-set): required from
+            # R.major.0 on; D ≥ R, the full feature set, is preferred. GFD and the manual
+            # labels carry the driver's own CUDA version, so a node labelled R.major.x has a
+            # driver of that family, at or above its minimum (release notes, Table 2).
+            runtime, full = CudaVersion(runtime.major, 0), (runtime if runtime.minor else None)
+        recommended = cuda.cuda_range(runtime, vgpu=vgpu, skew=skew)
         required = (
-            recommended if vgpu or require else cuda.cuda_range(req.version, vgpu=False, skew=None)
+            recommended if vgpu or require else cuda.cuda_range(runtime, vgpu=False, skew=None)
         )
-        needs.append(_Need(c, req, vgpu, required, recommended))
-    return needs, unknown
+        needs.append(_Need(c, req, vgpu, required, recommended, full))
+    return needs, unknown, compatibility
+
+
+def _forward_branches(needs: list[_Need], config: WebhookConfig) -> Branches:
+    """Driver branches on which every GPU container runs through forward compatibility, from
+    what each image declares (SPEC §4); () unless the config names forward-compatible nodes
+    and every container declares some. (A pod whose containers mix the two rules gets only
+    the CUDA rule's terms: narrower than the exact union, never wider.) Not for vGPU."""
+    if config.forward_compatible_nodes is None or not needs:
+        return ()
+    result: Branches | None = None
+    for n in needs:
+        if n.vgpu or not n.requirement.forward:
+            return ()
+        result = (
+            n.requirement.forward if result is None else intersect(result, n.requirement.forward)
+        )
+    return result or ()
 
 
 def _unknown_warning(c: ContainerRef, others: bool, annotatable: bool) -> Wording:
@@ -255,8 +323,10 @@ def _cuda_terms(
     config: WebhookConfig,
     facts: InventoryFacts | None,
     plan: Plan,
+    compatibility: str = "backward",
 ) -> bool:
-    """Add the CUDA part to `plan` (`rng`: the needs' intersection); False when denied."""
+    """Add the CUDA part to `plan` (`rng`: the needs' intersection); False when denied.
+    `compatibility`: the rule in force for the pod (config, or the pod's stricter ask)."""
     for c in unknown:
         state.warnings.append(_unknown_warning(c, bool(needs), state.pod.annotatable))
     if rng is None:
@@ -264,16 +334,35 @@ def _cuda_terms(
     top = max(needs, key=lambda n: n.requirement.version)
     vgpu = any(n.vgpu for n in needs)
     prefer = _preference(state, needs, rng, config)
+    # Minor-version compatibility: the full version the containers would need under the
+    # backward rule, preferred (None when the required range asks for it already).
+    full = max((n.full for n in needs if n.full is not None), default=None)
+    if full is not None and full <= rng.low:
+        full = None
+    forward = _forward_branches(needs, config)
     if facts is not None:
         if not facts.labelled:
             state.warnings.append(
                 "CUDA placement is not enforced: no node advertises its CUDA version"
             )
             return True
-        text = fit.cuda_problem(facts, rng, vgpu)
-        if text and _problem(state, config, text, "cuda"):
+        if forward and not any(b in branch_list(forward) for b in facts.forward):
+            forward = ()  # no forward-compatible node with a branch the image lists
+        wanted = ""
+        if full is not None:
+            wanted = f"{rng.low.major}.x (minorVersion, for {full})"
+        text = fit.cuda_problem(facts, rng, vgpu, wanted)
+        if text and forward:
+            # None by the CUDA rule, but forward-compatible nodes with a listed branch exist.
+            text, plan.fits = "", None
+        elif text and _problem(state, config, text, "cuda"):
             return False
-        plan.fits = None if text else rng
+        else:
+            plan.fits = None if text or forward else rng
+        if not text and full is not None:
+            warning = fit.full_version_warning(facts, rng, full)
+            if warning:
+                state.warnings.append(short(warning))
         if not text and prefer is not None:
             runtime = min(n.requirement.version for n in needs)
             warning = fit.skew_warning(facts, rng, prefer, runtime)
@@ -281,16 +370,42 @@ def _cuda_terms(
                 state.warnings.append(short(warning))
     schemes = config.schemes[:1] if facts is None else facts.carried
     plan.cuda = union_terms(schemes, rng.low, rng.max_major)
+    if forward and config.forward_compatible_nodes is not None:
+        branches = [str(b) for b in branch_list(forward)]
+        plan.cuda.append(
+            [
+                *(e.as_expression() for e in config.forward_compatible_nodes.match_expressions),
+                {"key": config.driver_branch_label, "operator": "In", "values": branches},
+            ]
+        )
+        plan.forward_keys = config.forward_label_keys
+        listed = ", ".join(branches)
+        plan.forward_note = Wording(
+            (
+                f"or driver {listed} on forwardCompatibleNodes "
+                "(forward compatibility the image declares)",
+                f"or forwardCompatibleNodes with driver {listed}",
+            )
+        )
     preferably = ""
+    if full is not None:
+        plan.preferred = preferred_range_terms(schemes, full)
+        preferably = f", preferably ≥ {full}"
     if prefer is not None and prefer.max_major is not None:
-        plan.preferred = preferred_terms(schemes, prefer.max_major)
-        preferably = f", preferably < {prefer.max_major + 1}.0"
+        plan.preferred = plan.preferred + preferred_terms(schemes, prefer.max_major)
+        below = f"< {prefer.max_major + 1}.0"
+        preferably = f"{preferably} and {below}" if preferably else f", preferably {below}"
     # The upper bound is said when the other containers set it: "vGPU" already says "the
     # same major", and a physical GPU alone has none.
     bound = ""
     if rng.max_major is not None and rng.max_major != top.range.max_major:
         bound = f" and < {rng.max_major + 1}.0"
     mode, source = "vGPU" if vgpu else "GPU", top.requirement.source  # source: the image whole
+    # Which rule placed the pod (SPEC §4), said when the cluster is not on the default one.
+    if compatibility == "minorVersion" and rng.low < top.requirement.version:
+        source = f"minorVersion: {source}"
+    elif config.cuda_compatibility == "minorVersion" and compatibility == "backward":
+        source = f"backward, as annotated: {source}"
     # The preference goes last and goes first when a wording must be shorter (a long image, a
     # template's "will apply to replica Worker pods: "): never the version's source.
     wordings: tuple[str, ...] = (
@@ -303,6 +418,55 @@ def _cuda_terms(
     plan.cuda_note = Wording(wordings)
     plan.cuda_want = f"CUDA {rng.text()}{preferably}"
     return True
+
+
+# A digest no image has: what a reference by digest tells without a registry (SPEC §4: a
+# digest-only reference is matched by its name).
+_SOME_DIGEST = "@sha256:" + "0" * 64
+
+
+def _tag_only(state: PodState, needs: list[_Need], config: WebhookConfig) -> bool:
+    """For pods their operator runs by digest (Knative, PodSpecRef.by_digest): warn for each
+    container whose CUDA only its tag tells, and True then (the template's note must not
+    promise a placement the pods will not get). A version the pods' reference by digest gives
+    too (env, a pod annotation, an image table entry or a path that names the repository) is
+    what the pods get; so is a registry answer for the tag (the digest is that image)."""
+    if cuda.annotation_requirement(state.pod.annotations)[0] is not None:
+        return False
+    tag_only = False
+    for need in needs:
+        container = need.container.container
+        image = container.get("image")
+        if not isinstance(image, str) or "@" in image:
+            continue  # already by digest: the pods run it as it is
+        by_tag = cuda.detect(container, config).requirement
+        if by_tag is None:
+            continue  # read from the registry for the tag: the digest names that image
+        pinned = cuda.detect({**container, "image": image_repository(image) + _SOME_DIGEST}, config)
+        got = pinned.requirement
+        if got is not None and got.version == by_tag.version:
+            continue
+        tag_only = True
+        name, want, fix = shown_image(image), f"CUDA ≥ {by_tag.version}", ANNOTATION_CUDA_VERSION
+        head = f"Knative runs {name} by digest: "
+        if got is not None:
+            said = f"CUDA ≥ {got.version}, not {want}"
+        elif config.registry_lookups.enabled:
+            said = f"{want} only if its registry says so"
+        else:
+            said = "no CUDA affinity"
+        # Shorter wordings for a long image: without "its pods get", then without the advice.
+        state.warnings.append(
+            Wording(
+                (
+                    f"{head}its pods get {said}; set {fix}",
+                    f"{head}{said}; set {fix}",
+                    f"{head}its pods get {said}",
+                    f"{head}set {fix}",
+                )
+            )
+        )
+    return tag_only
 
 
 def _compute_requirement(
@@ -322,15 +486,62 @@ def _compute_requirement(
     return max((r for r in found if r is not None), key=lambda r: r.version, default=None)
 
 
+class _Floor(NamedTuple):
+    """The architecture floor of the pod's CUDA (SPEC §4): the strictest of its containers'."""
+
+    low: CudaVersion  # minimum compute capability
+    runtime: CudaVersion  # the CUDA version that sets it
+    image: str  # the image that needs that CUDA, for the warning
+
+    @property
+    def requirement(self) -> cuda.Requirement:
+        return cuda.Requirement(self.low, f"architecture floor of CUDA {self.runtime}")
+
+    def problem(self) -> Wording:
+        """No node at or above the floor: names the image whole, the fixed words get shorter."""
+        head = f"no node with compute capability ≥ {self.low} for CUDA {self.runtime}"
+        return Wording(
+            (
+                f"{head} (image {self.image})",
+                f"{head} ({self.image})",
+                f"no GPU ≥ {self.low} for CUDA {self.runtime} ({self.image})",
+            )
+        )
+
+
+def _floor(needs: list[_Need]) -> _Floor | None:
+    best: _Floor | None = None
+    for n in needs:
+        low = cuda.architecture_floor(n.requirement.version)
+        if low is not None and (best is None or low > best.low):
+            image = n.container.container.get("image")
+            name = shown_image(image) if isinstance(image, str) and image else n.container.name
+            best = _Floor(low, n.requirement.version, name)
+    return best
+
+
+def _stricter(req: cuda.Requirement | None, floor: _Floor | None) -> cuda.Requirement | None:
+    """The compute-capability requirement in force: the rule's or the floor's, the higher."""
+    if floor is not None and (req is None or floor.low > req.version):
+        return floor.requirement
+    return req
+
+
 def _compute_terms(
     state: PodState,
-    req: cuda.Requirement | None,
+    asked: cuda.Requirement | None,
+    floor: _Floor | None,
     config: WebhookConfig,
     facts: InventoryFacts | None,
     plan: Plan,
 ) -> bool:
+    """Add the compute-capability part to `plan`: the annotation's or a rule's minimum
+    (`asked`) and the architecture floor of the pod's CUDA (`floor`, when it excludes some
+    node), the stricter of the two; False when denied."""
+    req = _stricter(asked, floor)
     if req is None:
         return True
+    by_floor = floor is not None and req is not asked
     low = req.version
     if facts is not None:
         if not facts.compute:
@@ -339,7 +550,10 @@ def _compute_terms(
             )
             return True
         text = fit.compute_problem(facts, low)
-        if text and _problem(state, config, text, "compute capability"):
+        if text and by_floor and floor is not None:
+            if _problem(state, config, floor.problem(), "compute capability"):
+                return False
+        elif text and _problem(state, config, text, "compute capability"):
             return False
         if not text and plan.fits is not None:
             # Each is met somewhere; check that some node meets both.
@@ -404,7 +618,9 @@ def place(
     # depend on (one tag, a multi-platform index). Only read when one does (~2 µs compiled).
     archs = pod_archs(state.pod.spec) if images else None
     known = facts_for_archs(images, archs) if images and archs else None
-    needs, unknown = _needs(state, gpu, config, policies or PolicySet.empty(), envs, known, archs)
+    needs, unknown, compatibility = _needs(
+        state, gpu, config, policies or PolicySet.empty(), envs, known, archs
+    )
     # The required intersection; None: no container with a known CUDA version. Computed once
     # for every step below.
     rng = _intersection([n.range for n in needs]) if needs else None
@@ -430,7 +646,15 @@ def place(
         state.warnings.append(_NOT_ENFORCED_YET)
         return
     facts = inventory.facts(config) if inventory is not None else None
-    compute = _compute_requirement(state, gpu, config, envs)
+    asked = _compute_requirement(state, gpu, config, envs)
+    floor = _floor(needs)
+    if floor is not None and (facts is None or all(v >= floor.low for v in facts.compute)):
+        # The floor alone is placed only where it makes a difference: with an inventory in
+        # which some node advertises a compute capability below it. Otherwise every node that
+        # advertises one meets it, and a term on every CUDA pod would only say so again (and
+        # without an inventory, nothing says the nodes carry GFD's compute labels at all).
+        floor = None
+    compute = _stricter(asked, floor)
     if state.pod.is_template:
         if daemonset:
             _daemonset_template(state, rng, compute, facts)
@@ -438,17 +662,23 @@ def place(
         pinned = None
     else:
         pinned = fit.daemonset_node(meta(state), state.pod.spec)
+    who = "this DaemonSet pod"
+    if pinned is None and not state.pod.is_template:
+        # Bound with spec.nodeName (SPEC §4): the kubelet would fail it on an affinity.
+        pinned, who = fit.bound_node(state.pod.spec), "this pod"
     if pinned is not None:
         # Pinned to one node by the controller, and created for every node the DaemonSet
         # selects: an affinity would only leave the pods on unfit nodes Pending.
         if facts is not None and pinned:
             low = compute.version if compute is not None else None
-            for text, rule in fit.pinned_problems(facts, pinned, rng, low):
+            for text, rule in fit.pinned_problems(facts, pinned, rng, low, who):
                 if _problem(state, config, text, rule):
                     break
         return
     plan = Plan()
-    if not _cuda_terms(state, needs, rng, unknown, config, facts, plan):
+    if not _cuda_terms(state, needs, rng, unknown, config, facts, plan, compatibility):
         return
-    if _compute_terms(state, compute, config, facts, plan):
+    if state.pod.by_digest and needs and _tag_only(state, needs, config):
+        plan.cuda_note = ""  # the pods' own evaluation decides (SPEC §4, Knative)
+    if _compute_terms(state, asked, floor, config, facts, plan):
         inject(state, config, plan)

@@ -65,6 +65,9 @@ class TemplateRule:
     # in order; None: the form's own (a template's metadata.annotations; for podspec, the
     # object's metadata.annotations and the object's own `annotations`; none for container).
     annotations: tuple[Path, ...] | None = None
+    # The operator runs the pods by digest, not by the tag the template names (Knative: the
+    # tag is resolved once per revision): what only the tag tells is not what the pods get.
+    by_digest: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +142,7 @@ def rule(
     image_from: str = "",
     annotations: tuple[str, ...] | None = None,
     not_pod: frozenset[str] = frozenset(),
+    by_digest: bool = False,
 ) -> TemplateRule:
     parsed = parse_path(path) if path else ()
     wildcards = sum(p in (MAP_WILDCARD, LIST_WILDCARD) for p in parsed)
@@ -167,6 +171,7 @@ def rule(
         virtual,
         image_from,
         None if annotations is None else tuple(plain_path(a) for a in annotations),
+        by_digest,
     )
 
 

@@ -11,6 +11,8 @@ from webhook.core.config import WebhookConfig, WorkloadEntry
 from webhook.core.errors import ObjectShapeError
 from webhook.core.kinds import BUILTIN_KINDS
 from webhook.core.registry import Found, Path, TemplateRule, WorkloadKind, follow, walk
+from webhook.core.rules import cuda
+from webhook.core.rules.imagefacts import pod_archs
 from webhook.core.shapes import is_mapping
 
 CONTAINER_LISTS = ("initContainers", "containers")
@@ -47,6 +49,8 @@ class PodSpecRef:
     # False when no annotation of the object reaches these pods (registry `annotations: ()`):
     # then advice to set a pod annotation here could not be followed.
     annotatable: bool = True
+    # The operator runs these pods by digest (registry rule by_digest: Knative).
+    by_digest: bool = False
 
 
 class Registry:
@@ -227,6 +231,7 @@ def _pod_spec(
         spec_path=spec_path,
         role=hit.role,
         annotatable=tpl.annotations != (),
+        by_digest=tpl.by_digest,
     )
 
 
@@ -250,39 +255,157 @@ def find_pod_spec(kind: str, obj: Mapping[str, Any]) -> PodSpecRef | None:
     return specs[0] if specs else None
 
 
-# What the evaluation reads from a container (SPEC §6, updates): resources and claims (policies,
-# GPU containers), image and env/envFrom (CUDA detection, env fixes), command/args (compute
-# capability rules). Anything else a controller changes is no reason to re-judge.
-_READ_CONTAINER_FIELDS = ("image", "resources", "env", "envFrom", "command", "args")
 # Pod annotations the webhook reads (config_parts): its own, nothing else.
 _READ_ANNOTATIONS = (
     "features.alauda.io/cuda-version",
     "features.alauda.io/cuda-affinity",
     "features.alauda.io/env-fixes",
     "features.alauda.io/min-compute-capability",
+    "features.alauda.io/cuda-compatibility",
 )
+# What GPU access control reads (SPEC §12, rules/access.py), compared when it is on: the device
+# env names, a container's privileged flag and mounts, the pod's hostPath volumes, its
+# RuntimeClass and its CDI annotations. Adding `privileged: true` to a template is a change.
+_ACCESS_ENV = frozenset(
+    {
+        "NVIDIA_VISIBLE_DEVICES",
+        "NVIDIA_MIG_CONFIG_DEVICES",
+        "NVIDIA_MIG_MONITOR_DEVICES",
+        "NVIDIA_IMEX_CHANNELS",
+        "NVIDIA_REQUIRE_CUDA",
+    }
+)
+_CDI_PREFIXES = ("cdi.k8s.io/", "nvidia.cdi.k8s.io")
+# Env the CUDA detection reads (rules/cuda detect; every NVIDIA_REQUIRE_* the toolkit reads).
+_CUDA_ENV = "CUDA_VERSION"
+_REQUIRE_PREFIX = "NVIDIA_REQUIRE_"
 
 
-def _evaluated_part(pod: PodSpecRef) -> tuple[Any, ...]:
-    """Everything of one pod spec that the evaluation reads, and nothing else.
+def _env_names(config: WebhookConfig) -> frozenset[str]:
+    """Env names the config makes relevant: what env fixes set (a user's value is never
+    overridden) and what compute-capability rules match."""
+    names = {_CUDA_ENV}
+    if config.gpu_access.checks:
+        names |= _ACCESS_ENV
+    for fix in config.env_fixes:
+        names.update(fix.env)
+    for rule in config.compute_capability_rules:
+        names.update(name for name, _ in rule.compiled[2])
+    return frozenset(names)
 
-    Not in it, on purpose: nodeSelector, affinity, tolerations, schedulingGates, labels and a
-    Job's `suspend`. Kueue starts an admitted Job with one UPDATE that sets `suspend: false` and
-    its ResourceFlavor's nodeSelector/tolerations in the template, and restores them on
-    eviction (kueue pkg/podset/podset.go Merge/RestorePodSetsInfo, called from
-    pkg/controller/jobs/job/job_controller.go RunWithPodSetsInfo); the JobSet controller does
-    the same to its child Jobs. The API server allows those changes to a suspended Job's
-    template (kubernetes pkg/registry/batch/job/strategy.go, validationOptionsForJob:
-    scheduling directives only while the old Job is suspended and never started; in 1.36 the
+
+def _read_env(env: Any, names: frozenset[str]) -> Any:
+    if not isinstance(env, list):
+        return env
+    return [
+        e
+        for e in env
+        if not is_mapping(e)
+        or not isinstance(e.get("name"), str)
+        or e["name"] in names
+        or e["name"].startswith(_REQUIRE_PREFIX)
+    ]
+
+
+def _read_resources(resources: Any, config: WebhookConfig) -> Any:
+    """The extended resources and claims: cpu, memory, ephemeral-storage and hugepages (names
+    without a domain) are no key of any rule (a CRL key is domain-qualified; an exact GPU
+    resource name without one is kept)."""
+    if not is_mapping(resources):
+        return resources
+    exact = config.gpu_resources.exact
+    read: dict[str, Any] = {}
+    for field, values in resources.items():
+        if field in ("limits", "requests") and is_mapping(values):
+            read[field] = {
+                k: v for k, v in values.items() if not isinstance(k, str) or "/" in k or k in exact
+            }
+        else:
+            read[field] = values  # claims, and whatever else a future field holds
+    return read
+
+
+def _evaluated_part(pod: PodSpecRef, config: WebhookConfig) -> tuple[Any, ...]:
+    """Everything of one pod spec that the evaluation reads, and nothing else (SPEC §6): the
+    images, the extended resources (not cpu/memory), the env names the config makes relevant
+    and envFrom, claims, the compute-capability rules a container matches (they read
+    arguments), the annotations the webhook reads, and the pod's architecture where it can
+    select an image's CUDA.
+
+    Not in it, on purpose: other env vars (Stakater Reloader bumps one to roll a Deployment
+    out), cpu/memory (rightsizing tools), other arguments, nodeSelector, affinity,
+    tolerations, schedulingGates, labels and a Job's `suspend`. Kueue starts an admitted Job
+    with one UPDATE that sets `suspend: false` and its ResourceFlavor's nodeSelector/tolerations
+    in the template, and restores them on eviction (kueue pkg/podset/podset.go
+    Merge/RestorePodSetsInfo, called from pkg/controller/jobs/job/job_controller.go
+    RunWithPodSetsInfo); the JobSet controller does the same to its child Jobs. The API server
+    allows those changes to a suspended Job's template (kubernetes
+    pkg/registry/batch/job/strategy.go, validationOptionsForJob: scheduling directives only
+    while the old Job is suspended and never started; in 1.36 the
     MutablePodResourcesForSuspendedJobs gate also lets resources change, and such a change is
     judged here like any other). Re-judging unchanged resources would only wedge a start.
     """
-    containers = tuple(
-        (c.list_name, c.index, c.name, *(c.container.get(f) for f in _READ_CONTAINER_FIELDS))
-        for c in pod.containers
-    )
+    names = _env_names(config)
+    rules = config.compute_capability_rules
+    access = config.gpu_access.checks
+    containers = []
+    by_arch = False
+    for c in pod.containers:
+        item = c.container
+        env = cuda.env_values(item)
+        compute = cuda.compute_requirement(item, rules, "", env) if rules else None
+        containers.append(
+            (
+                c.list_name,
+                c.index,
+                c.name,
+                item.get("image"),
+                _read_resources(item.get("resources"), config),
+                _read_env(item.get("env"), names),
+                item.get("envFrom"),
+                compute.version if compute is not None else None,
+                *(_access_part(item) if access else ()),
+            )
+        )
+        if not by_arch and isinstance(item.get("image"), str):
+            # The architecture picks the CUDA of an image known per architecture, and the
+            # platform a registry lookup reads for an image nothing else knows.
+            detection = cuda.detect(item, config, env)
+            by_arch = bool(detection.by_arch) or (
+                detection.requirement is None and config.registry_lookups.enabled
+            )
     annotations = tuple(pod.annotations.get(a) for a in _READ_ANNOTATIONS)
-    return pod.template_path, annotations, pod.spec.get("resourceClaims"), containers
+    archs = pod_archs(pod.spec) if by_arch else ()
+    pod_access = _pod_access_part(pod) if access else ()
+    return (
+        pod.template_path,
+        annotations,
+        pod.spec.get("resourceClaims"),
+        archs,
+        containers,
+        pod_access,
+    )
+
+
+def _access_part(container: Mapping[str, Any]) -> tuple[Any, ...]:
+    context = container.get("securityContext")
+    privileged = context.get("privileged") if is_mapping(context) else None
+    return privileged, container.get("volumeMounts")
+
+
+def _pod_access_part(pod: PodSpecRef) -> tuple[Any, ...]:
+    volumes = pod.spec.get("volumes")
+    host_paths = (
+        [v for v in volumes if is_mapping(v) and "hostPath" in v]
+        if isinstance(volumes, list)
+        else volumes
+    )
+    cdi = sorted(
+        (k, v)
+        for k, v in pod.annotations.items()
+        if isinstance(k, str) and k.startswith(_CDI_PREFIXES)
+    )
+    return host_paths, pod.spec.get("runtimeClassName"), cdi
 
 
 def templates_equal(
@@ -302,9 +425,10 @@ def templates_equal(
     entry = lookup(kind, obj, group, config)
     if entry is None or not isinstance(old, Mapping):
         return False
+    config = config if config is not None else WebhookConfig()
     try:
-        new_parts = [_evaluated_part(p) for p in find_pod_specs(entry, obj)]
-        old_parts = [_evaluated_part(p) for p in find_pod_specs(entry, old)]
+        new_parts = [_evaluated_part(p, config) for p in find_pod_specs(entry, obj)]
+        old_parts = [_evaluated_part(p, config) for p in find_pod_specs(entry, old)]
     except ObjectShapeError:
         return False
     return new_parts == old_parts

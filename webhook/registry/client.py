@@ -10,20 +10,23 @@ fetched by digest is checked against it (blobs may come from a CDN).
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
+import logging
 import os
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 import aiohttp
 from aiohttp.abc import AbstractResolver
 
 from webhook.core.config import WebhookConfig
 from webhook.core.rules import cuda
+from webhook.core.rules.imagefacts import KNOWN_ARCHS
 from webhook.core.wording import fit
+from webhook.registry import documents
 from webhook.registry.credentials import AuthFile, Keyring
+from webhook.registry.documents import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST
 from webhook.registry.guard import AddressRefused, HostPolicy
 from webhook.registry.http import ConnectorFactory, RegistryHttp
 from webhook.registry.reference import ImageRef, ReferenceError, parse_reference
@@ -38,15 +41,8 @@ from webhook.registry.results import (
     LookupResult,
 )
 
-OCI_INDEX = "application/vnd.oci.image.index.v1+json"
-DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
-OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
-INDEX_TYPES = frozenset({OCI_INDEX, DOCKER_LIST})
-MANIFEST_TYPES = frozenset({OCI_MANIFEST, DOCKER_MANIFEST})
-CONFIG_TYPES = frozenset(
-    {"application/vnd.oci.image.config.v1+json", "application/vnd.docker.container.image.v1+json"}
-)
+log = logging.getLogger(__name__)
+
 ACCEPT = ", ".join((OCI_INDEX, DOCKER_LIST, OCI_MANIFEST, DOCKER_MANIFEST))
 # distribution refuses manifests over 4 MiB (registry/handlers/manifests.go
 # maxManifestBodySize); an image config is a few KiB to a few hundred (its history).
@@ -55,65 +51,21 @@ MAX_CONFIG_BYTES = 8 * 1024 * 1024
 
 # The version of a cached digest's lookup, to skip the config when a moved tag did not move.
 Known = Callable[[str], LookupResult | None]
+T = TypeVar("T")
 
 
-def _digest_of(body: bytes, algorithm: str = "sha256") -> str:
-    return f"{algorithm}:{hashlib.new(algorithm, body).hexdigest()}"
-
-
-def _json(body: bytes, what: str) -> dict[str, Any]:
-    try:
-        data = json.loads(body)
-    except ValueError:
-        data = None
-    if not isinstance(data, dict):
-        raise LookupFailure(INVALID, f"the {what} is not a JSON object")
-    return data
-
-
-def _verify(body: bytes, digest: str, what: str) -> None:
-    algorithm = digest.split(":", 1)[0]
-    if algorithm not in ("sha256", "sha512") or _digest_of(body, algorithm) != digest:
-        raise LookupFailure(INVALID, f"the {what} does not match its digest")
-
-
-def _platform_entry(index: Mapping[str, Any], arch: str) -> Mapping[str, Any]:
-    """The index entry for linux/<arch> (arm64: variant v8 or none first; arm: v7 first)."""
-    entries = index.get("manifests")
-    candidates = [
-        m
-        for m in (entries if isinstance(entries, list) else [])
-        if isinstance(m, Mapping)
-        and isinstance(m.get("platform"), Mapping)
-        and m["platform"].get("os") == "linux"
-        and m["platform"].get("architecture") == arch
-        and isinstance(m.get("digest"), str)
-    ]
-    if not candidates:
-        raise LookupFailure(INVALID, f"no linux/{arch} image in its index")
-    preferred = {"arm64": ("v8", None), "arm": ("v7", None)}.get(arch, (None,))
-    for variant in preferred:
-        for entry in candidates:
-            if entry["platform"].get("variant") == variant:
-                return entry
-    return candidates[0]
-
-
-def config_requirement(config_blob: Mapping[str, Any], config: WebhookConfig) -> LookupResult:
-    """CUDA_VERSION / NVIDIA_REQUIRE_CUDA of an image config's Env, read exactly as the same
-    variables in a container's env are (cuda.detect): CUDA_VERSION first."""
-    inner = config_blob.get("config")
-    env = inner.get("Env") if isinstance(inner, Mapping) else None
-    entries = [e for e in env if isinstance(e, str)] if isinstance(env, list) else []
-    container = {
-        "env": [{"name": k, "value": v} for k, _, v in (e.partition("=") for e in entries)]
-    }
+def config_requirement(variables: Mapping[str, str], config: WebhookConfig) -> LookupResult:
+    """CUDA_VERSION / NVIDIA_REQUIRE_CUDA of an image config's Env (documents.read_config),
+    read exactly as the same variables in a container's env are (cuda.detect): CUDA_VERSION
+    first."""
+    container = {"env": [{"name": k, "value": v} for k, v in variables.items()]}
     detection = cuda.detect(container, config)
     if detection.requirement is None:
         detail = fit(detection.warnings[0]) if detection.warnings else ""
         return LookupResult(NO_CUDA, detail=detail or "its config sets no CUDA_VERSION")
     source = detection.requirement.source.removeprefix("env ")
-    requirement = cuda.Requirement(detection.requirement.version, f"image config {source}")
+    # The forward-compatible driver branches the image declares travel with it (SPEC §4).
+    requirement = detection.requirement._replace(source=f"image config {source}")
     return LookupResult(FOUND, requirement, detail=source)
 
 
@@ -143,9 +95,21 @@ class RegistryClient:
             resolver=resolver,
             connector_factory=connector_factory,
         )
+        # Registry documents are parsed here, off the event loop, one at a time (documents).
+        self._worker: ThreadPoolExecutor | None = None
+
+    async def _in_worker(self, function: Callable[..., T], *args: object) -> T:
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(
+                documents.WORKER_THREADS, thread_name_prefix="registry-documents"
+            )
+        return await asyncio.get_running_loop().run_in_executor(self._worker, function, *args)
 
     async def close(self) -> None:
         await self.http.close()
+        if self._worker is not None:
+            self._worker.shutdown(wait=False, cancel_futures=True)
+            self._worker = None
 
     def precheck(self, image: str) -> tuple[ImageRef | None, LookupResult | None]:
         """(parsed reference, None) when a lookup may go ahead; (None, result) when it may not:
@@ -161,6 +125,8 @@ class RegistryClient:
 
     async def lookup(self, image: str, arch: str, known: Known | None = None) -> LookupResult:
         """Never raises (but CancelledError): every failure is a LookupResult."""
+        if arch not in KNOWN_ARCHS:
+            return LookupResult(INVALID, detail=f"{arch[:20]!r} is not an architecture name")
         ref, refused = self.precheck(image)
         if ref is None:
             assert refused is not None
@@ -189,47 +155,37 @@ class RegistryClient:
             return LookupResult(UNREACHABLE, detail=f"cannot connect to {exc.host}: {reason}")
         except (aiohttp.ClientError, OSError) as exc:
             return LookupResult(UNREACHABLE, detail=str(exc) or type(exc).__name__)
+        except (ValueError, RecursionError) as exc:
+            # What the registry sent reached a library that refused it (yarl, aiohttp's
+            # header checks): the answer is unusable, never a crash of the review.
+            log.warning("image lookup of %.300s: %s: %.300s", image, type(exc).__name__, exc)
+            return LookupResult(INVALID, detail="the registry sent an unusable answer")
+
+    async def _manifest(self, ref: ImageRef, reference: str, arch: str) -> documents.Manifest:
+        """Fetch and read a manifest or index; its body and parsed form end here."""
+        response = await self.http.get(
+            ref, f"manifests/{reference}", ACCEPT, MAX_MANIFEST_BYTES, "manifest"
+        )
+        expected = reference if reference.startswith(("sha256:", "sha512:")) else ""
+        top = reference == ref.reference
+        return await self._in_worker(
+            documents.read_manifest, response.body, response.content_type, expected, arch, top
+        )
+
+    async def _config(self, ref: ImageRef, digest: str) -> dict[str, str]:
+        blob = await self.http.get(ref, f"blobs/{digest}", "*/*", MAX_CONFIG_BYTES, "image config")
+        return await self._in_worker(documents.read_config, blob.body, digest)
 
     async def _lookup(self, ref: ImageRef, arch: str, known: Known | None) -> LookupResult:
-        response = await self.http.get(
-            ref, f"manifests/{ref.reference}", ACCEPT, MAX_MANIFEST_BYTES, "manifest"
-        )
-        if ref.digest:
-            _verify(response.body, ref.digest, "manifest")
-        top_digest = ref.digest or _digest_of(response.body)
+        manifest = await self._manifest(ref, ref.reference, arch)
+        top_digest = manifest.digest
         if known is not None and (cached := known(top_digest)) is not None:
             return cached
-        document = _json(response.body, "manifest")
-        media = response.content_type
-        if media not in INDEX_TYPES and media not in MANIFEST_TYPES:
-            # Servers that send a generic type: the document's own mediaType, else its shape.
-            declared = document.get("mediaType")
-            media = declared if isinstance(declared, str) else ""
-            if not media:
-                media = OCI_INDEX if "manifests" in document else OCI_MANIFEST
-        if media in INDEX_TYPES:
-            entry = _platform_entry(document, arch)
-            response = await self.http.get(
-                ref, f"manifests/{entry['digest']}", ACCEPT, MAX_MANIFEST_BYTES, "manifest"
-            )
-            _verify(response.body, entry["digest"], "manifest")
-            document = _json(response.body, "manifest")
-            if "manifests" in document:
-                raise LookupFailure(INVALID, "its index points at another index")
-        elif media not in MANIFEST_TYPES:
-            raise LookupFailure(INVALID, f"unsupported manifest type {media[:60]}")
-        descriptor = document.get("config")
-        if not isinstance(descriptor, Mapping) or not isinstance(descriptor.get("digest"), str):
-            raise LookupFailure(INVALID, "its manifest has no config")
-        config_type = descriptor.get("mediaType")
-        if config_type not in CONFIG_TYPES:
-            raise LookupFailure(INVALID, "not a container image (its config type is unknown)")
-        size = descriptor.get("size")
-        if isinstance(size, int) and size > MAX_CONFIG_BYTES:
+        if manifest.index:
+            manifest = await self._manifest(ref, manifest.entry, arch)
+        size = manifest.config_size
+        if size is not None and size > MAX_CONFIG_BYTES:
             raise LookupFailure(INVALID, f"its config is larger than {MAX_CONFIG_BYTES >> 20} MiB")
-        blob = await self.http.get(
-            ref, f"blobs/{descriptor['digest']}", "*/*", MAX_CONFIG_BYTES, "image config"
-        )
-        _verify(blob.body, descriptor["digest"], "image config")
-        result = config_requirement(_json(blob.body, "image config"), self.config)
+        variables = await self._config(ref, manifest.config)
+        result = config_requirement(variables, self.config)
         return LookupResult(result.status, result.requirement, result.detail, top_digest)

@@ -18,11 +18,12 @@ from __future__ import annotations
 import ipaddress
 import socket
 import urllib.request
+from base64 import b64encode
 from collections.abc import Callable
-from urllib.parse import urlsplit
 
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
+from yarl import URL
 
 from webhook.core.config_registry import PUBLIC_REGISTRIES, RegistryLookups
 from webhook.registry.reference import DOCKER_HUB, DOCKER_HUB_ENDPOINT
@@ -60,15 +61,42 @@ def _matches(pattern: str, host: str) -> bool:
     return _canonical(p_name) == _canonical(name)
 
 
+# IPv6 prefixes that carry an IPv4 address in their last 32 bits, reaching it through a
+# translator or a tunnel: NAT64's well-known prefix (RFC 6052) and its local-use prefix
+# (RFC 8215), and the deprecated IPv4-compatible addresses ::a.b.c.d (RFC 4291 §2.5.5.1).
+_EMBEDDING = (
+    ipaddress.IPv6Network("64:ff9b::/96"),
+    ipaddress.IPv6Network("64:ff9b:1::/48"),
+    ipaddress.IPv6Network("::/96"),
+)
+
+
+def _embedded_ipv4(address: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 address leads to: ::ffff:a.b.c.d, NAT64, ::a.b.c.d, 6to4
+    (2002::/16) and Teredo (2001::/32: its server and its client)."""
+    found: list[ipaddress.IPv4Address] = []
+    if address.ipv4_mapped is not None:
+        found.append(address.ipv4_mapped)
+    if address.sixtofour is not None:
+        found.append(address.sixtofour)
+    if address.teredo is not None:
+        found.extend(address.teredo)
+    if any(address in net for net in _EMBEDDING):
+        found.append(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
+    return found
+
+
 def public_address(text: str) -> bool:
-    """True for an address on the public internet (what an unlisted host must resolve to)."""
+    """True for an address on the public internet (what an unlisted host must resolve to); an
+    IPv6 address that embeds an IPv4 one is judged by both."""
     try:
         address = ipaddress.ip_address(text.split("%", 1)[0])
     except ValueError:
         return False
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return address.is_global and not address.is_multicast
+    candidates: list[ipaddress.IPv4Address | ipaddress.IPv6Address] = [address]
+    if isinstance(address, ipaddress.IPv6Address):
+        candidates += _embedded_ipv4(address)
+    return all(a.is_global and not a.is_multicast for a in candidates)
 
 
 def ip_literal(name: str) -> bool:
@@ -79,15 +107,44 @@ def ip_literal(name: str) -> bool:
     return True
 
 
+def _proxy_url(value: str) -> URL | None:
+    try:
+        url = URL(value if "://" in value else f"http://{value}")
+    except ValueError:
+        return None
+    return url if url.host else None
+
+
 def proxy_hosts() -> frozenset[str]:
-    """Hosts of HTTPS_PROXY/HTTP_PROXY (what aiohttp's trust_env uses): named by the admin, so
-    they may be private (a corporate proxy usually is)."""
+    """Hosts of HTTPS_PROXY/HTTP_PROXY (what env_proxy uses): named by the admin, so they may
+    be private (a corporate proxy usually is). NO_PROXY (getproxies' "no" entry) names hosts
+    that are *not* proxies."""
     hosts = set()
-    for url in urllib.request.getproxies().values():
-        name = urlsplit(url if "://" in url else f"http://{url}").hostname
-        if name:
-            hosts.add(name.lower())
+    for scheme, value in urllib.request.getproxies_environment().items():
+        url = _proxy_url(value) if scheme in ("http", "https") else None
+        if url is not None and url.host:
+            hosts.add(url.host.lower())
     return frozenset(hosts)
+
+
+def env_proxy(url: URL) -> tuple[URL | None, dict[str, str]]:
+    """The proxy for `url` from HTTPS_PROXY/HTTP_PROXY/NO_PROXY (upper or lower case), as
+    aiohttp's trust_env reads them (helpers.get_env_proxy_for_url: urllib's proxy_bypass, then
+    the proxy of the URL's scheme, http:// proxies only) but never with ~/.netrc: a proxy's
+    credentials come only from its URL (sent as Proxy-Authorization, aiohttp's proxy_auth
+    being deprecated)."""
+    proxies = urllib.request.getproxies_environment()
+    host = url.raw_host or ""
+    if not host or urllib.request.proxy_bypass(host):
+        return None, {}
+    value = proxies.get(url.scheme)
+    proxy = _proxy_url(value) if value else None
+    if proxy is None or proxy.scheme != "http":
+        return None, {}
+    if not proxy.user:
+        return proxy, {}
+    raw = f"{proxy.user}:{proxy.password or ''}".encode()
+    return proxy.with_user(None), {"Proxy-Authorization": "Basic " + b64encode(raw).decode()}
 
 
 class HostPolicy:
@@ -128,7 +185,10 @@ class HostPolicy:
         if self.settings.public_registries and any(
             _matches(pattern, registry) for pattern in PUBLIC_REGISTRIES
         ):
-            return ""
+            # The public registries serve HTTPS on 443: no other port of theirs is asked.
+            if _split(registry)[1] in ("", "443"):
+                return ""
+            return "only port 443 of a public registry is asked; list it in allowedRegistries"
         return "its registry is not in registryLookups.allowedRegistries"
 
     def literal_refusal(self, host: str) -> str:

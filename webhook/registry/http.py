@@ -11,11 +11,16 @@ grant_type=refresh_token, refresh_token, service, client_id, scope; answer `acce
 as containerd's doBearerAuth does (FetchTokenWithOAuth when a secret is set), falling back to
 the GET form with that secret only where containerd does (POST answered 400, 401 or 404).
 Tokens are kept per registry and repository until they expire (expires_in, default 60 s as
-the token spec says).
+the token spec says), Basic headers for CREDENTIAL_SECONDS; at most MAX_AUTH_ENTRIES of them
+(least recently used dropped first: Docker Hub issues a token for any repository name, so the
+names alone must not grow memory), each dropped as soon as the auth file no longer holds the
+credential it was made from.
 
-Credentials go only to their own registry and to a token realm of the same site (Docker Hub's
-auth.docker.io for registry-1.docker.io) or one the admin listed; a realm elsewhere is asked
-anonymously. Redirects (blob downloads go to CDNs) are followed without credentials, at most
+Credentials go only to their own registry and to a token realm of the same site (see
+`realm_may_get_credentials`) or one the admin listed; a realm elsewhere is asked anonymously.
+No ~/.netrc (aiohttp's trust_env would read it and send its passwords to registries and realms:
+proxies are read from the environment here instead) and no cookies (each registry is a
+different party). Redirects (blob downloads go to CDNs) are followed without credentials, at most
 MAX_REDIRECTS, each target checked by the guard; HTTPS only, except for insecure-listed hosts.
 """
 
@@ -23,12 +28,15 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
+import contextlib
+import re
 import ssl
 import time
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlencode
 
 import aiohttp
@@ -37,13 +45,32 @@ from yarl import URL
 
 from webhook.registry.challenge import Challenge, parse_challenges
 from webhook.registry.credentials import Credential, Keyring
-from webhook.registry.guard import AddressRefused, GuardResolver, HostPolicy, ip_literal
+from webhook.registry.documents import parse
+from webhook.registry.guard import (
+    AddressRefused,
+    GuardResolver,
+    HostPolicy,
+    env_proxy,
+    ip_literal,
+)
 from webhook.registry.reference import ImageRef
 from webhook.registry.results import INVALID, NOT_FOUND, UNAUTHORIZED, UNREACHABLE, LookupFailure
 
 MAX_REDIRECTS = 3
 MAX_TOKEN_BYTES = 1024 * 1024
 DEFAULT_TOKEN_SECONDS = 60  # the token spec's default when expires_in is absent
+# A token is reused at most this long, whatever its expires_in says.
+MAX_TOKEN_SECONDS = 3600
+# How long a Basic header (or an auth file's registrytoken) is reused without a new challenge.
+CREDENTIAL_SECONDS = 300
+# Authorization headers kept at most (per registry and repository).
+MAX_AUTH_ENTRIES = 1024
+# A bearer token as RFC 6750 writes it (b64token), leniently: visible ASCII, no space, so it
+# can never carry a line break into a header.
+_TOKEN = re.compile(r"[\x21-\x7e]+")
+# Realms on another host of a two-label site that the public defaults need (Docker Hub's token
+# service: the WWW-Authenticate of registry-1.docker.io names https://auth.docker.io/token).
+_KNOWN_REALMS = {"registry-1.docker.io": frozenset({"auth.docker.io"})}
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 USER_AGENT = "gpu-admission-webhook (image CUDA lookup)"
 # The OAuth2 client_id: "does not need to be registered [...] but should be set to a meaningful
@@ -58,9 +85,20 @@ ConnectorFactory = Callable[[GuardResolver, ssl.SSLContext], aiohttp.BaseConnect
 
 @dataclass(frozen=True, slots=True)
 class Response:
-    body: bytes
+    body: bytearray
     content_type: str
     digest: str  # Docker-Content-Digest, when sent
+
+
+@dataclass(frozen=True, slots=True)
+class _Auth:
+    header: str
+    expiry: float  # time.monotonic()
+    credential: Credential | None
+
+
+def _later(seconds: float) -> float:
+    return time.monotonic() + seconds
 
 
 def ssl_context(ca_file: Path | None) -> ssl.SSLContext:
@@ -74,10 +112,26 @@ def ssl_context(ca_file: Path | None) -> ssl.SSLContext:
     return context
 
 
-def _site(host: str) -> str:
-    """The last two DNS labels (`auth.docker.io` -> `docker.io`); an IP stays as it is."""
-    name = host.strip("[]").lower()
-    return name if ip_literal(name) else ".".join(name.split(".")[-2:])
+def realm_may_get_credentials(realm: str, registry: str) -> bool:
+    """Whether a token realm on host `realm` is the registry's own site (`registry` is the
+    registry's host, without its port).
+
+    Without the public suffix list a two-label parent cannot be told apart from a public
+    suffix (`docker.io` from `co.uk`), so the rule is conservative: the registry's own host;
+    Docker Hub's auth.docker.io; or the registry's parent domain (its host without the first
+    label) and hosts below it when that parent has at least three labels — `auth.corp.example.com`
+    for `registry.corp.example.com`, never `evil.co.uk` for `example.co.uk` (whose parent is
+    `co.uk`), nor any `*.amazonaws.com` for an ECR registry beyond its own regional endpoint.
+    Any other realm gets credentials only when the admin lists its host (allowedRegistries)."""
+    realm, registry = realm.strip("[]").lower(), registry.strip("[]").lower()
+    if realm == registry:
+        return True
+    if ip_literal(realm) or ip_literal(registry):
+        return False
+    if realm in _KNOWN_REALMS.get(registry, ()):
+        return True
+    parent = registry.partition(".")[2]
+    return parent.count(".") >= 2 and (realm == parent or realm.endswith("." + parent))
 
 
 def _basic(credential: Credential) -> str:
@@ -90,23 +144,26 @@ def _basic(credential: Credential) -> str:
     return "Basic " + base64.b64encode(raw).decode("ascii")
 
 
-async def _read(resp: aiohttp.ClientResponse, limit: int, what: str) -> bytes:
+async def _read(resp: aiohttp.ClientResponse, limit: int, what: str) -> bytearray:
+    """The body, at most `limit` bytes (decompressed: aiohttp ≥ 3.13.3 bounds decompression),
+    in one buffer (no list of chunks joined into a second copy)."""
     if resp.content_length is not None and resp.content_length > limit:
         raise LookupFailure(INVALID, f"{what} is larger than {limit // 1024} KiB")
-    chunks: list[bytes] = []
-    size = 0
+    body = bytearray()
     async for chunk in resp.content.iter_chunked(64 * 1024):
-        size += len(chunk)
-        if size > limit:
+        if len(body) + len(chunk) > limit:
             raise LookupFailure(INVALID, f"{what} is larger than {limit // 1024} KiB")
-        chunks.append(chunk)
-    return b"".join(chunks)
+        body += chunk
+    return body
 
 
 def _status_failure(status: int, reason: str, ref: ImageRef, what: str) -> LookupFailure:
     if status == 404:
         return LookupFailure(NOT_FOUND, f"{what} not found (404)")
-    return LookupFailure(UNREACHABLE, f"the registry answered {status} {reason} for the {what}")
+    # The reason phrase is the server's own text: a few words are kept, never its whole line.
+    return LookupFailure(
+        UNREACHABLE, f"the registry answered {status} {reason[:40]} for the {what}"
+    )
 
 
 class RegistryHttp:
@@ -127,12 +184,34 @@ class RegistryHttp:
         self.ssl = ssl_context(ca_file)
         self._connector_factory = connector_factory
         self._session: aiohttp.ClientSession | None = None
-        # (endpoint, repository) -> (Authorization header, monotonic expiry or None)
-        self._auth: dict[tuple[str, str], tuple[str, float | None]] = {}
+        # (endpoint, repository) -> the Authorization header, its monotonic expiry, and the
+        # credential it was made from (None: anonymous); least recently used first.
+        self._auth: OrderedDict[tuple[str, str], _Auth] = OrderedDict()
         # One token request at a time per (endpoint, repository): lookups running together
         # (one image for several architectures, several tags of a repository) share it, as
-        # containerd's authHandler does (scopedTokens: "only one fetch token job").
-        self._auth_locks: dict[tuple[str, str], asyncio.Lock] = {}
+        # containerd's authHandler does (scopedTokens: "only one fetch token job"). A lock
+        # lives while someone holds or awaits it: [lock, users].
+        self._auth_locks: dict[tuple[str, str], list[Any]] = {}
+
+    @property
+    def cached_authorizations(self) -> int:
+        return len(self._auth)
+
+    @property
+    def auth_locks(self) -> int:
+        return len(self._auth_locks)
+
+    @contextlib.asynccontextmanager
+    async def _auth_lock(self, key: tuple[str, str]) -> AsyncIterator[None]:
+        entry = self._auth_locks.setdefault(key, [asyncio.Lock(), 0])
+        entry[1] += 1
+        try:
+            async with entry[0]:
+                yield
+        finally:
+            entry[1] -= 1
+            if entry[1] == 0:
+                del self._auth_locks[key]
 
     def _session_now(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -142,9 +221,14 @@ class RegistryHttp:
                 connector = aiohttp.TCPConnector(
                     resolver=self.guard, ssl=self.ssl, limit=64, ttl_dns_cache=30
                 )
-            # trust_env: HTTPS_PROXY/HTTP_PROXY/NO_PROXY (and .netrc, unused: no auth= given).
+            # trust_env off: it would also send ~/.netrc passwords (aiohttp ClientSession._request
+            # "Try netrc if auth is still None and trust_env is enabled"); proxies come from
+            # env_proxy instead. No cookie jar: a cookie of one registry never goes to another.
             self._session = aiohttp.ClientSession(
-                connector=connector, trust_env=True, headers={"User-Agent": USER_AGENT}
+                connector=connector,
+                trust_env=False,
+                cookie_jar=aiohttp.DummyCookieJar(),
+                headers={"User-Agent": USER_AGENT},
             )
         return self._session
 
@@ -162,15 +246,16 @@ class RegistryHttp:
         key = (ref.endpoint, ref.repository)
         credential = self.keyring().lookup(ref.registry, ref.repository)
         for attempt in range(2):
-            header = self._cached_auth(key)
+            header = self._cached_auth(key, credential)
             resp = await self._request(url, {"Accept": accept}, header)
             async with resp:
                 if resp.status == 401 and attempt == 0:
                     challenges = parse_challenges(resp.headers.getall("WWW-Authenticate", []))
-                    async with self._auth_locks.setdefault(key, asyncio.Lock()):
-                        fresh = self._cached_auth(key)
+                    async with self._auth_lock(key):
+                        fresh = self._cached_auth(key, credential)
                         if fresh is None or fresh == header:
-                            self._auth[key] = await self._authorize(challenges, ref, credential)
+                            made, expiry = await self._authorize(challenges, ref, credential)
+                            self._remember(key, _Auth(made, expiry, credential))
                     continue
                 if resp.status in (401, 403):
                     raise _denied(resp.status, ref, credential)
@@ -184,15 +269,26 @@ class RegistryHttp:
                 )
         raise _denied(401, ref, credential)  # pragma: no cover - the loop always returns
 
-    def _cached_auth(self, key: tuple[str, str]) -> str | None:
+    def _cached_auth(self, key: tuple[str, str], credential: Credential | None) -> str | None:
+        """The header kept for `key`, unless it expired or the auth file's credential for it
+        is no longer the one it was made from (removed, changed or added)."""
         cached = self._auth.get(key)
         if cached is None:
             return None
-        header, expiry = cached
-        if expiry is not None and time.monotonic() >= expiry:
+        if time.monotonic() >= cached.expiry or cached.credential != credential:
             del self._auth[key]
             return None
-        return header
+        self._auth.move_to_end(key)
+        return cached.header
+
+    def _remember(self, key: tuple[str, str], auth: _Auth) -> None:
+        self._auth[key] = auth
+        self._auth.move_to_end(key)
+        now = time.monotonic()
+        for old in [k for k, v in self._auth.items() if v.expiry <= now]:
+            del self._auth[old]
+        while len(self._auth) > MAX_AUTH_ENTRIES:
+            self._auth.popitem(last=False)
 
     async def _request(
         self,
@@ -214,15 +310,23 @@ class RegistryHttp:
         if authorization:
             headers = {**headers, "Authorization": authorization}
         session = self._session_now()
+        proxy, proxy_headers = env_proxy(url)
         if form is not None:
             headers = {
                 **headers,
                 "Content-Type": "application/x-www-form-urlencoded; charset=utf-8",
             }
             return await session.post(
-                url, data=urlencode(form).encode(), headers=headers, allow_redirects=False
+                url,
+                data=urlencode(form).encode(),
+                headers=headers,
+                allow_redirects=False,
+                proxy=proxy,
+                proxy_headers=proxy_headers,
             )
-        return await session.get(url, headers=headers, allow_redirects=False)
+        return await session.get(
+            url, headers=headers, allow_redirects=False, proxy=proxy, proxy_headers=proxy_headers
+        )
 
     async def _follow(
         self, resp: aiohttp.ClientResponse, accept: str, limit: int, what: str, ref: ImageRef
@@ -233,8 +337,15 @@ class RegistryHttp:
             location = current.headers.get("Location")
             if not location:
                 raise LookupFailure(INVALID, f"the registry redirected the {what} nowhere")
-            target = current.url.join(URL(location))
-            host = target.host or ""
+            try:
+                target = current.url.join(URL(location))
+                host = target.host or ""
+            except ValueError:
+                target, host = URL(), ""
+            if not target.is_absolute() or not host:
+                raise LookupFailure(
+                    INVALID, f"the registry redirected the {what} to a malformed address"
+                )
             if target.scheme != "https" and not (
                 target.scheme == "http" and self.policy.insecure(host)
             ):
@@ -257,12 +368,16 @@ class RegistryHttp:
 
     async def _authorize(
         self, challenges: list[Challenge], ref: ImageRef, credential: Credential | None
-    ) -> tuple[str, float | None]:
+    ) -> tuple[str, float]:
         for challenge in challenges:
             if challenge.scheme == "bearer":
                 if credential is not None and credential.registry_token:
                     # moby existingTokenHandler: the token as it is, no token service asked.
-                    return f"Bearer {credential.registry_token}", None
+                    if not _TOKEN.fullmatch(credential.registry_token):
+                        raise LookupFailure(
+                            UNAUTHORIZED, "the --registry-auth registrytoken is not a token"
+                        )
+                    return f"Bearer {credential.registry_token}", _later(CREDENTIAL_SECONDS)
                 return await self._token(challenge, ref, credential)
             if challenge.scheme == "basic" and credential is not None:
                 # Only a token, no password: containerd doBasicAuth "missing username or secret".
@@ -279,12 +394,12 @@ class RegistryHttp:
                         f"the registry asks for a password; its --registry-auth entry has only "
                         f"{token}",
                     )
-                return _basic(credential), None
+                return _basic(credential), _later(CREDENTIAL_SECONDS)
         raise _denied(401, ref, credential)
 
     async def _token(
         self, challenge: Challenge, ref: ImageRef, credential: Credential | None
-    ) -> tuple[str, float | None]:
+    ) -> tuple[str, float]:
         realm = challenge.params.get("realm", "")
         try:
             url = URL(realm)
@@ -301,7 +416,7 @@ class RegistryHttp:
         query += [("scope", scope) for scope in scopes]
         # Credentials (an identity token too) only to a realm of the registry's own site or a
         # listed host; elsewhere the realm is asked anonymously, with the GET form.
-        same_site = _site(host) == _site(ref.hostname) or self.policy.listed(host)
+        same_site = realm_may_get_credentials(host, ref.hostname) or self.policy.listed(host)
         secret = credential if credential is not None and same_site else None
         started = time.monotonic()
         resp = None
@@ -325,18 +440,25 @@ class RegistryHttp:
                 raise _denied(resp.status, ref, credential)
             if resp.status != 200:
                 raise LookupFailure(
-                    UNREACHABLE, f"the token service answered {resp.status} {resp.reason or ''}"
+                    UNREACHABLE,
+                    f"the token service answered {resp.status} {(resp.reason or '')[:40]}",
                 )
             body = await _read(resp, MAX_TOKEN_BYTES, "token")
+        # Bounded by structure like every registry document (small: parsed here, on the loop).
         try:
-            data = json.loads(body)
-        except ValueError:
+            data: dict[str, Any] | None = parse(body, "token answer")
+        except LookupFailure as failure:
+            if not failure.detail.endswith("is not a JSON object"):
+                raise
             data = None
-        token = data.get("token") or data.get("access_token") if isinstance(data, dict) else None
+        token = data.get("token") or data.get("access_token") if data is not None else None
         if not isinstance(token, str) or not token:
             raise LookupFailure(INVALID, "the token service sent no token")
-        expires = data.get("expires_in") if isinstance(data, dict) else None
+        if not _TOKEN.fullmatch(token):
+            raise LookupFailure(INVALID, "the token service sent no usable token")
+        expires = data.get("expires_in") if data is not None else None
         seconds = expires if isinstance(expires, int) and expires > 0 else DEFAULT_TOKEN_SECONDS
+        seconds = min(seconds, MAX_TOKEN_SECONDS)
         # Renewed a little early, so a token never expires between two requests of a lookup.
         return f"Bearer {token}", started + max(seconds - 5, 1)
 

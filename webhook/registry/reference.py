@@ -95,7 +95,8 @@ def parse_reference(image: str) -> ImageRef:
         registry, repository = first.lower(), rest
         if registry == _LEGACY_HUB:
             registry = DOCKER_HUB
-        if not _HOST.fullmatch(first):
+        port = first.rpartition(":")[2] if not first.endswith("]") else ""
+        if not _HOST.fullmatch(first) or (port.isdigit() and int(port) > 65535):
             raise ReferenceError(f"{first[:80]!r} is not a registry host")
     else:
         registry, repository = DOCKER_HUB, name

@@ -2,6 +2,11 @@
 per image however many pods ask at once (single-flight), a bounded number at a time, answers
 cached by tag (TTL: tags move) and by digest, failures cached too (negative TTL).
 
+What a pod names is user input: a query for an architecture that is no architecture name
+(imagefacts.KNOWN_ARCHS) is never looked up, one review starts at most MAX_LOOKUPS_PER_REVIEW
+lookups, and one registry holds at most a quarter of `maxPending` (or 16; so a registry that never
+answers, or a pod naming hundreds of its images, leaves the other tenants' lookups going).
+
 So a registry that never answers costs one budget per image per negative TTL, not one per pod:
 the first pod waits the budget; a lookup still running after one budget is marked slow, and
 later pods do not wait for it; when it ends (answer or its own timeout) its result is cached
@@ -14,19 +19,23 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from webhook.core.config_registry import RegistryLookups
 from webhook.core.rules.cuda import Requirement
-from webhook.core.rules.imagefacts import ImageQuery
+from webhook.core.rules.imagefacts import KNOWN_ARCHS, ImageQuery
 from webhook.registry.client import Known
 from webhook.registry.reference import ImageRef
 from webhook.registry.results import BUSY, FOUND, TIMEOUT, LookupResult, warning
 
 log = logging.getLogger(__name__)
+
+# Lookups one review may start (images x architectures): a pod's GPU containers whose CUDA
+# nothing else tells, on at most imagefacts.MAX_ARCHS architectures.
+MAX_LOOKUPS_PER_REVIEW = 16
 
 # (canonical reference, architecture)
 Key = tuple[str, str]
@@ -74,6 +83,7 @@ class ImageResolver:
         self._cache: OrderedDict[Key, Entry] = OrderedDict()
         self._inflight: dict[Key, asyncio.Task[LookupResult]] = {}
         self._slow: set[Key] = set()
+        self._per_registry: Counter[str] = Counter()
         self._limit = asyncio.Semaphore(settings.max_concurrent)
 
     @property
@@ -99,11 +109,17 @@ class ImageResolver:
         if not result.cacheable_long:
             ttl: float | None = self.settings.negative_ttl_seconds
         else:
-            ttl = None if digest_ref else self.settings.tag_ttl_seconds
+            ttl = self.settings.digest_ttl_seconds if digest_ref else self.settings.tag_ttl_seconds
         self._cache[key] = Entry(image, key[1], result, now, None if ttl is None else now + ttl)
         self._cache.move_to_end(key)
         while len(self._cache) > self.settings.max_cache_entries:
             self._cache.popitem(last=False)
+
+    @property
+    def _registry_limit(self) -> int:
+        """Pending lookups one registry may hold: a quarter of maxPending (all of a small one)."""
+        pending = self.settings.max_pending
+        return max(pending // 4, min(pending, MAX_LOOKUPS_PER_REVIEW))
 
     async def _run(self, key: Key, query: ImageQuery, ref: ImageRef) -> LookupResult:
         try:
@@ -116,7 +132,7 @@ class ImageResolver:
                     raise
                 except Exception as exc:  # the client never raises; a bug must not spread
                     log.exception("image lookup of %s failed", query.image)
-                    result = LookupResult("invalid", detail=f"internal error: {exc}")
+                    result = LookupResult("invalid", detail=f"internal error: {exc}"[:120])
                 elapsed = self.clock() - started
             self._store(key, query.image, result, bool(ref.digest))
             if result.digest and result.cacheable_long and not ref.digest:
@@ -142,6 +158,9 @@ class ImageResolver:
         finally:
             self._inflight.pop(key, None)
             self._slow.discard(key)
+            self._per_registry[ref.registry] -= 1
+            if self._per_registry[ref.registry] <= 0:
+                del self._per_registry[ref.registry]
 
     def _known(self, ref: ImageRef, arch: str) -> Callable[[str], LookupResult | None]:
         def known(digest: str) -> LookupResult | None:
@@ -157,7 +176,11 @@ class ImageResolver:
         budget = self.settings.budget_seconds if budget is None else budget
         out = Resolution()
         waiting: dict[ImageQuery, tuple[Key, asyncio.Task[LookupResult]]] = {}
+        started = 0
+        skipped: list[str] = []
         for query in dict.fromkeys(queries):
+            if query.arch not in KNOWN_ARCHS:
+                continue  # no architecture name (the core leaves these out already)
             ref, refused = self.client.precheck(query.image)
             if ref is None:
                 assert refused is not None
@@ -170,12 +193,26 @@ class ImageResolver:
                 continue
             task = self._inflight.get(key)
             if task is None:
+                if started >= MAX_LOOKUPS_PER_REVIEW:
+                    skipped.append(query.image)
+                    continue
                 if len(self._inflight) >= self.settings.max_pending:
                     self._count(BUSY)
                     out.warnings.append(
                         warning(query.image, "too many registry lookups in progress; not asked")
                     )
                     continue
+                if self._per_registry[ref.registry] >= self._registry_limit:
+                    self._count(BUSY)
+                    out.warnings.append(
+                        warning(
+                            query.image,
+                            "too many lookups in progress at its registry; not asked",
+                        )
+                    )
+                    continue
+                started += 1
+                self._per_registry[ref.registry] += 1
                 task = asyncio.create_task(self._run(key, query, ref))
                 self._inflight[key] = task
             elif key in self._slow:
@@ -201,6 +238,14 @@ class ImageResolver:
                             "later pods get the answer when it comes",
                         )
                     )
+        if skipped:
+            self._count(BUSY)
+            out.warnings.append(
+                warning(
+                    skipped[0],
+                    f"too many images to look up for one object; {len(skipped)} not asked",
+                )
+            )
         # A pod allowed on several architectures asks once per architecture: the same failure
         # (401, unreachable, ...) is said once.
         out.warnings = list(dict.fromkeys(out.warnings))

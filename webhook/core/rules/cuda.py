@@ -23,6 +23,7 @@ from webhook.core.rules.images import (
     image_version,
     strip_digest,
 )
+from webhook.core.rules.requires import Branches, forward_branches
 from webhook.core.rules.versions import CudaVersion
 from webhook.core.wording import Message
 
@@ -32,6 +33,7 @@ __all__ = [
     "Range",
     "Requirement",
     "annotation_requirement",
+    "architecture_floor",
     "compatible",
     "compute_requirement",
     "container_requirement",
@@ -51,6 +53,38 @@ _REQUIRE_CUDA = re.compile(r"cuda\s{0,8}>=\s{0,8}([0-9]{1,6})(?:\.([0-9]{1,6}))?
 class Requirement(NamedTuple):
     version: CudaVersion
     source: str  # where it came from, for the note
+    # Driver branches the image declares it runs on through forward compatibility (its
+    # NVIDIA_REQUIRE_* variables, requires.forward_branches): () when it declares none.
+    forward: Branches = ()
+
+
+# The minimum compute capability each CUDA major supports (SPEC §4 "architecture floor"), from
+# NVIDIA's CUDA Toolkit release notes, "Deprecated or Dropped Architectures":
+# - CUDA 11.0 dropped Kepler sm_30 and sm_32 ("Support for Kepler sm_30 and sm_32 architecture
+#   based products is dropped"; cuFFT's "Deprecated Functionality": "Starting from CUDA 11.0:
+#   GPU architecture SM30 is no longer supported. The minimum required architecture is SM35"):
+#   ≥ 3.5;
+# - CUDA 12.0 removed Kepler sm_35 and sm_37 (cuFFT, same page: "Starting from CUDA 12.0: GPU
+#   architectures SM35 and SM37 are no longer supported. The minimum required architecture is
+#   SM50"; LLVM's D152027 records the same for both majors): ≥ 5.0;
+# - CUDA 13.0 removed Maxwell, Pascal and Volta, announced in the 12.8/12.9 notes ("offline
+#   compilation and library support will be removed in the next major CUDA Toolkit version");
+#   Turing sm_75 is the oldest a 13.x toolkit targets (13.0 release notes, "Deprecated
+#   Architectures"; NVIDIA's "CUDA Toolkit, driver and architecture matrix"): ≥ 7.5.
+# Older majors (10.x supports Kepler sm_30) get no floor: no cluster runs anything older.
+# A major newer than the table gets the newest floor: NVIDIA has never re-added an
+# architecture, so it is at least that.
+ARCHITECTURE_FLOORS: Mapping[int, CudaVersion] = MappingProxyType(
+    {11: CudaVersion(3, 5), 12: CudaVersion(5, 0), 13: CudaVersion(7, 5)}
+)
+_NEWEST_FLOOR = max(ARCHITECTURE_FLOORS)
+
+
+def architecture_floor(runtime: CudaVersion) -> CudaVersion | None:
+    """The lowest compute capability CUDA `runtime` supports; None below CUDA 11."""
+    if runtime.major > _NEWEST_FLOOR:
+        return ARCHITECTURE_FLOORS[_NEWEST_FLOOR]
+    return ARCHITECTURE_FLOORS.get(runtime.major)
 
 
 class Detection(NamedTuple):
@@ -139,16 +173,18 @@ def detect(
     env = env_values(container) if env is None else env
     cuda_env = env.get("CUDA_VERSION")
     version = CudaVersion.parse(cuda_env)
+    require = env.get("NVIDIA_REQUIRE_CUDA")
     if version is not None:
         if version.plausible:
-            return Detection(Requirement(version, f"env CUDA_VERSION={cuda_env}"))
+            forward = forward_branches(env) if require else ()
+            return Detection(Requirement(version, f"env CUDA_VERSION={cuda_env}", forward))
         warnings.append(_implausible("env CUDA_VERSION", version))
-    require = env.get("NVIDIA_REQUIRE_CUDA")
     match = _REQUIRE_CUDA.search(require) if require else None
     if match:
         version = CudaVersion(int(match[1]), int(match[2] or 0))
         if version.plausible:
-            return Detection(Requirement(version, "env NVIDIA_REQUIRE_CUDA"), tuple(warnings))
+            requirement = Requirement(version, "env NVIDIA_REQUIRE_CUDA", forward_branches(env))
+            return Detection(requirement, tuple(warnings))
         warnings.append(_implausible("env NVIDIA_REQUIRE_CUDA", version))
     image = container.get("image")
     # Over-long references are no image (image_version); checked before the cache.

@@ -24,12 +24,27 @@ def highest(counts: Mapping[CudaVersion, int]) -> str:
     return f"{top} ({n} node{'s' if n != 1 else ''})"
 
 
-def cuda_problem(facts: InventoryFacts, rng: Range, vgpu: bool) -> str:
+def cuda_problem(facts: InventoryFacts, rng: Range, vgpu: bool, wanted: str = "") -> str:
+    """`wanted`: how to name what the pod needs when it is not `rng.low` (minor-version
+    compatibility: "12.x (minorVersion, for 12.4)")."""
     if any(rng.holds(v) for counts in facts.by_scheme for v in counts):
         return ""
     return (
-        f"no node supports CUDA {rng.low}{' on vGPU' if vgpu else ''}; "
+        f"no node supports CUDA {wanted or rng.low}{' on vGPU' if vgpu else ''}; "
         f"highest available is {highest(facts.cuda)}"
+    )
+
+
+def full_version_warning(facts: InventoryFacts, rng: Range, full: CudaVersion) -> str:
+    """Some node meets the minor-version rule `rng` but none has CUDA ≥ `full`: the pod runs
+    with NVIDIA's "limited feature-set" (SPEC §4)."""
+    fitting = {v for counts in facts.by_scheme for v in counts if rng.holds(v)}
+    if not fitting or any(v >= full for v in fitting):
+        return ""
+    span = _span(min(fitting), max(fitting))
+    return (
+        f"no node has CUDA ≥ {full}: minorVersion places it on CUDA {span} nodes, "
+        "with a limited feature-set"
     )
 
 
@@ -144,11 +159,27 @@ def daemonset_node(meta: Any, spec: Mapping[str, Any]) -> str | None:
     return ""
 
 
+def bound_node(spec: Mapping[str, Any]) -> str | None:
+    """The node a pod created with `spec.nodeName` is bound to (None: the scheduler places it).
+    Such a pod skips the scheduler, and the kubelet checks its required node affinity on
+    admission and fails it with reason NodeAffinity when the node does not match
+    (kubernetes pkg/kubelet/lifecycle/predicate.go generalFilter -> scheduler.AdmissionCheck
+    in pkg/scheduler/eventhandlers.go, which matches nodeaffinity.GetRequiredNodeAffinity(pod)
+    against the node), so an injected affinity could only fail it."""
+    node = spec.get("nodeName")
+    return node if isinstance(node, str) and node else None
+
+
 def pinned_problems(
-    facts: InventoryFacts, node: str, rng: Range | None, low: CudaVersion | None
+    facts: InventoryFacts,
+    node: str,
+    rng: Range | None,
+    low: CudaVersion | None,
+    pod: str = "this DaemonSet pod",
 ) -> list[tuple[str, str]]:
     """(sentence, rule) for each requirement the pinned node does not meet; a node that
-    advertises nothing (or is not known yet) gives nothing to check against."""
+    advertises nothing (or is not known yet) gives nothing to check against. `pod`: how the
+    sentence names the pod ("this pod" for one bound with spec.nodeName)."""
     pinned = facts.nodes.get(node)
     if pinned is None:
         return []
@@ -157,15 +188,14 @@ def pinned_problems(
         version = pinned.cuda[0][1]
         problems.append(
             (
-                f"node {node} supports CUDA {version}; this DaemonSet pod needs CUDA {rng.text()}",
+                f"node {node} supports CUDA {version}; {pod} needs CUDA {rng.text()}",
                 "cuda",
             )
         )
     if low is not None and pinned.compute is not None and pinned.compute < low:
         problems.append(
             (
-                f"node {node} has compute capability {pinned.compute}; "
-                f"this DaemonSet pod needs ≥ {low}",
+                f"node {node} has compute capability {pinned.compute}; {pod} needs ≥ {low}",
                 "compute capability",
             )
         )

@@ -22,6 +22,21 @@ if TYPE_CHECKING:
 # but still set by older kubelets).
 ARCH_LABELS = ("kubernetes.io/arch", "beta.kubernetes.io/arch")
 DEFAULT_ARCH = "amd64"
+# The label's values are GOARCH values (the kubelet sets it from runtime.GOARCH): Go's list of
+# known architectures (go/src/internal/syslist/syslist.go KnownArch). A pod's affinity may
+# hold anything (mutating webhooks run before validation), and each value would be a registry
+# lookup of its own: only these names are looked up, each once, at most MAX_ARCHS per pod.
+KNOWN_ARCHS = frozenset(
+    {
+        "386", "amd64", "amd64p32", "arm", "armbe", "arm64", "arm64be", "loong64", "mips",
+        "mipsle", "mips64", "mips64le", "mips64p32", "mips64p32le", "ppc", "ppc64", "ppc64le",
+        "riscv", "riscv64", "s390", "s390x", "sparc", "sparc64", "wasm",
+    }
+)  # fmt: skip
+MAX_ARCHS = 4
+# Which architectures are kept first when a pod allows more than MAX_ARCHS: those NVIDIA
+# builds CUDA for (x86_64, sbsa/arm64, ppc64le), then by name.
+_GPU_ARCHS = ("amd64", "arm64", "ppc64le")
 
 
 class ImageQuery(NamedTuple):
@@ -47,13 +62,16 @@ def pod_archs(spec: Mapping[str, Any]) -> tuple[str, ...]:
       `NotIn` removes its values.
     - Else amd64 (what most GPU nodes are): a term without an `In` on the arch label lets any
       architecture in, and nothing tells which one the pod will get.
+
+    Values that are no architecture name (KNOWN_ARCHS) are left out; of more than MAX_ARCHS,
+    the GPU architectures first, then by name.
     """
     selector = spec.get("nodeSelector")
     if is_mapping(selector):
         for key in ARCH_LABELS:
             value = selector.get(key)
             if isinstance(value, str) and value:
-                return (value,)
+                return (value,) if value in KNOWN_ARCHS else (DEFAULT_ARCH,)
     terms = [t for t in required_terms(spec) or () if not is_empty_term(t)]
     allowed: set[str] = set()
     for term in terms:
@@ -61,7 +79,13 @@ def pod_archs(spec: Mapping[str, Any]) -> tuple[str, ...]:
         if archs is None:
             return (DEFAULT_ARCH,)
         allowed |= archs
+    if len(allowed) > MAX_ARCHS:
+        allowed = set(sorted(allowed, key=_preference)[:MAX_ARCHS])
     return tuple(sorted(allowed)) or (DEFAULT_ARCH,)
+
+
+def _preference(arch: str) -> tuple[int, str]:
+    return (_GPU_ARCHS.index(arch) if arch in _GPU_ARCHS else len(_GPU_ARCHS), arch)
 
 
 def _term_archs(term: Mapping[str, Any]) -> set[str] | None:
@@ -73,7 +97,11 @@ def _term_archs(term: Mapping[str, Any]) -> set[str] | None:
         if not is_mapping(expr) or expr.get("key") not in ARCH_LABELS:
             continue
         values = expr.get("values")
-        names = {v for v in values if isinstance(v, str)} if isinstance(values, list) else set()
+        names = (
+            {v for v in values if isinstance(v, str) and v in KNOWN_ARCHS}
+            if isinstance(values, list)
+            else set()
+        )
         if expr.get("operator") == "In":
             allowed = names if allowed is None else allowed & names
         elif expr.get("operator") == "NotIn":

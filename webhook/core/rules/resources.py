@@ -225,15 +225,18 @@ def _policy_problems(
         if ("requests", key) not in derived and not mirrors_limit:
             problems += found
     # The API server defaults a Pod container's requests from its limits before
-    # admission (SetDefaults_Pod in kubernetes pkg/apis/core/v1/defaults.go: "only on a
+    # admission (SetDefaults_Pod in kubernetes pkg/apis/core/v1/defaults.go: for each
+    # container with limits, every key missing from requests is set to the limit, "only on a
     # v1.Pod and not a v1.PodTemplate"), and defaults again after each mutating webhook's
     # patch (apiserver admission/plugin/webhook/mutating/dispatcher.go calls
     # GetObjectDefaulter().Default on the patched object). So on a Pod a request equal to
     # the limit is indistinguishable from "not set", including for a limit this webhook
-    # defaulted. Workload templates are not defaulted that way: there a request is explicit.
+    # defaulted. A template is judged as its pods will be (SPEC §6): every pod made from a
+    # template that writes requests = limits has requests = limits, and is admitted, so the
+    # template is too. (`is_pod` still matters above: a template's request without a limit.)
     # (req_value tested first: Fraction == None takes Fraction's slow generic path.)
     defaulted_by_apiserver = (
-        is_pod and lim_value is not None and req_value is not None and lim_value == req_value
+        lim_value is not None and req_value is not None and lim_value == req_value
     )
     if (
         presence

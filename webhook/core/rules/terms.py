@@ -13,8 +13,10 @@ they are valid label values too.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from webhook.core.config import CudaLabels
 from webhook.core.rules.versions import CudaVersion
@@ -68,6 +70,18 @@ def preferred_terms(schemes: Iterable[CudaLabels], max_major: int) -> list[dict[
             "preference": {"matchExpressions": [_expr(scheme.major, "Lt", max_major + 1)]},
         }
         for scheme in schemes
+    ]
+
+
+def preferred_range_terms(schemes: Iterable[CudaLabels], low: CudaVersion) -> list[dict[str, Any]]:
+    """Preferred scheduling terms for nodes whose version is ≥ `low` (minor-version
+    compatibility prefers the full version): the terms of range_terms, each weighted. A node
+    matches at most one term per scheme (the same major with a minor ≥ low's, or a newer
+    major), so the weight it gets is the same either way."""
+    return [
+        {"weight": PREFERRED_WEIGHT, "preference": {"matchExpressions": term}}
+        for scheme in schemes
+        for term in range_terms(scheme, low, None)
     ]
 
 
@@ -168,18 +182,132 @@ def mentioned_key(spec: Mapping[str, Any], keys: frozenset[str]) -> str:
     return ""
 
 
+def canonical(term: Any) -> str:
+    """A node selector term as a comparable value. Its expressions (and fields) are ANDed, so
+    their order does not matter: another mutating webhook may append its own after ours
+    (reinvocation), and the term selects the same nodes."""
+    if not is_mapping(term):
+        return json.dumps(term, sort_keys=True)
+    shown = {
+        key: sorted(json.dumps(e, sort_keys=True) for e in value)
+        if key in ("matchExpressions", "matchFields") and isinstance(value, list)
+        else value
+        for key, value in term.items()
+    }
+    return json.dumps(shown, sort_keys=True)
+
+
+def same_terms(left: Sequence[Any], right: Sequence[Any]) -> bool:
+    """Whether two lists of node selector terms are the same terms (ORed: in any order)."""
+    return len(left) == len(right) and sorted(map(canonical, left)) == sorted(map(canonical, right))
+
+
+def digest(injected: list[Term], preferred: Sequence[Any]) -> str:
+    """What the webhook writes beside terms it injects into a pod template (the injected-node-
+    affinity annotation): a short digest of exactly those terms. Kubernetes' node affinity has
+    no place for a mark per term, so the digest is what tells the webhook's own terms from a
+    user's that happen to look the same (SPEC §4 "The webhook's own terms are its own")."""
+    payload = json.dumps(
+        [
+            sorted(canonical({"matchExpressions": term}) for term in injected),
+            sorted(json.dumps(p, sort_keys=True) for p in preferred),
+        ]
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def _on(expr: Any, keys: frozenset[str]) -> bool:
+    return is_mapping(expr) and isinstance(expr.get("key"), str) and expr["key"] in keys
+
+
+def _split(terms: Sequence[Any], keys: frozenset[str]) -> tuple[list[Any], list[Term]] | None:
+    """(the user's terms, our terms) when `terms` is what merge_terms(user's, ours) makes, our
+    terms being each term's expressions on `keys` (in any order: see canonical); None when it is
+    not (a term without such expressions, or user terms crossed with different lists)."""
+    groups: dict[str, tuple[Any, list[Term]]] = {}
+    empty: list[Any] = []
+    for term in terms:
+        if is_empty_term(term):
+            empty.append(term)  # merge_terms keeps an empty user term as it is
+            continue
+        exprs = term.get("matchExpressions")
+        exprs = exprs if isinstance(exprs, list) else []
+        ours = [e for e in exprs if _on(e, keys)]
+        if not ours:
+            return None
+        rest = {**term, "matchExpressions": [e for e in exprs if not _on(e, keys)]}
+        if not rest["matchExpressions"]:
+            del rest["matchExpressions"]
+        groups.setdefault(canonical(rest), (rest, []))[1].append(ours)
+    if not groups:
+        return None
+    lists = [sorted(canonical({"matchExpressions": t}) for t in g[1]) for g in groups.values()]
+    if any(other != lists[0] for other in lists[1:]):
+        return None
+    user = [rest for rest, _ in groups.values()]
+    if any(not rest for rest in user):
+        if len(user) > 1:
+            return None
+        user = []  # the user had no terms: every term is ours alone
+    return [*user, *empty], next(iter(groups.values()))[1]
+
+
+class Own(NamedTuple):
+    """A pod spec's node affinity with the webhook's own earlier injection taken out."""
+
+    required: list[Any] | None  # the user's required terms (None: none)
+    preferred: list[Any] | None  # the user's preferred terms (None: the field was absent)
+
+
+def _our_preference(term: Any, keys: frozenset[str]) -> bool:
+    """A preferred term of the shape preferred_terms() writes, on one of `keys`."""
+    if not is_mapping(term) or term.get("weight") != PREFERRED_WEIGHT:
+        return False
+    preference = term.get("preference")
+    exprs = preference.get("matchExpressions") if is_mapping(preference) else None
+    return isinstance(exprs, list) and len(exprs) == 1 and _on(exprs[0], keys)
+
+
+def own_terms(
+    spec: Mapping[str, Any], mark: str, key_sets: Sequence[tuple[frozenset[str], frozenset[str]]]
+) -> Own | None:
+    """The spec without the terms the webhook injected when it wrote `mark` (digest()), or
+    None when its affinity is not the user's terms crossed with exactly those.
+
+    `key_sets`: (label keys of the required part, label keys of the preferred part) of each
+    shape an injection may have had (CUDA and compute capability, either alone): a user's own
+    expression on one of those keys is never ours, and the digest then tells which it was."""
+    terms = required_terms(spec)
+    if not terms:
+        return None
+    current = preferred_of(spec)
+    preferred = current if isinstance(current, list) else []
+    for keys, preferred_keys in key_sets:
+        split = _split(terms, keys)
+        if split is None:
+            continue
+        user, ours = split
+        mine = [p for p in preferred if _our_preference(p, preferred_keys)]
+        for candidate in (mine, []) if mine else ([],):
+            if digest(ours, candidate) == mark:
+                rest = [p for p in preferred if p not in candidate]
+                return Own(user or None, rest if current is not None else None)
+    return None
+
+
 def already_injected(
     spec: Mapping[str, Any],
     keys: frozenset[str],
     injected: list[Term],
     preferred: list[dict[str, Any]] | None = None,
 ) -> bool:
-    """True when the pod's terms are exactly what merging `injected` into the user's own
-    terms gives, and its preferred terms end with `preferred`: the object was mutated by us
-    already (idempotence, reinvocation). `keys`: the label keys of what `injected` holds."""
+    """True when the pod's terms are what merging `injected` into the user's own terms gives
+    (expressions in any order: another webhook may have appended its own), and its preferred
+    terms hold `preferred`: the object was mutated by us already (idempotence,
+    reinvocation). `keys`: the label keys of what `injected` holds."""
     if preferred:
         current = preferred_of(spec)
-        if not isinstance(current, list) or current != merge_preferred(current, preferred):
+        if not isinstance(current, list) or any(p not in current for p in preferred):
             return False
     terms = required_terms(spec)
     if not terms:
@@ -190,7 +318,7 @@ def already_injected(
         if stripped not in base:
             base.append(stripped)
     if base == [None]:
-        return merge_terms(None, injected) == terms
+        return same_terms(merge_terms(None, injected), terms)
     if None in base:
         return False
-    return merge_terms(base, injected) == terms
+    return same_terms(merge_terms(base, injected), terms)

@@ -1,0 +1,373 @@
+"""The exported native policy against the webhook core, on a real API server (SPEC §9).
+
+With NATIVE_KUBECONFIG set (e.g. the kapi API server of shared/tools, no controllers needed),
+the shipped and the test CRLs are installed in kube-public, the exported policy and binding
+too, NO webhook is registered, and for a few hundred seeded Pods and workload templates the
+webhook core's verdict on the CRL rules (webhook.core.evaluate, only violations that name a
+CRL ConfigMap) is compared with the API server's, through a server-side dry-run create.
+
+Run: NATIVE_KUBECONFIG=~/.cache/kapi/kubeconfig .venv/bin/pytest -q tests/native -s
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import os
+import random
+import re
+import time
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from webhook.core.config import load_config
+from webhook.core.crl import crl_configmap
+from webhook.core.evaluate import evaluate
+from webhook.core.native import export
+from webhook.core.policyset import PolicySet
+from webhook.sources.files import policy_files, read_documents
+
+ROOT = Path(__file__).resolve().parents[2]
+KUBECONFIG = os.environ.get("NATIVE_KUBECONFIG", "")
+pytestmark = pytest.mark.skipif(
+    not KUBECONFIG,
+    reason="no API server: set NATIVE_KUBECONFIG to a kubeconfig (e.g. shared/tools/kapi's) "
+    "to compare the exported policy with the webhook core",
+)
+NAMESPACE = "native-diff"
+SEED = 20260530
+CASES = 500
+
+# CRLs that exercise every rule the shipped ones do not: required/disabled limits and
+# requests, min/max, wholeUnit, a default, a two-key group, and one invalid CRL that both
+# the webhook and the policy must ignore.
+TEST_CRLS = [
+    crl_configmap(
+        "cf-crl-test-need",
+        {
+            "key": "test.example.com/need",
+            "dataType": "integer",
+            "group": "test",
+            "limits": "required",
+            "requests": "fromLimits",
+            "min": "1",
+            "max": "8",
+            "descriptionEn": "Test key that must be set",
+        },
+    ),
+    crl_configmap(
+        "cf-crl-test-share",
+        {
+            "key": "test.example.com/share",
+            "dataType": "integer",
+            "group": "test",
+            "limits": "optional",
+            "requests": "required",
+            "wholeUnit": "10",
+            "defaultValue": "5",
+        },
+    ),
+    crl_configmap(
+        "cf-crl-test2-banned",
+        {
+            "key": "test.example.com/banned",
+            "dataType": "integer",
+            "group": "test2",
+            "limits": "disabled",
+            "requests": "disabled",
+        },
+    ),
+    crl_configmap(
+        "cf-crl-test2-solo",
+        {
+            "key": "test.example.com/solo",
+            "dataType": "integer",
+            "group": "test2",
+            "limits": "optional",
+            "requests": "disabled",
+            "max": "4",
+        },
+    ),
+    crl_configmap(
+        "cf-crl-test3-broken",
+        {
+            "key": "test.example.com/broken",
+            "dataType": "integer",
+            "group": "test3",
+            "limits": "required",
+            "requests": "disabled",
+            "min": "one",
+        },
+    ),
+]
+VALUES = ["0", "1", "2", "4", "5", "8", "9", "10", "15", "20", "50", "100", "150", "200", "1k"]
+WORKLOADS = ["Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob"]
+
+
+def shipped_crls() -> list[dict[str, Any]]:
+    return [
+        doc
+        for file in policy_files(ROOT / "configmaps")
+        for doc in read_documents(file)
+        if isinstance(doc, dict)
+    ]
+
+
+def all_keys(crls: list[dict[str, Any]]) -> list[str]:
+    return [*sorted({cm["data"]["key"] for cm in crls}), "example.com/other"]
+
+
+def container(rng: random.Random, name: str, keys: list[str]) -> dict[str, Any]:
+    limits: dict[str, str] = {}
+    requests: dict[str, str] = {}
+    for key in rng.sample(keys, rng.randint(0, 3)):
+        # Mostly what the API server's validation accepts (a request needs an equal limit):
+        # the rest is rejected before any policy runs and compares nothing.
+        shape = rng.choices(["limits", "both", "requests", "differ"], [8, 6, 1, 1])[0]
+        value = rng.choice(VALUES)
+        if shape in ("limits", "both", "differ"):
+            limits[key] = value
+        if shape == "both":
+            requests[key] = value
+        if shape == "requests":
+            requests[key] = value
+        if shape == "differ":
+            requests[key] = rng.choice(VALUES)
+    resources: dict[str, Any] = {}
+    if limits:
+        resources["limits"] = limits
+    if requests:
+        resources["requests"] = requests
+    return {"name": name, "image": "busybox", "resources": resources}
+
+
+def pod_spec(rng: random.Random, keys: list[str]) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "containers": [container(rng, f"c{i}", keys) for i in range(rng.randint(1, 3))]
+    }
+    if rng.random() < 0.3:
+        spec["initContainers"] = [container(rng, "init", keys)]
+    if rng.random() < 0.3:
+        spec["restartPolicy"] = "Never"
+    return spec
+
+
+def make_object(rng: random.Random, i: int, keys: list[str]) -> dict[str, Any]:
+    kind = "Pod" if rng.random() < 0.5 else rng.choice(WORKLOADS)
+    name = f"o{i}"
+    spec = pod_spec(rng, keys)
+    meta = {"name": name, "namespace": NAMESPACE}
+    if kind == "Pod":
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+    labels = {"app": name}
+    template = {"metadata": {"labels": labels}, "spec": spec}
+    if kind in ("Job", "CronJob"):
+        spec["restartPolicy"] = "Never"
+        job = {"template": template}
+        if kind == "Job":
+            return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": job}
+        return {
+            "apiVersion": "batch/v1",
+            "kind": "CronJob",
+            "metadata": meta,
+            "spec": {"schedule": "0 * * * *", "jobTemplate": {"spec": job}},
+        }
+    spec["restartPolicy"] = "Always"
+    body: dict[str, Any] = {"selector": {"matchLabels": labels}, "template": template}
+    if kind == "StatefulSet":
+        body["serviceName"] = name
+    return {"apiVersion": "apps/v1", "kind": kind, "metadata": meta, "spec": body}
+
+
+def as_admitted(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The object as admission sees it: on a Pod the API server has copied each limit into a
+    missing request (kubernetes pkg/apis/core/v1/defaults.go SetDefaults_Pod)."""
+    out = copy.deepcopy(dict(obj))
+    if out["kind"] == "Pod":
+        for lst in ("containers", "initContainers"):
+            for c in out["spec"].get(lst) or []:
+                res = c.get("resources") or {}
+                limits = res.get("limits") or {}
+                if limits:
+                    requests = res.setdefault("requests", {})
+                    for key, value in limits.items():
+                        requests.setdefault(key, value)
+    return out
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    # The client's generated signatures want its model classes; the test sends plain dicts.
+    from kubernetes import client as _client
+    from kubernetes import config as _config
+    from kubernetes import utils as _utils
+
+    client: Any = _client
+    config: Any = _config
+    utils: Any = _utils
+    api = config.new_client_from_config(config_file=KUBECONFIG)
+    core = client.CoreV1Api(api)
+    crls = shipped_crls() + TEST_CRLS
+    for source in crls:
+        cm = copy.deepcopy(source)
+        cm["metadata"]["namespace"] = "kube-public"
+        with contextlib.suppress(client.ApiException):
+            core.delete_namespaced_config_map(cm["metadata"]["name"], "kube-public")
+        core.create_namespaced_config_map("kube-public", cm)
+    try:
+        core.create_namespace({"metadata": {"name": NAMESPACE}})
+    except client.ApiException as exc:
+        if exc.status != 409:
+            raise
+    policies = PolicySet.from_configmaps(crls)
+    adm = client.AdmissionregistrationV1Api(api)
+    for obj in export(policies.by_key.values()).objects:
+        name = obj["metadata"]["name"]
+        if obj["kind"] == "ValidatingAdmissionPolicy":
+            with contextlib.suppress(client.ApiException):
+                adm.delete_validating_admission_policy(name)
+        else:
+            with contextlib.suppress(client.ApiException):
+                adm.delete_validating_admission_policy_binding(name)
+    utils.create_from_yaml(api, yaml_objects=export(policies.by_key.values()).objects)
+    time.sleep(3)  # the policy and param informers sync
+    yield api, policies, crls
+    for cm in TEST_CRLS:
+        core.delete_namespaced_config_map(cm["metadata"]["name"], "kube-public")
+
+
+def server_verdict(api: Any, obj: Mapping[str, Any]) -> tuple[str, str]:
+    """("allowed" | "policy" | "invalid", message) from a server-side dry-run create."""
+    from kubernetes import client as _client
+
+    client: Any = _client
+    kind = obj["kind"]
+    create: dict[str, Any] = {
+        "Pod": lambda b: client.CoreV1Api(api).create_namespaced_pod(NAMESPACE, b, dry_run="All"),
+        "Deployment": lambda b: client.AppsV1Api(api).create_namespaced_deployment(
+            NAMESPACE, b, dry_run="All"
+        ),
+        "StatefulSet": lambda b: client.AppsV1Api(api).create_namespaced_stateful_set(
+            NAMESPACE, b, dry_run="All"
+        ),
+        "DaemonSet": lambda b: client.AppsV1Api(api).create_namespaced_daemon_set(
+            NAMESPACE, b, dry_run="All"
+        ),
+        "ReplicaSet": lambda b: client.AppsV1Api(api).create_namespaced_replica_set(
+            NAMESPACE, b, dry_run="All"
+        ),
+        "Job": lambda b: client.BatchV1Api(api).create_namespaced_job(NAMESPACE, b, dry_run="All"),
+        "CronJob": lambda b: client.BatchV1Api(api).create_namespaced_cron_job(
+            NAMESPACE, b, dry_run="All"
+        ),
+    }
+    try:
+        create[kind](obj)
+    except client.ApiException as exc:
+        message = json.loads(exc.body or "{}").get("message", "")
+        if "ValidatingAdmissionPolicy" in message:
+            return "policy", message
+        if exc.status == 422:
+            return "invalid", message
+        raise
+    return "allowed", ""
+
+
+def core_verdict(obj: Mapping[str, Any], policies: PolicySet) -> list[str]:
+    """The webhook core's CRL violations (placement, access, env: other rules, not compared)."""
+    decision = evaluate(as_admitted(obj), policies, load_config(None), namespace=NAMESPACE)
+    return [v.detail for v in decision.violations if v.configmap]
+
+
+def test_policy_and_webhook_agree_on_crl_rules(cluster: Any) -> None:
+    api, policies, crls = cluster
+    rng = random.Random(SEED)
+    keys = all_keys(crls)
+    counts: Counter[str] = Counter()
+    disagreements: list[str] = []
+    unmatched_messages: list[str] = []
+    for i in range(CASES):
+        obj = make_object(rng, i, keys)
+        expected = core_verdict(obj, policies)
+        got, message = server_verdict(api, obj)
+        counts[obj["kind"]] += 1
+        if got == "invalid":
+            # The API server's own validation rejected it before any policy ran (a request
+            # without a limit, requests != limits on an extended resource): no policy verdict.
+            counts["rejected by API validation"] += 1
+            continue
+        counts[f"{'denied' if expected else 'allowed'} by the webhook core"] += 1
+        counts[f"{got} by the API server"] += 1
+        if bool(expected) != (got == "policy"):
+            disagreements.append(f"{obj} -> core {expected}, server {got}: {message}")
+        elif expected:
+            shown = message.split("denied request: ", 1)[1]
+            # Every problem the policy shows is one the webhook reports, word for word.
+            for part in re.split(f"; (?=(?:{'|'.join(['Pod', *WORKLOADS])}) {NAMESPACE}/)", shown):
+                if not any(part.startswith(detail.rstrip(".")) for detail in expected):
+                    unmatched_messages.append(f"{part!r} not in {expected}")
+    print("\nnative policy differential:", dict(sorted(counts.items())))
+    assert not disagreements, "\n".join(disagreements[:10])
+    assert not unmatched_messages, "\n".join(unmatched_messages[:10])
+    assert counts["policy by the API server"] >= 50 and counts["allowed by the API server"] >= 50
+
+
+def test_violating_pod_denied_with_the_webhook_down(cluster: Any) -> None:
+    """A webhook registered with failurePolicy: Ignore whose process is stopped (nothing
+    listens on its port): the policy still denies a violating pod, and admits a good one."""
+    from kubernetes import client as _client
+
+    client: Any = _client
+    api, _, _ = cluster
+    adm = client.AdmissionregistrationV1Api(api)
+    name = "gpu-webhook-stopped"
+    hook = {
+        "name": "pods.gpu-webhook.test",
+        "clientConfig": {"url": "https://127.0.0.1:9/validate"},  # port 9: nothing listens
+        "rules": [
+            {
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "resources": ["pods"],
+                "operations": ["CREATE"],
+            }
+        ],
+        "failurePolicy": "Ignore",
+        "sideEffects": "None",
+        "admissionReviewVersions": ["v1"],
+        "timeoutSeconds": 2,
+    }
+    adm.create_validating_webhook_configuration({"metadata": {"name": name}, "webhooks": [hook]})
+    core = client.CoreV1Api(api)
+    try:
+        bad: dict[str, Any] = {
+            "metadata": {"name": "too-many-cards"},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "train",
+                        "image": "busybox",
+                        "resources": {"limits": {"tencent.com/vcuda-core": "150"}},
+                    }
+                ]
+            },
+        }
+        with pytest.raises(client.ApiException) as denied:
+            core.create_namespaced_pod(NAMESPACE, bad)
+        assert denied.value.status == 403
+        assert (
+            'Pod native-diff/too-many-cards, container "train": '
+            "limits.tencent.com/vcuda-core='150' is above 100 but not a multiple of 100"
+        ) in json.loads(denied.value.body or "{}")["message"]
+        good = copy.deepcopy(bad)
+        good["metadata"]["name"] = "two-cards"
+        good["spec"]["containers"][0]["resources"]["limits"]["tencent.com/vcuda-core"] = "200"
+        core.create_namespaced_pod(NAMESPACE, good)
+        core.delete_namespaced_pod("two-cards", NAMESPACE)
+    finally:
+        adm.delete_validating_webhook_configuration(name)

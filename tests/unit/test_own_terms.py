@@ -1,0 +1,164 @@
+"""The webhook's own terms are its own (SPEC §4, issue 28 item 5 a and b): affinity the webhook
+injected earlier is recognised and recomputed, never taken for the user's own CUDA affinity.
+
+a. With `mutateTemplates: true`, `kubectl set image` from a CUDA 12.4 image to a 12.8 one must
+   replace the template's "≥ 12.4" terms (it kept them, with a "kept as is" warning).
+b. After another mutating webhook appends an expression to each term, the reinvoked webhook must
+   see its own terms (it warned that the user's node affinity was "kept as is").
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from tests.helpers import (
+    GPU,
+    PREFERRED_12_4_TERMS,
+    REQUIRED_12_4_TERMS,
+    apply,
+    container,
+    expr,
+    node_terms,
+    pod,
+    preferred,
+    preferred_terms,
+    workload,
+)
+from webhook.core.config import WebhookConfig, load_config
+from webhook.core.evaluate import Decision, evaluate
+from webhook.core.policyset import PolicySet
+
+MUTATING = load_config({"mutateTemplates": True})
+MAJOR, MINOR = "cuda-major-version", "cuda-minor-version"
+MARK = "features.alauda.io/injected-node-affinity"
+TPL = ("spec", "template", "spec")
+ZONE = expr("topology.kubernetes.io/zone", "In", "a")
+POOL = expr("pool", "In", "gpu")  # what "another mutating webhook" appends to every term
+
+REQUIRED_12_8_TERMS = [
+    {"matchExpressions": [expr(MAJOR, "Gt", 11), expr(MAJOR, "Lt", 13), expr(MINOR, "Gt", 7)]},
+    {"matchExpressions": [expr(MAJOR, "Gt", 12)]},
+]
+REQUIRED_13_0_TERMS = [{"matchExpressions": [expr(MAJOR, "Gt", 12)]}]
+NOTE_12_8 = "required GPU nodes with CUDA ≥ 12.8 (image nvidia/cuda:12.8.0), preferably < 14.0"
+
+
+def review(
+    obj: dict[str, Any],
+    config: WebhookConfig = MUTATING,
+    *,
+    old: dict[str, Any] | None = None,
+) -> Decision:
+    return evaluate(
+        obj,
+        PolicySet.empty(),
+        config,
+        operation="UPDATE" if old is not None else "CREATE",
+        old_object=old,
+    )
+
+
+def deployment(image: str, **spec: Any) -> dict[str, Any]:
+    c = container(image=image, limits={GPU: "1"})
+    return workload("Deployment", pod(c, **spec), name="serve")
+
+
+def set_image(obj: dict[str, Any], image: str) -> dict[str, Any]:
+    """`kubectl set image deployment/serve c=<image>`: only the image changes."""
+    new = copy.deepcopy(obj)
+    new["spec"]["template"]["spec"]["containers"][0]["image"] = image
+    return new
+
+
+def made_pod(deploy: dict[str, Any]) -> dict[str, Any]:
+    """The pod the ReplicaSet makes from the Deployment's template (owner reference aside)."""
+    template = copy.deepcopy(deploy["spec"]["template"])
+    meta = {**template.get("metadata", {}), "name": "serve-abc", "namespace": "ml"}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": template["spec"]}
+
+
+def test_set_image_replaces_the_terms_the_webhook_injected_into_the_template() -> None:
+    created = apply(review(deployment("nvidia/cuda:12.4.1")))
+    assert node_terms(created, *TPL) == REQUIRED_12_4_TERMS
+    assert preferred_terms(created, *TPL) == PREFERRED_12_4_TERMS
+    assert MARK in created["spec"]["template"]["metadata"]["annotations"]
+
+    updated = set_image(created, "nvidia/cuda:12.8.0")
+    decision = review(updated, old=created)
+    assert decision.allowed
+    assert decision.warnings == ()
+    assert decision.notes == (NOTE_12_8,)
+    stored = apply(decision)
+    assert node_terms(stored, *TPL) == REQUIRED_12_8_TERMS
+    assert preferred_terms(stored, *TPL) == PREFERRED_12_4_TERMS  # same major: preferably < 14
+    # Every pod made from it keeps exactly those terms: no patch, no warning.
+    again = review(made_pod(stored))
+    assert again.patch == [] and again.warnings == () and again.notes == ()
+    # Applying the template again changes nothing either.
+    assert review(stored, old=updated).patch == []
+
+
+def test_a_new_major_replaces_the_preference_too_and_keeps_the_users_own_terms() -> None:
+    user = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [ZONE]}]}}}  # fmt: skip
+    created = apply(review(deployment("nvidia/cuda:12.4.1", affinity=user)))
+    updated = set_image(created, "nvidia/cuda:13.0.0")
+    decision = review(updated, old=created)
+    assert decision.warnings == ()
+    stored = apply(decision)
+    assert node_terms(stored, *TPL) == [{"matchExpressions": [ZONE, expr(MAJOR, "Gt", 12)]}]
+    assert preferred_terms(stored, *TPL) == preferred(14)
+
+
+def test_the_users_own_cuda_affinity_is_still_kept_as_is() -> None:
+    """Terms of exactly the webhook's shape, written by the user (no mark): the user's."""
+    user = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": REQUIRED_12_4_TERMS}}}  # fmt: skip
+    decision = review(deployment("nvidia/cuda:12.8.0", affinity=user))
+    assert decision.warnings == (
+        f"your node affinity on {MAJOR} is kept as is; this pod needs CUDA ≥ 12.8, "
+        "preferably < 14.0",
+    )
+    assert node_terms(apply(decision), *TPL) == REQUIRED_12_4_TERMS
+
+
+def test_a_stale_mark_does_not_make_the_users_edited_terms_ours() -> None:
+    created = apply(review(deployment("nvidia/cuda:12.4.1")))
+    edited = copy.deepcopy(created)
+    terms = node_terms(edited, *TPL)
+    terms[1]["matchExpressions"] = [expr(MAJOR, "In", "13")]  # the user narrowed one term
+    updated = set_image(edited, "nvidia/cuda:12.8.0")
+    decision = review(updated, old=edited)
+    assert decision.warnings == (
+        f"your node affinity on {MAJOR} is kept as is; this pod needs CUDA ≥ 12.8, "
+        "preferably < 14.0",
+    )
+    assert node_terms(apply(decision), *TPL) == terms
+
+
+def with_pool(obj: dict[str, Any], *spec_path: str) -> dict[str, Any]:
+    """Another mutating webhook appends its expression to every required term."""
+    new = copy.deepcopy(obj)
+    for term in node_terms(new, *spec_path):
+        term["matchExpressions"].append(POOL)
+    return new
+
+
+def test_reinvocation_after_another_webhook_appended_to_each_term() -> None:
+    c = container(image="nvidia/cuda:12.4.1", limits={GPU: "1"})
+    user = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [ZONE]}]}}}  # fmt: skip
+    specs: list[dict[str, Any]] = [{}, {"affinity": user}]
+    for spec in specs:
+        first = apply(review(pod(c, **spec), WebhookConfig()))
+        reinvoked = review(with_pool(first), WebhookConfig())
+        assert reinvoked.warnings == ()
+        assert reinvoked.patch == []
+
+
+def test_reinvocation_on_a_mutated_template_after_another_webhook() -> None:
+    created = apply(review(deployment("nvidia/cuda:12.4.1")))
+    reinvoked = review(with_pool(created, *TPL))
+    assert reinvoked.warnings == ()
+    assert reinvoked.patch == []

@@ -1,0 +1,61 @@
+"""`gpu-webhook export-policies`: the CRL rules as native ValidatingAdmissionPolicies."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import TextIO
+
+import yaml
+
+from webhook.cli.exits import EXIT_OK, CommandError
+from webhook.cli.review import load_policies
+from webhook.core.config import load_config
+from webhook.core.native import cost_problem, estimated_cost, export
+
+
+def add_export_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "export-policies",
+        help="the CRL rules CEL can express, as a ValidatingAdmissionPolicy and its binding "
+        "that read the CRL ConfigMaps as params (a CRL edit needs no re-export)",
+    )
+    parser.add_argument(
+        "--policies",
+        type=Path,
+        help="CRL ConfigMaps directory: its groups of several keys are written into the "
+        "policy (default: ./configmaps)",
+    )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        help="webhook config YAML: its exemptNamespaces are left out of the binding",
+    )
+    parser.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
+
+
+def cmd_export(args: argparse.Namespace, out: TextIO) -> int:
+    policies = load_policies(args.policies)
+    config = load_config(args.config)
+    result = export(policies.by_key.values(), exempt_namespaces=config.exempt_namespaces)
+    problem = cost_problem(result.groups)
+    if problem:
+        raise CommandError(f"not exported: {problem}")
+    if args.output == "json":
+        out.write(json.dumps({"apiVersion": "v1", "kind": "List", "items": result.objects}))
+        out.write("\n")
+        return EXIT_OK
+    groups = ", ".join(f"{g} ({len(k)} keys)" for g, k in result.groups.items()) or "none"
+    lines = [
+        "# gpu-webhook export-policies: the CRL rules as a ValidatingAdmissionPolicy.",
+        "# Every enabled CRL ConfigMap in kube-public is a param: editing a CRL needs no",
+        f"# re-export. Groups of several keys written into the policy: {groups}.",
+        f"# Estimated CEL cost for a 64-container Pod: {estimated_cost(result.groups):,} "
+        "(limit 1,000,000 per expression).",
+        "# Not expressed here (the webhook still does them):",
+        *(f"#  - {item}" for item in result.not_expressed),
+    ]
+    out.write("\n".join(lines) + "\n")
+    out.write(yaml.safe_dump_all(result.objects, sort_keys=False, width=100_000))
+    return EXIT_OK
