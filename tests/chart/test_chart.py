@@ -286,6 +286,8 @@ def test_container_args_are_the_serve_contract_pointing_at_mounted_files(render:
         "3600",
         "--audit-reports",
         "wgpolicyk8s",
+        "--report-owner",
+        FULLNAME,
         "--audit-lease",
         f"{NAMESPACE}/{FULLNAME}-audit",
     ]

@@ -14,13 +14,28 @@ import yaml
 
 from tests.chart.conftest import CHART_DIR, NAMESPACE, Render
 from tests.chart.test_chart import FULLNAME, container, find, one, supported_schema_versions
-from webhook.core.audit import Audit
-from webhook.core.reports import FORMATS, build_reports
+from webhook.core.audit import Audit, AuditResult, Finding, Problem, Ref
+from webhook.core.reports import FORMATS, MAX_RESULTS, build_reports
 from webhook.core.workloads import registry_for
 
 AUDIT_ROLE = f"{FULLNAME}-audit"
 LIST = ["list"]
-WRITE = ["list", "create", "update", "delete"]
+
+
+def report_rules(group: str, resource: str, owner: str = FULLNAME) -> list[dict[str, Any]]:
+    """List and create on the report kind (RBAC cannot limit them to a name); update and delete
+    on this installation's report name only."""
+    return [
+        {"apiGroups": [group], "resources": [resource], "verbs": ["list", "create"]},
+        {
+            "apiGroups": [group],
+            "resources": [resource],
+            "resourceNames": [owner],
+            "verbs": ["update", "delete"],
+        },
+    ]
+
+
 BUILTIN_RULES = [
     {"apiGroups": [""], "resources": ["pods"], "verbs": LIST},
     {
@@ -38,7 +53,7 @@ CRDS = {
 
 def args_of(objects: list[dict[str, Any]]) -> dict[str, str]:
     args: list[str] = container(objects)["args"]
-    flags = ("--audit-interval", "--audit-reports", "--audit-lease")
+    flags = ("--audit-interval", "--audit-reports", "--audit-lease", "--report-owner")
     return {flag: args[args.index(flag) + 1] for flag in flags}
 
 
@@ -60,12 +75,13 @@ def test_default_install_audits_hourly_lists_what_it_checks_and_writes_policy_re
         "--audit-interval": "3600",
         "--audit-reports": "wgpolicyk8s",
         "--audit-lease": f"{NAMESPACE}/{AUDIT_ROLE}",
+        "--report-owner": FULLNAME,
     }
     role = one(objects, "ClusterRole", AUDIT_ROLE)
-    reports = {"apiGroups": ["wgpolicyk8s.io"], "resources": ["policyreports"], "verbs": WRITE}
-    assert role["rules"] == [*BUILTIN_RULES, *operator_rules(objects), reports]
+    reports = report_rules("wgpolicyk8s.io", "policyreports")
+    assert role["rules"] == [*BUILTIN_RULES, *operator_rules(objects), *reports]
     # List only: no get, no watch (the audit pages through lists), no write but its reports.
-    assert {verb for rule in role["rules"][:-1] for verb in rule["verbs"]} == {"list"}
+    assert {verb for rule in role["rules"][:-2] for verb in rule["verbs"]} == {"list"}
     binding = one(objects, "ClusterRoleBinding", AUDIT_ROLE)
     assert binding["roleRef"]["name"] == AUDIT_ROLE
     account = one(objects, "ServiceAccount")["metadata"]["name"]
@@ -108,23 +124,26 @@ def test_the_audit_lists_every_kind_of_the_webhooks_registry(render: Render) -> 
 
 
 @pytest.mark.parametrize(
-    ("reports", "rule"),
-    [
-        (
-            "openreports",
-            {"apiGroups": ["openreports.io"], "resources": ["reports"], "verbs": WRITE},
-        ),
-        ("none", None),
-    ],
+    ("reports", "rules"),
+    [("openreports", report_rules("openreports.io", "reports")), ("none", [])],
 )
 def test_the_report_format_switches_its_write_permission(
-    render: Render, reports: str, rule: dict[str, Any] | None
+    render: Render, reports: str, rules: list[dict[str, Any]]
 ) -> None:
     objects = render({"audit": {"reports": reports}})
     assert args_of(objects)["--audit-reports"] == reports
-    rules = one(objects, "ClusterRole", AUDIT_ROLE)["rules"]
-    writes = [r for r in rules if r["verbs"] != LIST]
-    assert writes == ([rule] if rule else [])
+    granted = one(objects, "ClusterRole", AUDIT_ROLE)["rules"]
+    writes = [r for r in granted if r["verbs"] != LIST]
+    assert writes == rules
+
+
+def test_a_report_owner_names_the_reports_and_the_only_ones_it_may_update(
+    render: Render,
+) -> None:
+    objects = render({"audit": {"reportOwner": "gpu-staging"}})
+    assert args_of(objects)["--report-owner"] == "gpu-staging"
+    granted = one(objects, "ClusterRole", AUDIT_ROLE)["rules"]
+    assert granted[-2:] == report_rules("wgpolicyk8s.io", "policyreports", "gpu-staging")
 
 
 def test_audit_off_removes_its_role_and_passes_interval_zero(render: Render) -> None:
@@ -136,8 +155,14 @@ def test_audit_off_removes_its_role_and_passes_interval_zero(render: Render) -> 
 
 @pytest.mark.parametrize(
     "values",
-    [{"intervalSeconds": 30}, {"reports": "kyverno"}, {"enabled": "yes"}],
-    ids=["interval-below-60", "unknown-format", "non-boolean"],
+    [
+        {"intervalSeconds": 30},
+        {"reports": "kyverno"},
+        {"enabled": "yes"},
+        {"reportOwner": "Prod_1"},
+        {"reportOwner": "a" * 64},
+    ],
+    ids=["interval-below-60", "unknown-format", "non-boolean", "owner-not-a-label", "owner-long"],
 )
 def test_the_values_schema_rejects_unusable_audit_values(
     render: Render, values: dict[str, Any]
@@ -202,6 +227,16 @@ def test_a_report_the_webhook_writes_is_valid_for_its_crd(name: str) -> None:
     (report,) = build_reports(audit.result(), fmt, 1_700_000_000).values()
     strict = _no_unknown_fields(schema)
     jsonschema.validate(report, strict)
+    # A report with results left out (its last result, without a resource, says so).
+    findings = []
+    for index in range(MAX_RESULTS + 3):
+        finding = Finding(Ref("v1", "Pod", "ml", f"p-{index}"))
+        finding.denied[("p", "r", "m")] = Problem("p", "r", "x")
+        findings.append(finding)
+    result = AuditResult(tuple(findings), 0, len(findings), 0)
+    (cut,) = build_reports(result, fmt, 1_700_000_000).values()
+    assert cut["results"][-1]["rule"] == "report size"
+    jsonschema.validate(cut, strict)
 
 
 def _no_unknown_fields(schema: dict[str, Any]) -> dict[str, Any]:

@@ -284,14 +284,16 @@ def test_audit_of_a_proposed_folder_names_each_owner_it_would_deny(
     assert "DENIED" not in out
 
 
-def _report(cluster: Cluster, namespace: str) -> dict[str, Any] | None:
+def _report(
+    cluster: Cluster, namespace: str, name: str = "gpu-admission-webhook"
+) -> dict[str, Any] | None:
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
     custom: Any = client.CustomObjectsApi(cluster.api)
     try:
         found: dict[str, Any] = custom.get_namespaced_custom_object(
-            "wgpolicyk8s.io", "v1alpha2", namespace, "policyreports", "gpu-admission-webhook"
+            "wgpolicyk8s.io", "v1alpha2", namespace, "policyreports", name
         )
         return found
     except ApiException as exc:
@@ -324,15 +326,35 @@ def test_the_servers_audit_writes_replaces_and_removes_its_policy_report(
         namespace=workloads,
         page_pause=0,
     )
+    # A second installation (`serve --policies proposed/ --report-owner proposed`) auditing the
+    # same namespace: each replaces and deletes only its own report.
+    proposed_store = PolicyStore()
+    proposed_store.replace(tightened)
+    proposed = Auditor(
+        proposed_store,
+        WebhookConfig(),
+        interval=3600,
+        kubeconfig=str(cluster.kubeconfig),
+        namespace=workloads,
+        page_pause=0,
+        report_owner="proposed",
+    )
 
     async def scenario() -> None:
         try:
             assert await auditor.run_once() is True
+            assert await proposed.run_once() is True
             report = _report(cluster, workloads)
             assert report is not None
             assert report["metadata"]["labels"] == {
-                "app.kubernetes.io/managed-by": "gpu-admission-webhook"
+                "app.kubernetes.io/managed-by": "gpu-admission-webhook",
+                "gpu-admission-webhook/report-owner": "gpu-admission-webhook",
             }
+            theirs = _report(cluster, workloads, "proposed")
+            assert theirs is not None
+            assert theirs["metadata"]["labels"]["gpu-admission-webhook/report-owner"] == (
+                "proposed"
+            )
             assert _results(report) == [
                 ("fail", "Deployment", "train", "cf-crl-nvidia-gpu"),
                 ("fail", "PyTorchJob", "bert", "cf-crl-nvidia-gpu"),
@@ -359,7 +381,20 @@ def test_the_servers_audit_writes_replaces_and_removes_its_policy_report(
             assert await auditor.run_once() is True
             report = _report(cluster, workloads)
             assert report is None or _results(report) == []
+            # The other installation's report was neither replaced nor deleted.
+            assert _report(cluster, workloads, "proposed") == theirs
+            # Its own run replaces it (PUT) and, relaxed too, deletes it (DELETE with the
+            # listed resourceVersion as a precondition, which the API server honours).
+            assert await proposed.run_once() is True
+            replaced = _report(cluster, workloads, "proposed")
+            assert replaced is not None
+            assert _results(replaced) == [("fail", "Deployment", "train", "cf-crl-nvidia-gpu")]
+            proposed_store.replace(PolicySet.from_configmaps(shipped_policies()))
+            assert await proposed.run_once() is True
+            gone = _report(cluster, workloads, "proposed")
+            assert gone is None or _results(gone) == []
         finally:
             await auditor.close()
+            await proposed.close()
 
     asyncio.run(scenario())

@@ -83,7 +83,11 @@ async def test_the_audit_publishes_reports_and_its_figures(kube: FakeKube, tmp_p
             "denied": 2,
             "changed": 1,
         }
-        assert (document["reports"], document["lastError"]) == ("wgpolicyk8s", None)
+        assert (document["reports"], document["reportOwner"], document["lastError"]) == (
+            "wgpolicyk8s",
+            "gpu-admission-webhook",
+            None,
+        )
         samples = metric_samples(await (await client.get("/metrics")).text())
         assert (
             samples[

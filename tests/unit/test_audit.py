@@ -314,3 +314,134 @@ def test_result_json_names_each_finding_and_its_counts() -> None:
     assert violation["policy"] == "cf-crl-nvidia-gpu"
     assert violation["template"] is True
     assert violation["pods"] == 3
+
+
+# --- owners past a Pod, and past kinds the audit does not list (issue 30, item 3) ---------------
+
+
+def _lws_template() -> dict[str, Any]:
+    spec = container("worker", image=IMAGE, limits={GPU: "8"})
+    return {"metadata": {}, "spec": {"containers": [spec]}}
+
+
+def test_leaderworkerset_worker_groups_are_one_finding_on_the_leaderworkerset() -> None:
+    """kubernetes-sigs/lws pkg/controllers/pod_controller.go: the leader Pod of each group is
+    the controller of the group's worker StatefulSet (setControllerReferenceWithStatefulSet,
+    the StatefulSet named after the leader Pod); the leader Pod's controller is the leader
+    StatefulSet, whose controller is the LeaderWorkerSet. Before the fix the workers were
+    reported as "Pod ml/vllm-0: the pod"."""
+    policy_set = gpu_policies("4")
+    api = "leaderworkerset.x-k8s.io/v1"
+    lws = {
+        "apiVersion": api,
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": "vllm", "namespace": "ml", "uid": "lws-1"},
+        "spec": {
+            "replicas": 1,
+            "leaderWorkerTemplate": {"size": 3, "workerTemplate": _lws_template()},
+        },
+    }
+    leader_sts = workload("StatefulSet", gpu_pod("x", "8", c="worker"), name="vllm")
+    leader_sts["metadata"]["uid"] = "sts-leader"
+    owned(leader_sts, "LeaderWorkerSet", "vllm", "lws-1", api=api)
+    worker_sts = workload("StatefulSet", gpu_pod("x", "8", c="worker"), name="vllm-0")
+    worker_sts["metadata"]["uid"] = "sts-workers-0"
+    leader = gpu_pod("vllm-0", "8", c="worker")
+    leader["metadata"]["uid"] = "pod-leader-0"
+    owned(leader, "StatefulSet", "vllm", "sts-leader")
+    owned(worker_sts, "Pod", "vllm-0", "pod-leader-0", api="v1")
+    workers = []
+    for index in (1, 2):
+        member = gpu_pod(f"vllm-0-{index}", "8", c="worker")
+        owned(member, "StatefulSet", "vllm-0", "sts-workers-0")
+        workers.append(member)
+    audit = Audit()
+    # As the cluster is listed: workloads first, then pods (webhook/sources/audit.py).
+    add(audit, lws, "LeaderWorkerSet", api, policy_set, owner=True)
+    add(audit, leader_sts, "StatefulSet", "apps/v1", policy_set, owner=True)
+    add(audit, worker_sts, "StatefulSet", "apps/v1", policy_set, owner=True)
+    for member in [leader, *workers]:
+        add(audit, member, "Pod", "v1", policy_set, owner=False)
+    (finding,) = audit.result().findings
+    assert finding.owner == Ref(api, "LeaderWorkerSet", "ml", "vllm", "lws-1")
+    assert finding.scope() == "template denied, 3 of 3 pod(s) denied"
+
+
+def _knative_labels(service: str) -> dict[str, str]:
+    """What knative/serving puts on a Revision's Deployment and pods: the Revision's labels
+    (pkg/reconciler/revision/resources/meta.go makeLabels), which carry the Configuration's
+    and, when a Service made it, the Service's name and uid
+    (pkg/reconciler/configuration/resources/revision.go; the Configuration's come from
+    pkg/reconciler/service/resources/configuration.go MakeConfiguration)."""
+    return {
+        "serving.knative.dev/service": service,
+        "serving.knative.dev/serviceUID": f"ksvc-{service}",
+        "serving.knative.dev/configuration": service,
+        "serving.knative.dev/configurationUID": f"cfg-{service}",
+        "serving.knative.dev/revision": f"{service}-00001",
+        "serving.knative.dev/revisionUID": f"rev-{service}",
+    }
+
+
+def _knative_family(
+    audit: Audit, policy_set: PolicySet, name: str, *, service_owner: dict[str, Any] | None
+) -> None:
+    """A Knative Service and what Knative makes of it: Configuration → Revision (not listed by
+    the audit) → Deployment (controller: the Revision, pkg/reconciler/revision/resources/
+    deploy.go MakeDeployment) → ReplicaSet → Pods."""
+    labels = _knative_labels(name)
+    template = gpu_pod("x", "8")
+    del template["spec"]["containers"][0]["resources"]["requests"]
+    ksvc = {
+        "apiVersion": "serving.knative.dev/v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": "ml", "uid": f"ksvc-{name}"},
+        "spec": {"template": {"metadata": {}, "spec": template["spec"]}},
+    }
+    if service_owner is not None:
+        meta = service_owner["metadata"]
+        owned(
+            ksvc, service_owner["kind"], meta["name"], meta["uid"], api=service_owner["apiVersion"]
+        )
+    deployment = workload("Deployment", template, name=f"{name}-00001-deployment")
+    deployment["metadata"].update(uid=f"dep-{name}", labels=dict(labels))
+    owned(deployment, "Revision", f"{name}-00001", f"rev-{name}", api="serving.knative.dev/v1")
+    replicaset = workload("ReplicaSet", template, name=f"{name}-00001-deployment-7c9")
+    replicaset["metadata"].update(uid=f"rs-{name}", labels=dict(labels))
+    owned(replicaset, "Deployment", f"{name}-00001-deployment", f"dep-{name}")
+    add(audit, ksvc, "Service", "serving.knative.dev/v1", policy_set, owner=True)
+    add(audit, deployment, "Deployment", "apps/v1", policy_set, owner=True)
+    add(audit, replicaset, "ReplicaSet", "apps/v1", policy_set, owner=True)
+    for index in range(2):
+        member = gpu_pod(f"{name}-00001-deployment-7c9-{index}", "8")
+        member["metadata"]["labels"] = dict(labels)
+        owned(member, "ReplicaSet", replicaset["metadata"]["name"], f"rs-{name}")
+        add(audit, member, "Pod", "v1", policy_set, owner=False)
+
+
+def test_knative_pods_are_one_finding_on_their_service_not_the_revision() -> None:
+    audit = Audit()
+    _knative_family(audit, gpu_policies("4"), "web", service_owner=None)
+    (finding,) = audit.result().findings
+    assert finding.owner == Ref("serving.knative.dev/v1", "Service", "ml", "web", "ksvc-web")
+    # The Service's template, the Revision's Deployment and its 2 pods.
+    assert finding.scope() == "template denied, 2 of 2 pod(s) denied"
+
+
+def test_kserve_serverless_pods_are_one_finding_on_the_inferenceservice() -> None:
+    """KServe's serverless mode makes a Knative Service controlled by the InferenceService."""
+    api = "serving.kserve.io/v1beta1"
+    isvc: dict[str, Any] = {
+        "apiVersion": api,
+        "kind": "InferenceService",
+        "metadata": {"name": "llm", "namespace": "ml", "uid": "isvc-1"},
+        "spec": {"predictor": {"containers": [container("kserve-container", image=IMAGE)]}},
+    }
+    isvc["spec"]["predictor"]["containers"][0]["resources"] = {"limits": {GPU: "8"}}
+    policy_set = gpu_policies("4")
+    audit = Audit()
+    add(audit, isvc, "InferenceService", api, policy_set, owner=True)
+    _knative_family(audit, policy_set, "llm-predictor", service_owner=isvc)
+    (finding,) = audit.result().findings
+    assert finding.owner == Ref(api, "InferenceService", "ml", "llm", "isvc-1")
+    assert finding.scope() == "template denied, 2 of 2 pod(s) denied"

@@ -14,6 +14,8 @@ from kubernetes.aio.client import ApiClient
 
 from tests.auditdata import populate, proposed_policies, shipped_policies
 from tests.fakekube import LEASES, OPENREPORTS, PODS, POLICYREPORTS, FakeKube
+from tests.helpers import CONFIGMAPS
+from webhook.cli import main
 from webhook.core.config import WebhookConfig
 from webhook.core.policyset import PolicySet
 from webhook.sources.auditor import Auditor
@@ -22,7 +24,10 @@ from webhook.sources.kubeapi import close, load_configuration, sender
 from webhook.sources.lease import AuditLease
 from webhook.sources.store import PolicyStore
 
-LABEL = {"app.kubernetes.io/managed-by": "gpu-admission-webhook"}
+LABEL = {
+    "app.kubernetes.io/managed-by": "gpu-admission-webhook",
+    "gpu-admission-webhook/report-owner": "gpu-admission-webhook",
+}
 
 
 def tightened(tmp_path: Path) -> PolicySet:
@@ -161,10 +166,87 @@ async def test_reports_of_others_are_never_touched(
     (error,) = store.audit.report_errors
     assert error.startswith(
         "cannot write the PolicyReport of namespace ml: a PolicyReport named "
-        "gpu-admission-webhook that this webhook does not own (no "
-        "app.kubernetes.io/managed-by=gpu-admission-webhook label) is in the way: 409 "
+        "gpu-admission-webhook that this installation does not own (no "
+        "gpu-admission-webhook/report-owner=gpu-admission-webhook label) is in the way: 409 "
     )
     assert reports(cluster)["ml"] == by_name[("ml", "gpu-admission-webhook")]
+
+
+def by_owner(kube: FakeKube) -> dict[tuple[str, str], dict[str, Any]]:
+    return {
+        (r["metadata"]["namespace"], r["metadata"]["name"]): r for r in kube.objects(POLICYREPORTS)
+    }
+
+
+async def test_each_installation_replaces_and_deletes_only_its_own_reports(
+    cluster: FakeKube, tmp_path: Path, auditor: Make
+) -> None:
+    """Production audits with the policies in force; an admin runs `serve --policies proposed/
+    --audit-interval` against the same cluster. Before reports were owned per installation,
+    each run replaced the other's reports and deleted those it had no finding for."""
+    production, prod_store = auditor(
+        PolicySet.from_configmaps(shipped_policies()), report_owner="gaw-prod"
+    )
+    proposed, _ = auditor(tightened(tmp_path), report_owner="proposed")
+    assert await production.run_once() is True
+    assert await proposed.run_once() is True
+    written = by_owner(cluster)
+    assert sorted(written) == [
+        ("ml", "proposed"),
+        ("research", "gaw-prod"),
+        ("research", "proposed"),
+    ]
+    assert written[("research", "gaw-prod")]["metadata"]["labels"] == {
+        "app.kubernetes.io/managed-by": "gpu-admission-webhook",
+        "gpu-admission-webhook/report-owner": "gaw-prod",
+    }
+    kept = written[("research", "gaw-prod")]["metadata"]["resourceVersion"]
+    # Production runs again: it rewrites its own report and leaves the proposed ones alone.
+    assert await production.run_once() is True
+    after = by_owner(cluster)
+    assert sorted(after) == sorted(written)
+    assert after[("ml", "proposed")] == written[("ml", "proposed")]
+    assert after[("research", "gaw-prod")]["metadata"]["resourceVersion"] != kept
+    # Nothing left to report for production: it deletes its own report only.
+    cluster.delete("old", kind="Pod", namespace="research")
+    assert await production.run_once() is True
+    assert sorted(by_owner(cluster)) == [("ml", "proposed"), ("research", "proposed")]
+    assert prod_store.audit is not None and prod_store.audit.reports_deleted == 1
+    assert prod_store.audit.to_json()["reportOwner"] == "gaw-prod"  # shown on /audit
+
+
+async def test_a_report_named_like_ours_with_another_owner_label_is_not_ours(
+    cluster: FakeKube, tmp_path: Path, auditor: Make
+) -> None:
+    """The owner is checked in the code, not only by the list's label selector: RBAC cannot
+    restrict by label (the chart narrows update/delete to the owner's report name)."""
+    impostor: dict[str, Any] = {
+        "apiVersion": "wgpolicyk8s.io/v1alpha2",
+        "kind": "PolicyReport",
+        "metadata": {
+            "name": "gaw-prod",
+            "namespace": "ml",
+            "labels": {
+                "app.kubernetes.io/managed-by": "gpu-admission-webhook",
+                "gpu-admission-webhook/report-owner": "someone-else",
+            },
+        },
+        "results": [],
+    }
+    cluster.put(impostor)
+    audit, store = auditor(tightened(tmp_path), report_owner="gaw-prod")
+    assert await audit.run_once() is False
+    assert store.audit is not None
+    (error,) = store.audit.report_errors
+    assert error.startswith(
+        "cannot write the PolicyReport of namespace ml: a PolicyReport named gaw-prod that this "
+        "installation does not own (no gpu-admission-webhook/report-owner=gaw-prod label) is in "
+        "the way: 409 "
+    )
+    assert (
+        by_owner(cluster)[("ml", "gaw-prod")]["metadata"]["labels"]
+        == impostor["metadata"]["labels"]
+    )
 
 
 async def test_openreports_format_writes_reports_with_a_source(
@@ -324,3 +406,43 @@ async def test_a_lease_the_credentials_may_not_use_does_not_stop_the_audit(
     assert await audit.run_once() is True
     assert store.audit is not None and store.audit.runs == 1
     assert sorted(reports(cluster)) == ["ml", "research"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            [],
+            "error: --policies with --audit-interval publishes policy reports: pass "
+            "--report-owner NAME (not the production installation's) or --audit-reports none\n",
+        ),
+        (
+            ["--report-owner", "Proposed"],
+            "error: report owner 'Proposed' must be a DNS label: at most 63 lower-case letters, "
+            "digits and '-', starting and ending with a letter or digit\n",
+        ),
+    ],
+)
+def test_serve_with_proposed_policies_must_name_its_report_owner(
+    capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    """`serve --policies proposed/ --audit-interval` with the default owner would replace and
+    delete the production installation's reports when the release is named like the default."""
+    argv = ["serve", "--self-signed", "--policies", str(CONFIGMAPS), "--port", "1"]
+    argv += ["--log-format", "text", "--audit-interval", "60", *extra]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.endswith(message)
+
+
+def test_serve_passes_its_report_owner_to_the_audit() -> None:
+    from webhook.cli import build_parser
+    from webhook.cli.serve import _audit_tasks
+
+    argv = ["serve", "--policies", str(CONFIGMAPS), "--audit-interval", "60"]
+    args = build_parser().parse_args([*argv, "--report-owner", "proposed"])
+    (task,) = _audit_tasks(args, PolicyStore(), WebhookConfig())
+    assert task.__self__.report_owner == "proposed"  # type: ignore[attr-defined]
+    # Policies from the cluster: the default owner.
+    args = build_parser().parse_args(["serve", "--audit-interval", "60"])
+    (task,) = _audit_tasks(args, PolicyStore(), WebhookConfig())
+    assert task.__self__.report_owner == "gpu-admission-webhook"  # type: ignore[attr-defined]

@@ -1,5 +1,5 @@
-"""`gpu-webhook` command line: serve, review (offline, for CI), audit, images, lint, certs,
-export-policies."""
+"""`gpu-webhook` command line: serve, review and test (offline, for CI), audit, images, lint,
+certs, export-policies."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from webhook.cli.export import add_export_parser, cmd_export
 from webhook.cli.images import add_images_parser, add_registry_arguments, cmd_images
 from webhook.cli.lint import cmd_lint
 from webhook.cli.review import cmd_review
+from webhook.cli.test import add_test_arguments, cmd_test
 from webhook.core.errors import ConfigError, ManifestError
 
 
@@ -94,6 +95,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_images_parser(sub)
     add_export_parser(sub)
 
+    test = sub.add_parser(
+        "test",
+        help="offline: check declared expectations (test files) against the policies, for CI "
+        "(exit 1 if one fails)",
+    )
+    add_test_arguments(test)
+
     lint = sub.add_parser("lint", help="validate CRL ConfigMaps offline (exit 1 on errors)")
     lint.add_argument("path", help="a CRL ConfigMap YAML file or a directory of them")
 
@@ -118,6 +126,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             return cmd_review(args, out)
         if args.command == "audit":
             return cmd_audit(args, out)
+        if args.command == "test":
+            return cmd_test(args, out)
         if args.command == "lint":
             return cmd_lint(args, out)
         if args.command == "export-policies":

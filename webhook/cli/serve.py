@@ -24,6 +24,7 @@ from webhook.cli.exits import CommandError
 from webhook.cli.images import add_registry_arguments, registry_client
 from webhook.core.config import WebhookConfig, load_config
 from webhook.core.errors import ConfigError, ManifestError
+from webhook.core.reports import DEFAULT_OWNER
 from webhook.registry.resolver import ImageResolver
 from webhook.sources.files import FileSource
 from webhook.sources.store import PolicyStore
@@ -119,6 +120,14 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "%(default)s)",
     )
     parser.add_argument(
+        "--report-owner",
+        metavar="NAME",
+        help="the installation the audit's reports belong to: their name and the "
+        "gpu-admission-webhook/report-owner label; only reports with that label are replaced "
+        "or deleted (default: gpu-admission-webhook; required with --policies, so a run of "
+        "proposed policies never replaces the production reports; the chart passes its release)",
+    )
+    parser.add_argument(
         "--audit-lease",
         metavar="NAMESPACE/NAME",
         help="with several replicas: the coordination.k8s.io Lease the one that audits holds "
@@ -211,6 +220,14 @@ def _audit_tasks(
     from webhook.sources.auditor import Auditor  # noqa: PLC0415 - kubernetes client: ~13 MiB
     from webhook.sources.lease import AuditLease  # noqa: PLC0415
 
+    reports = None if args.audit_reports == "none" else args.audit_reports
+    owner = args.report_owner
+    if owner is None and args.policies and reports is not None:
+        # The cluster's installation owns the default: files are proposals, named on purpose.
+        raise ValueError(
+            "--policies with --audit-interval publishes policy reports: pass --report-owner NAME "
+            "(not the production installation's) or --audit-reports none"
+        )
     lease = None
     if args.audit_lease:
         namespace, _, name = args.audit_lease.partition("/")
@@ -221,9 +238,10 @@ def _audit_tasks(
         store,
         config,
         interval=args.audit_interval,
-        report_format=None if args.audit_reports == "none" else args.audit_reports,
+        report_format=reports,
         kubeconfig=args.kubeconfig,
         lease=lease,
+        report_owner=owner or DEFAULT_OWNER,
     )
     return [auditor.run]
 

@@ -6,6 +6,15 @@ found by following `ownerReferences` with `controller: true` through the workloa
 (Pod → ReplicaSet → Deployment; Pod → Job → CronJob; an operator's pods → its PyTorchJob), so
 a Deployment's template and its 100 pods are one finding with counts. Memory is bounded by the
 owners, never by the pods: a pod adds to its controller's counters and is then dropped.
+
+Two kinds of links are not plain listed workloads:
+- a Pod that controls a workload (LeaderWorkerSet: the leader Pod of each group controls the
+  group's worker StatefulSet) is kept as an owner, found because the workload naming it was
+  registered before the pods are listed (the sources list workloads first);
+- a controller the audit does not list but whose children's labels name their owner (Knative:
+  a Revision's Deployment and pods carry the Service's name and uid) is replaced by that owner
+  (LABEL_PARENTS), so the chain goes on to the Knative Service and, in KServe's serverless
+  mode, to the InferenceService that controls it.
 """
 
 from __future__ import annotations
@@ -32,6 +41,28 @@ MAX_PROBLEMS = 50
 MAX_OWNER_DEPTH = 8
 # Phases of pods that will not run again (core/v1 PodPhase): what they asked for is history.
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+# A controller (group, kind) the audit does not list -> the labels its children carry that name
+# the owner to group under instead, first found wins: (name label, uid label, apiVersion, kind).
+# knative/serving: a Revision's Deployment (controller: the Revision, pkg/reconciler/revision/
+# resources/deploy.go MakeDeployment) and its pods carry the Revision's labels (resources/meta.go
+# makeLabels), which carry its Configuration's and, when a Service made it, the Service's name
+# and uid (pkg/reconciler/configuration/resources/revision.go; the Configuration's labels are
+# set by pkg/reconciler/service/resources/configuration.go MakeConfiguration).
+_KNATIVE = "serving.knative.dev"
+LABEL_PARENTS: dict[tuple[str, str], tuple[tuple[str, str, str, str], ...]] = {
+    (_KNATIVE, "Revision"): (
+        (f"{_KNATIVE}/service", f"{_KNATIVE}/serviceUID", f"{_KNATIVE}/v1", "Service"),
+        (
+            f"{_KNATIVE}/configuration",
+            f"{_KNATIVE}/configurationUID",
+            f"{_KNATIVE}/v1",
+            "Configuration",
+        ),
+    ),
+    (_KNATIVE, "Configuration"): (
+        (f"{_KNATIVE}/service", f"{_KNATIVE}/serviceUID", f"{_KNATIVE}/v1", "Service"),
+    ),
+}
 
 
 class Ref(NamedTuple):
@@ -71,7 +102,8 @@ def object_ref(obj: Mapping[str, Any], api_version: str, kind: str) -> Ref:
 def controller_ref(obj: Mapping[str, Any]) -> Ref | None:
     """The ownerReference with `controller: true` (at most one, apimachinery's
     ValidateOwnerReferences), as a Ref in the object's namespace (owners are never in another
-    namespace: the garbage collector treats such a reference as absent)."""
+    namespace: the garbage collector treats such a reference as absent). A controller of a
+    kind in LABEL_PARENTS is replaced by the owner the object's labels name."""
     meta = obj.get("metadata")
     if not isinstance(meta, Mapping):
         return None
@@ -80,14 +112,30 @@ def controller_ref(obj: Mapping[str, Any]) -> Ref | None:
         return None
     for ref in refs:
         if isinstance(ref, Mapping) and ref.get("controller") is True:
-            return Ref(
+            found = Ref(
                 _text(ref.get("apiVersion")),
                 _text(ref.get("kind")),
                 _text(meta.get("namespace")),
                 _text(ref.get("name")),
                 _text(ref.get("uid")),
             )
+            return _label_parent(found, meta.get("labels"))
     return None
+
+
+def _label_parent(ref: Ref, labels: Any) -> Ref:
+    if not isinstance(labels, Mapping):
+        return ref
+    for name_label, uid_label, api_version, kind in LABEL_PARENTS.get((ref.group, ref.kind), ()):
+        name = labels.get(name_label)
+        if isinstance(name, str) and name:
+            return Ref(api_version, kind, ref.namespace, name, _text(labels.get(uid_label)))
+    return ref
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
 
 
 def _text(value: Any) -> str:
@@ -260,8 +308,10 @@ class Audit:
     """
 
     def __init__(self) -> None:
-        # uid -> (the object, its controller): workloads only, never pods.
+        # uid -> (the object, its controller): workloads, and the pods that control one.
         self._owners: dict[str, tuple[Ref, Ref | None]] = {}
+        # uids of the Pods a registered workload names as its controller (LeaderWorkerSet).
+        self._owner_pods: set[str] = set()
         # Findings keyed by the object's immediate controller (or the object itself).
         self._buckets: dict[tuple[str, str, str, str], tuple[Ref, Finding]] = {}
         self.workloads = 0
@@ -271,19 +321,29 @@ class Audit:
         self.notes: list[str] = []
 
     def owner(self, obj: Mapping[str, Any], api_version: str, kind: str) -> None:
+        """Register a listed workload. Call it for every workload before the pods are added:
+        a Pod that controls a workload (LeaderWorkerSet's leader) is kept as an owner only if
+        the workload naming it was registered first."""
         ref = object_ref(obj, api_version, kind)
         if ref.uid:
-            self._owners[ref.uid] = (ref, controller_ref(obj))
+            controller = controller_ref(obj)
+            self._owners[ref.uid] = (ref, controller)
+            if controller is not None and controller.kind == "Pod" and controller.group == "":
+                self._owner_pods.add(controller.uid)
 
     def add(self, obj: Mapping[str, Any], api_version: str, kind: str, decision: Decision) -> None:
         """One object's evaluation (a workload's template(s), or a Pod)."""
+        is_pod = kind == "Pod" and api_version == "v1"
+        if is_pod and _text(_meta(obj).get("uid")) in self._owner_pods:
+            # Kept whatever its evaluation: the owner chain goes through it.
+            pod_ref = object_ref(obj, api_version, kind)
+            self._owners[pod_ref.uid] = (pod_ref, controller_ref(obj))
         if not decision.handled or (decision.reason and decision.allowed):
             # Not evaluated (an exempt namespace, a Deployment's ReplicaSet, an object being
             # deleted): admission would let it pass untouched, so the audit does too.
             self.skipped += 1
             return
         ref = object_ref(obj, api_version, kind)
-        is_pod = kind == "Pod" and api_version == "v1"
         controller = controller_ref(obj) if is_pod else None
         denied = not decision.allowed
         changed = is_pod and decision.mutated is not None and bool(decision.notes)

@@ -16,22 +16,45 @@ PyTorchJob, ...) as their resource; the message says what was found and in how m
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from webhook.core.audit import SOURCE, AuditResult, Finding, Problem
 
-REPORT_NAME = "gpu-admission-webhook"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "gpu-admission-webhook"
+# Reports are owned per installation: each is named after its owner and labelled with it, and
+# an installation replaces or deletes only the reports that carry its own owner label (a second
+# release, or `serve --policies proposed/ --audit-interval`, never touches production's).
+OWNER_LABEL = "gpu-admission-webhook/report-owner"
+DEFAULT_OWNER = "gpu-admission-webhook"
+# The owner is a report name and a label value: a DNS-1123 label (at most 63 characters).
+_OWNER = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 CATEGORY = "GPU resources"
-# A report is one etcd object (the API server refuses requests past ~3 MiB and etcd values
-# past 1.5 MiB): results and messages are capped so a namespace full of failing workloads
-# still gets a report, which then says how many results it leaves out.
+# A report is one etcd object: etcd refuses requests past --max-request-bytes, 1.5 MiB by default
+# (etcd server/embed/config.go DefaultMaxRequestBytes), and the API server stores a custom
+# resource as its JSON. Results and messages are capped, and the JSON encoding of the whole
+# report is kept within MAX_REPORT_BYTES (1 MiB, room for the API server's own metadata, e.g.
+# managedFields), so a namespace full of failing workloads still gets a report, which then says
+# how many results it leaves out (annotation, summary, and a last result).
 MAX_RESULTS = 1000
 MAX_MESSAGE = 1000
+MAX_REPORT_BYTES = 1024 * 1024
 OMITTED_ANNOTATION = "gpu-admission-webhook/omitted-results"
+SIZE_RULE = "report size"
+
+
+def check_owner(owner: str) -> str:
+    """`owner` if it can name a report and be a label value; ValueError (one line) if not."""
+    if not _OWNER.match(owner):
+        raise ValueError(
+            f"report owner {owner!r} must be a DNS label: at most 63 lower-case letters, digits "
+            "and '-', starting and ending with a letter or digit"
+        )
+    return owner
 
 
 @dataclass(frozen=True)
@@ -133,34 +156,86 @@ def finding_results(finding: Finding, timestamp: int) -> list[dict[str, Any]]:
 
 
 def build_reports(
-    result: AuditResult, fmt: ReportFormat, timestamp: int
+    result: AuditResult,
+    fmt: ReportFormat,
+    timestamp: int,
+    owner: str = DEFAULT_OWNER,
 ) -> dict[str, dict[str, Any]]:
-    """{namespace: report} for every namespace with a finding. Cluster-scoped owners (a
-    workload kind added in the config may be one) have no namespace to report in and are
-    left to the CLI and the metrics."""
+    """{namespace: report} for every namespace with a finding, each named and labelled for
+    `owner`. Cluster-scoped owners (a workload kind added in the config may be one) have no
+    namespace to report in and are left to the CLI and the metrics."""
+    check_owner(owner)
     by_namespace: dict[str, list[dict[str, Any]]] = {}
     for finding in result.findings:
         if finding.owner.namespace:
             results = by_namespace.setdefault(finding.owner.namespace, [])
             results += finding_results(finding, timestamp)
-    return {ns: report(fmt, ns, results) for ns, results in sorted(by_namespace.items())}
-
-
-def report(fmt: ReportFormat, namespace: str, results: list[dict[str, Any]]) -> dict[str, Any]:
-    # Failures first, so the cap drops warnings before denials.
-    ordered = sorted(results, key=lambda r: r["result"] != "fail")
-    kept, omitted = ordered[:MAX_RESULTS], len(ordered) - MAX_RESULTS
-    metadata: dict[str, Any] = {
-        "name": REPORT_NAME,
-        "namespace": namespace,
-        "labels": {MANAGED_BY_LABEL: MANAGED_BY},
+    return {
+        ns: report(fmt, ns, results, owner=owner, timestamp=timestamp)
+        for ns, results in sorted(by_namespace.items())
     }
-    if omitted > 0:
-        metadata["annotations"] = {OMITTED_ANNOTATION: str(omitted)}
+
+
+def _size(value: Any) -> int:
+    """Bytes of the JSON encoding (compact, UTF-8), as the API server stores it."""
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+
+
+def _size_note(namespace: str, left_out: list[dict[str, Any]], timestamp: int) -> dict[str, Any]:
+    fails = sum(r["result"] == "fail" for r in left_out)
+    return {
+        "source": SOURCE,
+        "policy": SOURCE,
+        "rule": SIZE_RULE,
+        "category": CATEGORY,
+        "result": "warn",
+        "scored": False,
+        "timestamp": {"seconds": timestamp, "nanos": 0},
+        "message": (
+            f"{len(left_out)} more result(s) ({fails} fail, {len(left_out) - fails} warn) are "
+            f"left out of this report to keep it under {MAX_REPORT_BYTES // (1024 * 1024)} MiB "
+            f"and {MAX_RESULTS} results; `gpu-webhook audit -n {namespace}` lists them all"
+        ),
+    }
+
+
+def report(
+    fmt: ReportFormat,
+    namespace: str,
+    results: list[dict[str, Any]],
+    *,
+    owner: str = DEFAULT_OWNER,
+    timestamp: int = 0,
+) -> dict[str, Any]:
+    # Failures first, so the caps drop warnings before denials.
+    ordered = sorted(results, key=lambda r: r["result"] != "fail")
+    metadata: dict[str, Any] = {
+        "name": owner,
+        "namespace": namespace,
+        "labels": {MANAGED_BY_LABEL: MANAGED_BY, OWNER_LABEL: owner},
+    }
     body: dict[str, Any] = {"apiVersion": fmt.api_version, "kind": fmt.kind, "metadata": metadata}
     if fmt is OPENREPORTS:
         body["source"] = SOURCE  # Report.Source: one engine produced every result
-    body["summary"] = summary(kept)
+    # The summary counts every result, also those left out (kubectl get policyreport shows it).
+    body["summary"] = summary(ordered)
+    body["results"] = []
+    # The budget holds the body, the annotation and the note saying what is left out (sized
+    # for the worst case: every result left out), then as many results as fit, in order.
+    worst = _size_note(namespace, ordered, timestamp)
+    annotation = {OMITTED_ANNOTATION: str(len(ordered))}
+    used = _size({**body, "metadata": {**metadata, "annotations": annotation}}) + _size(worst) + 1
+    kept: list[dict[str, Any]] = []
+    for result in ordered[:MAX_RESULTS]:
+        cost = _size(result) + 1  # the comma
+        if used + cost > MAX_REPORT_BYTES:
+            break
+        kept.append(result)
+        used += cost
+    left_out = ordered[len(kept) :]
+    if left_out:
+        metadata["annotations"] = {OMITTED_ANNOTATION: str(len(left_out))}
+        kept.append(_size_note(namespace, left_out, timestamp))
     body["results"] = kept
     return body
 

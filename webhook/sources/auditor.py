@@ -22,7 +22,13 @@ from kubernetes.aio.client import ApiClient
 
 from webhook.core.audit import AuditResult
 from webhook.core.config import WebhookConfig
-from webhook.core.reports import FORMATS, build_reports, finding_counts
+from webhook.core.reports import (
+    DEFAULT_OWNER,
+    FORMATS,
+    build_reports,
+    check_owner,
+    finding_counts,
+)
 from webhook.sources.audit import AuditError, AuditOptions, client_fetch, run_audit
 from webhook.sources.kubeapi import close, load_configuration, sender
 from webhook.sources.lease import AuditLease
@@ -57,6 +63,7 @@ class Auditor:
         first_run_delay: float = FIRST_RUN_DELAY,
         namespace: str | None = None,
         lease: AuditLease | None = None,
+        report_owner: str = DEFAULT_OWNER,
     ) -> None:
         if report_format is not None and report_format not in FORMATS:
             raise ValueError(f"unknown report format {report_format!r}: use {', '.join(FORMATS)}")
@@ -64,12 +71,16 @@ class Auditor:
         self.config = config
         self.interval = interval
         self.format = FORMATS[report_format] if report_format else None
+        # The installation whose reports this auditor writes, replaces and deletes.
+        self.report_owner = check_owner(report_owner)
         self._kubeconfig = kubeconfig
         self._api_factory = api_factory
         # namespace: audit (and report on) one namespace only; None: the whole cluster.
         self.options = AuditOptions(namespace=namespace, page_size=page_size, page_pause=page_pause)
         self._first_delay = min(first_run_delay, interval)
-        self.status = store.audit = AuditStatus(interval=interval, report_format=report_format)
+        self.status = store.audit = AuditStatus(
+            interval=interval, report_format=report_format, report_owner=self.report_owner
+        )
         # One client for every run (connections and TLS set up once), dropped after a failure
         # so the next run starts afresh (rotated credentials, a moved API server).
         self._api: ApiClient | None = None
@@ -174,10 +185,14 @@ class Auditor:
         """Replace the reports; a report failure leaves the audit's own figures standing."""
         assert self.format is not None
         status = self.status
-        reports = build_reports(result, self.format, int(time.time()))
+        reports = build_reports(result, self.format, int(time.time()), owner=self.report_owner)
         try:
             published = await publish(
-                sender(api), self.format, reports, namespace=self.options.namespace
+                sender(api),
+                self.format,
+                reports,
+                namespace=self.options.namespace,
+                owner=self.report_owner,
             )
         except ReportsUnavailable as exc:
             status.report_errors = [str(exc)]

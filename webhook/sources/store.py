@@ -64,6 +64,7 @@ class AuditStatus:
 
     interval: float = 0.0
     report_format: str | None = None  # None: reports are not written
+    report_owner: str | None = None  # the installation whose reports are written
     runs: int = 0
     failures: int = 0
     skipped_runs: int = 0  # another replica held the audit lease
@@ -86,6 +87,7 @@ class AuditStatus:
         return {
             "intervalSeconds": self.interval,
             "reports": self.report_format or "off",
+            "reportOwner": self.report_owner,
             "runs": self.runs,
             "failures": self.failures,
             "skippedRuns": self.skipped_runs,

@@ -33,6 +33,11 @@ does: a tag can be moved, a digest cannot. */}}
 {{- end -}}
 {{- end -}}
 
+{{/* The installation the audit's policy reports belong to (their name and owner label). */}}
+{{- define "gaw.reportOwner" -}}
+{{- .Values.audit.reportOwner | default (include "gaw.fullname" .) -}}
+{{- end -}}
+
 {{- define "gaw.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "gaw.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
