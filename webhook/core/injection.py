@@ -148,8 +148,10 @@ def inject(state: PodState, config: WebhookConfig, plan: Plan) -> None:
         preferred = merge_preferred(user_preferred, ours_preferred)
     # A template carries the mark (and so do the pods made from it): the next evaluation
     # knows these terms are the webhook's, whatever the template's image becomes.
-    mark = digest(injected, ours_preferred)
     marked = state.pod.is_template or ANNOTATION_INJECTED_AFFINITY in state.pod.annotations
+    # Only a marked spec needs the digest (a canonical JSON of the terms, the costliest step
+    # of an injection): a plain pod's is never computed.
+    mark = digest(injected, ours_preferred) if marked else ""
     if (
         current is not None
         and same_terms(merged, current)
