@@ -148,10 +148,13 @@ def inject(state: PodState, config: WebhookConfig, plan: Plan) -> None:
         preferred = merge_preferred(user_preferred, ours_preferred)
     # A template carries the mark (and so do the pods made from it): the next evaluation
     # knows these terms are the webhook's, whatever the template's image becomes.
-    marked = state.pod.is_template or ANNOTATION_INJECTED_AFFINITY in state.pod.annotations
-    # Only a marked spec needs the digest (a canonical JSON of the terms, the costliest step
-    # of an injection): a plain pod's is never computed.
-    mark = digest(injected, ours_preferred) if marked else ""
+    has_mark = ANNOTATION_INJECTED_AFFINITY in state.pod.annotations
+    marked = state.pod.is_template or has_mark
+    # The digest (a canonical JSON of the terms, the costliest step of an injection) is needed
+    # to compare with a mark the spec carries, or to write one into a patch: a plain pod, and a
+    # template that is not mutated (its draft records nothing) and carries none, never pay it.
+    written = marked and state.draft.writes is not None
+    mark = digest(injected, ours_preferred) if has_mark or written else ""
     if (
         current is not None
         and same_terms(merged, current)
@@ -169,7 +172,7 @@ def inject(state: PodState, config: WebhookConfig, plan: Plan) -> None:
     state.draft.set_in(node_affinity, path, _REQUIRED, selector)
     if preferred is not now_preferred and preferred is not None:
         state.draft.set_in(node_affinity, path, _PREFERRED, preferred)
-    if marked:
+    if marked and mark:
         meta = (*state.pod.template_path, "metadata", "annotations")
         state.draft.set(meta, ANNOTATION_INJECTED_AFFINITY, mark)
     if with_cuda and plan.cuda_note:
