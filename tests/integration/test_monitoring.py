@@ -48,6 +48,7 @@ PROMQL_WORDS = {
     "rate",
     "increase",
     "histogram_quantile",
+    "scalar",
     "time",
     "vector",
     "absent",
