@@ -64,6 +64,69 @@ PANELS: list[tuple[str, str, str, list[tuple[str, str]]]] = [
         ],
     ),
     (
+        "Violations per second by CRL policy and rule",
+        "ops",
+        "Violations in the denials /validate returned, by CRL ConfigMap (gpu-admission-webhook: "
+        "the webhook's own rules, such as cuda; other: past the first 20 policies) and rule.",
+        [
+            (
+                f"sum by (policy, rule) (rate(gpu_webhook_violations_total{{{S}}}[{RATE}]))",
+                "{{policy}} {{rule}}",
+            )
+        ],
+    ),
+    (
+        "GPU containers whose CUDA is unknown, and why",
+        "percentunit",
+        "Share of the GPU containers /mutate evaluated whose CUDA version nothing told, by "
+        "reason: lookups-off, not-known (not asked), slow (no answer within the budget), or the "
+        "registry lookup's failure (unreachable, timeout, unauthorized, not-found, no-cuda ...).",
+        [
+            (
+                f"sum by (reason) (rate(gpu_webhook_cuda_unknown_total{{{S}}}[{RATE}])) / "
+                f"scalar(sum(rate(gpu_webhook_gpu_containers_total{{{S}}}[{RATE}])))",
+                "{{reason}}",
+            ),
+            (
+                f"sum(rate(gpu_webhook_cuda_unknown_total{{{S}}}[{RATE}])) / "
+                f"sum(rate(gpu_webhook_gpu_containers_total{{{S}}}[{RATE}]))",
+                "all reasons",
+            ),
+        ],
+    ),
+    (
+        "Placements per second by rule",
+        "ops",
+        "Node affinity parts /mutate injected, by the rule that set them: backward, "
+        "minorVersion, forward (forward-compatible nodes), architecture-floor, compute.",
+        [
+            (
+                f"sum by (rule) (rate(gpu_webhook_placements_total{{{S}}}[{RATE}]))",
+                "{{rule}}",
+            )
+        ],
+    ),
+    (
+        "Registry lookup cache hits, misses and budget",
+        "ops",
+        "Images reviews asked for: answered from the lookup cache (hit) or not (miss); left "
+        "without an answer within the admission budget; lookups that answered after it.",
+        [
+            (
+                f"sum by (result) (rate(gpu_webhook_image_cache_requests_total{{{S}}}[{RATE}]))",
+                "cache {{result}}",
+            ),
+            (
+                f"sum(rate(gpu_webhook_image_lookups_over_budget_total{{{S}}}[{RATE}]))",
+                "no answer within the budget",
+            ),
+            (
+                f"sum(rate(gpu_webhook_image_lookups_late_total{{{S}}}[{RATE}]))",
+                "answered after the budget",
+            ),
+        ],
+    ),
+    (
         "Mutations per second by type",
         "ops",
         "cuda-affinity: CUDA node affinity added (a placement); resource-default, "

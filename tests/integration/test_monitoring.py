@@ -48,6 +48,7 @@ PROMQL_WORDS = {
     "rate",
     "increase",
     "histogram_quantile",
+    "scalar",
     "time",
     "vector",
     "absent",
@@ -187,6 +188,23 @@ async def test_every_metric_of_the_alerts_and_the_dashboard_is_exported(
     finally:
         await client.close()
     names = exported(text)
+    # The review counters, from the reviews above: GPU containers and unknown CUDA versions
+    # by /mutate, the denial's violation by /validate, the lookup of the unknown image.
+    samples = {
+        s.name + str(sorted(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+    assert samples["gpu_webhook_gpu_containers_total[]"] == 4
+    assert samples["gpu_webhook_cuda_unknown_total[('reason', 'unreachable')]"] == 1
+    assert samples["gpu_webhook_image_cache_requests_total[('result', 'miss')]"] == 1
+    assert samples["gpu_webhook_image_cache_requests_total[('result', 'hit')]"] == 0
+    assert samples["gpu_webhook_image_lookups_over_budget_total[]"] == 0
+    assert samples["gpu_webhook_image_lookups_late_total[]"] == 0
+    assert samples["gpu_webhook_placements_total[('rule', 'backward')]"] == 3
+    # No CRL here has a maximum: nothing denied, the family declared (test_review_metrics.py).
+    assert "gpu_webhook_violations_total" in names
+    assert not [k for k in samples if k.startswith("gpu_webhook_violations_total")]
     expressions = {**alert_expressions(), **panel_expressions()}
     assert len(expressions) > 20
     missing = {

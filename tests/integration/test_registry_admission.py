@@ -449,3 +449,61 @@ async def test_lookup_results_are_not_served_on_the_admission_port(
     assert [row["image"] for row in listing["images"] if "@" not in row["image"]] == [
         f"{registry.host}/public/trainer:v3"
     ]
+
+
+def lookup_counters(text: str) -> dict[str, float]:
+    prefixes = (
+        "gpu_webhook_image_cache_requests_total",
+        "gpu_webhook_image_lookups_over_budget_total",
+        "gpu_webhook_image_lookups_late_total",
+        "gpu_webhook_cuda_unknown_total",
+        "gpu_webhook_placements_total",
+        "gpu_webhook_gpu_containers_total",
+    )
+    return {k: v for k, v in metric_samples(text).items() if k.startswith(prefixes)}
+
+
+async def test_metrics_count_misses_the_budget_late_answers_and_cache_hits(
+    registry: FakeRegistry, webhook_for: Any
+) -> None:
+    registry.push("public/trainer", "v3", image(CUDA_12_4))
+    registry.delay = 0.6
+    hook = await webhook_for(registry.host, budget_seconds=0.2)
+    ref = f"{registry.host}/public/trainer:v3"
+    await hook.mutate(gpu_pod(ref))  # a miss: the lookup starts, no answer within the budget
+    await hook.mutate(gpu_pod(ref))  # a miss: its registry is slow, not waited for
+    await eventually(lambda: hook.images.in_flight == 0, "the lookup ended")
+    stored, _, _ = await hook.mutate(gpu_pod(ref))  # a hit: the late answer, placed
+    assert node_terms(stored) == REQUIRED_12_4_TERMS
+    assert lookup_counters(await hook.get("/metrics")) == {
+        'gpu_webhook_image_cache_requests_total{result="hit"}': 1.0,
+        'gpu_webhook_image_cache_requests_total{result="miss"}': 2.0,
+        "gpu_webhook_image_lookups_over_budget_total": 2.0,
+        "gpu_webhook_image_lookups_late_total": 1.0,
+        'gpu_webhook_cuda_unknown_total{reason="slow"}': 2.0,
+        'gpu_webhook_placements_total{rule="backward"}': 1.0,
+        "gpu_webhook_gpu_containers_total": 3.0,
+    }
+
+
+async def test_metrics_say_why_a_cuda_version_is_unknown(
+    registry: FakeRegistry, webhook_for: Any
+) -> None:
+    host = closed_port()
+    registry.push("private/trainer", "v3", image(CUDA_12_4))
+    hook = await webhook_for(host, registry.host)
+    await hook.mutate(gpu_pod(f"{host}/team/trainer:1"))
+    await hook.mutate(gpu_pod(f"{host}/team/trainer:1"))  # the failure, from the cache
+    await hook.mutate(gpu_pod(f"{registry.host}/private/trainer:v3"))
+    # No image reference at all: nothing to look up.
+    await hook.mutate(pod(container("main", None, limits={GPU: "1"})))
+    assert lookup_counters(await hook.get("/metrics")) == {
+        'gpu_webhook_image_cache_requests_total{result="hit"}': 1.0,
+        'gpu_webhook_image_cache_requests_total{result="miss"}': 2.0,
+        "gpu_webhook_image_lookups_over_budget_total": 0.0,
+        "gpu_webhook_image_lookups_late_total": 0.0,
+        'gpu_webhook_cuda_unknown_total{reason="unreachable"}': 2.0,
+        'gpu_webhook_cuda_unknown_total{reason="unauthorized"}': 1.0,
+        'gpu_webhook_cuda_unknown_total{reason="not-known"}': 1.0,
+        "gpu_webhook_gpu_containers_total": 4.0,
+    }

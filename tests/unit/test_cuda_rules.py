@@ -553,3 +553,44 @@ def test_the_registry_reader_keeps_every_requirement_variable_and_the_switch_a_f
     assert found["NVIDIA_REQUIRE_CUDA"] == REQUIRE_12_8
     # NVIDIA_REQUIRE_CUDA and at most MAX_REQUIRE_VARIABLES (8) others.
     assert len([n for n in found if n.startswith("NVIDIA_REQUIRE_")]) == 9
+
+
+# --- 4. what the metrics count: Decision.placements, gpu_containers, cuda_unknown --------------
+
+
+def test_placements_name_the_rule_of_each_injected_part() -> None:
+    assert run(gpu_pod("nvidia/cuda:12.4.1")).placements == ("backward",)
+    assert run(gpu_pod("nvidia/cuda:12.4.1"), config=MV).placements == ("minorVersion",)
+    # Under minorVersion an x.0 image needs the same nodes as under backward: said as backward.
+    assert run(gpu_pod("nvidia/cuda:12.0.0"), config=MV).placements == ("backward",)
+    assert run(pod(fc_container()), config=FC).placements == ("backward", "forward")
+    inventory = nodes(gfd("13", "0") | V100, gfd("13", "0") | L4)
+    floor = run(gpu_pod(CUDA13), inventory=inventory)
+    assert floor.placements == ("backward", "architecture-floor")
+    annotated = gpu_pod(CUDA13, annotations={"features.alauda.io/min-compute-capability": "8.0"})
+    assert run(annotated, inventory=inventory).placements == ("backward", "compute")
+
+
+def test_nothing_placed_nothing_counted_but_the_containers() -> None:
+    opted_out = gpu_pod(annotations={"features.alauda.io/cuda-affinity": "false"})
+    decision = run(opted_out)
+    assert (decision.placements, decision.gpu_containers, decision.cuda_unknown) == ((), 1, ())
+    # No GPU: nothing evaluated.
+    plain = run(pod(container("c", "nvidia/cuda:12.4.1")))
+    assert (plain.placements, plain.gpu_containers, plain.cuda_unknown) == ((), 0, ())
+
+
+def test_cuda_unknown_lists_each_container_whose_version_nothing_told() -> None:
+    obj = pod(
+        container("a", "registry.example/team/app:1", limits={"nvidia.com/gpu": "1"}),
+        container("b", "registry.example/team/app:1", limits={"nvidia.com/gpu": "1"}),
+        container("c", "nvidia/cuda:12.4.1", limits={"nvidia.com/gpu": "1"}),
+        container("d", "registry.example/team/other:2"),  # no GPU: not counted
+    )
+    decision = run(obj)
+    assert decision.gpu_containers == 3
+    assert decision.cuda_unknown == (
+        "registry.example/team/app:1",
+        "registry.example/team/app:1",
+    )
+    assert decision.placements == ("backward",)

@@ -19,7 +19,7 @@ MUTATIONS = ("cuda-affinity", "requests-from-limits", "env-fix")
 
 def _without_created(text: str) -> list[str]:
     # `_created` carries the time each series began: the same lines, different instants.
-    return [re.sub(r"(_created\{.*\}) \S+$", r"\1 T", line) for line in text.splitlines()]
+    return [re.sub(r"(_created(?:\{.*\})?) \S+$", r"\1 T", line) for line in text.splitlines()]
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -60,6 +60,33 @@ def test_exposition_matches_prometheus_client(seed: int) -> None:
             kind = rng.choice(MUTATIONS)
             mutations.labels(kind).inc()
             counts.mutated(kind)
+    # What evaluated() counts, against prometheus_client's Counter with the same names and help.
+    families = {f.name: f for f in counts.collect()}
+    violations, placements, unknown, gpu = (
+        Counter(name, families[name].documentation, labels, registry=reference)
+        for name, labels in (
+            ("gpu_webhook_violations", ["policy", "rule"]),
+            ("gpu_webhook_placements", ["rule"]),
+            ("gpu_webhook_cuda_unknown", ["reason"]),
+            ("gpu_webhook_gpu_containers", []),
+        )
+    )
+    for _ in range(rng.randrange(0, 100)):
+        n = rng.randrange(0, 4)
+        rules = tuple(rng.choices(["backward", "minorVersion", "forward", "compute"], k=n))
+        reasons = tuple(rng.choices(["not-known", "lookups-off", "slow", "unreachable"], k=n))
+        pairs = tuple(
+            rng.choices([("kube-public/cf-crl-a", "max: 8"), ("", "cuda")], k=rng.randrange(3))
+        )
+        counts.evaluated(n, rules, pairs, reasons)
+        gpu.inc(n)
+        for rule in rules:
+            placements.labels(rule).inc()
+        for reason in reasons:
+            unknown.labels(reason).inc()
+        for configmap, rule in pairs:
+            policy = configmap.rpartition("/")[2] or "gpu-admission-webhook"
+            violations.labels(policy, rule.partition(":")[0]).inc()
     expected = generate_latest(reference).decode()
     got = generate_latest(ours).decode()
     assert _without_created(got) == _without_created(expected)

@@ -111,6 +111,7 @@ async def _decide(
         return Outcome(allowed_response(req), "allowed", 0, 0)
     what = f"{req.kind or 'object'} {req.ref or '(unnamed)'}"
     lookup_warnings: list[str] = []
+    failed: dict[str, str] | None = None
     try:
         decision = _evaluate(state, endpoint, req, snapshots)
         # Only images whose CUDA nothing else told reach a registry (SPEC §4 step 6), within
@@ -118,6 +119,7 @@ async def _decide(
         if decision.unresolved_images and state.images is not None:
             found = await state.images.resolve(decision.unresolved_images)
             lookup_warnings = found.warnings
+            failed = found.failed
             if found.facts:
                 decision = _evaluate(state, endpoint, req, snapshots, images=found.facts)
     except WebhookError as exc:
@@ -141,12 +143,32 @@ async def _decide(
     if endpoint == "mutate":
         warnings = [*decision.notes, *decision.warnings, *lookup_warnings]
         patch = decision.patch
+        gpu = decision.gpu_containers
+        # GPU containers and unknown CUDA versions are counted by /mutate only: /validate
+        # skips placement for most pods (evaluate's violations_only).
+        unknown = _unknown_reasons(state, decision.cuda_unknown, failed)
         if patch:
             response = patched_response(req, patch, warnings=warnings, dumps=state.codec.dumps)
             kinds = decision.mutation_kinds
-            return Outcome(response, "patched", len(kinds), len(warnings), cacheable, kinds)
+            return Outcome(
+                response,
+                "patched",
+                len(kinds),
+                len(warnings),
+                cacheable,
+                kinds,
+                gpu_containers=gpu,
+                placements=decision.placements,
+                cuda_unknown=unknown,
+            )
         return Outcome(
-            allowed_response(req, warnings=warnings), "allowed", 0, len(warnings), cacheable
+            allowed_response(req, warnings=warnings),
+            "allowed",
+            0,
+            len(warnings),
+            cacheable,
+            gpu_containers=gpu,
+            cuda_unknown=unknown,
         )
     # /validate: Pod and template warnings were already shown by the mutating call.
     warnings = list(decision.warnings) if is_configmap else []
@@ -157,8 +179,23 @@ async def _decide(
             0,
             len(warnings),
             cacheable,
+            violations=tuple((v.configmap, v.rule) for v in decision.violations),
         )
     return Outcome(allowed_response(req, warnings=warnings), "allowed", 0, len(warnings), cacheable)
+
+
+def _unknown_reasons(
+    state: WebhookState, images: tuple[str, ...], failed: dict[str, str] | None
+) -> tuple[str, ...]:
+    """Why each GPU container's CUDA version is unknown (metrics.CUDA_UNKNOWN_REASONS)."""
+    if not images:
+        return ()
+    if state.images is None:
+        return ("lookups-off",) * len(images)
+    # Not asked (no image, no architecture the pod may run on) or nothing failed: "not-known".
+    return tuple(
+        (failed or {}).get(image, "not-known") if image else "not-known" for image in images
+    )
 
 
 def _make_review_handler(
@@ -248,6 +285,10 @@ def _make_review_handler(
                 "labels": labels,
                 "mutation_kinds": outcome.mutation_kinds,
                 "fields": tuple(fields.items()),
+                "gpu_containers": outcome.gpu_containers,
+                "placements": outcome.placements,
+                "violations": outcome.violations,
+                "cuda_unknown": outcome.cuda_unknown,
             }
             uid = req.uid.encode()
             # The byte key only if the uid it split off is the one the review was decoded with.
@@ -257,7 +298,7 @@ def _make_review_handler(
             plain_allowed = outcome.result == "allowed" and not outcome.warnings
             if normal is not None and (endpoint == "mutate" or plain_allowed):
                 cache.put(endpoint, normal, uid, payload, **what)
-        _done(state, endpoint, labels, outcome.mutation_kinds, fields, req.uid, start)
+        _done(state, endpoint, labels, outcome, fields, req.uid, start)
         return web.Response(body=payload, content_type="application/json")
 
     return handle
@@ -292,7 +333,7 @@ def _cached(
     fields = dict(hit.fields)
     if name is not None:
         fields["name"] = name
-    _done(state, endpoint, hit.labels, hit.mutation_kinds, fields, uid.decode(), start)
+    _done(state, endpoint, hit.labels, hit, fields, uid.decode(), start)
     return web.Response(body=payload, content_type="application/json")
 
 
@@ -300,7 +341,7 @@ def _done(
     state: WebhookState,
     endpoint: str,
     labels: tuple[str, str, str],
-    mutation_kinds: tuple[str, ...],
+    answer: Outcome | CachedAnswer,
     fields: dict[str, Any],
     uid: str,
     start: float,
@@ -308,9 +349,13 @@ def _done(
     """Metrics and the per-review log line of one answered review."""
     elapsed = time.perf_counter() - start
     counts = state.metrics.counts
-    for kind in mutation_kinds:
+    for kind in answer.mutation_kinds:
         counts.mutated(kind)
     counts.review_done(endpoint, *labels, elapsed)
+    if answer.gpu_containers or answer.violations:
+        counts.evaluated(
+            answer.gpu_containers, answer.placements, answer.violations, answer.cuda_unknown
+        )
     if review_log.isEnabledFor(logging.INFO):
         # `fields` is this review's own dict (a copy for a cached answer): completed in place.
         line = fields

@@ -63,6 +63,11 @@ class CachedAnswer(NamedTuple):
     labels: tuple[str, str, str]  # kind, operation (metric labels) and the result
     mutation_kinds: tuple[str, ...]
     fields: tuple[tuple[str, Any], ...]  # the review log line without uid and duration
+    # What the answer counts in the metrics, as state.Outcome has it.
+    gpu_containers: int = 0
+    placements: tuple[str, ...] = ()
+    violations: tuple[tuple[str, str], ...] = ()
+    cuda_unknown: tuple[str, ...] = ()
 
     def response(self, uid: bytes) -> bytes:
         return self.head + uid + self.tail
@@ -154,6 +159,10 @@ class DecisionCache:
         labels: tuple[str, str, str],
         mutation_kinds: tuple[str, ...],
         fields: tuple[tuple[str, Any], ...],
+        gpu_containers: int = 0,
+        placements: tuple[str, ...] = (),
+        violations: tuple[tuple[str, str], ...] = (),
+        cuda_unknown: tuple[str, ...] = (),
     ) -> None:
         """Store `payload` (the answer for `uid`) if its uid can be found in it exactly once."""
         needle = b'"uid":"' + uid + b'"'
@@ -161,7 +170,15 @@ class DecisionCache:
             return
         at = payload.index(needle) + len(b'"uid":"')
         answer = CachedAnswer(
-            payload[:at], payload[at + len(uid) :], labels, mutation_kinds, fields
+            payload[:at],
+            payload[at + len(uid) :],
+            labels,
+            mutation_kinds,
+            fields,
+            gpu_containers,
+            placements,
+            violations,
+            cuda_unknown,
         )
         cost = len(key) + len(payload) + _ENTRY_OVERHEAD
         if cost > self.max_bytes:

@@ -20,9 +20,12 @@ from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
 from webhook.admission.decisions import DecisionCache
+from webhook.core.audit import SOURCE, policy_name
 from webhook.core.config import WebhookConfig
-from webhook.registry.resolver import ImageResolver
-from webhook.registry.results import STATUSES
+from webhook.core.injection import PLACEMENT_RULES
+from webhook.core.reports import OTHER
+from webhook.registry.resolver import SLOW, ImageResolver
+from webhook.registry.results import FOUND, STATUSES
 from webhook.sources.store import AuditStatus, PolicyStore
 from webhook.tls.certs import CertReloader
 
@@ -32,6 +35,42 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 # The `le` labels of the latency buckets, written as prometheus_client's Histogram writes them.
 _LE = [floatToGoString(b) for b in LATENCY_BUCKETS] + ["+Inf"]  # type: ignore[no-untyped-call]
 LOOKUP_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+
+# gpu_webhook_violations_total: the first MAX_POLICY_LABELS policies denied keep their name (and
+# the webhook's own rules, "gpu-admission-webhook"), the ones after count as "other" (a
+# counter's series must never shrink, so not a top-N re-ranked at each scrape as the audit's
+# gauge is). Rules: the webhook's own and each CRL rule's field (`max: 8` -> "max"; "limits:
+# required" kept whole); anything else "other".
+MAX_POLICY_LABELS = 20
+_RULES = frozenset(
+    {
+        "cuda",
+        "compute capability",
+        "gpu access",
+        "crl",
+        "unique key",
+        "limits: required",
+        "limits: disabled",
+        "requests: required",
+        "requests: disabled",
+        "requests = limits",
+        "requests need limits",
+    }
+)
+_RULE_FIELDS = frozenset({"dataType", "min", "max", "wholeUnit"})
+# gpu_webhook_cuda_unknown_total{reason}: lookups off, not asked or nothing failed
+# ("not-known"), a lookup's failure (LookupResult status), or no answer within the budget.
+CUDA_UNKNOWN_REASONS = frozenset(
+    {"not-known", "lookups-off", SLOW, *(s for s in STATUSES if s != FOUND)}
+)
+_PLACEMENTS = frozenset(PLACEMENT_RULES)
+
+
+def rule_label(rule: str) -> str:
+    if rule in _RULES:
+        return rule
+    head = rule.partition(":")[0]
+    return head if head in _RULE_FIELDS else OTHER
 
 
 class _StateCollector(Collector):
@@ -107,6 +146,25 @@ class _StateCollector(Collector):
                 "gpu_webhook_image_lookups_in_flight",
                 "Registry lookups running now.",
                 value=self._images.in_flight,
+            )
+            cache = CounterMetricFamily(
+                "gpu_webhook_image_cache_requests",
+                "Images (per architecture) reviews asked the registry lookup cache for, by "
+                "result: hit (answered from the cache, a failure too) or miss.",
+                labels=["result"],
+            )
+            cache.add_metric(["hit"], self._images.cache_hits)
+            cache.add_metric(["miss"], self._images.cache_misses)
+            yield cache
+            yield CounterMetricFamily(
+                "gpu_webhook_image_lookups_over_budget",
+                "Images a review got no registry answer for within the lookup budget.",
+                value=self._images.over_budget,
+            )
+            yield CounterMetricFamily(
+                "gpu_webhook_image_lookups_late",
+                "Registry lookups that answered after the budget (cached for later pods).",
+                value=self._images.late_answers,
             )
         decisions = self.decisions
         if decisions is not None:
@@ -239,6 +297,15 @@ class ReviewCounts(Collector):
     def __init__(self) -> None:
         self.reviews: dict[tuple[str, str, str, str], int] = {}
         self.mutations: dict[str, int] = {}
+        # (policy, rule) label values, placement rule, unknown-CUDA reason -> count.
+        self.violations: dict[tuple[str, str], int] = {}
+        self.placements: dict[str, int] = {}
+        self.cuda_unknown: dict[str, int] = {}
+        self.gpu_containers = 0
+        self._gpu_created = time.time()
+        # (configmap, rule) of a violation -> its label values, once worked out.
+        self._violation_labels: dict[tuple[str, str], tuple[str, str]] = {}
+        self._policies: set[str] = set()
         # Per endpoint: one count per bucket (the last one +Inf), then the sum of the seconds.
         self.latency: dict[str, list[float]] = {}
         # When each series began: keyed by the review labels, the endpoint (latency) or
@@ -269,6 +336,51 @@ class ReviewCounts(Collector):
             count = 0
             self._created[("mutation", kind)] = time.time()
         self.mutations[kind] = count + 1
+
+    def evaluated(
+        self,
+        gpu_containers: int,
+        placements: tuple[str, ...],
+        violations: tuple[tuple[str, str], ...],
+        cuda_unknown: tuple[str, ...],
+    ) -> None:
+        """What one review's decision counts: GPU containers, placements by rule, denied
+        violations by (configmap, rule), unknown CUDA versions by reason."""
+        self.gpu_containers += gpu_containers
+        for rule in placements:
+            self._add(self.placements, rule if rule in _PLACEMENTS else OTHER, "placement")
+        for reason in cuda_unknown:
+            label = reason if reason in CUDA_UNKNOWN_REASONS else OTHER
+            self._add(self.cuda_unknown, label, "cuda-unknown")
+        for pair in violations:
+            labels = self._violation_labels.get(pair)
+            if labels is None:
+                labels = self._violation_label(*pair)
+            count = self.violations.get(labels)
+            if count is None:
+                count = 0
+                self._created[("violation", labels)] = time.time()
+            self.violations[labels] = count + 1
+
+    def _violation_label(self, configmap: str, rule: str) -> tuple[str, str]:
+        policy = policy_name(configmap)
+        if policy != SOURCE and policy not in self._policies:
+            if len(self._policies) >= MAX_POLICY_LABELS:
+                policy = OTHER
+            else:
+                self._policies.add(policy)
+        labels = (policy, rule_label(rule))
+        # The label memo is bounded too: configmaps are few, rules' values (`max: 8`) are not.
+        if len(self._violation_labels) < 4 * MAX_POLICY_LABELS * len(_RULES):
+            self._violation_labels[(configmap, rule)] = labels
+        return labels
+
+    def _add(self, table: dict[str, int], label: str, series: str) -> None:
+        count = table.get(label)
+        if count is None:
+            count = 0
+            self._created[(series, label)] = time.time()
+        table[label] = count + 1
 
     def collect(self) -> Iterable[Metric]:
         reviews = CounterMetricFamily(
@@ -302,6 +414,41 @@ class ReviewCounts(Collector):
         for kind, count in list(self.mutations.items()):
             mutations.add_metric([kind], count, created=self._created[("mutation", kind)])
         yield mutations
+        violations = CounterMetricFamily(
+            "gpu_webhook_violations",
+            "Violations in the denials /validate returned, by CRL policy (ConfigMap name; "
+            "gpu-admission-webhook for the webhook's own rules; 'other' past the first "
+            f"{MAX_POLICY_LABELS}) and rule.",
+            labels=["policy", "rule"],
+        )
+        for labels, count in list(self.violations.items()):
+            created = self._created[("violation", labels)]
+            violations.add_metric(list(labels), count, created=created)
+        yield violations
+        placements = CounterMetricFamily(
+            "gpu_webhook_placements",
+            "Node affinity parts /mutate injected, by the rule that set them (backward, "
+            "minorVersion, forward, architecture-floor, compute).",
+            labels=["rule"],
+        )
+        for rule, count in list(self.placements.items()):
+            placements.add_metric([rule], count, created=self._created[("placement", rule)])
+        yield placements
+        unknown = CounterMetricFamily(
+            "gpu_webhook_cuda_unknown",
+            "GPU containers /mutate found no CUDA version for where placement would use it, "
+            "by reason (not-known, lookups-off, or the registry lookup's result).",
+            labels=["reason"],
+        )
+        for reason, count in list(self.cuda_unknown.items()):
+            unknown.add_metric([reason], count, created=self._created[("cuda-unknown", reason)])
+        yield unknown
+        yield CounterMetricFamily(
+            "gpu_webhook_gpu_containers",
+            "GPU containers in the objects /mutate evaluated.",
+            value=self.gpu_containers,
+            created=self._gpu_created,
+        )
 
 
 @dataclass

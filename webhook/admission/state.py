@@ -76,3 +76,9 @@ class Outcome(NamedTuple):
     # after a registry lookup (its cache ages) or an internal error.
     cacheable: bool = True
     mutation_kinds: tuple[str, ...] = ()
+    # For the metrics (ReviewCounts.evaluated): the decision's own tuples, nothing built per
+    # review but the denial's (configmap, rule) pairs and the unknown-CUDA reasons.
+    gpu_containers: int = 0
+    placements: tuple[str, ...] = ()
+    violations: tuple[tuple[str, str], ...] = ()
+    cuda_unknown: tuple[str, ...] = ()

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from webhook.cli.exits import EXIT_DENIED, EXIT_OK, CommandError
 from webhook.cli.inputs import inventory_line
+from webhook.cli.progress import Progress
 from webhook.cli.review import load_policies
 from webhook.core.audit import AuditResult, Finding, Problem
 from webhook.core.config import WebhookConfig, load_config
@@ -155,16 +156,35 @@ def cmd_audit(args: argparse.Namespace, out: TextIO) -> int:
     config = load_config(args.config)
     proposed = load_policies(args.policies) if args.policies is not None else None
     # Imported here: only a command that talks to a cluster needs the kubernetes client.
-    from webhook.sources.audit import AuditError, AuditOptions, audit_cluster  # noqa: PLC0415
+    from webhook.sources.audit import (  # noqa: PLC0415
+        AuditError,
+        AuditOptions,
+        ListedKind,
+        audit_cluster,
+    )
     from webhook.sources.snapshot import ClusterReadError  # noqa: PLC0415
 
-    options = AuditOptions(namespace=args.namespace, page_size=args.page_size)
+    # On a terminal only, and never with -o json (its readers parse what they capture).
+    progress = Progress(sys.stderr, "audit", enabled=args.output != "json")
+
+    def listed(kind: ListedKind, pages: int, objects: int) -> None:
+        progress.update(
+            f"listing {kind.resource} ({kind.api_version}): {pages} page(s), {objects} object(s)"
+        )
+
+    options = AuditOptions(
+        namespace=args.namespace,
+        page_size=args.page_size,
+        progress=listed if progress.on else None,
+    )
     try:
         snapshot, run = asyncio.run(
             audit_cluster(args.kubeconfig, config, policies=proposed, options=options)
         )
     except (ClusterReadError, AuditError) as exc:
         raise CommandError(str(exc)) from None
+    finally:
+        progress.done()
     header = _header(args, snapshot, config)
     notes = [*snapshot.notes, *run.result.notes]
     result = run.result

@@ -4,7 +4,7 @@ ResourceClaimTemplates/ResourceClaims in the reviewed manifest, or the cluster's
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,19 +31,21 @@ class Manifests:
     unreadable: list[str] = field(default_factory=list)
 
 
-def read_manifests(path: Path) -> Manifests:
+def read_manifests(path: Path, progress: Callable[[int], None] | None = None) -> Manifests:
     """`review -f FILE|DIR`: one file that cannot be read (binary, invalid YAML, no
     permission) is an error (exit 2); in a directory it is reported and the others are still
-    reviewed, and the review ends with exit 2."""
+    reviewed, and the review ends with exit 2. `progress`: called with the files read so far."""
     found = Manifests()
     if not path.is_dir():
         found.sources.append((str(path), read_documents(path)))
         return found
-    for file in policy_files(path):
+    for count, file in enumerate(policy_files(path), 1):
         try:
             found.sources.append((str(file), read_documents(file)))
         except ManifestError as exc:
             found.unreadable.append(" ".join(str(exc).split()))  # one line per file
+        if progress is not None:
+            progress(count)
     return found
 
 

@@ -25,6 +25,7 @@ from webhook.cli.inputs import (
     load_nodes,
     read_manifests,
 )
+from webhook.cli.progress import Progress
 from webhook.cli.quoting import unquoted_values
 from webhook.core.claims import ClaimIndex
 from webhook.core.config import WebhookConfig, load_config
@@ -294,21 +295,38 @@ def cmd_review(args: argparse.Namespace, out: TextIO) -> int:
         policy_line = None
     for note in cluster.notes if cluster is not None else ():
         sys.stderr.write(f"gpu-webhook review: note: {note}\n")
-    if args.file == "-":
-        manifests = Manifests([("<stdin>", parse_documents(sys.stdin.read(), "<stdin>"))])
-    else:
-        manifests = read_manifests(Path(args.file))
-    sources = manifests.sources
-    context = _context(args, config, cluster, sources)
-    if cluster is not None and (line := _table_line(cluster)):
-        context.lines.append(line)
-    documents = [(name, i, doc) for name, docs in sources for i, doc in enumerate(docs, 1)]
-    results = [
-        review_document(
-            name, i, doc, policies, config, inventory=context.inventory, claims=context.claims
-        )
-        for name, i, doc in documents
-    ]
+    # A folder's files read and reviewed so far, on a terminal only and never in json or yaml.
+    directory = args.file != "-" and Path(args.file).is_dir()
+    machine = args.output in ("json", "yaml")
+    progress = Progress(sys.stderr, "review", enabled=directory and not machine)
+    try:
+        if args.file == "-":
+            manifests = Manifests([("<stdin>", parse_documents(sys.stdin.read(), "<stdin>"))])
+        else:
+            read = (lambda n: progress.update(f"read {n} file(s)")) if progress.on else None
+            manifests = read_manifests(Path(args.file), read)
+        sources = manifests.sources
+        context = _context(args, config, cluster, sources)
+        if cluster is not None and (line := _table_line(cluster)):
+            context.lines.append(line)
+        documents = [(name, i, doc) for name, docs in sources for i, doc in enumerate(docs, 1)]
+        results: list[DocumentResult] = []
+        for reviewed, (name, docs) in enumerate(sources, 1):
+            results += [
+                review_document(
+                    name,
+                    i,
+                    doc,
+                    policies,
+                    config,
+                    inventory=context.inventory,
+                    claims=context.claims,
+                )
+                for i, doc in enumerate(docs, 1)
+            ]
+            progress.update(f"reviewed {reviewed}/{len(sources)} file(s)")
+    finally:
+        progress.done()
     if args.resolve_images and any(r.unresolved for r in results):
         resolutions = resolve_images(args, config, [r.unresolved for r in results])
         # Images, not (image, architecture) pairs: a pod allowed on several architectures

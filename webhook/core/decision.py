@@ -61,6 +61,14 @@ class Decision:
     # GPU access findings (SPEC §12) in any mode: under `enforce` they are violations too,
     # under `warn` warnings; the audit lists them either way.
     access: tuple[Violation, ...] = ()
+    # For the metrics (set as mutation_kinds is, when the object is mutated): the rule of each
+    # node affinity part injected (backward | minorVersion | forward | architecture-floor |
+    # compute, injection.PLACEMENT_RULES).
+    placements: tuple[str, ...] = ()
+    # GPU containers evaluated, and the image ("" when none) of each whose CUDA version
+    # nothing told where placement would have used it (`unresolved_images` per container).
+    gpu_containers: int = 0
+    cuda_unknown: tuple[str, ...] = ()
     original: Mapping[str, Any] | None = field(default=None, repr=False)
     mutated: Mapping[str, Any] | None = field(default=None, repr=False)
     # The draft that made `mutated`, when there is one: its patch is built from the places it
@@ -153,6 +161,9 @@ class PodState:
     kinds: list[str] = field(default_factory=list)
     unresolved: list[ImageQuery] = field(default_factory=list)
     access: list[Violation] = field(default_factory=list)
+    placements: list[str] = field(default_factory=list)
+    gpu_containers: int = 0
+    cuda_unknown: list[str] = field(default_factory=list)
 
     def container_path(self, c: ContainerRef) -> tuple[str | int, ...]:
         if c.index < 0:  # a container-like field of the spec (KServe `model`), not a list item

@@ -296,6 +296,7 @@ def _evaluate_spec(
             unknown += [key for key in keys.unknown if key not in unknown]
     if unknown and not violations_only:
         state.warnings.append(unknown_gpu_warning(sorted(unknown)))
+    state.gpu_containers = len(gpu)
     if config.gpu_access.checks and namespace not in config.gpu_access.exempt_namespaces:
         _access(state, devices, config, violations_only, audit)
     if gpu:
@@ -339,6 +340,9 @@ def _evaluate_pod(
     kinds: list[str] = []
     unresolved: list[ImageQuery] = []
     access_found: list[Violation] = []
+    placements: list[str] = []
+    cuda_unknown: list[str] = []
+    gpu_containers = 0
     templates = False
     # A DaemonSet's pods are pinned to their nodes and get no affinity (SPEC §4): its template
     # says so. Unless the template itself is mutated: the controller runs pods only on the
@@ -370,6 +374,11 @@ def _evaluate_pod(
             unresolved += state.unresolved
         if state.access:
             access_found += state.access
+        if state.placements:
+            placements += state.placements
+        if state.cuda_unknown:
+            cuda_unknown += state.cuda_unknown
+        gpu_containers += state.gpu_containers
         violations += state.violations
         kinds += state.kinds
         notes += [(pod.role, n) for n in state.notes]
@@ -383,6 +392,8 @@ def _evaluate_pod(
             violations=tuple(violations),
             unresolved_images=unresolved_images,
             access=tuple(access_found),
+            gpu_containers=gpu_containers,
+            cuda_unknown=tuple(cuda_unknown) if cuda_unknown else (),
         )
     mutated: Mapping[str, Any] | None = draft.root if draft.changed else None
     # Operator workloads are never mutated (their operator builds the pods; GitOps drift).
@@ -402,6 +413,9 @@ def _evaluate_pod(
         draft=draft if mutated is not None and draft.writes is not None else None,
         unresolved_images=unresolved_images,
         access=tuple(access_found),
+        placements=tuple(placements) if mutated is not None and placements else (),
+        gpu_containers=gpu_containers,
+        cuda_unknown=tuple(cuda_unknown) if cuda_unknown else (),
     )
 
 

@@ -34,6 +34,10 @@ _REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 _PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 
 
+# Decision.placements values: the rule behind each node affinity part injected.
+PLACEMENT_RULES = ("backward", "minorVersion", "forward", "architecture-floor", "compute")
+
+
 @dataclass(slots=True)
 class Plan:
     """What placement decided for one pod spec, by part: CUDA and compute capability."""
@@ -49,6 +53,10 @@ class Plan:
     # Forward compatibility: the label keys its terms (part of `cuda`) use, and its note.
     forward_keys: frozenset[str] = frozenset()
     forward_note: Message = ""
+    # The rule that set each part's range (Decision.placements): "backward" or "minorVersion"
+    # for the CUDA part, "compute" or "architecture-floor" for the compute capability part.
+    cuda_rule: str = "backward"
+    compute_rule: str = "compute"
 
 
 def _mentions(spec: Mapping[str, Any], config: WebhookConfig, plan: Plan) -> tuple[str, str]:
@@ -177,7 +185,10 @@ def inject(state: PodState, config: WebhookConfig, plan: Plan) -> None:
         state.draft.set(meta, ANNOTATION_INJECTED_AFFINITY, mark)
     if with_cuda and plan.cuda_note:
         state.note("cuda-affinity", plan.cuda_note)
+        state.placements.append(plan.cuda_rule)
         if plan.forward_note:
             state.note("forward-compatibility-affinity", plan.forward_note)
+            state.placements.append("forward")
     if with_compute:
         state.note("compute-capability-affinity", plan.compute_note)
+        state.placements.append(plan.compute_rule)

@@ -404,6 +404,7 @@ def _cuda_terms(
     # Which rule placed the pod (SPEC §4), said when the cluster is not on the default one.
     if compatibility == "minorVersion" and rng.low < top.requirement.version:
         source = f"minorVersion: {source}"
+        plan.cuda_rule = "minorVersion"
     elif config.cuda_compatibility == "minorVersion" and compatibility == "backward":
         source = f"backward, as annotated: {source}"
     # The preference goes last and goes first when a wording must be shorter (a long image, a
@@ -561,6 +562,8 @@ def _compute_terms(
             if text and _problem(state, config, text, "compute capability"):
                 return False
     plan.compute = range_terms(config.compute_capability_labels, low, None)
+    if by_floor:
+        plan.compute_rule = "architecture-floor"
     plan.compute_note = f"required compute capability ≥ {low} ({req.source})"
     plan.compute_want = f"compute capability ≥ {low}"
     return True
@@ -627,6 +630,10 @@ def place(
     if not config.cuda_affinity or opted_out:
         return
     if unknown:
+        # Counted (Decision.cuda_unknown) where placement would have used the version.
+        state.cuda_unknown += [
+            image if isinstance(image := c.container.get("image"), str) else "" for c in unknown
+        ]
         # What a registry lookup could still tell (only when placement would use the answer),
         # for every architecture the pod may run on (the strictest answer is used).
         archs = archs or pod_archs(state.pod.spec)

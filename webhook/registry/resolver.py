@@ -65,6 +65,13 @@ class Resolution:
 
     facts: dict[ImageQuery, Requirement] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    # Why an image's CUDA is still unknown (the first failure of its architectures): a
+    # LookupResult status, or SLOW (no answer within the budget).
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+# Resolution.failed: the lookup is running and did not answer within the budget.
+SLOW = "slow"
 
 
 class ImageResolver:
@@ -85,6 +92,13 @@ class ImageResolver:
         self._slow: set[Key] = set()
         self._per_registry: Counter[str] = Counter()
         self._limit = asyncio.Semaphore(settings.max_concurrent)
+        # For /metrics: queries answered from the cache, and not (a lookup started or joined,
+        # or none possible: busy, slow); queries left without an answer at the budget (or not
+        # waited for: their registry is slow); lookups that answered after the budget.
+        self.cache_hits = 0
+        self.cache_misses = 0
+        self.over_budget = 0
+        self.late_answers = 0
 
     @property
     def size(self) -> int:
@@ -157,7 +171,9 @@ class ImageResolver:
             return result
         finally:
             self._inflight.pop(key, None)
-            self._slow.discard(key)
+            if key in self._slow:
+                self._slow.discard(key)
+                self.late_answers += 1
             self._per_registry[ref.registry] -= 1
             if self._per_registry[ref.registry] <= 0:
                 del self._per_registry[ref.registry]
@@ -185,25 +201,31 @@ class ImageResolver:
             if ref is None:
                 assert refused is not None
                 out.warnings.append(warning(query.image, refused.detail))
+                out.failed.setdefault(query.image, refused.status)
                 continue
             key = (ref.canonical(), query.arch)
             entry = self._cached(key)
             if entry is not None:
+                self.cache_hits += 1
                 self._apply(out, query, entry.result, cached=True)
                 continue
+            self.cache_misses += 1
             task = self._inflight.get(key)
             if task is None:
                 if started >= MAX_LOOKUPS_PER_REVIEW:
                     skipped.append(query.image)
+                    out.failed.setdefault(query.image, BUSY)
                     continue
                 if len(self._inflight) >= self.settings.max_pending:
                     self._count(BUSY)
+                    out.failed.setdefault(query.image, BUSY)
                     out.warnings.append(
                         warning(query.image, "too many registry lookups in progress; not asked")
                     )
                     continue
                 if self._per_registry[ref.registry] >= self._registry_limit:
                     self._count(BUSY)
+                    out.failed.setdefault(query.image, BUSY)
                     out.warnings.append(
                         warning(
                             query.image,
@@ -216,6 +238,8 @@ class ImageResolver:
                 task = asyncio.create_task(self._run(key, query, ref))
                 self._inflight[key] = task
             elif key in self._slow:
+                self.over_budget += 1
+                out.failed.setdefault(query.image, SLOW)
                 out.warnings.append(
                     warning(
                         query.image, "its registry is slow; later pods get the answer when it comes"
@@ -231,6 +255,8 @@ class ImageResolver:
                     self._apply(out, query, task.result(), cached=False)
                 else:
                     self._slow.add(key)
+                    self.over_budget += 1
+                    out.failed.setdefault(query.image, SLOW)
                     out.warnings.append(
                         warning(
                             query.image,
@@ -261,6 +287,7 @@ class ImageResolver:
         if result.status == FOUND and result.requirement is not None:
             out.facts[query] = result.requirement
             return
+        out.failed.setdefault(query.image, result.status)
         detail = result.detail
         if cached and result.status == TIMEOUT:
             detail += f" (not asked again for {self.settings.negative_ttl_seconds:g} s)"

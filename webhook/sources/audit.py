@@ -67,6 +67,8 @@ class AuditOptions:
     page_size: int = PAGE_SIZE
     page_pause: float = 0.0  # seconds between two pages (the server's share of API load)
     request_timeout: float = REQUEST_TIMEOUT
+    # Called after each page: (the kind listed, its pages so far, its objects so far).
+    progress: Callable[[ListedKind, int, int], None] | None = None
 
 
 @dataclass
@@ -196,6 +198,7 @@ async def _list_kind(
 ) -> None:
     token: str | None = None
     is_pod = kind is PODS
+    pages = objects = 0
     while True:
         query: list[tuple[str, Any]] = [("limit", options.page_size)]
         if token:
@@ -231,7 +234,11 @@ async def _list_kind(
                 )
                 audit.add(item, kind.api_version, kind.kind, decision)
             await asyncio.sleep(0)
+        pages += 1
+        objects += len(items)
         del items
+        if options.progress is not None:
+            options.progress(kind, pages, objects)
         if not token:
             return
         if options.page_pause > 0:
