@@ -1,6 +1,7 @@
 """Where the real kube-scheduler binds GPU pods the webhook placed (issue 28, SPEC §4): the
 architecture floor, `cudaCompatibility: backward | minorVersion` and forward compatibility,
-through Deployments and Jobs created by the real controllers.
+through Deployments, StatefulSets, DaemonSets, Jobs (one started the way Kueue starts it) and
+CronJobs whose pods the real controllers create.
 
 Needs `start.sh --controllers` (the scheduler and controller-manager) and the webhook
 registered by URL: scripts/e2e-kapi.sh with KAPI_CONTROLLERS=1 sets E2E_SCHEDULER=1 and the
@@ -29,6 +30,7 @@ import pytest
 import yaml
 
 from webhook.core.config import WebhookConfig, load_config
+from webhook.core.evaluate import evaluate
 from webhook.core.policyset import PolicySet
 
 from .conftest import ROOT, Cluster, cluster_inventory
@@ -282,6 +284,84 @@ def _template(
     }
 
 
+# The create method of each kind on the typed clients (apps/v1 or batch/v1).
+CREATE = {
+    "Deployment": "create_namespaced_deployment",
+    "StatefulSet": "create_namespaced_stateful_set",
+    "DaemonSet": "create_namespaced_daemon_set",
+    "Job": "create_namespaced_job",
+    "CronJob": "create_namespaced_cron_job",
+}
+
+
+def workload(kind: str, app: str, template: dict[str, Any], *, suspend: bool = False) -> Any:
+    """A `kind` running `template` (one pod; a DaemonSet: one per selected node)."""
+    spec: dict[str, Any] = {"template": template}
+    if kind in ("Job", "CronJob"):
+        template["spec"]["restartPolicy"] = "Never"
+        spec = {"backoffLimit": 0, "template": template, **({"suspend": True} if suspend else {})}
+        if kind == "CronJob":
+            # Suspended: its schedule never fires; a Job is triggered from it (run_workload).
+            spec = {"schedule": "* * * * *", "suspend": True, "jobTemplate": {"spec": spec}}
+    else:
+        spec["selector"] = {"matchLabels": {"app": app}}
+        if kind != "DaemonSet":
+            spec["replicas"] = 1
+        if kind == "StatefulSet":
+            spec["serviceName"] = app  # no Service needed for the pods to be made and bound
+    group = "batch/v1" if kind in ("Job", "CronJob") else "apps/v1"
+    return {"apiVersion": group, "kind": kind, "metadata": {"name": app}, "spec": spec}
+
+
+def create(kind: str, obj: dict[str, Any], *, apps: Any, batch: Any, namespace: str,
+           dry_run: str | None = None) -> tuple[dict[str, Any], list[str]]:  # fmt: skip
+    """Create `obj` through the webhook; the object as created and the warnings shown."""
+    api = batch if kind in ("Job", "CronJob") else apps
+    extra = {"dry_run": dry_run} if dry_run else {}
+    return call(getattr(api, CREATE[kind]), namespace, obj, **extra)
+
+
+def job_from_cronjob(cronjob: Mapping[str, Any]) -> dict[str, Any]:
+    """What `kubectl create job NAME --from=cronjob/CRON` creates: a Job with the CronJob's
+    jobTemplate, the `cronjob.kubernetes.io/instantiate: manual` annotation and a controller
+    reference to the CronJob (kubectl staging/src/k8s.io/kubectl/pkg/cmd/create/create_job.go,
+    createJobFromCronJob)."""
+    template = cronjob["spec"]["jobTemplate"]
+    meta = template.get("metadata") or {}
+    name = cronjob["metadata"]["name"]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": f"{name}-manual",
+            "annotations": {"cronjob.kubernetes.io/instantiate": "manual",
+                            **(meta.get("annotations") or {})},
+            "labels": meta.get("labels") or {},
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "CronJob", "name": name,
+                                 "uid": cronjob["metadata"]["uid"], "controller": True}],
+        },
+        "spec": template["spec"],
+    }  # fmt: skip
+
+
+def scheduled(core: Any, namespace: str, app: str, pods: int = 1) -> dict[str, str | None]:
+    """pod name -> the node the scheduler bound it to (None: found Unschedulable), once
+    `pods` pods of `app` are decided."""
+    deadline = time.monotonic() + BIND_SECONDS
+    decided: dict[str, str | None] = {}
+    while time.monotonic() < deadline:
+        for pod in core.list_namespaced_pod(namespace, label_selector=f"app={app}").items:
+            if pod.spec.node_name:
+                decided[pod.metadata.name] = str(pod.spec.node_name)
+            for condition in pod.status.conditions or []:
+                if condition.type == "PodScheduled" and condition.reason == "Unschedulable":
+                    decided[pod.metadata.name] = None
+        if len(decided) >= pods:
+            return decided
+        time.sleep(0.5)
+    raise AssertionError(f"{app}: {len(decided)} of {pods} pods bound or unschedulable")
+
+
 def run_workload(
     kind: str,
     *,
@@ -293,44 +373,37 @@ def run_workload(
     node: str | None = None,
     env: list[dict[str, str]] | None = None,
     annotations: dict[str, str] | None = None,
+    kueue: bool = False,
 ) -> str | None:
-    """Create a Deployment or Job whose pod needs one GPU on this run's nodes (pinned to
-    `node` when given); returns the node the scheduler bound its pod to, or None when the
-    scheduler found it unschedulable."""
+    """Create a `kind` (Deployment, StatefulSet, Job or CronJob) whose pod needs one GPU on this
+    run's nodes (pinned to `node` when given); returns the node the scheduler bound its pod to,
+    or None when the scheduler found it unschedulable.
+
+    A CronJob is triggered as `kubectl create job --from=cronjob/…` does. `kueue` (a Job):
+    created suspended on all of this run's nodes, then started the way Kueue starts an admitted
+    Job: one UPDATE setting `suspend: false` and its ResourceFlavor's nodeSelector (here the pin
+    to `node`) in the template (kueue pkg/podset/podset.go Merge, called from jobframework's
+    RunWithPodSetsInfo)."""
     app = f"{kind.lower()}-{uuid.uuid4().hex[:6]}"
-    template = _template(app, image, node, env, annotations)
-    if kind == "Deployment":
-        apps.create_namespaced_deployment(
-            namespace,
-            {
-                "apiVersion": "apps/v1",
-                "kind": "Deployment",
-                "metadata": {"name": app},
-                "spec": {"replicas": 1, "selector": {"matchLabels": {"app": app}},
-                         "template": template},
-            },
-        )  # fmt: skip
-    else:
-        template["spec"]["restartPolicy"] = "Never"
-        batch.create_namespaced_job(
-            namespace,
-            {
-                "apiVersion": "batch/v1",
-                "kind": "Job",
-                "metadata": {"name": app},
-                "spec": {"backoffLimit": 0, "template": template},
-            },
-        )
-    deadline = time.monotonic() + BIND_SECONDS
-    while time.monotonic() < deadline:
-        for pod in core.list_namespaced_pod(namespace, label_selector=f"app={app}").items:
-            if pod.spec.node_name:
-                return str(pod.spec.node_name)
-            for condition in pod.status.conditions or []:
-                if condition.type == "PodScheduled" and condition.reason == "Unschedulable":
-                    return None
-        time.sleep(0.5)
-    raise AssertionError(f"{kind} {app}: no pod bound or found unschedulable in {BIND_SECONDS}s")
+    template = _template(app, image, None if kueue else node, env, annotations)
+    kw = {"apps": apps, "batch": batch, "namespace": namespace}
+    created, _ = create(kind, workload(kind, app, template, suspend=kueue), **kw)
+    if kind == "CronJob":
+        create("Job", job_from_cronjob(created), **kw)
+    if kueue:
+        assert node, "Kueue's flavor pins the Job to a node here"
+        start = {
+            "spec": {
+                "suspend": False,
+                "template": {"spec": {"nodeSelector": {"gaw-sched-node": node}}},
+            }
+        }
+        # Not denied (an ApiException otherwise), and the API server took both changes.
+        started, _ = call(batch.patch_namespaced_job, app, namespace, start)
+        assert started["spec"]["suspend"] is False
+        assert started["spec"]["template"]["spec"]["nodeSelector"]["gaw-sched-node"] == node
+    (bound,) = scheduled(core, namespace, app).values()
+    return bound
 
 
 @pytest.fixture
@@ -388,6 +461,14 @@ def test_backward_rule_and_the_architecture_floor(workloads: Any) -> None:
         assert run("Job", CUDA124, node="plain") is None
         # an image declaring R535 forward compatibility, but forwardCompatibleNodes unset
         assert run("Job", CUDA128, node="a100", env=ENV_12_8) is None
+        # the kinds whose pods other controllers make: the same rule
+        assert run("StatefulSet", CUDA13) == "h100"
+        assert run("StatefulSet", CUDA124, node="a100") is None
+        assert run("CronJob", CUDA13) == "h100"
+        assert run("CronJob", CUDA129, node="l4") is None
+        # Kueue starts the Job on the V100 flavor: the pod made then still needs compute 7.5
+        assert run("Job", CUDA13, node="v100", kueue=True) is None
+        assert run("Job", CUDA124, node="l4", kueue=True) == "l4"
 
 
 def test_minor_version_rule(workloads: Any) -> None:
@@ -410,6 +491,9 @@ def test_minor_version_rule(workloads: Any) -> None:
         )
         # the floor still holds: no 13.x image on the V100
         assert run("Job", CUDA13, node="v100") is None
+        assert run("StatefulSet", CUDA129, node="l4") == "l4"
+        assert run("CronJob", CUDA128, node="a100", env=ENV_12_8) == "a100"
+        assert run("Job", CUDA129, node="l4", kueue=True) == "l4"
 
 
 def test_forward_compatibility_on_the_named_nodes(workloads: Any) -> None:
@@ -423,6 +507,59 @@ def test_forward_compatibility_on_the_named_nodes(workloads: Any) -> None:
         assert run("Job", CUDA13, node="a100", env=ENV_13_0) == "a100"
         # the V100 has the driver but not the architecture
         assert run("Job", CUDA13, node="v100", env=ENV_13_0) is None
+        # a queued Job started by Kueue on the A100 flavor: the pod gets the forward terms
+        assert run("Job", CUDA128, node="a100", env=ENV_12_8, kueue=True) == "a100"
+        assert run("CronJob", CUDA13, node="a100", env=ENV_13_0) == "a100"
+        assert run("StatefulSet", CUDA128, node="a100") is None
+
+
+def test_daemonset_pods_are_pinned_and_warned_about(
+    workloads: Any, apps: Any, batch: Any, core: Any, namespace: str, policies: PolicySet,
+    gpu_nodes: dict[str, str],
+) -> None:  # fmt: skip
+    """SPEC §4 "DaemonSet pods": a pod on every node the DaemonSet selects, even one that
+    cannot run the image (the V100 for CUDA 13: compute 7.0 < 7.5), with no CUDA affinity, and
+    the webhook's warnings on the DaemonSet and on each unfit pod."""
+    serve, _ = workloads
+    app = f"daemonset-{uuid.uuid4().hex[:6]}"
+    daemonset = workload("DaemonSet", app, _template(app, CUDA13, None, None, None))
+    kw = {"apps": apps, "batch": batch, "namespace": namespace}
+    with serve(BACKWARD) as config:
+        inventory = cluster_inventory(core, config)
+        admitted = {**daemonset, "metadata": {**daemonset["metadata"], "namespace": namespace}}
+        expected = evaluate(admitted, policies, config, kind="DaemonSet", namespace=namespace,
+                            inventory=inventory)  # fmt: skip
+        assert expected.allowed
+        assert any("compute capability ≥ 7.5" in w for w in expected.warnings)
+        _, shown = create("DaemonSet", daemonset, **kw)
+        assert {*expected.notes, *expected.warnings} <= set(shown)
+        try:
+            bound = scheduled(core, namespace, app, pods=len(gpu_nodes))
+            assert sorted(n or "" for n in bound.values()) == sorted(gpu_nodes.values())
+            listed = core.list_namespaced_pod(namespace, label_selector=f"app={app}").items
+            pods = {p.spec.node_name: p for p in listed}
+            for name, pod in pods.items():
+                # only the DaemonSet controller's pin (pkg/controller/daemon/util
+                # ReplaceDaemonSetPodNodeNameNodeAffinity): no CUDA or compute term
+                affinity = pod.spec.affinity.node_affinity
+                terms = affinity.required_during_scheduling_ignored_during_execution
+                assert [t.match_fields[0].values for t in terms.node_selector_terms] == [[name]]
+                assert all(not t.match_expressions for t in terms.node_selector_terms)
+            # The V100's pod as the controller created it: the webhook warns that its node
+            # cannot run it (the controller sees that warning; a dry run shows it here).
+            v100 = core.api_client.sanitize_for_serialization(pods[gpu_nodes["v100"]])
+            spec = {k: v for k, v in v100["spec"].items() if k not in ("nodeName", "priority")}
+            copy = {"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"generateName": f"{app}-", "labels": v100["metadata"]["labels"],
+                                 "ownerReferences": v100["metadata"]["ownerReferences"]},
+                    "spec": spec}  # fmt: skip
+            want = expected_for(copy, namespace, policies, config, inventory)
+            problem = f"node {gpu_nodes['v100']} has compute capability 7.0; this DaemonSet pod"
+            assert any(w.startswith(problem) for w in want.warnings), want.warnings
+            _, shown = call(core.create_namespaced_pod, namespace, copy, dry_run="All")
+            assert set(want.warnings) <= set(shown)
+        finally:
+            apps.delete_namespaced_daemon_set(app, namespace)
 
 
 def test_admitted_pod_is_what_the_core_predicts(
