@@ -382,8 +382,8 @@ def run_workload(
     A CronJob is triggered as `kubectl create job --from=cronjob/…` does. `kueue` (a Job):
     created suspended on all of this run's nodes, then started the way Kueue starts an admitted
     Job: one UPDATE setting `suspend: false` and its ResourceFlavor's nodeSelector (here the pin
-    to `node`) in the template (kueue pkg/podset/podset.go Merge, called from jobframework's
-    RunWithPodSetsInfo)."""
+    to `node`) in the template (kueue pkg/controller/jobs/job/job_controller.go
+    RunWithPodSetsInfo: Suspend = false, then pkg/podset/podset.go Merge)."""
     app = f"{kind.lower()}-{uuid.uuid4().hex[:6]}"
     template = _template(app, image, None if kueue else node, env, annotations)
     kw = {"apps": apps, "batch": batch, "namespace": namespace}
