@@ -33,6 +33,7 @@ from webhook.core.quantity import format_quantity
 from webhook.core.registry import WorkloadKind
 from webhook.core.rules import access
 from webhook.core.rules.cuda import known_cuda_image
+from webhook.core.rules.devices import VISIBLE_DEVICES, VOID
 from webhook.core.rules.envfix import env_fixes
 from webhook.core.rules.imagefacts import ImageFacts, ImageQuery
 from webhook.core.rules.resources import (
@@ -237,10 +238,10 @@ def _access(
         if env is not None and not isinstance(env, list):
             raise ObjectShapeError(f"{state.ref} {where}: env must be a list")
         state.draft.extend(
-            state.container_path(c), "env", [{"name": access.VISIBLE_DEVICES, "value": access.VOID}]
+            state.container_path(c), "env", [{"name": VISIBLE_DEVICES, "value": VOID}]
         )
         why = "its CUDA image would give it every GPU" if known else "it requests no GPU"
-        state.note("gpu-access", f"set {access.VISIBLE_DEVICES}=void in {where}: {why}")
+        state.note("gpu-access", f"set {VISIBLE_DEVICES}=void in {where}: {why}")
 
 
 def _note_prefixes(role: str) -> tuple[str, ...]:

@@ -12,6 +12,7 @@ from webhook.core.errors import ObjectShapeError
 from webhook.core.kinds import BUILTIN_KINDS
 from webhook.core.registry import Found, Path, TemplateRule, WorkloadKind, follow, walk
 from webhook.core.rules import cuda
+from webhook.core.rules.devices import CDI_ANNOTATION_PREFIXES, DEVICE_ENV_NAMES
 from webhook.core.rules.imagefacts import pod_archs
 from webhook.core.shapes import is_mapping
 
@@ -266,16 +267,7 @@ _READ_ANNOTATIONS = (
 # What GPU access control reads (SPEC §12, rules/access.py), compared when it is on: the device
 # env names, a container's privileged flag and mounts, the pod's hostPath volumes, its
 # RuntimeClass and its CDI annotations. Adding `privileged: true` to a template is a change.
-_ACCESS_ENV = frozenset(
-    {
-        "NVIDIA_VISIBLE_DEVICES",
-        "NVIDIA_MIG_CONFIG_DEVICES",
-        "NVIDIA_MIG_MONITOR_DEVICES",
-        "NVIDIA_IMEX_CHANNELS",
-        "NVIDIA_REQUIRE_CUDA",
-    }
-)
-_CDI_PREFIXES = ("cdi.k8s.io/", "nvidia.cdi.k8s.io")
+_ACCESS_ENV = frozenset({*DEVICE_ENV_NAMES, "NVIDIA_REQUIRE_CUDA"})
 # Env the CUDA detection reads (rules/cuda detect; every NVIDIA_REQUIRE_* the toolkit reads).
 _CUDA_ENV = "CUDA_VERSION"
 _REQUIRE_PREFIX = "NVIDIA_REQUIRE_"
@@ -403,7 +395,7 @@ def _pod_access_part(pod: PodSpecRef) -> tuple[Any, ...]:
     cdi = sorted(
         (k, v)
         for k, v in pod.annotations.items()
-        if isinstance(k, str) and k.startswith(_CDI_PREFIXES)
+        if isinstance(k, str) and k.startswith(CDI_ANNOTATION_PREFIXES)
     )
     return host_paths, pod.spec.get("runtimeClassName"), cdi
 

@@ -16,35 +16,16 @@ import posixpath
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
+from webhook.core.rules.devices import (
+    CDI_ANNOTATION_PREFIXES,
+    DEVICE_ENV_NAMES,
+    NO_DEVICE_VALUES,
+    VISIBLE_DEVICES,
+)
 from webhook.core.shapes import is_mapping
 from webhook.core.wording import cut
 from webhook.core.workloads import ContainerRef, PodSpecRef
 
-# nvidia-container-toolkit internal/config/image/cuda_image.go: the device request is read from
-# NVIDIA_VISIBLE_DEVICES (EnvVarNvidiaVisibleDevices); "void" and empty behave like runc (no GPU,
-# no driver), "none" mounts the driver but no device (VisibleDevicesFromEnvVar, and the
-# toolkit's docs "docker-specialized.md"). Any other value (`all`, indexes, UUIDs) names devices.
-VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
-NO_DEVICE_VALUES = frozenset({"", "void", "none"})
-VOID = "void"
-# Environment variables the toolkit reads as device requests besides NVIDIA_VISIBLE_DEVICES
-# (internal/config/image/cuda_image.go): MIG configuration and monitoring capabilities
-# (NVIDIA_MIG_CONFIG_DEVICES, NVIDIA_MIG_MONITOR_DEVICES) and IMEX channels
-# (NVIDIA_IMEX_CHANNELS). A container that requests no GPU has no business setting them.
-DEVICE_ENV_NAMES = (
-    VISIBLE_DEVICES,
-    "NVIDIA_MIG_CONFIG_DEVICES",
-    "NVIDIA_MIG_MONITOR_DEVICES",
-    "NVIDIA_IMEX_CHANNELS",
-)
-# container-device-interface pkg/cdi annotations.go: AnnotationPrefix "cdi.k8s.io/"; the
-# toolkit in cdi mode injects the devices such an annotation names when it reaches the OCI spec
-# (containerd passes pod annotations there only with a `pod_annotations` setting). NVIDIA's NRI
-# plugin (toolkit >= 1.20, ClusterPolicy cdi.nriPluginEnabled) injects the devices named by pod
-# annotations `nvidia.cdi.k8s.io/...` from any namespace (nvidia-container-toolkit
-# cmd/nvidia-ctk-installer/container/runtime/nri/plugin.go). Device plugins write theirs into the
-# container's CRI config, never onto the pod: a pod annotation with either is a user's.
-CDI_ANNOTATION_PREFIXES = ("cdi.k8s.io/", "nvidia.cdi.k8s.io")
 # The device-list strategy "volume-mounts" (k8s-device-plugin DEVICE_LIST_STRATEGY): the
 # plugin mounts /dev/null at /var/run/nvidia-container-devices/<id> and the toolkit reads the
 # container's mounts under this path as its device request
