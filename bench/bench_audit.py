@@ -38,10 +38,10 @@ sys.path.insert(0, str(ROOT))
 
 from tests.auditdata import proposed_policies, shipped_policies  # noqa: E402
 from tests.fakekube import TOKEN, FakeKube, node  # noqa: E402
-from webhook.core.config import WebhookConfig  # noqa: E402
-from webhook.core.evaluate import evaluate  # noqa: E402
-from webhook.core.inventory import NodeInventory  # noqa: E402
-from webhook.core.policyset import PolicySet  # noqa: E402
+from webhook.core.config.model import WebhookConfig  # noqa: E402
+from webhook.core.evaluation.evaluate import evaluate  # noqa: E402
+from webhook.core.placement.inventory import NodeInventory  # noqa: E402
+from webhook.core.policies.policyset import PolicySet  # noqa: E402
 from webhook.sources.auditor import PAGE_PAUSE, PAGE_SIZE  # noqa: E402
 
 IMAGE = "nvcr.io/nvidia/pytorch:24.05-py3"

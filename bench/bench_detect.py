@@ -39,9 +39,9 @@ IMAGES = {
 def run(tree: Path, rounds: int, inner: int) -> dict[str, dict[str, Any]]:
     if str(tree) not in sys.path:
         sys.path.insert(0, str(tree))
-    config_mod = importlib.import_module("webhook.core.config")
-    cuda = importlib.import_module("webhook.core.rules.cuda")
-    images = importlib.import_module("webhook.core.rules.images")
+    config_mod = importlib.import_module("webhook.core.config.model")
+    cuda = importlib.import_module("webhook.core.placement.cuda")
+    images = importlib.import_module("webhook.core.images.references")
     config = config_mod.WebhookConfig()
     env: dict[str, str | None] = {}
     results: dict[str, dict[str, Any]] = {}

@@ -28,11 +28,11 @@ COMPILED = os.environ.get("GPU_WEBHOOK_COMPILED", "")
 if COMPILED:
     sys.path.insert(0, str(Path(COMPILED).resolve()))
 
-from webhook.core.config import WebhookConfig  # noqa: E402
-from webhook.core.crl import crl_configmap  # noqa: E402
-from webhook.core.evaluate import evaluate  # noqa: E402
-from webhook.core.inventory import NodeInventory  # noqa: E402
-from webhook.core.policyset import PolicySet  # noqa: E402
+from webhook.core.config.model import WebhookConfig  # noqa: E402
+from webhook.core.evaluation.evaluate import evaluate  # noqa: E402
+from webhook.core.placement.inventory import NodeInventory  # noqa: E402
+from webhook.core.policies.crl import crl_configmap  # noqa: E402
+from webhook.core.policies.policyset import PolicySet  # noqa: E402
 from webhook.sources.files import policy_files, read_documents  # noqa: E402
 
 # Which core was imported: a compiled module has no .py file.

@@ -23,8 +23,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from webhook.core.config import WebhookConfig, load_config  # noqa: E402
-from webhook.core.evaluate import evaluate  # noqa: E402
+from webhook.core.config.model import WebhookConfig, load_config  # noqa: E402
+from webhook.core.evaluation.evaluate import evaluate  # noqa: E402
 from webhook.sources.files import load_policy_dir  # noqa: E402
 
 CUDA_IMAGE = "nvidia/cuda:12.4.1-runtime-ubuntu22.04"

@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 from kubernetes.aio.client import ApiClient, Configuration  # noqa: E402
 
 from tests.fakekube import TOKEN, FakeKube, node  # noqa: E402
-from webhook.core.config import WebhookConfig  # noqa: E402
+from webhook.core.config.model import WebhookConfig  # noqa: E402
 from webhook.sources.nodes import NodeSource  # noqa: E402
 from webhook.sources.store import PolicyStore  # noqa: E402
 

@@ -83,7 +83,7 @@ async def measure(
     # Cached: the resolver answers from its cache.
     c = client(tls.ca_cert, host, *extra)
     resolver = ImageResolver(c, c.config.registry_lookups)
-    from webhook.core.rules.imagefacts import ImageQuery
+    from webhook.core.images.facts import ImageQuery
 
     query = [ImageQuery(ref)]
     await resolver.resolve(query)

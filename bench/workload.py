@@ -128,8 +128,8 @@ def _mix_objects() -> list[tuple[dict[str, Any], str, int]]:
 def workload_mix() -> list[tuple[str, bytes]]:
     """(endpoint, body) pairs in the proportions a GPU cluster's webhook sees."""
     objects = _mix_objects()
-    from webhook.core.config import WebhookConfig
-    from webhook.core.evaluate import evaluate
+    from webhook.core.config.model import WebhookConfig
+    from webhook.core.evaluation.evaluate import evaluate
     from webhook.sources.files import load_policy_dir
 
     shipped = load_policy_dir(REPO / "configmaps")
@@ -147,7 +147,7 @@ def workload_mix() -> list[tuple[str, bytes]]:
 
 def generate_policies(directory: Path, total: int) -> Path:
     """The shipped configmaps/ plus synthetic CRLs up to `total` policies."""
-    from webhook.core.crl import crl_configmap
+    from webhook.core.policies.crl import crl_configmap
 
     directory.mkdir(parents=True, exist_ok=True)
     shipped = sorted((REPO / "configmaps").glob("*.yaml"))
@@ -174,8 +174,8 @@ def generate_policies(directory: Path, total: int) -> Path:
 
 
 def _mutated(obj: dict[str, Any]) -> dict[str, Any]:
-    from webhook.core.config import WebhookConfig
-    from webhook.core.evaluate import evaluate
+    from webhook.core.config.model import WebhookConfig
+    from webhook.core.evaluation.evaluate import evaluate
     from webhook.sources.files import load_policy_dir
 
     shipped = load_policy_dir(REPO / "configmaps")

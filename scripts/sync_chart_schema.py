@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Regenerate the `config` part of the chart's values.schema.json from webhook.core.config.
+"""Regenerate the `config` part of the chart's values.schema.json from webhook.core.config.model.
 
 The chart renders `.Values.config` into the webhook's config file, so the schema of that key is
 the pydantic model's JSON schema: `helm install` then rejects a mistyped key before any pod
-starts. Run after changing webhook/config.py; tests/chart checks the file is in sync.
+starts. Run after changing webhook/core/config/model.py; tests/chart checks the file is in sync.
 
 Usage: scripts/sync_chart_schema.py [--check]
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 # The project must be installed (`pip install -e .`, as `make install` does).
-from webhook.core.config import WebhookConfig
+from webhook.core.config.model import WebhookConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_PATH = ROOT / "charts" / "gpu-admission-webhook" / "values.schema.json"

@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from webhook.cli.review import load_policies
-from webhook.core.native import export
+from webhook.core.policies.native import export
 
 ROOT = Path(__file__).resolve().parent.parent
 POLICY_PATH = ROOT / "charts" / "gpu-admission-webhook" / "native" / "policy.yaml"

@@ -13,10 +13,10 @@ import yaml
 
 from tests.fakekube import FakeKube, node
 from tests.helpers import CONFIGMAPS as CONFIGMAPS_DIR
-from webhook.core.config import WebhookConfig
-from webhook.core.evaluate import evaluate
-from webhook.core.inventory import NodeInventory
-from webhook.core.policyset import PolicySet
+from webhook.core.config.model import WebhookConfig
+from webhook.core.evaluation.evaluate import evaluate
+from webhook.core.placement.inventory import NodeInventory
+from webhook.core.policies.policyset import PolicySet
 from webhook.sources.files import policy_files, read_documents
 
 IMAGE = "nvidia/cuda:12.4.1-runtime-ubuntu22.04"

@@ -33,9 +33,9 @@ def pytest_configure(config: pytest.Config) -> None:
     """A compiled run that imports the source instead would pass while testing nothing new."""
     if not COMPILED_TREE:
         return
-    import webhook.core.evaluate
+    import webhook.core.evaluation.evaluate
 
-    where = webhook.core.evaluate.__file__ or ""
+    where = webhook.core.evaluation.evaluate.__file__ or ""
     if not where.startswith(COMPILED_TREE) or where.endswith(".py"):
         raise pytest.UsageError(
             f"GPU_WEBHOOK_COMPILED={COMPILED_TREE} but the core was imported from {where}: "

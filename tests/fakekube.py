@@ -63,8 +63,8 @@ import yaml
 from aiohttp import web
 from kubernetes.aio.client import Configuration
 
-from webhook.core.crl import CRL_NAMESPACE
-from webhook.core.crl import crl_configmap as build_crl_configmap
+from webhook.core.policies.crl import CRL_NAMESPACE
+from webhook.core.policies.crl import crl_configmap as build_crl_configmap
 from webhook.tls.certs import create_server_ssl_context, write_certificates
 
 NAMESPACE = CRL_NAMESPACE

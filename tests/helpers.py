@@ -10,10 +10,10 @@ from typing import Any
 
 import jsonpatch
 
-from webhook.core.config import WebhookConfig
-from webhook.core.evaluate import Decision, evaluate
-from webhook.core.inventory import NodeInventory
-from webhook.core.policyset import PolicySet
+from webhook.core.config.model import WebhookConfig
+from webhook.core.evaluation.evaluate import Decision, evaluate
+from webhook.core.placement.inventory import NodeInventory
+from webhook.core.policies.policyset import PolicySet
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGMAPS = ROOT / "configmaps"

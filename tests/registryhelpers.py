@@ -14,8 +14,8 @@ import aiohttp
 import pytest
 from aiohttp.abc import AbstractResolver, ResolveResult
 
-from webhook.core.config import WebhookConfig
-from webhook.core.config_registry import RegistryLookups
+from webhook.core.config.model import WebhookConfig
+from webhook.core.config.registry import RegistryLookups
 from webhook.registry.client import RegistryClient
 from webhook.registry.guard import GuardResolver
 

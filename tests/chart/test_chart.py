@@ -15,7 +15,7 @@ import yaml
 from cryptography import x509
 from kubernetes_validate.utils import all_versions
 
-from webhook.core.config import WebhookConfig, load_config
+from webhook.core.config.model import WebhookConfig, load_config
 
 from .conftest import NAMESPACE, RELEASE, Manifest, Render
 
@@ -198,7 +198,7 @@ def test_bad_values_fail_with_a_message_naming_the_key(
 
 
 def test_config_schema_is_generated_from_the_webhook_config_model() -> None:
-    # A change to webhook/config.py must be reflected in values.schema.json, or `helm
+    # A change to webhook/core/config/model.py must be reflected in values.schema.json, or `helm
     # install` would reject (or let through) keys the webhook reads differently.
     result = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "sync_chart_schema.py"), "--check"],

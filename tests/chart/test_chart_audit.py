@@ -14,9 +14,9 @@ import yaml
 
 from tests.chart.conftest import CHART_DIR, NAMESPACE, Render
 from tests.chart.test_chart import FULLNAME, container, find, one, supported_schema_versions
-from webhook.core.audit import Audit, AuditResult, Finding, Problem, Ref
-from webhook.core.reports import FORMATS, MAX_RESULTS, build_reports
-from webhook.core.workloads import registry_for
+from webhook.core.audit.audit import Audit, AuditResult, Finding, Problem, Ref
+from webhook.core.audit.reports import FORMATS, MAX_RESULTS, build_reports
+from webhook.core.workloads.pods import registry_for
 
 AUDIT_ROLE = f"{FULLNAME}-audit"
 LIST = ["list"]

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from tests.helpers import CORPUS, CORPUS_MISSING, DATA
-from webhook.core.workloads import find_pod_specs, lookup
+from webhook.core.workloads.pods import find_pod_specs, lookup
 
 from .conftest import Render
 

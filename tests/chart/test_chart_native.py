@@ -6,7 +6,7 @@ import yaml
 
 from scripts.sync_native_policy import POLICY_PATH, render
 from webhook.cli.review import load_policies
-from webhook.core.native import export
+from webhook.core.policies.native import export
 
 from .conftest import NAMESPACE, ROOT, Render
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from webhook.core.policyset import PolicySet
+from webhook.core.policies.policyset import PolicySet
 from webhook.sources.files import load_policy_dir
 
 from .conftest import Render

@@ -9,7 +9,7 @@ from typing import Any
 import helm_python
 import pytest
 
-from webhook.core.config import load_config
+from webhook.core.config.model import load_config
 
 from .conftest import NAMESPACE, RELEASE, Render
 from .test_chart import FULLNAME, container, find, one

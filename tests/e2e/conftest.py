@@ -27,9 +27,9 @@ from typing import Any
 
 import pytest
 
-from webhook.core.config import WebhookConfig, load_config
-from webhook.core.inventory import NodeInventory
-from webhook.core.policyset import PolicySet
+from webhook.core.config.model import WebhookConfig, load_config
+from webhook.core.placement.inventory import NodeInventory
+from webhook.core.policies.policyset import PolicySet
 from webhook.sources.files import load_policy_dir
 
 ROOT = Path(__file__).resolve().parents[2]

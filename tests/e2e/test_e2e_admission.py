@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
-from webhook.core.config import WebhookConfig
-from webhook.core.crl import crl_configmap as build_crl_configmap
-from webhook.core.evaluate import Decision, evaluate, evaluate_configmap
-from webhook.core.inventory import NodeInventory
-from webhook.core.policyset import PolicySet
+from webhook.core.config.model import WebhookConfig
+from webhook.core.evaluation.evaluate import Decision, evaluate, evaluate_configmap
+from webhook.core.placement.inventory import NodeInventory
+from webhook.core.policies.crl import crl_configmap as build_crl_configmap
+from webhook.core.policies.policyset import PolicySet
 
 from .conftest import INVENTORY_PROPAGATION_SECONDS, api_error
 

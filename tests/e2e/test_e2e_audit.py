@@ -26,8 +26,8 @@ import yaml
 
 from tests.auditdata import proposed_policies, shipped_policies
 from webhook.cli import main
-from webhook.core.config import WebhookConfig
-from webhook.core.policyset import PolicySet
+from webhook.core.config.model import WebhookConfig
+from webhook.core.policies.policyset import PolicySet
 from webhook.sources.auditor import Auditor
 from webhook.sources.files import load_policy_dir
 from webhook.sources.store import PolicyStore

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from webhook.core.config import WebhookConfig
-from webhook.core.evaluate import evaluate
-from webhook.core.policyset import PolicySet
+from webhook.core.config.model import WebhookConfig
+from webhook.core.evaluation.evaluate import evaluate
+from webhook.core.policies.policyset import PolicySet
 
 from .conftest import InventoryReader, NodeMaker, synced_inventory
 from .test_e2e_admission import call, crl_configmap, denial, gpu_deployment, gpu_pod, unique

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
-from webhook.core.config import WebhookConfig
-from webhook.core.policyset import PolicySet
+from webhook.core.config.model import WebhookConfig
+from webhook.core.policies.policyset import PolicySet
 
 from .conftest import ROOT
 from .test_e2e_admission import call, denial, expected_for, unique

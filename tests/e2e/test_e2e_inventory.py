@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from webhook.core.config import WebhookConfig
-from webhook.core.evaluate import Decision, evaluate
-from webhook.core.inventory import NodeInventory
-from webhook.core.policyset import PolicySet
-from webhook.core.rules.versions import CudaVersion
+from webhook.core.base.versions import CudaVersion
+from webhook.core.config.model import WebhookConfig
+from webhook.core.evaluation.evaluate import Decision, evaluate
+from webhook.core.placement.inventory import NodeInventory
+from webhook.core.policies.policyset import PolicySet
 
 from .conftest import INVENTORY_PROPAGATION_SECONDS, InventoryReader, NodeMaker, synced_inventory
 from .test_e2e_admission import (

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from webhook.core.claims import ClaimIndex
-from webhook.core.config import WebhookConfig
-from webhook.core.evaluate import evaluate
-from webhook.core.inventory import NodeInventory
-from webhook.core.policyset import PolicySet
+from webhook.core.config.model import WebhookConfig
+from webhook.core.evaluation.evaluate import evaluate
+from webhook.core.placement.inventory import NodeInventory
+from webhook.core.policies.policyset import PolicySet
+from webhook.core.workloads.claims import ClaimIndex
 from webhook.sources.files import load_policy_dir
 
 from .conftest import SHIPPED_POLICIES, Cluster

@@ -27,13 +27,13 @@ from typing import Any
 
 import pytest
 
-from webhook.core.config import WebhookConfig
-from webhook.core.decision import Decision
-from webhook.core.evaluate import evaluate
-from webhook.core.inventory import NodeInventory
-from webhook.core.policyset import PolicySet
-from webhook.core.rules.cuda import Requirement
-from webhook.core.rules.imagefacts import KNOWN_ARCHS, MAX_ARCHS, ImageQuery, pod_archs
+from webhook.core.config.model import WebhookConfig
+from webhook.core.evaluation.evaluate import evaluate
+from webhook.core.images.facts import KNOWN_ARCHS, MAX_ARCHS, ImageQuery, pod_archs
+from webhook.core.outcome.decision import Decision
+from webhook.core.placement.cuda import Requirement
+from webhook.core.placement.inventory import NodeInventory
+from webhook.core.policies.policyset import PolicySet
 from webhook.registry import documents
 from webhook.registry.client import config_requirement
 from webhook.registry.results import warning

@@ -29,9 +29,9 @@ from typing import Any
 import pytest
 import yaml
 
-from webhook.core.config import WebhookConfig, load_config
-from webhook.core.evaluate import evaluate
-from webhook.core.policyset import PolicySet
+from webhook.core.config.model import WebhookConfig, load_config
+from webhook.core.evaluation.evaluate import evaluate
+from webhook.core.policies.policyset import PolicySet
 
 from .conftest import ROOT, Cluster, cluster_inventory
 from .test_e2e_admission import admitted_pod, call, expected_for

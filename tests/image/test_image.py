@@ -213,7 +213,7 @@ def test_image_runs_as_its_non_root_user_with_the_compiled_core(
     assert result.stderr == ""
     # The mypyc build of the evaluation core is what is imported, with the `fast` extra.
     probe = (
-        "import webhook.core.evaluate as e, orjson, uvloop, os; "
+        "import webhook.core.evaluation.evaluate as e, orjson, uvloop, os; "
         "print(e.__file__.rsplit('.', 1)[-1], os.getuid(), os.getgid())"
     )
     result = _run(image, rootfs, "python", "-c", probe)

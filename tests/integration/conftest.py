@@ -17,7 +17,7 @@ from tests.integration.helpers import (
 )
 from webhook.admission.app import create_app
 from webhook.admission.jsoncodec import JsonCodec
-from webhook.core.config import WebhookConfig
+from webhook.core.config.model import WebhookConfig
 from webhook.tls.certs import CertPaths, CertReloader, write_certificates
 
 

@@ -20,7 +20,7 @@ from aiohttp import web
 
 from webhook.admission.jsoncodec import JsonCodec, json_codec
 from webhook.admission.state import STATE, WebhookState
-from webhook.core.crl import crl_configmap as build_crl_configmap
+from webhook.core.policies.crl import crl_configmap as build_crl_configmap
 from webhook.sources.files import load_policy_dir
 from webhook.sources.store import PolicyStore
 

@@ -18,7 +18,7 @@ from tests.helpers import eventually
 from tests.integration.helpers import metric_samples
 from webhook.admission.app import create_app
 from webhook.cli.serve import _policy_source
-from webhook.core.config import WebhookConfig
+from webhook.core.config.model import WebhookConfig
 from webhook.sources.auditor import Auditor
 from webhook.sources.store import PolicyStore
 

@@ -29,9 +29,9 @@ from tests.integration.helpers import (
     serve_in_thread,
 )
 from webhook.admission.app import create_app
-from webhook.core.config import WebhookConfig
-from webhook.core.inventory import NodeInventory
-from webhook.core.policyset import PolicySet
+from webhook.core.config.model import WebhookConfig
+from webhook.core.placement.inventory import NodeInventory
+from webhook.core.policies.policyset import PolicySet
 from webhook.sources.store import PolicyStore
 from webhook.tls.certs import CertPaths, CertReloader
 

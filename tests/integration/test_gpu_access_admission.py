@@ -12,7 +12,7 @@ import pytest
 from tests.integration.helpers import RunningServer, ready_store, serve_in_thread
 from tests.integration.test_admission import admission_review, apply_patch, container, pod
 from webhook.admission.app import create_app
-from webhook.core.config import load_config
+from webhook.core.config.model import load_config
 from webhook.tls.certs import CertPaths, CertReloader
 
 CUDA_IMAGE = "nvidia/cuda:12.4.1-runtime-ubuntu22.04"

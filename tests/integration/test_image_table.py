@@ -21,7 +21,7 @@ from tests.integration.test_admission import admission_review
 from webhook.admission.app import create_app
 from webhook.cli import main
 from webhook.cli.serve import _policy_source
-from webhook.core.config import WebhookConfig, load_config
+from webhook.core.config.model import WebhookConfig, load_config
 from webhook.sources.store import PolicyStore
 
 TRITON = "nvcr.io/nvidia/tritonserver:24.05-py3"

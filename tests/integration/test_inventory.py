@@ -26,7 +26,7 @@ from tests.helpers import eventually
 from tests.integration.helpers import metric_samples
 from webhook.admission.app import create_app
 from webhook.cli.serve import _policy_source
-from webhook.core.config import WebhookConfig, load_config
+from webhook.core.config.model import WebhookConfig, load_config
 from webhook.sources.store import PolicyStore
 
 MAJOR, MINOR = "cuda-major-version", "cuda-minor-version"

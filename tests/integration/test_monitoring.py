@@ -29,7 +29,7 @@ from tests.fakekube import FakeKube
 from tests.helpers import container, eventually, pod
 from webhook.admission.app import create_app
 from webhook.cli.serve import _image_resolver, _policy_source
-from webhook.core.config import WebhookConfig
+from webhook.core.config.model import WebhookConfig
 from webhook.sources.auditor import Auditor
 from webhook.sources.store import PolicyStore
 

@@ -10,7 +10,7 @@ import yaml
 
 from tests.integration.helpers import RunningServer
 from tests.integration.test_admission import admission_review, apply_patch
-from webhook.core.claims import ClaimClasses, ClaimIndex
+from webhook.core.workloads.claims import ClaimClasses, ClaimIndex
 
 TORCH = "pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime"
 UID = "7f0c3b5e-1111-4a4a-9e9e-000000000001"

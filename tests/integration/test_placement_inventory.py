@@ -29,7 +29,7 @@ from tests.helpers import (
 from tests.integration.test_admission import admission_review
 from webhook.admission.app import create_app
 from webhook.cli.serve import _policy_source
-from webhook.core.config import WebhookConfig, load_config
+from webhook.core.config.model import WebhookConfig, load_config
 from webhook.sources.store import PolicyStore
 
 GFD_MAJOR = "nvidia.com/cuda.runtime-version.major"

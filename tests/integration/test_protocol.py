@@ -25,9 +25,9 @@ from tests.integration.helpers import (
 from webhook.admission.app import create_app
 from webhook.admission.body import MAX_BODY_BYTES
 from webhook.admission.logs import LogFormatter
-from webhook.core.config import WebhookConfig
-from webhook.core.evaluate import Decision
-from webhook.core.policyset import PolicySet
+from webhook.core.config.model import WebhookConfig
+from webhook.core.evaluation.evaluate import Decision
+from webhook.core.policies.policyset import PolicySet
 from webhook.sources.store import PolicyStore
 from webhook.tls.certs import CertPaths, CertReloader
 

@@ -27,7 +27,7 @@ from tests.integration.test_admission import admission_review, apply_patch
 from tests.ociimages import digest, image
 from tests.registryhelpers import client as registry_client
 from webhook.admission.app import create_app, create_metrics_app
-from webhook.core.config import WebhookConfig
+from webhook.core.config.model import WebhookConfig
 from webhook.registry.client import RegistryClient
 from webhook.registry.resolver import ImageResolver
 from webhook.sources.store import PolicyStore

@@ -23,7 +23,7 @@ from tests.ociimages import image
 from tests.realregistry import LoopThread, Registry, TokenServer, push, registry_binary, skip_reason
 from tests.registryhelpers import client
 from webhook.admission.app import create_app
-from webhook.core.rules.versions import CudaVersion
+from webhook.core.base.versions import CudaVersion
 from webhook.registry.client import RegistryClient
 from webhook.registry.resolver import ImageResolver
 from webhook.registry.results import FOUND, UNAUTHORIZED

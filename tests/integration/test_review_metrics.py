@@ -19,7 +19,7 @@ from tests.integration.helpers import metric_samples
 from tests.integration.test_decision_cache import body, generated
 from webhook.admission.app import create_app
 from webhook.admission.metrics import MAX_POLICY_LABELS, ReviewCounts
-from webhook.core.config import WebhookConfig
+from webhook.core.config.model import WebhookConfig
 from webhook.sources.store import PolicyStore
 
 _UIDS = (f"00000000-0000-4000-8000-{n:012d}" for n in itertools.count())

@@ -15,7 +15,7 @@ from cryptography import x509
 
 from tests.integration.helpers import RunningServer, metric_samples, ready_store, serve_in_thread
 from webhook.admission.app import create_app
-from webhook.core.config import WebhookConfig
+from webhook.core.config.model import WebhookConfig
 from webhook.tls.certs import (
     CertKeyPair,
     CertPaths,

@@ -3,7 +3,7 @@
 With NATIVE_KUBECONFIG set (e.g. the kapi API server of shared/tools, no controllers needed),
 the shipped and the test CRLs are installed in kube-public, the exported policy and binding
 too, NO webhook is registered, and for a few hundred seeded Pods and workload templates the
-webhook core's verdict on the CRL rules (webhook.core.evaluate, only violations that name a
+webhook core's verdict on the CRL rules (core/evaluation/evaluate.py, only violations that name a
 CRL ConfigMap) is compared with the API server's, through a server-side dry-run create.
 
 Run: NATIVE_KUBECONFIG=~/.cache/kapi/kubeconfig .venv/bin/pytest -q tests/native -s
@@ -25,11 +25,11 @@ from typing import Any
 
 import pytest
 
-from webhook.core.config import load_config
-from webhook.core.crl import crl_configmap
-from webhook.core.evaluate import evaluate
-from webhook.core.native import export
-from webhook.core.policyset import PolicySet
+from webhook.core.config.model import load_config
+from webhook.core.evaluation.evaluate import evaluate
+from webhook.core.policies.crl import crl_configmap
+from webhook.core.policies.native import export
+from webhook.core.policies.policyset import PolicySet
 from webhook.sources.files import policy_files, read_documents
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from webhook.core.annotations import parse_opt_out
+from webhook.core.base.annotations import parse_opt_out
 
 A = "features.alauda.io/cuda-affinity"
 

@@ -1,4 +1,4 @@
-"""The audit's grouping (webhook/core/audit.py): evaluations of what runs, merged by top owner."""
+"""The audit's grouping (core/audit/audit.py): evaluations of what runs, merged by top owner."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import GPU, container, crl, pod, policies, standard_policies, workload
-from webhook.core.audit import (
+from webhook.core.audit.audit import (
     MAX_PROBLEMS,
     Audit,
     Finding,
@@ -16,8 +16,8 @@ from webhook.core.audit import (
     evaluate_object,
     pod_finished,
 )
-from webhook.core.config import WebhookConfig
-from webhook.core.policyset import PolicySet
+from webhook.core.config.model import WebhookConfig
+from webhook.core.policies.policyset import PolicySet
 
 IMAGE = "nvidia/cuda:12.4.1-runtime-ubuntu22.04"
 CONFIG = WebhookConfig()
@@ -280,7 +280,7 @@ def test_an_object_the_core_cannot_evaluate_is_a_denial_as_in_admission() -> Non
 def test_distinct_problems_per_finding_are_capped_and_counted() -> None:
     finding = Finding(Ref("apps/v1", "Deployment", "ml", "x"))
     other = Finding(Ref("apps/v1", "Deployment", "ml", "x"))
-    from webhook.core.audit import Problem
+    from webhook.core.audit.audit import Problem
 
     for index in range(MAX_PROBLEMS + 7):
         other.add_problem(other.denied, Problem("p", "r", f"message {index}", pods=1))

@@ -16,8 +16,8 @@ from tests.auditdata import populate, proposed_policies, shipped_policies
 from tests.fakekube import LEASES, OPENREPORTS, PODS, POLICYREPORTS, FakeKube
 from tests.helpers import CONFIGMAPS
 from webhook.cli import main
-from webhook.core.config import WebhookConfig
-from webhook.core.policyset import PolicySet
+from webhook.core.config.model import WebhookConfig
+from webhook.core.policies.policyset import PolicySet
 from webhook.sources.auditor import Auditor
 from webhook.sources.files import policy_files, read_documents
 from webhook.sources.kubeapi import close, load_configuration, sender

@@ -16,9 +16,9 @@ from tests.helpers import (
     standard_policies,
     workload,
 )
-from webhook.core.claims import ClaimIndex, device_classes
-from webhook.core.config import WebhookConfig, load_config
-from webhook.core.evaluate import Decision, evaluate
+from webhook.core.config.model import WebhookConfig, load_config
+from webhook.core.evaluation.evaluate import Decision, evaluate
+from webhook.core.workloads.claims import ClaimIndex, device_classes
 
 
 def claim_template(name: str, *requests: dict[str, Any], ns: str = "ml") -> dict[str, Any]:

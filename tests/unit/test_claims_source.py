@@ -31,8 +31,8 @@ from tests.helpers import (
     pod,
     standard_policies,
 )
-from webhook.core.config import WebhookConfig
-from webhook.core.evaluate import evaluate
+from webhook.core.config.model import WebhookConfig
+from webhook.core.evaluation.evaluate import evaluate
 from webhook.sources.claims import ClaimTemplateSource, ResourceClaimSource, claim_sources
 from webhook.sources.store import PolicyStore
 

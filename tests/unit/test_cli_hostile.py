@@ -18,8 +18,8 @@ import yaml
 
 from tests.helpers import CONFIGMAPS, EXAMPLES, container, pod
 from webhook.cli import main
-from webhook.core.config import load_config
-from webhook.core.errors import ConfigError, ManifestError
+from webhook.core.base.errors import ConfigError, ManifestError
+from webhook.core.config.model import load_config
 from webhook.sources.files import load_policy_dir
 
 POLICIES = str(CONFIGMAPS)
@@ -192,7 +192,7 @@ def test_the_console_script_prints_no_traceback_for_an_alias_bomb(tmp_path: Path
 
 
 def test_ordinary_anchors_and_merge_keys_are_still_read() -> None:
-    from webhook.core.manifests import parse_documents
+    from webhook.core.base.manifests import parse_documents
 
     text = (
         "defaults: &defaults\n"
@@ -209,7 +209,7 @@ def test_ordinary_anchors_and_merge_keys_are_still_read() -> None:
 
 
 def test_the_alias_ratio_follows_go_yaml() -> None:
-    from webhook.core.manifests import _allowed_alias_ratio
+    from webhook.core.base.manifests import _allowed_alias_ratio
 
     # go-yaml decode.go allowedAliasRatio: 0.99 up to 400,000 decodes, 0.10 from 4,000,000,
     # linear in between.

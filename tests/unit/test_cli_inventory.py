@@ -16,8 +16,8 @@ import yaml
 
 from tests.helpers import CONFIGMAPS, GPU, container, pod
 from webhook.cli import main
-from webhook.core.config import WebhookConfig
-from webhook.core.inventory import NodeInventory
+from webhook.core.config.model import WebhookConfig
+from webhook.core.placement.inventory import NodeInventory
 
 POLICIES = str(CONFIGMAPS)
 GFD_MAJOR, GFD_MINOR = (

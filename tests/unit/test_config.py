@@ -7,8 +7,14 @@ from typing import Any
 
 import pytest
 
-from webhook.core.config import CudaLabels, EnvFixRule, ImageCudaEntry, WebhookConfig, load_config
-from webhook.core.errors import ConfigError
+from webhook.core.base.errors import ConfigError
+from webhook.core.config.model import (
+    CudaLabels,
+    EnvFixRule,
+    ImageCudaEntry,
+    WebhookConfig,
+    load_config,
+)
 
 
 def test_defaults() -> None:

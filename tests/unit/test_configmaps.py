@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers import CONFIGMAPS
-from webhook.core.crl import LimitsPolicy, RequestsPolicy, key_name_forms, parse_configmap
+from webhook.core.policies.crl import LimitsPolicy, RequestsPolicy, key_name_forms, parse_configmap
 from webhook.sources.files import load_policy_dir, read_documents
 
 FILES = sorted(p.name for p in CONFIGMAPS.glob("*.yaml"))

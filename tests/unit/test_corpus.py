@@ -26,11 +26,11 @@ from tests.helpers import (
     preferred_terms,
 )
 from webhook.cli import main
-from webhook.core.claims import ClaimIndex
-from webhook.core.config import WebhookConfig, load_config
-from webhook.core.errors import ManifestError, WebhookError
-from webhook.core.evaluate import Decision, evaluate
-from webhook.core.policyset import PolicySet
+from webhook.core.base.errors import ManifestError, WebhookError
+from webhook.core.config.model import WebhookConfig, load_config
+from webhook.core.evaluation.evaluate import Decision, evaluate
+from webhook.core.policies.policyset import PolicySet
+from webhook.core.workloads.claims import ClaimIndex
 from webhook.sources.files import load_policy_dir, read_documents
 
 MANIFESTS = CORPUS / "manifests"

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import VCORE, crl
-from webhook.core.crl import (
+from webhook.core.policies.crl import (
     LimitsPolicy,
     RequestsPolicy,
     ResourceLimitation,

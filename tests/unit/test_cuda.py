@@ -26,9 +26,10 @@ from tests.helpers import (
     preferred_terms,
     run,
 )
-from webhook.core.config import CudaLabels, WebhookConfig, load_config
-from webhook.core.errors import ConfigError, ObjectShapeError
-from webhook.core.rules.cuda import (
+from webhook.core.base.errors import ConfigError, ObjectShapeError
+from webhook.core.base.wording import after, fit
+from webhook.core.config.model import CudaLabels, WebhookConfig, load_config
+from webhook.core.placement.cuda import (
     CudaVersion,
     Range,
     compatible,
@@ -37,8 +38,7 @@ from webhook.core.rules.cuda import (
     detect,
     image_repository,
 )
-from webhook.core.rules.terms import range_terms
-from webhook.core.wording import after, fit
+from webhook.core.placement.terms import range_terms
 
 V = CudaVersion
 MAJOR, MINOR = "cuda-major-version", "cuda-minor-version"

@@ -28,13 +28,13 @@ from tests.helpers import (
 from tests.helpers import preferred_terms as preferred_of
 from tests.unit.test_placement_inventory import CMAJ, CMIN, DENY, GMAJ, gfd, gpu_pod, nodes
 from webhook.cli import main
-from webhook.core.config import WebhookConfig, load_config
-from webhook.core.errors import ConfigError
-from webhook.core.evaluate import evaluate
-from webhook.core.rules.cuda import architecture_floor
-from webhook.core.rules.imagefacts import ImageQuery
-from webhook.core.rules.requires import branch_list, forward_branches
-from webhook.core.rules.versions import CudaVersion
+from webhook.core.base.errors import ConfigError
+from webhook.core.base.versions import CudaVersion
+from webhook.core.config.model import WebhookConfig, load_config
+from webhook.core.evaluation.evaluate import evaluate
+from webhook.core.images.facts import ImageQuery
+from webhook.core.images.requires import branch_list, forward_branches
+from webhook.core.placement.cuda import architecture_floor
 from webhook.registry.client import config_requirement
 from webhook.registry.documents import read_config
 

@@ -10,9 +10,9 @@ from collections.abc import Mapping
 import pytest
 
 from tests.helpers import CONFIGMAPS, DATA, assert_stable
-from webhook.core.config import WebhookConfig, load_config
-from webhook.core.errors import ObjectShapeError
-from webhook.core.evaluate import evaluate
+from webhook.core.base.errors import ObjectShapeError
+from webhook.core.config.model import WebhookConfig, load_config
+from webhook.core.evaluation.evaluate import evaluate
 from webhook.sources.files import load_policy_dir, read_documents
 
 CONFIGS = {"templates-off": WebhookConfig(), "templates-on": load_config({"mutateTemplates": True})}

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from tests.helpers import CM_VCORE, VCORE, container, pod, run
-from webhook.core.config import WebhookConfig
-from webhook.core.decision import MAX_LISTED_VIOLATIONS, Decision, Violation
+from webhook.core.config.model import WebhookConfig
+from webhook.core.outcome.decision import MAX_LISTED_VIOLATIONS, Decision, Violation
 
 NO_CUDA = WebhookConfig(cuda_affinity=False)
 DESCRIPTION = "vGPU compute, 100 per card."

@@ -18,7 +18,7 @@ from tests.helpers import (
     pod,
     run,
 )
-from webhook.core.config import WebhookConfig, load_config
+from webhook.core.config.model import WebhookConfig, load_config
 
 NO_CUDA = WebhookConfig(cuda_affinity=False)
 PADDLE = "paddlepaddle/paddle:2.6.1-gpu-cuda12.0-cudnn8.9-trt8.6"
@@ -335,7 +335,7 @@ def test_image_patterns_match_the_repository_path(image: str, fixed: bool) -> No
     assert apply(decision) == (with_env(original, FLAG) if fixed else original)
 
 
-# --- the opt-out annotation (shared reading: webhook/core/annotations.py) ----------------------
+# --- the opt-out annotation (shared reading: webhook/core/base/annotations.py) ---
 
 OPT = "features.alauda.io/env-fixes"
 

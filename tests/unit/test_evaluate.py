@@ -21,9 +21,9 @@ from tests.helpers import (
     run,
     workload,
 )
-from webhook.core.config import load_config
-from webhook.core.errors import ConfigError
-from webhook.core.names import ResourceNames
+from webhook.core.base.errors import ConfigError
+from webhook.core.base.names import ResourceNames
+from webhook.core.config.model import load_config
 
 MAJOR, MINOR = "cuda-major-version", "cuda-minor-version"
 IMAGE = "nvidia/cuda:12.4.1"

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from tests.helpers import VCORE, VMEM, crl, eventually
-from webhook.core.errors import ManifestError
+from webhook.core.base.errors import ManifestError
 from webhook.sources.files import FileSource
 from webhook.sources.store import PolicyStore
 

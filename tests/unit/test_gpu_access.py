@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 
 from tests.helpers import GPU, apply, container, get, pod, run, standard_policies, workload
-from webhook.core.audit import Audit, audit_config, evaluate_object
-from webhook.core.claims import ClaimIndex
-from webhook.core.config import WebhookConfig, load_config
-from webhook.core.errors import ConfigError
-from webhook.core.evaluate import evaluate
-from webhook.core.reports import WGPOLICY, build_reports
-from webhook.core.rules.access import device_host_path
+from webhook.core.access.control import device_host_path
+from webhook.core.audit.audit import Audit, audit_config, evaluate_object
+from webhook.core.audit.reports import WGPOLICY, build_reports
+from webhook.core.base.errors import ConfigError
+from webhook.core.config.model import WebhookConfig, load_config
+from webhook.core.evaluation.evaluate import evaluate
+from webhook.core.workloads.claims import ClaimIndex
 
 CUDA_IMAGE = "nvidia/cuda:12.4.1-runtime-ubuntu22.04"
 WHY = "GPUs reached without a request are counted by no quota, CRL or scheduler."

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 from tests.helpers import GPU, VCORE, standard_policies
-from webhook.core.config import WebhookConfig, load_config
-from webhook.core.crl import crl_configmap
-from webhook.core.errors import WebhookError
-from webhook.core.evaluate import evaluate
-from webhook.core.inventory import NodeInventory
+from webhook.core.base.errors import WebhookError
+from webhook.core.config.model import WebhookConfig, load_config
+from webhook.core.evaluation.evaluate import evaluate
+from webhook.core.placement.inventory import NodeInventory
+from webhook.core.policies.crl import crl_configmap
 
 POLICIES = standard_policies()
 CONFIGS = [WebhookConfig(), load_config({"mutateTemplates": True, "noCompatibleNode": "deny"})]

@@ -8,10 +8,10 @@ import re
 import pytest
 
 from tests.helpers import GPU, apply, container, node_terms, pod, run
-from webhook.core.config import DEFAULT_IMAGE_PATTERNS, WebhookConfig, load_config
-from webhook.core.rules.cuda import container_requirement
-from webhook.core.rules.images import MAX_REFERENCE_LENGTH, normalize
-from webhook.core.rules.versions import CudaVersion
+from webhook.core.base.versions import CudaVersion
+from webhook.core.config.model import DEFAULT_IMAGE_PATTERNS, WebhookConfig, load_config
+from webhook.core.images.references import MAX_REFERENCE_LENGTH, normalize
+from webhook.core.placement.cuda import container_requirement
 
 DIGEST = "sha256:" + "b" * 64
 

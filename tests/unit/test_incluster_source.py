@@ -12,7 +12,7 @@ import pytest
 
 from tests.fakekube import CONFIGMAPS, NODES, FakeKube, crl_configmap, node, running
 from tests.helpers import eventually
-from webhook.core.config import WebhookConfig
+from webhook.core.config.model import WebhookConfig
 from webhook.sources.kubeapi import ServiceAccount, load_configuration
 from webhook.sources.nodes import NodeSource
 from webhook.sources.policies import ConfigMapWatcher

@@ -8,15 +8,15 @@ import re
 import pytest
 
 from tests.helpers import GPU, container, pod, run
-from webhook.core.config import DEFAULT_IMAGE_PATTERNS, WebhookConfig, load_config
-from webhook.core.rules.cuda import container_requirement
-from webhook.core.rules.images import image_version
-from webhook.core.rules.knowledge import (
+from webhook.core.base.versions import CudaVersion
+from webhook.core.config.model import DEFAULT_IMAGE_PATTERNS, WebhookConfig, load_config
+from webhook.core.images.knowledge import (
     ImageKnowledge,
     KnowledgeError,
     shipped_knowledge,
 )
-from webhook.core.rules.versions import CudaVersion
+from webhook.core.images.references import image_version
+from webhook.core.placement.cuda import container_requirement
 
 V = CudaVersion
 DIGEST = "sha256:" + "c" * 64

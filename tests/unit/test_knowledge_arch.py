@@ -12,13 +12,13 @@ import pytest
 from tests.helpers import GPU, apply, container, expr, node_terms, pod, run, standard_policies
 from tests.unit.test_knowledge import ARCH_GROUP, GOOD
 from webhook.cli import main
-from webhook.core.config import WebhookConfig
-from webhook.core.config_parts import ImageRules
-from webhook.core.evaluate import evaluate
-from webhook.core.rules.cuda import Requirement
-from webhook.core.rules.imagefacts import ImageQuery
-from webhook.core.rules.knowledge import ImageKnowledge
-from webhook.core.rules.versions import CudaVersion
+from webhook.core.base.versions import CudaVersion
+from webhook.core.config.model import WebhookConfig
+from webhook.core.config.parts import ImageRules
+from webhook.core.evaluation.evaluate import evaluate
+from webhook.core.images.facts import ImageQuery
+from webhook.core.images.knowledge import ImageKnowledge
+from webhook.core.placement.cuda import Requirement
 
 VLLM = "vllm/vllm-openai:v0.11.0"
 ARCH = "kubernetes.io/arch"

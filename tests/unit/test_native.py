@@ -7,8 +7,14 @@ import io
 import json
 
 from webhook.cli import main
-from webhook.core.crl import crl_configmap, parse_configmap
-from webhook.core.native import PER_CALL_LIMIT, cost_problem, estimated_cost, export, group_keys
+from webhook.core.policies.crl import crl_configmap, parse_configmap
+from webhook.core.policies.native import (
+    PER_CALL_LIMIT,
+    cost_problem,
+    estimated_cost,
+    export,
+    group_keys,
+)
 
 
 def limitation(key: str, group: str) -> object:

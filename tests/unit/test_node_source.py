@@ -11,7 +11,7 @@ import pytest
 
 from tests.fakekube import NODES, FakeKube, fast_options, node, running
 from tests.helpers import eventually
-from webhook.core.config import WebhookConfig
+from webhook.core.config.model import WebhookConfig
 from webhook.sources.nodes import NodeSource
 from webhook.sources.reflector import METADATA_LIST_ACCEPT, METADATA_WATCH_ACCEPT
 from webhook.sources.store import PolicyStore

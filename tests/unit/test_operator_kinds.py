@@ -14,9 +14,9 @@ import pytest
 import yaml
 
 from tests.helpers import GPU, crl, policies, run
-from webhook.core.config import WebhookConfig, load_config
-from webhook.core.evaluate import Decision, evaluate
-from webhook.core.policyset import PolicySet
+from webhook.core.config.model import WebhookConfig, load_config
+from webhook.core.evaluation.evaluate import Decision, evaluate
+from webhook.core.policies.policyset import PolicySet
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "operators"
 TORCH = "pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime"

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from tests.helpers import GPU, VCORE, VMEM, container, run, standard_policies
-from webhook.core.config import WebhookConfig, load_config
-from webhook.core.evaluate import Decision, evaluate
+from webhook.core.config.model import WebhookConfig, load_config
+from webhook.core.evaluation.evaluate import Decision, evaluate
 
 TORCH = "pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime"
 MUTATE = load_config({"mutateTemplates": True})

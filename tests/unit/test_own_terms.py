@@ -25,9 +25,9 @@ from tests.helpers import (
     preferred_terms,
     workload,
 )
-from webhook.core.config import WebhookConfig, load_config
-from webhook.core.evaluate import Decision, evaluate
-from webhook.core.policyset import PolicySet
+from webhook.core.config.model import WebhookConfig, load_config
+from webhook.core.evaluation.evaluate import Decision, evaluate
+from webhook.core.policies.policyset import PolicySet
 
 MUTATING = load_config({"mutateTemplates": True})
 MAJOR, MINOR = "cuda-major-version", "cuda-minor-version"

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.core.errors import ObjectShapeError
-from webhook.core.patches import Draft, diff, escape
+from webhook.core.base.errors import ObjectShapeError
+from webhook.core.base.patches import Draft, diff, escape
 
 
 @pytest.mark.parametrize(

@@ -22,8 +22,8 @@ from tests.helpers import (
     run,
     workload,
 )
-from webhook.core.config import load_config
-from webhook.core.inventory import NodeInventory
+from webhook.core.config.model import load_config
+from webhook.core.placement.inventory import NodeInventory
 
 MAJOR, MINOR = "cuda-major-version", "cuda-minor-version"
 CMAJ, CMIN = "nvidia.com/gpu.compute.major", "nvidia.com/gpu.compute.minor"

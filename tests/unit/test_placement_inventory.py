@@ -21,9 +21,9 @@ from tests.helpers import (
     preferred_terms,
     run,
 )
-from webhook.core.config import WebhookConfig, load_config
-from webhook.core.inventory import NodeInventory
-from webhook.core.rules.versions import CudaVersion
+from webhook.core.base.versions import CudaVersion
+from webhook.core.config.model import WebhookConfig, load_config
+from webhook.core.placement.inventory import NodeInventory
 
 MAJOR, MINOR = "cuda-major-version", "cuda-minor-version"
 GMAJ, GMIN = "nvidia.com/cuda.runtime-version.major", "nvidia.com/cuda.runtime-version.minor"

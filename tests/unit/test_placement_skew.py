@@ -23,8 +23,8 @@ from tests.helpers import (
     preferred_terms,
     run,
 )
-from webhook.core.config import load_config
-from webhook.core.inventory import NodeInventory
+from webhook.core.config.model import load_config
+from webhook.core.placement.inventory import NodeInventory
 
 MAJOR, MINOR = "cuda-major-version", "cuda-minor-version"
 GMAJ, GMIN = "nvidia.com/cuda.runtime-version.major", "nvidia.com/cuda.runtime-version.minor"

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from webhook.core.rules.imagefacts import MAX_ARCHS, pod_archs
+from webhook.core.images.facts import MAX_ARCHS, pod_archs
 
 ARCH = "kubernetes.io/arch"
 BETA = "beta.kubernetes.io/arch"

@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from tests.helpers import GPU, VCORE, VMEM, crl, policies
-from webhook.core.errors import ManifestError
-from webhook.core.manifests import parse_documents
-from webhook.core.policyset import PolicySet
+from webhook.core.base.errors import ManifestError
+from webhook.core.base.manifests import parse_documents
+from webhook.core.policies.policyset import PolicySet
 from webhook.sources.files import load_policy_dir
 
 G = "gpu-manager"

@@ -11,11 +11,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.helpers import GPU, GPUCORES, GPUMEM, VCORE, VMEM, standard_policies, workload
-from webhook.core.config import WebhookConfig, load_config
-from webhook.core.errors import WebhookError
-from webhook.core.evaluate import evaluate
-from webhook.core.inventory import NodeInventory
-from webhook.core.patches import diff
+from webhook.core.base.errors import WebhookError
+from webhook.core.base.patches import diff
+from webhook.core.config.model import WebhookConfig, load_config
+from webhook.core.evaluation.evaluate import evaluate
+from webhook.core.placement.inventory import NodeInventory
 
 # Bounded so the file runs in a few seconds; no deadline (CI machines vary in speed).
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

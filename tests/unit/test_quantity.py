@@ -13,8 +13,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.core.errors import QuantityError, QuantityRangeError, WebhookError
-from webhook.core.quantity import format_quantity, parse_quantity, parse_quantity_text
+from webhook.core.base.errors import QuantityError, QuantityRangeError, WebhookError
+from webhook.core.base.quantity import format_quantity, parse_quantity, parse_quantity_text
 
 
 @pytest.mark.parametrize(

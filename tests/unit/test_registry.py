@@ -10,13 +10,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.helpers import GPU, VCORE, container, run, standard_policies
-from webhook.core.claims import ClaimClasses, ClaimIndex
-from webhook.core.config import WebhookConfig, load_config
-from webhook.core.errors import ConfigError, ObjectShapeError, WebhookError
-from webhook.core.evaluate import evaluate
-from webhook.core.kinds import BUILTIN_KINDS
-from webhook.core.registry import parse_path, rule, walk
-from webhook.core.workloads import find_pod_specs, lookup, registry_for, templates_equal
+from webhook.core.base.errors import ConfigError, ObjectShapeError, WebhookError
+from webhook.core.config.model import WebhookConfig, load_config
+from webhook.core.evaluation.evaluate import evaluate
+from webhook.core.evaluation.updates import templates_equal
+from webhook.core.kinds.builtin import BUILTIN_KINDS
+from webhook.core.kinds.registry import parse_path, rule, walk
+from webhook.core.workloads.claims import ClaimClasses, ClaimIndex
+from webhook.core.workloads.pods import find_pod_specs, lookup, registry_for
 
 
 def tpl(*containers: dict[str, Any]) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import pytest
 from tests.fakeregistry import FakeRegistry, HangingServer, closed_port, docker_config
 from tests.ociimages import image
 from tests.registryhelpers import client
-from webhook.core.rules.versions import CudaVersion
+from webhook.core.base.versions import CudaVersion
 from webhook.registry.results import (
     FOUND,
     INVALID,

@@ -12,9 +12,9 @@ import pytest
 from yarl import URL
 
 from tests.registryhelpers import FakeResolver, client, no_connection
-from webhook.core.config import WebhookConfig, load_config
-from webhook.core.config_registry import RegistryLookups
-from webhook.core.errors import ConfigError
+from webhook.core.base.errors import ConfigError
+from webhook.core.config.model import WebhookConfig, load_config
+from webhook.core.config.registry import RegistryLookups
 from webhook.registry.guard import HostPolicy, env_proxy, public_address
 from webhook.registry.results import REFUSED
 

@@ -14,7 +14,7 @@ import pytest
 from tests.fakeregistry import FakeRegistry
 from tests.ociimages import image
 from tests.registryhelpers import client
-from webhook.core.rules.versions import CudaVersion
+from webhook.core.base.versions import CudaVersion
 from webhook.registry.results import FOUND, UNAUTHORIZED, LookupResult
 from webhook.tls.certs import CertPaths, write_certificates
 

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from webhook.core.config_registry import RegistryLookups
-from webhook.core.rules.cuda import Requirement
-from webhook.core.rules.imagefacts import ImageQuery
-from webhook.core.rules.versions import CudaVersion
+from webhook.core.base.versions import CudaVersion
+from webhook.core.config.registry import RegistryLookups
+from webhook.core.images.facts import ImageQuery
+from webhook.core.placement.cuda import Requirement
 from webhook.registry.client import Known
 from webhook.registry.reference import ImageRef, ReferenceError, parse_reference
 from webhook.registry.resolver import MAX_LOOKUPS_PER_REVIEW, ImageResolver

@@ -1,4 +1,4 @@
-"""Policy report content (webhook/core/reports.py): one report per namespace, one result per
+"""Policy report content (webhook/core/audit/reports.py): one report per namespace, one result per
 finding and policy rule, in both formats; and the bounded labels of the findings metric."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from tests.helpers import GPU, container, pod, standard_policies
 from tests.unit.test_audit import IMAGE, MAX_GPU_MESSAGE, add, deployment_with_pods, gpu_pod
 from tests.unit.test_audit import gpu_policies as limited
-from webhook.core.audit import Audit, AuditResult, Finding, Problem, Ref
-from webhook.core.reports import (
+from webhook.core.audit.audit import Audit, AuditResult, Finding, Problem, Ref
+from webhook.core.audit.reports import (
     MAX_MESSAGE,
     MAX_REPORT_BYTES,
     MAX_RESULTS,

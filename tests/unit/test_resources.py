@@ -26,8 +26,8 @@ from tests.helpers import (
     standard_policies,
     workload,
 )
-from webhook.core.config import WebhookConfig
-from webhook.core.policyset import PolicySet
+from webhook.core.config.model import WebhookConfig
+from webhook.core.policies.policyset import PolicySet
 
 # CUDA affinity off: these tests look at resource rules only (no CUDA notes or warnings).
 NO_CUDA = WebhookConfig(cuda_affinity=False)
@@ -595,7 +595,7 @@ def test_generate_name_and_namespace_argument_in_messages() -> None:
     original = pod(container(limits={VCORE: "150"}), namespace=None)
     del original["metadata"]["name"]
     original["metadata"]["generateName"] = "job-"
-    from webhook.core.evaluate import evaluate
+    from webhook.core.evaluation.evaluate import evaluate
 
     decision = evaluate(original, standard_policies(), NO_CUDA, namespace="team")
     assert decision.violations[0].message.startswith('Pod team/job-*, container "c": ')

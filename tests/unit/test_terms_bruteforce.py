@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from tests.helpers import GPU, VCORE, apply, container, node_terms, pod, preferred_terms, run
-from webhook.core.config import load_config
-from webhook.core.rules.versions import CudaVersion
+from webhook.core.base.versions import CudaVersion
+from webhook.core.config.model import load_config
 
 MAJOR, MINOR = "cuda-major-version", "cuda-minor-version"
 _GO_INT = re.compile(r"[+-]?[0-9]+")

@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.helpers import GPU, GPUCORES, VCORE, VMEM, crl, policies, workload
-from webhook.core.config import WebhookConfig, load_config
-from webhook.core.evaluate import evaluate
+from webhook.core.config.model import WebhookConfig, load_config
+from webhook.core.evaluation.evaluate import evaluate
 
 FAST = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 KEYS = [VCORE, VMEM, GPU, GPUCORES]

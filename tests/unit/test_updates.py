@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from tests.helpers import GPU, VCORE, apply, container, crl, pod, policies, workload
-from webhook.core.config import WebhookConfig, load_config
-from webhook.core.evaluate import Decision, evaluate
-from webhook.core.policyset import PolicySet
+from webhook.core.config.model import WebhookConfig, load_config
+from webhook.core.evaluation.evaluate import Decision, evaluate
+from webhook.core.policies.policyset import PolicySet
 
 # The policy as tightened after the workloads were created: at most 4 GPUs.
 TIGHT: PolicySet = policies(

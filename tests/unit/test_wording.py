@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from webhook.core.wording import MAX_MESSAGE_CHARS, NOTE_LIMIT, Wording, after, fit
+from webhook.core.base.wording import MAX_MESSAGE_CHARS, NOTE_LIMIT, Wording, after, fit
 
 IMAGE = "nvcr.io/nvidia/tritonserver:24.05-py3"
 MESSAGE = Wording(

@@ -20,10 +20,10 @@ from tests.helpers import (
     run,
     workload,
 )
-from webhook.core.config import ANNOTATION_INJECTED_AFFINITY, WebhookConfig, load_config
-from webhook.core.errors import ObjectShapeError
-from webhook.core.rules.terms import digest
-from webhook.core.workloads import find_pod_spec, handles_kind, object_ref
+from webhook.core.base.errors import ObjectShapeError
+from webhook.core.config.model import ANNOTATION_INJECTED_AFFINITY, WebhookConfig, load_config
+from webhook.core.placement.terms import digest
+from webhook.core.workloads.pods import find_pod_spec, handles_kind, object_ref
 
 PATHS = {
     "Deployment": ("spec", "template"),

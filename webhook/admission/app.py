@@ -35,11 +35,11 @@ from webhook.admission.state import (
     ReviewSink,
     WebhookState,
 )
-from webhook.core.config import WebhookConfig
-from webhook.core.errors import WebhookError
-from webhook.core.evaluate import Decision, evaluate
-from webhook.core.inventory import NodeInventory
-from webhook.core.kinds import BUILTIN_KINDS
+from webhook.core.base.errors import WebhookError
+from webhook.core.config.model import WebhookConfig
+from webhook.core.evaluation.evaluate import Decision, evaluate
+from webhook.core.kinds.builtin import BUILTIN_KINDS
+from webhook.core.placement.inventory import NodeInventory
 from webhook.registry.resolver import ImageResolver
 from webhook.sources.store import PolicyStore
 from webhook.tls.certs import CertReloader

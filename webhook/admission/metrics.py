@@ -20,10 +20,10 @@ from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
 from webhook.admission.decisions import DecisionCache
-from webhook.core.audit import SOURCE, policy_name
-from webhook.core.config import WebhookConfig
-from webhook.core.injection import PLACEMENT_RULES
-from webhook.core.reports import OTHER
+from webhook.core.audit.audit import SOURCE, policy_name
+from webhook.core.audit.reports import OTHER
+from webhook.core.config.model import WebhookConfig
+from webhook.core.placement.injection import PLACEMENT_RULES
 from webhook.registry.resolver import SLOW, ImageResolver
 from webhook.registry.results import FOUND, STATUSES
 from webhook.sources.store import AuditStatus, PolicyStore

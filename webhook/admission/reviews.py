@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.admission.jsoncodec import std_dumps
-from webhook.core.decision import clean_text
-from webhook.core.errors import WebhookError
-from webhook.core.shapes import is_mapping
-from webhook.core.wording import MAX_MESSAGE_CHARS
+from webhook.core.base.errors import WebhookError
+from webhook.core.base.shapes import is_mapping
+from webhook.core.base.wording import MAX_MESSAGE_CHARS
+from webhook.core.outcome.decision import clean_text
 
 API_V1 = "admission.k8s.io/v1"
 API_V1BETA1 = "admission.k8s.io/v1beta1"
@@ -22,7 +22,7 @@ SUPPORTED_API_VERSIONS = (API_V1, API_V1BETA1)
 # (k8s.io/apiserver pkg/endpoints/filters/warning.go: truncateAtTotalRunes = 4 * 1024,
 # truncateItemRunes = 256). We send at most 3 KiB, so what we send arrives whole. The core
 # keeps each warning within 120 characters except when the image or role it names is longer
-# (core/wording.py); MAX_MESSAGE_CHARS only bounds what no valid name reaches.
+# (core/base/wording.py); MAX_MESSAGE_CHARS only bounds what no valid name reaches.
 MAX_WARNING_CHARS = MAX_MESSAGE_CHARS
 MAX_WARNINGS = 20
 MAX_WARNINGS_BYTES = 3 * 1024

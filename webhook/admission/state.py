@@ -14,8 +14,8 @@ from aiohttp import web
 from webhook.admission.decisions import DecisionCache
 from webhook.admission.jsoncodec import JsonCodec
 from webhook.admission.metrics import Metrics
-from webhook.core.config import WebhookConfig
-from webhook.core.evaluate import Decision
+from webhook.core.config.model import WebhookConfig
+from webhook.core.evaluation.evaluate import Decision
 from webhook.registry.resolver import ImageResolver
 from webhook.sources.store import PolicyStore
 from webhook.tls.certs import CertReloader
@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 CERT_RELOAD_INTERVAL = 5.0
 
 
-# `webhook.core.evaluate.evaluate`, or a test's stand-in taking the same keyword arguments.
+# `webhook.core.evaluation.evaluate.evaluate`, or a test's stand-in taking the same arguments.
 Evaluator = Callable[..., Decision]
 
 

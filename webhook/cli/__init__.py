@@ -17,7 +17,7 @@ from webhook.cli.images import add_images_parser, add_registry_arguments, cmd_im
 from webhook.cli.lint import cmd_lint
 from webhook.cli.review import cmd_review
 from webhook.cli.test import add_test_arguments, cmd_test
-from webhook.core.errors import ConfigError, ManifestError
+from webhook.core.base.errors import ConfigError, ManifestError
 
 
 def _version() -> str:

@@ -13,8 +13,8 @@ from webhook.cli.exits import EXIT_DENIED, EXIT_OK, CommandError
 from webhook.cli.inputs import inventory_line
 from webhook.cli.progress import Progress
 from webhook.cli.review import load_policies
-from webhook.core.audit import AuditResult, Finding, Problem
-from webhook.core.config import WebhookConfig, load_config
+from webhook.core.audit.audit import AuditResult, Finding, Problem
+from webhook.core.config.model import WebhookConfig, load_config
 
 if TYPE_CHECKING:
     from webhook.sources.audit import AuditRun

@@ -11,8 +11,8 @@ import yaml
 
 from webhook.cli.exits import EXIT_OK, CommandError
 from webhook.cli.review import load_policies
-from webhook.core.config import load_config
-from webhook.core.native import cost_problem, estimated_cost, export
+from webhook.core.config.model import load_config
+from webhook.core.policies.native import cost_problem, estimated_cost, export
 
 
 def add_export_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -16,15 +16,15 @@ from typing import TYPE_CHECKING, Any, TextIO
 import yaml
 
 from webhook.cli.exits import EXIT_DENIED, EXIT_OK, CommandError
-from webhook.core.config import WebhookConfig, load_config
-from webhook.core.rules import cuda
-from webhook.core.rules.imagefacts import DEFAULT_ARCH
-from webhook.core.rules.images import normalize
-from webhook.core.rules.requires import branch_list
-from webhook.core.wording import fit
+from webhook.core.base.wording import fit
+from webhook.core.config.model import WebhookConfig, load_config
+from webhook.core.images.facts import DEFAULT_ARCH
+from webhook.core.images.references import normalize
+from webhook.core.images.requires import branch_list
+from webhook.core.placement import cuda
 
 if TYPE_CHECKING:
-    from webhook.core.rules.imagefacts import ImageQuery
+    from webhook.core.images.facts import ImageQuery
     from webhook.registry.client import RegistryClient
     from webhook.registry.resolver import Resolution
     from webhook.registry.results import LookupResult

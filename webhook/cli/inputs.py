@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from webhook.core.claims import ClaimIndex
-from webhook.core.config import WebhookConfig
-from webhook.core.errors import ManifestError
-from webhook.core.inventory import NodeInventory
+from webhook.core.base.errors import ManifestError
+from webhook.core.config.model import WebhookConfig
+from webhook.core.placement.inventory import NodeInventory
+from webhook.core.workloads.claims import ClaimIndex
 from webhook.sources.files import policy_files, read_documents
 
 NODES_HINT = "pass the output of `kubectl get nodes -o yaml` (or -o json)"

@@ -9,8 +9,8 @@ from typing import Any, TextIO
 
 from webhook.cli.exits import EXIT_DENIED, EXIT_OK, EXIT_USAGE
 from webhook.cli.quoting import unquoted_values
-from webhook.core.crl import parse_configmap
-from webhook.core.policyset import PolicySet
+from webhook.core.policies.crl import parse_configmap
+from webhook.core.policies.policyset import PolicySet
 from webhook.sources.files import policy_files, read_documents
 
 

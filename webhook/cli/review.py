@@ -27,15 +27,15 @@ from webhook.cli.inputs import (
 )
 from webhook.cli.progress import Progress
 from webhook.cli.quoting import unquoted_values
-from webhook.core.claims import ClaimIndex
-from webhook.core.config import WebhookConfig, load_config
-from webhook.core.crl import parse_configmap
-from webhook.core.errors import ManifestError, WebhookError
-from webhook.core.evaluate import Decision, evaluate
-from webhook.core.inventory import NodeInventory
-from webhook.core.manifests import parse_documents
-from webhook.core.policyset import PolicySet
-from webhook.core.rules.imagefacts import ImageFacts, ImageQuery
+from webhook.core.base.errors import ManifestError, WebhookError
+from webhook.core.base.manifests import parse_documents
+from webhook.core.config.model import WebhookConfig, load_config
+from webhook.core.evaluation.evaluate import Decision, evaluate
+from webhook.core.images.facts import ImageFacts, ImageQuery
+from webhook.core.placement.inventory import NodeInventory
+from webhook.core.policies.crl import parse_configmap
+from webhook.core.policies.policyset import PolicySet
+from webhook.core.workloads.claims import ClaimIndex
 from webhook.sources.files import policy_files, read_documents
 
 if TYPE_CHECKING:

@@ -22,9 +22,9 @@ from webhook.admission.runner import loop_factory, serve_app
 from webhook.admission.state import PolicySource
 from webhook.cli.exits import CommandError
 from webhook.cli.images import add_registry_arguments, registry_client
-from webhook.core.config import WebhookConfig, load_config
-from webhook.core.errors import ConfigError, ManifestError
-from webhook.core.reports import DEFAULT_OWNER
+from webhook.core.audit.reports import DEFAULT_OWNER
+from webhook.core.base.errors import ConfigError, ManifestError
+from webhook.core.config.model import WebhookConfig, load_config
 from webhook.registry.resolver import ImageResolver
 from webhook.sources.files import FileSource
 from webhook.sources.store import PolicyStore

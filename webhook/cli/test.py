@@ -4,7 +4,7 @@
 A test file (`apiVersion: gpu-webhook.dev/v1alpha1`, `kind: Test`, schema in `Suite` and the
 README) names a CRL folder, the manifests to evaluate, an optional inventory (the same inputs as
 `gpu-webhook review`, read by the same code) and, per resource, what admission must answer. Each
-resource is evaluated by `review_document` (webhook.core.evaluate, the admission core); the
+resource is evaluated by `review_document` (core/evaluation/evaluate.py, the admission core); the
 expected object after the patch is compared as a document: the core's JSONPatch applied to the
 resource with `jsonpatch` (what the API server does with it), then compared with the expected
 YAML. Exit 0 when every result passes, 1 when one fails, 2 when a test file is unusable.
@@ -29,10 +29,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from webhook.cli.exits import EXIT_DENIED, EXIT_OK, CommandError
 from webhook.cli.inputs import Context, read_manifests
 from webhook.cli.review import DocumentResult, _context, load_policies, review_document
-from webhook.core.config import WebhookConfig, load_config
-from webhook.core.config_parts import parse_image_table
-from webhook.core.errors import ConfigError, ManifestError
-from webhook.core.policyset import PolicySet
+from webhook.core.base.errors import ConfigError, ManifestError
+from webhook.core.config.model import WebhookConfig, load_config
+from webhook.core.config.parts import parse_image_table
+from webhook.core.policies.policyset import PolicySet
 from webhook.sources.files import read_documents
 
 API_VERSION = "gpu-webhook.dev/v1alpha1"

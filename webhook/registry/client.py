@@ -20,10 +20,10 @@ from typing import TypeVar
 import aiohttp
 from aiohttp.abc import AbstractResolver
 
-from webhook.core.config import WebhookConfig
-from webhook.core.rules import cuda
-from webhook.core.rules.imagefacts import KNOWN_ARCHS
-from webhook.core.wording import fit
+from webhook.core.base.wording import fit
+from webhook.core.config.model import WebhookConfig
+from webhook.core.images.facts import KNOWN_ARCHS
+from webhook.core.placement import cuda
 from webhook.registry import documents
 from webhook.registry.credentials import AuthFile, Keyring
 from webhook.registry.documents import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST

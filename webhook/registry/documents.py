@@ -41,7 +41,7 @@ MAX_ENV_ENTRIES = 4096
 # cuda>=12.4 brand=tesla,driver>=470,driver<471 ...), read for its leading `cuda>=`.
 CUDA_VARIABLES = {"CUDA_VERSION": 32, "NVIDIA_REQUIRE_CUDA": 4096, "NVIDIA_DISABLE_REQUIRE": 16}
 # The other NVIDIA_REQUIRE_* variables (ANDed with NVIDIA_REQUIRE_CUDA for forward
-# compatibility, rules/requires.py): kept like it, at most this many.
+# compatibility, core/images/requires.py): kept like it, at most this many.
 REQUIRE_PREFIX = "NVIDIA_REQUIRE_"
 MAX_REQUIRE_VARIABLES = 8
 # The client's parsing threads: one, so parsed documents are never in memory side by side.

@@ -25,7 +25,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 from yarl import URL
 
-from webhook.core.config_registry import PUBLIC_REGISTRIES, RegistryLookups
+from webhook.core.config.registry import PUBLIC_REGISTRIES, RegistryLookups
 from webhook.registry.reference import DOCKER_HUB, DOCKER_HUB_ENDPOINT
 
 _HUB_NAMES = frozenset({DOCKER_HUB, DOCKER_HUB_ENDPOINT, "index.docker.io"})

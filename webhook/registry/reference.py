@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from webhook.core.rules.images import MAX_REFERENCE_LENGTH
+from webhook.core.images.references import MAX_REFERENCE_LENGTH
 
 DOCKER_HUB = "docker.io"
 _LEGACY_HUB = "index.docker.io"

@@ -21,13 +21,13 @@ from typing import Any
 
 from kubernetes.aio.client import ApiClient
 
-from webhook.core.audit import Audit, AuditResult, audit_config, evaluate_object, pod_finished
-from webhook.core.claims import ClaimIndex
-from webhook.core.config import WebhookConfig
-from webhook.core.inventory import NodeInventory
-from webhook.core.policyset import PolicySet
-from webhook.core.registry import WorkloadKind
-from webhook.core.workloads import registry_for
+from webhook.core.audit.audit import Audit, AuditResult, audit_config, evaluate_object, pod_finished
+from webhook.core.config.model import WebhookConfig
+from webhook.core.kinds.registry import WorkloadKind
+from webhook.core.placement.inventory import NodeInventory
+from webhook.core.policies.policyset import PolicySet
+from webhook.core.workloads.claims import ClaimIndex
+from webhook.core.workloads.pods import registry_for
 from webhook.sources.kubeapi import ApiError, api_error, call, checked, close
 from webhook.sources.snapshot import ClusterSnapshot, connect, read_snapshot
 

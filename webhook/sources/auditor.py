@@ -20,15 +20,15 @@ from collections.abc import Awaitable, Callable
 
 from kubernetes.aio.client import ApiClient
 
-from webhook.core.audit import AuditResult
-from webhook.core.config import WebhookConfig
-from webhook.core.reports import (
+from webhook.core.audit.audit import AuditResult
+from webhook.core.audit.reports import (
     DEFAULT_OWNER,
     FORMATS,
     build_reports,
     check_owner,
     finding_counts,
 )
+from webhook.core.config.model import WebhookConfig
 from webhook.sources.audit import AuditError, AuditOptions, client_fetch, run_audit
 from webhook.sources.kubeapi import close, load_configuration, sender
 from webhook.sources.lease import AuditLease

@@ -2,7 +2,7 @@
 ClaimIndex.
 
 Kept per object: the device classes it requests, per request name
-(`webhook.core.claims.device_classes`), never the object. Full objects are listed (the classes
+(`core.workloads.claims.device_classes`), never the object. Full objects are listed (the classes
 are in `spec`), from resource.k8s.io/v1 (GA in Kubernetes 1.34). One reflector per kind, each
 filling its own field of the one ClaimIndex
 (`templates` for pods' `resourceClaimTemplateName`, `claims` for `resourceClaimName`). A
@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Literal
 
-from webhook.core.claims import ClaimClasses, ClaimIndex, device_classes
+from webhook.core.workloads.claims import ClaimClasses, ClaimIndex, device_classes
 from webhook.sources.reflector import Key, Reflector, Watched
 from webhook.sources.store import PolicyStore
 

@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from webhook.core.errors import ManifestError
-from webhook.core.manifests import parse_documents
-from webhook.core.policyset import PolicySet
+from webhook.core.base.errors import ManifestError
+from webhook.core.base.manifests import parse_documents
+from webhook.core.policies.policyset import PolicySet
 from webhook.sources.store import PolicyStore, log_policy_changes
 
 log = logging.getLogger(__name__)

@@ -15,8 +15,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.core.config import WebhookConfig
-from webhook.core.inventory import NodeInventory
+from webhook.core.config.model import WebhookConfig
+from webhook.core.placement.inventory import NodeInventory
 from webhook.sources.reflector import Key, Reflector, Watched
 from webhook.sources.store import PolicyStore
 

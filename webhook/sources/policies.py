@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.core.crl import CRL_NAMESPACE, LABEL_TYPE, TYPE_VALUE
-from webhook.core.policyset import PolicySet
+from webhook.core.policies.crl import CRL_NAMESPACE, LABEL_TYPE, TYPE_VALUE
+from webhook.core.policies.policyset import PolicySet
 from webhook.sources.reflector import Key, Reflector, Watched
 from webhook.sources.store import PolicyStore, log_policy_changes
 

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.core.reports import (
+from webhook.core.audit.reports import (
     DEFAULT_OWNER,
     MANAGED_BY,
     MANAGED_BY_LABEL,

@@ -24,11 +24,11 @@ from typing import Any
 
 from kubernetes.aio.client import ApiClient
 
-from webhook.core.claims import ClaimIndex
-from webhook.core.config import WebhookConfig
-from webhook.core.crl import CRL_NAMESPACE
-from webhook.core.inventory import NodeInventory
-from webhook.core.policyset import PolicySet
+from webhook.core.config.model import WebhookConfig
+from webhook.core.placement.inventory import NodeInventory
+from webhook.core.policies.crl import CRL_NAMESPACE
+from webhook.core.policies.policyset import PolicySet
+from webhook.core.workloads.claims import ClaimIndex
 from webhook.sources.claims import ClaimTemplateSource, ResourceClaimSource
 from webhook.sources.image_table import ImageTableSource
 from webhook.sources.kubeapi import ApiError, close, load_configuration

@@ -7,10 +7,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.core.claims import ClaimIndex
-from webhook.core.config import WebhookConfig
-from webhook.core.inventory import NodeInventory
-from webhook.core.policyset import PolicySet
+from webhook.core.config.model import WebhookConfig
+from webhook.core.placement.inventory import NodeInventory
+from webhook.core.policies.policyset import PolicySet
+from webhook.core.workloads.claims import ClaimIndex
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class AuditStatus:
     requests: int = 0
     denied: int = 0  # owners that would be denied
     changed: int = 0
-    # {(policy, namespace, result): owners}, labels already capped (core/reports.py)
+    # {(policy, namespace, result): owners}, labels already capped (core/audit/reports.py)
     findings: dict[tuple[str, str, str], int] = field(default_factory=dict)
     reports_written: int = 0
     reports_deleted: int = 0

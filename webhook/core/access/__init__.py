@@ -1,0 +1,1 @@
+"""GPU access control (SPEC §12): which containers reach GPUs without requesting them."""

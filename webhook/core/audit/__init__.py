@@ -1,0 +1,1 @@
+"""Audit and policy reports: what the evaluation says of objects that already run."""

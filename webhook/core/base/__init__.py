@@ -1,0 +1,1 @@
+"""Foundations of every family: errors, JSON shapes, quantities, manifests, wording, versions."""

@@ -1,0 +1,1 @@
+"""Images and what is known of them: references, shipped knowledge, NVIDIA_REQUIRE_*, facts."""

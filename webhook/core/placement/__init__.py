@@ -1,0 +1,1 @@
+"""GPU placement: node inventory, CUDA and compute-capability rules, node terms, injection."""

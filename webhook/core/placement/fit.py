@@ -1,0 +1,202 @@
+"""Can the cluster run a pod? Checks against the node inventory's precomputed facts (SPEC §4).
+
+Every check iterates distinct label values (a handful of versions), never nodes, so a review
+costs the same with 10 and 10,000 nodes. Each returns "" when some node fits, else the sentence
+to warn or deny with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from webhook.core.base.nodeaffinity import required_terms
+from webhook.core.base.versions import CudaVersion
+from webhook.core.base.wording import Message, Wording
+from webhook.core.placement.cuda import Range
+from webhook.core.placement.inventory import InventoryFacts
+
+
+def highest(counts: Mapping[CudaVersion, int]) -> str:
+    """`12.4 (12 nodes)`: the highest version present and how many nodes have it."""
+    top = max(counts)
+    n = counts[top]
+    return f"{top} ({n} node{'s' if n != 1 else ''})"
+
+
+def cuda_problem(facts: InventoryFacts, rng: Range, vgpu: bool, wanted: str = "") -> str:
+    """`wanted`: how to name what the pod needs when it is not `rng.low` (minor-version
+    compatibility: "12.x (minorVersion, for 12.4)")."""
+    if any(rng.holds(v) for counts in facts.by_scheme for v in counts):
+        return ""
+    return (
+        f"no node supports CUDA {wanted or rng.low}{' on vGPU' if vgpu else ''}; "
+        f"highest available is {highest(facts.cuda)}"
+    )
+
+
+def full_version_warning(facts: InventoryFacts, rng: Range, full: CudaVersion) -> str:
+    """Some node meets the minor-version rule `rng` but none has CUDA ≥ `full`: the pod runs
+    with NVIDIA's "limited feature-set" (SPEC §4)."""
+    fitting = {v for counts in facts.by_scheme for v in counts if rng.holds(v)}
+    if not fitting or any(v >= full for v in fitting):
+        return ""
+    span = _span(min(fitting), max(fitting))
+    return (
+        f"no node has CUDA ≥ {full}: minorVersion places it on CUDA {span} nodes, "
+        "with a limited feature-set"
+    )
+
+
+def _span(low: int | CudaVersion, high: int | CudaVersion) -> str:
+    return str(low) if low == high else f"{low} to {high}"
+
+
+def skew_warning(
+    facts: InventoryFacts, required: Range, preferred: Range, runtime: CudaVersion
+) -> str:
+    """Some node meets `required` but none the recommended `preferred` skew range: the pod
+    runs on a driver more majors ahead of `runtime` than recommended (the reference's
+    "Unstable": may malfunction, not blocked)."""
+    fitting = {v for counts in facts.by_scheme for v in counts if required.holds(v)}
+    if not fitting or any(preferred.holds(v) for v in fitting):
+        return ""
+    low, high = min(fitting), max(fitting)
+    ahead = _span(low.major - runtime.major, high.major - runtime.major)
+    plural = "s" if ahead != "1" else ""
+    return (
+        f"only CUDA {_span(low, high)} nodes, {ahead} major{plural} ahead of {runtime}: "
+        "the application may malfunction"
+    )
+
+
+def daemonset_notes(rng: Range | None, low: CudaVersion | None) -> list[Message]:
+    """What a DaemonSet's (unmutated) template says its pods will get: no affinity, and the
+    nodes that cannot run them."""
+    notes: list[Message] = []
+    if rng is not None:
+        unfit = f"below CUDA {rng.low}" if rng.max_major is None else f"outside CUDA {rng.text()}"
+        notes.append(
+            Wording(
+                (
+                    "no CUDA affinity (DaemonSet pods are pinned to their node); "
+                    f"nodes {unfit} cannot run them",
+                    f"no CUDA affinity (DaemonSet pods are pinned); nodes {unfit} cannot run them",
+                )
+            )
+        )
+    if low is not None:
+        notes.append(
+            "no compute capability affinity (DaemonSet pods are pinned); "
+            f"nodes below {low} cannot run them"
+        )
+    return notes
+
+
+def daemonset_unfit(facts: InventoryFacts, rng: Range | None, low: CudaVersion | None) -> list[str]:
+    """How many of the nodes that advertise a version cannot run a DaemonSet's pods (its
+    template: the pods get no affinity, so each lands on its node whatever that node has)."""
+    problems = []
+    if rng is not None and facts.labelled:
+        unfit = sum(
+            n
+            for (cuda, _), n in facts.combos.items()
+            if cuda and not any(rng.holds(v) for _, v in cuda)
+        )
+        if unfit:
+            problems.append(
+                f"{unfit} of {facts.labelled} CUDA nodes cannot run these DaemonSet pods: "
+                f"they need CUDA {rng.text()}"
+            )
+    if low is not None and facts.compute:
+        unfit = sum(n for (_, cc), n in facts.combos.items() if cc is not None and cc < low)
+        if unfit:
+            problems.append(
+                f"{unfit} of {sum(facts.compute.values())} GPU nodes cannot run these DaemonSet "
+                f"pods: they need compute capability ≥ {low}"
+            )
+    return problems
+
+
+def compute_problem(facts: InventoryFacts, low: CudaVersion) -> str:
+    if any(v >= low for v in facts.compute):
+        return ""
+    return f"no node has compute capability ≥ {low}; highest is {highest(facts.compute)}"
+
+
+def joint_problem(facts: InventoryFacts, rng: Range, low: CudaVersion) -> str:
+    """Both requirements are met somewhere, but maybe never on the same node."""
+    for cuda, compute in facts.combos:
+        if compute is not None and compute >= low and any(rng.holds(v) for _, v in cuda):
+            return ""
+    return f"no node supports CUDA {rng.text()} with compute capability ≥ {low}"
+
+
+def daemonset_node(meta: Any, spec: Mapping[str, Any]) -> str | None:
+    """The node a DaemonSet's pod is pinned to ('' when not found); None for other pods."""
+    owners = meta.get("ownerReferences") if isinstance(meta, Mapping) else None
+    if not isinstance(owners, list) or not any(
+        isinstance(o, Mapping) and o.get("controller") is True and o.get("kind") == "DaemonSet"
+        for o in owners
+    ):
+        return None
+    if isinstance(spec.get("nodeName"), str) and spec["nodeName"]:
+        return str(spec["nodeName"])
+    # The DaemonSet controller pins its pods with one required term holding
+    # matchFields metadata.name In [node] (pkg/controller/daemon/util/daemonset_util.go,
+    # ReplaceDaemonSetPodNodeNameNodeAffinity; GetTargetNodeName reads it back the same way).
+    for term in required_terms(spec) or ():
+        fields = term.get("matchFields") if isinstance(term, Mapping) else None
+        for e in fields if isinstance(fields, list) else ():
+            if (
+                isinstance(e, Mapping)
+                and e.get("key") == "metadata.name"
+                and e.get("operator") == "In"
+                and isinstance(e.get("values"), list)
+                and len(e["values"]) == 1
+            ):
+                return str(e["values"][0])
+    return ""
+
+
+def bound_node(spec: Mapping[str, Any]) -> str | None:
+    """The node a pod created with `spec.nodeName` is bound to (None: the scheduler places it).
+    Such a pod skips the scheduler, and the kubelet checks its required node affinity on
+    admission and fails it with reason NodeAffinity when the node does not match
+    (kubernetes pkg/kubelet/lifecycle/predicate.go generalFilter -> scheduler.AdmissionCheck
+    in pkg/scheduler/eventhandlers.go, which matches nodeaffinity.GetRequiredNodeAffinity(pod)
+    against the node), so an injected affinity could only fail it."""
+    node = spec.get("nodeName")
+    return node if isinstance(node, str) and node else None
+
+
+def pinned_problems(
+    facts: InventoryFacts,
+    node: str,
+    rng: Range | None,
+    low: CudaVersion | None,
+    pod: str = "this DaemonSet pod",
+) -> list[tuple[str, str]]:
+    """(sentence, rule) for each requirement the pinned node does not meet; a node that
+    advertises nothing (or is not known yet) gives nothing to check against. `pod`: how the
+    sentence names the pod ("this pod" for one bound with spec.nodeName)."""
+    pinned = facts.nodes.get(node)
+    if pinned is None:
+        return []
+    problems = []
+    if rng is not None and pinned.cuda and not any(rng.holds(v) for _, v in pinned.cuda):
+        version = pinned.cuda[0][1]
+        problems.append(
+            (
+                f"node {node} supports CUDA {version}; {pod} needs CUDA {rng.text()}",
+                "cuda",
+            )
+        )
+    if low is not None and pinned.compute is not None and pinned.compute < low:
+        problems.append(
+            (
+                f"node {node} has compute capability {pinned.compute}; {pod} needs ≥ {low}",
+                "compute capability",
+            )
+        )
+    return problems

@@ -1,0 +1,238 @@
+"""The node inventory (SPEC §4): label values the cluster's nodes advertise, as a snapshot.
+
+Sources build it from a metadata-only list/watch of Nodes, keeping only the label keys that
+placement reads (`WebhookConfig.inventory_label_keys`); the CLI builds it from
+`kubectl get nodes -o yaml` output. Evaluation only reads it.
+
+Everything placement asks is precomputed when the snapshot is built: counts per version and
+scheme, and each node's versions for DaemonSet pods pinned to one node. A review then costs
+the number of distinct versions in the cluster (a handful), never the number of nodes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from webhook.core.base.versions import CudaVersion, label_int
+from webhook.core.config.model import CudaLabels, NodeSelectorTerm, WebhookConfig
+
+_DEFAULT_CONFIG = WebhookConfig()
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFacts:
+    """What one node advertises: its CUDA version per scheme index, its compute capability."""
+
+    cuda: tuple[tuple[int, CudaVersion], ...]
+    compute: CudaVersion | None
+
+
+@dataclass(frozen=True, slots=True)
+class InventoryFacts:
+    """The inventory read through one config's label schemes."""
+
+    schemes: tuple[CudaLabels, ...]
+    total: int
+    labelled: int  # nodes carrying at least one CUDA scheme
+    by_scheme: tuple[Mapping[CudaVersion, int], ...]  # aligned with `schemes`
+    cuda: Mapping[CudaVersion, int]  # per node: the version of the first scheme it carries
+    compute: Mapping[CudaVersion, int]
+    nodes: Mapping[str, NodeFacts]
+    # Distinct (CUDA versions per scheme, compute capability) pairs and how many nodes have
+    # each, for "both on one node" and "how many nodes cannot run a DaemonSet's pods".
+    combos: Mapping[tuple[tuple[tuple[int, CudaVersion], ...], CudaVersion | None], int]
+    # Schemes at least one node carries, in config order: what every GPU review's terms use,
+    # so worked out with the snapshot rather than per review.
+    carried: tuple[CudaLabels, ...]
+    # Forward compatibility: driver branch -> how many nodes match forwardCompatibleNodes and
+    # advertise that branch (empty when the config names no such nodes).
+    forward: Mapping[int, int] = field(default_factory=lambda: MappingProxyType({}))
+
+
+def _version(labels: Mapping[str, str], scheme: CudaLabels) -> CudaVersion | None:
+    major, minor = label_int(labels.get(scheme.major)), label_int(labels.get(scheme.minor))
+    if major is None or minor is None:
+        # Half-labelled nodes are not counted: the injected terms need both labels anyway
+        # (except for a .0 version, where the count is only an under-estimate for messages).
+        return None
+    return CudaVersion(major, minor)
+
+
+def _forward(
+    nodes: Mapping[str, Mapping[str, str]], term: NodeSelectorTerm | None, label: str
+) -> Mapping[int, int]:
+    counts: Counter[int] = Counter()
+    if term is not None:
+        for labels in nodes.values():
+            branch = label_int(labels.get(label))
+            if branch is not None and term.matches(labels):
+                counts[branch] += 1
+    return MappingProxyType(dict(counts))
+
+
+def _facts(
+    nodes: Mapping[str, Mapping[str, str]], schemes: tuple[CudaLabels, ...], compute: CudaLabels
+) -> InventoryFacts:
+    by_scheme: list[Counter[CudaVersion]] = [Counter() for _ in schemes]
+    per_node_cuda: Counter[CudaVersion] = Counter()
+    compute_counts: Counter[CudaVersion] = Counter()
+    facts: dict[str, NodeFacts] = {}
+    # One shared NodeFacts per distinct combination: 10,000 nodes hold a handful of objects.
+    shared: dict[tuple[tuple[tuple[int, CudaVersion], ...], CudaVersion | None], NodeFacts] = {}
+    combos: Counter[tuple[tuple[tuple[int, CudaVersion], ...], CudaVersion | None]] = Counter()
+    for name, labels in nodes.items():
+        found: list[tuple[int, CudaVersion]] = []
+        for index, scheme in enumerate(schemes):
+            version = _version(labels, scheme)
+            if version is not None:
+                found.append((index, version))
+                by_scheme[index][version] += 1
+        if found:
+            per_node_cuda[found[0][1]] += 1
+        capability = _version(labels, compute)
+        if capability is not None:
+            compute_counts[capability] += 1
+        if found or capability is not None:
+            key = (tuple(found), capability)
+            node = shared.get(key)
+            if node is None:
+                node = shared[key] = NodeFacts(*key)
+            facts[name] = node
+            combos[key] += 1
+    return InventoryFacts(
+        carried=tuple(s for s, counts in zip(schemes, by_scheme, strict=True) if counts),
+        schemes=schemes,
+        total=len(nodes),
+        labelled=sum(per_node_cuda.values()),
+        by_scheme=tuple(MappingProxyType(dict(c)) for c in by_scheme),
+        cuda=MappingProxyType(dict(per_node_cuda)),
+        compute=MappingProxyType(dict(compute_counts)),
+        nodes=MappingProxyType(facts),
+        combos=MappingProxyType(dict(combos)),
+    )
+
+
+def _node_name(obj: Mapping[str, Any]) -> str | None:
+    meta = obj.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    return name if isinstance(name, str) else None
+
+
+def kept_labels(obj: Mapping[str, Any], keys: frozenset[str]) -> dict[str, str]:
+    """The labels of a Node object that placement reads ({key: value} for `keys` only)."""
+    meta = obj.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, Mapping) else None
+    if not isinstance(labels, Mapping):
+        return {}
+    return {key: value for key in keys if isinstance(value := labels.get(key), str)}
+
+
+class NodeInventory:
+    """Per node name, the kept labels ({key: value}); built once per change, read per review."""
+
+    __slots__ = ("_facts", "_last", "nodes", "pending")
+
+    def __init__(
+        self,
+        nodes: Mapping[str, Mapping[str, str]] | None = None,
+        *,
+        config: WebhookConfig | None = None,
+        pending: bool = False,
+    ) -> None:
+        # pending: the inventory is switched on but its first list has not arrived (SPEC §4):
+        # not "no inventory", so placement injects nothing rather than guess a label scheme.
+        self.pending = pending
+        self.nodes: Mapping[str, Mapping[str, str]] = MappingProxyType(
+            {
+                name: {key: sys.intern(value) for key, value in labels.items()}
+                for name, labels in (nodes or {}).items()
+            }
+        )
+        self._facts: dict[tuple[Any, ...], InventoryFacts] = {}
+        self._last: tuple[WebhookConfig, InventoryFacts] | None = None
+        self.facts(config or _DEFAULT_CONFIG)  # precompute now, off the request path
+
+    @classmethod
+    def not_listed_yet(cls) -> NodeInventory:
+        """The stand-in the server hands to evaluation until the first Node list arrives."""
+        return cls(pending=True)
+
+    @classmethod
+    def from_objects(
+        cls, objs: Iterable[Mapping[str, Any]], config: WebhookConfig | None = None
+    ) -> NodeInventory:
+        """The snapshot of Node objects (`kubectl get nodes -o yaml` items, or the metadata-only
+        PartialObjectMetadata a list returns): only `config.inventory_label_keys` are kept.
+
+        An object without a string `metadata.name` is not a node anyone can be scheduled on
+        and is left out; label values that are not strings (a hand-written file) are too.
+        """
+        config = config or _DEFAULT_CONFIG
+        return cls.build(
+            {
+                name: kept_labels(obj, config.inventory_label_keys)
+                for obj in objs
+                if isinstance(name := _node_name(obj), str)
+            },
+            config=config,
+        )
+
+    @classmethod
+    def build(
+        cls, nodes: Mapping[str, Mapping[str, str]], *, config: WebhookConfig | None = None
+    ) -> NodeInventory:
+        """The snapshot for `nodes` (name -> labels). Pass the webhook's config when it has
+        non-default label schemes, so the precomputation is done here and not by a review."""
+        return cls(nodes, config=config)
+
+    def facts(self, config: WebhookConfig) -> InventoryFacts:
+        """The precomputed view for `config`'s schemes (computed once per distinct schemes)."""
+        # Every review passes the same config object: answer it by identity, since the key
+        # below hashes pydantic models field by field (~1 µs per review). The config is kept
+        # referenced, so its identity cannot be reused by another object meanwhile.
+        last = self._last
+        if last is not None and last[0] is config:
+            return last[1]
+        forward = (config.forward_compatible_nodes, config.driver_branch_label)
+        key = (config.schemes, config.compute_capability_labels, *forward)
+        facts = self._facts.get(key)
+        if facts is None:
+            facts = _facts(self.nodes, config.schemes, config.compute_capability_labels)
+            if forward[0] is not None:
+                facts = dataclasses.replace(facts, forward=_forward(self.nodes, *forward))
+            self._facts[key] = facts
+        self._last = (config, facts)
+        return facts
+
+    def to_json(self, config: WebhookConfig | None = None) -> dict[str, Any]:
+        """For /inventory and metrics: node counts per CUDA version and compute capability."""
+        facts = self.facts(config or _DEFAULT_CONFIG)
+        return {
+            "nodes": facts.total,
+            "labelledNodes": facts.labelled,
+            "schemes": [s.label for s in facts.carried],
+            "cuda": {str(v): n for v, n in sorted(facts.cuda.items(), reverse=True)},
+            "computeCapability": {
+                str(v): n for v, n in sorted(facts.compute.items(), reverse=True)
+            },
+            **(
+                {
+                    "forwardCompatibleDriverBranches": {
+                        str(b): n for b, n in sorted(facts.forward.items())
+                    }
+                }
+                if facts.forward
+                else {}
+            ),
+        }
+
+    def __repr__(self) -> str:
+        if self.pending:
+            return "NodeInventory(not listed yet)"
+        return f"NodeInventory({len(self.nodes)} nodes)"

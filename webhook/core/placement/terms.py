@@ -1,0 +1,307 @@
+"""Node selector terms for version ranges, and how they combine with the user's own terms.
+
+Kubernetes semantics (k8s.io/api core/v1 NodeSelector; component-helpers
+scheduling/corev1/nodeaffinity): `nodeSelectorTerms` are ORed, the expressions inside a term
+ANDed, and a null or empty term matches no node. `In` compares strings; `Gt`/`Lt` take exactly
+one value and compare integers parsed with strconv.ParseInt (apimachinery pkg/labels
+selector.go, NewRequirement and Requirement.Matches), so `Gt`/`Lt` are what lets a padded label
+value such as "012" or "06" match. A term may hold several expressions on the same key: the
+API server validates each requirement on its own (pkg/apis/core/validation
+ValidateNodeSelectorTerm), and the values we write are never negative (Range.low ≥ 1.0), so
+they are valid label values too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+from webhook.core.base.nodeaffinity import is_empty_term, required_terms
+from webhook.core.base.shapes import is_mapping
+from webhook.core.base.versions import CudaVersion
+from webhook.core.config.model import CudaLabels
+
+Term = list[dict[str, Any]]  # the matchExpressions of one term
+
+
+def _expr(key: str, operator: str, value: int) -> dict[str, Any]:
+    return {"key": key, "operator": operator, "values": [str(value)]}
+
+
+def range_terms(scheme: CudaLabels, low: CudaVersion, max_major: int | None) -> list[Term]:
+    """Terms selecting exactly the nodes whose version V (on `scheme`) has
+    V ≥ low and, when `max_major` is set, V.major ≤ max_major."""
+    major, minor = scheme.major, scheme.minor
+    upper = [] if max_major is None else [_expr(major, "Lt", max_major + 1)]
+    if low.minor == 0:
+        return [[_expr(major, "Gt", low.major - 1), *upper]]
+    same_major = [
+        _expr(major, "Gt", low.major - 1),
+        _expr(major, "Lt", low.major + 1),
+        _expr(minor, "Gt", low.minor - 1),
+    ]
+    if max_major is not None and max_major <= low.major:
+        return [same_major]
+    return [same_major, [_expr(major, "Gt", low.major), *upper]]
+
+
+def union_terms(
+    schemes: Iterable[CudaLabels], low: CudaVersion, max_major: int | None
+) -> list[Term]:
+    """One scheme's terms after the other: a node matches if any scheme it carries fits."""
+    return [term for scheme in schemes for term in range_terms(scheme, low, max_major)]
+
+
+# The weight of the major-skew preference: the highest the API server accepts (k8s.io/api
+# core/v1 PreferredSchedulingTerm "in the range 1-100"; pkg/apis/core/validation
+# ValidatePreferredSchedulingTerms rejects anything outside), so the scheduler's NodeAffinity
+# score favours a recommended driver over other preferences when one has room.
+PREFERRED_WEIGHT = 100
+_PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
+
+
+def preferred_terms(schemes: Iterable[CudaLabels], max_major: int) -> list[dict[str, Any]]:
+    """Preferred scheduling terms for nodes whose driver major is at most `max_major`, one per
+    scheme (a node carrying a scheme's label matches that scheme's term)."""
+    return [
+        {
+            "weight": PREFERRED_WEIGHT,
+            "preference": {"matchExpressions": [_expr(scheme.major, "Lt", max_major + 1)]},
+        }
+        for scheme in schemes
+    ]
+
+
+def preferred_range_terms(schemes: Iterable[CudaLabels], low: CudaVersion) -> list[dict[str, Any]]:
+    """Preferred scheduling terms for nodes whose version is ≥ `low` (minor-version
+    compatibility prefers the full version): the terms of range_terms, each weighted. A node
+    matches at most one term per scheme (the same major with a minor ≥ low's, or a newer
+    major), so the weight it gets is the same either way."""
+    return [
+        {"weight": PREFERRED_WEIGHT, "preference": {"matchExpressions": term}}
+        for scheme in schemes
+        for term in range_terms(scheme, low, None)
+    ]
+
+
+def preferred_of(spec: Mapping[str, Any]) -> Any:
+    """The pod's preferredDuringScheduling node affinity as written (None when absent)."""
+    affinity = spec.get("affinity")
+    node = affinity.get("nodeAffinity") if is_mapping(affinity) else None
+    return node.get(_PREFERRED) if is_mapping(node) else None
+
+
+def merge_preferred(existing: Sequence[Any] | None, ours: list[dict[str, Any]]) -> list[Any]:
+    """The user's preferred terms, then ours (an earlier copy of ours is not kept twice)."""
+    return [term for term in existing or () if term not in ours] + ours
+
+
+def cross(left: list[Term], right: list[Term]) -> list[Term]:
+    """Both conditions: every left term AND every right term (either side empty: the other)."""
+    if not left:
+        return right
+    if not right:
+        return left
+    return [[*a, *b] for a in left for b in right]
+
+
+def merge_terms(existing: Sequence[Any] | None, injected: list[Term]) -> list[dict[str, Any]]:
+    """Cross product: every user term AND every injected term (terms are ORed).
+
+    An empty user term matches no node; it stays empty, because adding our expressions to it
+    would make it match nodes and widen the user's placement.
+    """
+    if not existing:
+        return [{"matchExpressions": list(term)} for term in injected]
+    merged: list[dict[str, Any]] = []
+    for user_term in existing:
+        if is_empty_term(user_term):
+            merged.append(user_term)
+            continue
+        base = dict(user_term)
+        user_exprs = base.get("matchExpressions")
+        user_exprs = list(user_exprs) if isinstance(user_exprs, list) else []
+        for term in injected:
+            merged.append({**base, "matchExpressions": user_exprs + list(term)})
+    return merged
+
+
+def _mentions(term: Any, keys: frozenset[str]) -> bool:
+    exprs = term.get("matchExpressions") if is_mapping(term) else None
+    if not isinstance(exprs, list):
+        return False
+    # A malformed key (e.g. a list) is not hashable: test the type before the set lookup.
+    return any(is_mapping(e) and isinstance(e.get("key"), str) and e["key"] in keys for e in exprs)
+
+
+def _without(term: Any, keys: frozenset[str]) -> dict[str, Any] | None:
+    """The term with our expressions removed; None when nothing of the user's is left."""
+    assert isinstance(term, Mapping)
+    exprs = [
+        e
+        for e in term["matchExpressions"]
+        if not (isinstance(e, Mapping) and isinstance(e.get("key"), str) and e["key"] in keys)
+    ]
+    rest = {**term, "matchExpressions": exprs}
+    if not exprs:
+        del rest["matchExpressions"]
+    return rest or None
+
+
+def mentioned_key(spec: Mapping[str, Any], keys: frozenset[str]) -> str:
+    """The first placement label key the pod's nodeSelector or required affinity uses, or ''."""
+    selector = spec.get("nodeSelector")
+    if is_mapping(selector):
+        for key in selector:
+            if key in keys:
+                return str(key)
+    for term in required_terms(spec) or ():
+        if _mentions(term, keys):
+            for e in term["matchExpressions"]:
+                if isinstance(e, Mapping) and isinstance(e.get("key"), str) and e["key"] in keys:
+                    return str(e["key"])
+    return ""
+
+
+def canonical(term: Any) -> str:
+    """A node selector term as a comparable value. Its expressions (and fields) are ANDed, so
+    their order does not matter: another mutating webhook may append its own after ours
+    (reinvocation), and the term selects the same nodes."""
+    if not is_mapping(term):
+        return json.dumps(term, sort_keys=True)
+    shown = {
+        key: sorted(json.dumps(e, sort_keys=True) for e in value)
+        if key in ("matchExpressions", "matchFields") and isinstance(value, list)
+        else value
+        for key, value in term.items()
+    }
+    return json.dumps(shown, sort_keys=True)
+
+
+def same_terms(left: Sequence[Any], right: Sequence[Any]) -> bool:
+    """Whether two lists of node selector terms are the same terms (ORed: in any order)."""
+    return len(left) == len(right) and sorted(map(canonical, left)) == sorted(map(canonical, right))
+
+
+def digest(injected: list[Term], preferred: Sequence[Any]) -> str:
+    """What the webhook writes beside terms it injects into a pod template (the injected-node-
+    affinity annotation): a short digest of exactly those terms. Kubernetes' node affinity has
+    no place for a mark per term, so the digest is what tells the webhook's own terms from a
+    user's that happen to look the same (SPEC §4 "The webhook's own terms are its own")."""
+    payload = json.dumps(
+        [
+            sorted(canonical({"matchExpressions": term}) for term in injected),
+            sorted(json.dumps(p, sort_keys=True) for p in preferred),
+        ]
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def _on(expr: Any, keys: frozenset[str]) -> bool:
+    return is_mapping(expr) and isinstance(expr.get("key"), str) and expr["key"] in keys
+
+
+def _split(terms: Sequence[Any], keys: frozenset[str]) -> tuple[list[Any], list[Term]] | None:
+    """(the user's terms, our terms) when `terms` is what merge_terms(user's, ours) makes, our
+    terms being each term's expressions on `keys` (in any order: see canonical); None when it is
+    not (a term without such expressions, or user terms crossed with different lists)."""
+    groups: dict[str, tuple[Any, list[Term]]] = {}
+    empty: list[Any] = []
+    for term in terms:
+        if is_empty_term(term):
+            empty.append(term)  # merge_terms keeps an empty user term as it is
+            continue
+        exprs = term.get("matchExpressions")
+        exprs = exprs if isinstance(exprs, list) else []
+        ours = [e for e in exprs if _on(e, keys)]
+        if not ours:
+            return None
+        rest = {**term, "matchExpressions": [e for e in exprs if not _on(e, keys)]}
+        if not rest["matchExpressions"]:
+            del rest["matchExpressions"]
+        groups.setdefault(canonical(rest), (rest, []))[1].append(ours)
+    if not groups:
+        return None
+    lists = [sorted(canonical({"matchExpressions": t}) for t in g[1]) for g in groups.values()]
+    if any(other != lists[0] for other in lists[1:]):
+        return None
+    user = [rest for rest, _ in groups.values()]
+    if any(not rest for rest in user):
+        if len(user) > 1:
+            return None
+        user = []  # the user had no terms: every term is ours alone
+    return [*user, *empty], next(iter(groups.values()))[1]
+
+
+class Own(NamedTuple):
+    """A pod spec's node affinity with the webhook's own earlier injection taken out."""
+
+    required: list[Any] | None  # the user's required terms (None: none)
+    preferred: list[Any] | None  # the user's preferred terms (None: the field was absent)
+
+
+def _our_preference(term: Any, keys: frozenset[str]) -> bool:
+    """A preferred term of the shape preferred_terms() writes, on one of `keys`."""
+    if not is_mapping(term) or term.get("weight") != PREFERRED_WEIGHT:
+        return False
+    preference = term.get("preference")
+    exprs = preference.get("matchExpressions") if is_mapping(preference) else None
+    return isinstance(exprs, list) and len(exprs) == 1 and _on(exprs[0], keys)
+
+
+def own_terms(
+    spec: Mapping[str, Any], mark: str, key_sets: Sequence[tuple[frozenset[str], frozenset[str]]]
+) -> Own | None:
+    """The spec without the terms the webhook injected when it wrote `mark` (digest()), or
+    None when its affinity is not the user's terms crossed with exactly those.
+
+    `key_sets`: (label keys of the required part, label keys of the preferred part) of each
+    shape an injection may have had (CUDA and compute capability, either alone): a user's own
+    expression on one of those keys is never ours, and the digest then tells which it was."""
+    terms = required_terms(spec)
+    if not terms:
+        return None
+    current = preferred_of(spec)
+    preferred = current if isinstance(current, list) else []
+    for keys, preferred_keys in key_sets:
+        split = _split(terms, keys)
+        if split is None:
+            continue
+        user, ours = split
+        mine = [p for p in preferred if _our_preference(p, preferred_keys)]
+        for candidate in (mine, []) if mine else ([],):
+            if digest(ours, candidate) == mark:
+                rest = [p for p in preferred if p not in candidate]
+                return Own(user or None, rest if current is not None else None)
+    return None
+
+
+def already_injected(
+    spec: Mapping[str, Any],
+    keys: frozenset[str],
+    injected: list[Term],
+    preferred: list[dict[str, Any]] | None = None,
+) -> bool:
+    """True when the pod's terms are what merging `injected` into the user's own terms gives
+    (expressions in any order: another webhook may have appended its own), and its preferred
+    terms hold `preferred`: the object was mutated by us already (idempotence,
+    reinvocation). `keys`: the label keys of what `injected` holds."""
+    if preferred:
+        current = preferred_of(spec)
+        if not isinstance(current, list) or any(p not in current for p in preferred):
+            return False
+    terms = required_terms(spec)
+    if not terms:
+        return False
+    base: list[Any] = []
+    for term in terms:
+        stripped = _without(term, keys) if _mentions(term, keys) else term
+        if stripped not in base:
+            base.append(stripped)
+    if base == [None]:
+        return same_terms(merge_terms(None, injected), terms)
+    if None in base:
+        return False
+    return same_terms(merge_terms(base, injected), terms)

@@ -1,0 +1,1 @@
+"""CRL policies: ConfigMaps to limitations, the policy set, resource rules, native export."""

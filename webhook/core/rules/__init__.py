@@ -1,1 +1,0 @@
-"""The three rule families: CRL resources, CUDA node affinity, environment fixes. All pure."""

@@ -1,0 +1,1 @@
+"""Admitted objects as workloads: pod specs, DRA claims, the device names NVIDIA reads."""
