@@ -14,38 +14,41 @@ import os
 
 from setuptools import setup
 
-# The request path's pure core (webhook/core, no I/O). Left out: the config models (pydantic
-# classes are not compiled by mypyc), claims.py (ClaimClasses subclasses frozenset, which mypyc
-# does not support for native classes), and the offline-only parts (manifests, audit, reports).
+# The request path's pure core (webhook/core, no I/O), by family. Left out: the config models
+# (core/config: pydantic classes are not compiled by mypyc), workloads/claims.py (ClaimClasses
+# subclasses frozenset, which mypyc does not support for native classes), the offline-only parts
+# (base/manifests.py, core/audit, policies/native.py, images/knowledge.py), and GPU access control
+# (access/control.py, workloads/devices.py), which was never compiled.
 COMPILED = [
     "webhook/core/base/annotations.py",
-    "webhook/core/policies/crl.py",
-    "webhook/core/outcome/decision.py",
     "webhook/core/base/errors.py",
-    "webhook/core/evaluation/evaluate.py",
-    "webhook/core/policies/gpu_keys.py",
-    "webhook/core/placement/injection.py",
-    "webhook/core/placement/inventory.py",
-    "webhook/core/kinds/builtin.py",
     "webhook/core/base/names.py",
+    "webhook/core/base/nodeaffinity.py",
     "webhook/core/base/patches.py",
-    "webhook/core/placement/place.py",
-    "webhook/core/policies/policyset.py",
     "webhook/core/base/quantity.py",
-    "webhook/core/kinds/registry.py",
     "webhook/core/base/shapes.py",
-    "webhook/core/evaluation/updates.py",
+    "webhook/core/base/versions.py",
     "webhook/core/base/wording.py",
-    "webhook/core/workloads/pods.py",
-    "webhook/core/placement/cuda.py",
     "webhook/core/envfix/fixes.py",
-    "webhook/core/placement/fit.py",
+    "webhook/core/evaluation/evaluate.py",
+    "webhook/core/evaluation/updates.py",
     "webhook/core/images/facts.py",
     "webhook/core/images/references.py",
     "webhook/core/images/requires.py",
-    "webhook/core/policies/resources.py",
+    "webhook/core/kinds/builtin.py",
+    "webhook/core/kinds/registry.py",
+    "webhook/core/outcome/decision.py",
+    "webhook/core/placement/cuda.py",
+    "webhook/core/placement/fit.py",
+    "webhook/core/placement/injection.py",
+    "webhook/core/placement/inventory.py",
+    "webhook/core/placement/place.py",
     "webhook/core/placement/terms.py",
-    "webhook/core/base/versions.py",
+    "webhook/core/policies/crl.py",
+    "webhook/core/policies/gpu_keys.py",
+    "webhook/core/policies/policyset.py",
+    "webhook/core/policies/resources.py",
+    "webhook/core/workloads/pods.py",
     # The admission request path's pure parts around the evaluation: decoding the review,
     # building the answer, the decision cache's keys: ~6 % of the server's CPU in a py-spy profile
     # (what compiling them saved was within this VM's noise; README, Benchmark).
