@@ -90,8 +90,21 @@ def load_webhook(tree: Path) -> dict[str, ModuleType]:
     """The webhook's modules from `tree` (first on the path; once per process)."""
     if str(tree) not in sys.path:
         sys.path.insert(0, str(tree))
-    names = ("config", "rules.cuda", "workloads", "manifests")
-    return {n: importlib.import_module(f"webhook.core.{n}") for n in names}
+    # role -> the module now, and before the core's families (issue 32), for older trees.
+    names = {
+        "config": ("config.model", "config"),
+        "rules.cuda": ("placement.cuda", "rules.cuda"),
+        "workloads": ("workloads.pods", "workloads"),
+        "manifests": ("base.manifests", "manifests"),
+    }
+    return {role: _module(*where) for role, where in names.items()}
+
+
+def _module(now: str, before: str) -> ModuleType:
+    try:
+        return importlib.import_module(f"webhook.core.{now}")
+    except ModuleNotFoundError:
+        return importlib.import_module(f"webhook.core.{before}")
 
 
 def measure(corpus: Path, tree: Path = ROOT) -> list[Row]:

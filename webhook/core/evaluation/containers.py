@@ -1,0 +1,215 @@
+"""The rule families applied to one container (SPEC §3, §5, §12): CRL resource defaults and
+checks, environment fixes, and GPU access control, written into the pod's state."""
+
+from __future__ import annotations
+
+from webhook.core.access import control as access
+from webhook.core.base.errors import ObjectShapeError
+from webhook.core.base.quantity import format_quantity
+from webhook.core.base.wording import after
+from webhook.core.config.model import WebhookConfig
+from webhook.core.envfix.fixes import env_fixes
+from webhook.core.outcome.decision import (
+    PodState,
+    Violation,
+    container_label,
+    short,
+)
+from webhook.core.placement.cuda import known_cuda_image
+from webhook.core.policies.gpu_keys import GpuKeys, says_gpu
+from webhook.core.policies.policyset import PolicySet
+from webhook.core.policies.resources import (
+    MISSING,
+    ResourceLists,
+    ResourceProblem,
+    check,
+    defaults,
+    used_policies,
+    value_checks,
+)
+from webhook.core.workloads.devices import VISIBLE_DEVICES, VOID
+from webhook.core.workloads.pods import (
+    ContainerRef,
+)
+
+
+def _violation(ref: str, where: str, problem: ResourceProblem) -> Violation:
+    policy = problem.policy
+    value = "" if problem.value is MISSING else f"={format_quantity(problem.value)!r}"
+    field_name = f"{problem.field}.{policy.key}"
+    detail = (
+        f"{ref}, {where}: {field_name}{value} {problem.problem} "
+        f"({problem.rule} in ConfigMap {policy.configmap})"
+    )
+    description = policy.description_en.rstrip(".")
+    text = f"{detail}. {description}." if description else f"{detail}."
+    return Violation(
+        text,
+        ref,
+        where,
+        field_name,
+        problem.rule,
+        policy.configmap,
+        detail=f"{detail}.",
+        description=f"{description}." if description else "",
+    )
+
+
+def apply_resources(
+    state: PodState, c: ContainerRef, policies: PolicySet, config: WebhookConfig
+) -> GpuKeys:
+    """Defaults then checks for one container; returns what its keys ask for.
+
+    A key set to zero asks for nothing (SPEC §3): it uses no group, is not asked for, makes
+    no GPU container, and only its own value checks run.
+    """
+    where = container_label(c)
+    lists = ResourceLists.of(c.container, f"{state.ref} {where}")
+    keys = lists.keys()
+    if not keys:
+        return GpuKeys(keys, False, False, [])
+    # Only keys that can make a GPU container need their values read (cpu, memory need not:
+    # an extended resource is always domain-prefixed, so without a "/" only an exact name can
+    # match, and no pattern or name check runs for them).
+    by_key, gpu_names = policies.by_key, config.gpu_resources
+    candidates = [
+        key
+        for key in keys
+        if key in by_key
+        or key in gpu_names.exact
+        or ("/" in key and (key in gpu_names or says_gpu(key, config)))
+    ]
+    if not candidates:
+        return GpuKeys(keys, False, False, [])
+    zero_keys = lists.zero_keys(candidates)
+    asked = keys - zero_keys if zero_keys else keys
+    gpu = False
+    unknown: list[str] = []
+    for key in candidates:
+        if key in zero_keys or key in policies.by_key:
+            continue
+        if key in gpu_names:
+            gpu = True
+        else:
+            unknown.append(key)
+    used = used_policies(asked, policies)
+    is_pod = not state.pod.is_template
+    if zero_keys:
+        used_groups = {p.group for p in used}
+        zero = [
+            policy
+            for key in sorted(zero_keys)
+            if (policy := policies.by_key.get(key)) is not None and policy.group not in used_groups
+        ]
+        state.violations += [
+            _violation(state.ref, where, p) for p in value_checks(lists, zero, is_pod=is_pod)
+        ]
+    if not used:
+        return GpuKeys(asked, False, gpu, unknown)
+    changes = defaults(lists, used)
+    derived: frozenset[tuple[str, str]] = frozenset()
+    if changes:
+        limits, requests = dict(lists.limits), dict(lists.requests)
+        resources = (*state.container_path(c), "resources")
+        for change in changes:
+            state.draft.set((*resources, change.field), change.key, change.value)
+            (limits if change.field == "limits" else requests)[change.key] = change.value
+            value = format_quantity(change.value)
+            if change.kind == "resource-default":
+                state.note(change.kind, f"defaulted {change.key}={value} in {where}")
+            else:
+                state.note(change.kind, f"set requests.{change.key}={value} from limits in {where}")
+        lists = ResourceLists(limits, requests)
+        asked |= {change.key for change in changes}
+        derived = frozenset((change.field, change.key) for change in changes)
+    state.violations += [
+        _violation(state.ref, where, p) for p in check(lists, used, is_pod=is_pod, derived=derived)
+    ]
+    return GpuKeys(asked, True, gpu, unknown)
+
+
+def apply_fixes(state: PodState, c: ContainerRef, keys: set[str], config: WebhookConfig) -> None:
+    additions, warnings = env_fixes(c.container, keys, config.env_fixes)
+    where = container_label(c)
+    state.warnings += [after(f"{where}: ", w) for w in warnings]
+    if not additions:
+        return
+    env = c.container.get("env")
+    if env is not None and not isinstance(env, list):
+        raise ObjectShapeError(f"{state.ref} {where}: env must be a list")
+    state.draft.extend(
+        state.container_path(c), "env", [{"name": a.name, "value": a.value} for a in additions]
+    )
+    for add in additions:
+        state.note("env-fix", f"set {add.name}={add.value} in {where} ({add.rule} fix)")
+
+
+_IMAGE_FINDING = (
+    "runs a CUDA image, which gives it every GPU of its node, but requests no GPU: "
+    "gpuAccess enforce sets NVIDIA_VISIBLE_DEVICES=void"
+)
+# Said once per denial, after the findings (Violation.description).
+_ACCESS_WHY = "GPUs reached without a request are counted by no quota, CRL or scheduler."
+
+
+def apply_access(
+    state: PodState,
+    gpu: list[ContainerRef],
+    config: WebhookConfig,
+    violations_only: bool,
+    audit: bool,
+) -> None:
+    """GPU access control for one pod spec (SPEC §12): findings become warnings (`warn`) or
+    violations (`enforce`), and under `enforce` containers whose image would hand them every
+    GPU of the node get NVIDIA_VISIBLE_DEVICES=void."""
+    rules = config.gpu_access
+    enforce = rules.mode == "enforce"
+    found, candidates = access.findings(
+        state.pod, gpu, config.gpu_request_advice, rules.runtime_class_names
+    )
+    for finding in found:
+        detail = f"{state.ref}, {finding.text()}."
+        violation = Violation(
+            f"{detail} {_ACCESS_WHY}",
+            state.ref,
+            finding.container,
+            rule=access.RULE,
+            configmap=access.POLICY,
+            detail=detail,
+            description=_ACCESS_WHY,
+        )
+        state.access.append(violation)
+        if enforce:
+            state.violations.append(violation)
+        elif not violations_only:
+            state.warnings.append(short(finding.text()))
+    # Outside enforce, what void would change is only listed for the audit.
+    if violations_only or rules.void_image_devices == "off" or not (enforce or audit):
+        return
+    for candidate in candidates:
+        c = candidate.ref
+        known = candidate.cuda or known_cuda_image(c.container.get("image"), config)
+        if not known and not (enforce and rules.void_image_devices == "all"):
+            continue
+        where = container_label(c)
+        if not enforce:
+            # Not a warning: every CPU pod on a CUDA image would get one. The audit lists it,
+            # so an admin sees what `enforce` would change before switching it on.
+            state.access.append(
+                Violation(
+                    f"{state.ref}, {where} {_IMAGE_FINDING}.",
+                    state.ref,
+                    where,
+                    rule=access.RULE,
+                    configmap=access.POLICY,
+                )
+            )
+            continue
+        env = c.container.get("env")
+        if env is not None and not isinstance(env, list):
+            raise ObjectShapeError(f"{state.ref} {where}: env must be a list")
+        state.draft.extend(
+            state.container_path(c), "env", [{"name": VISIBLE_DEVICES, "value": VOID}]
+        )
+        why = "its CUDA image would give it every GPU" if known else "it requests no GPU"
+        state.note("gpu-access", f"set {VISIBLE_DEVICES}=void in {where}: {why}")

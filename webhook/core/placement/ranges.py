@@ -1,0 +1,231 @@
+"""The CUDA range a pod's GPU containers share (SPEC §4): its intersection, the preferred
+range under majorSkew, its node terms, and what a tag-only image may pin."""
+
+from __future__ import annotations
+
+from functools import reduce
+
+from webhook.core.base.wording import Wording
+from webhook.core.config.model import (
+    ANNOTATION_CUDA_VERSION,
+    WebhookConfig,
+)
+from webhook.core.images.references import image_repository, shown_image
+from webhook.core.images.requires import branch_list
+from webhook.core.outcome.decision import PodState, Violation, container_label, short
+from webhook.core.placement import cuda, fit
+from webhook.core.placement.injection import Plan
+from webhook.core.placement.inventory import InventoryFacts
+from webhook.core.placement.needs import Need, forward_branches, record_problem, unknown_warning
+from webhook.core.placement.terms import (
+    preferred_range_terms,
+    preferred_terms,
+    union_terms,
+)
+from webhook.core.workloads.pods import ContainerRef
+
+
+def intersect_ranges(ranges: list[cuda.Range]) -> cuda.Range:
+    if len(ranges) == 1:
+        return ranges[0]
+    return reduce(lambda a, b: a & b, ranges)
+
+
+def intersection_violation(state: PodState, needs: list[Need], rng: cuda.Range | None) -> bool:
+    """The pod needs one node for all its containers: an empty intersection is a violation."""
+    if rng is None or not rng.empty:
+        return False
+    listed = "; ".join(
+        f"{container_label(n.container)} needs CUDA {n.requirement.version}"
+        f"{' on vGPU' if n.vgpu else ''} (driver {n.range.text()})"
+        for n in needs
+    )
+    state.violations.append(
+        Violation(
+            f"{state.ref}: no node driver can run all GPU containers: {listed}; "
+            "align their CUDA versions or split them into separate pods.",
+            state.ref,
+            rule="cuda",
+        )
+    )
+    return True
+
+
+def _preference(
+    state: PodState, needs: list[Need], rng: cuda.Range, config: WebhookConfig
+) -> cuda.Range | None:
+    """The major-skew range to prefer within the required `rng` (None: nothing to prefer).
+    When the containers' recommended ranges do not meet, every node is beyond the skew of
+    one of them: admitted with a warning, as the reference calls that "Unstable"."""
+    if config.major_skew == "require":
+        return None
+    recommended = intersect_ranges([n.recommended for n in needs])
+    if recommended.empty:
+        behind = min(needs, key=lambda n: n.recommended.max_major or 0)
+        ahead = max(needs, key=lambda n: n.requirement.version)
+        skew = config.max_major_skew
+        state.warnings.append(
+            short(
+                f"{container_label(behind.container)} needs CUDA {behind.requirement.version} "
+                f"and {container_label(ahead.container)} CUDA {ahead.requirement.version}, more "
+                f"than {skew} major{'s' if skew != 1 else ''} apart: the application may "
+                "malfunction"
+            )
+        )
+        return None
+    return recommended if recommended.max_major != rng.max_major else None
+
+
+def cuda_terms(
+    state: PodState,
+    needs: list[Need],
+    rng: cuda.Range | None,
+    unknown: list[ContainerRef],
+    config: WebhookConfig,
+    facts: InventoryFacts | None,
+    plan: Plan,
+    compatibility: str = "backward",
+) -> bool:
+    """Add the CUDA part to `plan` (`rng`: the needs' intersection); False when denied.
+    `compatibility`: the rule in force for the pod (config, or the pod's stricter ask)."""
+    for c in unknown:
+        state.warnings.append(unknown_warning(c, bool(needs), state.pod.annotatable))
+    if rng is None:
+        return True
+    top = max(needs, key=lambda n: n.requirement.version)
+    vgpu = any(n.vgpu for n in needs)
+    prefer = _preference(state, needs, rng, config)
+    # Minor-version compatibility: the full version the containers would need under the
+    # backward rule, preferred (None when the required range asks for it already).
+    full = max((n.full for n in needs if n.full is not None), default=None)
+    if full is not None and full <= rng.low:
+        full = None
+    forward = forward_branches(needs, config)
+    if facts is not None:
+        if not facts.labelled:
+            state.warnings.append(
+                "CUDA placement is not enforced: no node advertises its CUDA version"
+            )
+            return True
+        if forward and not any(b in branch_list(forward) for b in facts.forward):
+            forward = ()  # no forward-compatible node with a branch the image lists
+        wanted = ""
+        if full is not None:
+            wanted = f"{rng.low.major}.x (minorVersion, for {full})"
+        text = fit.cuda_problem(facts, rng, vgpu, wanted)
+        if text and forward:
+            # None by the CUDA rule, but forward-compatible nodes with a listed branch exist.
+            text, plan.fits = "", None
+        elif text and record_problem(state, config, text, "cuda"):
+            return False
+        else:
+            plan.fits = None if text or forward else rng
+        if not text and full is not None:
+            warning = fit.full_version_warning(facts, rng, full)
+            if warning:
+                state.warnings.append(short(warning))
+        if not text and prefer is not None:
+            runtime = min(n.requirement.version for n in needs)
+            warning = fit.skew_warning(facts, rng, prefer, runtime)
+            if warning:
+                state.warnings.append(short(warning))
+    schemes = config.schemes[:1] if facts is None else facts.carried
+    plan.cuda = union_terms(schemes, rng.low, rng.max_major)
+    if forward and config.forward_compatible_nodes is not None:
+        branches = [str(b) for b in branch_list(forward)]
+        plan.cuda.append(
+            [
+                *(e.as_expression() for e in config.forward_compatible_nodes.match_expressions),
+                {"key": config.driver_branch_label, "operator": "In", "values": branches},
+            ]
+        )
+        plan.forward_keys = config.forward_label_keys
+        listed = ", ".join(branches)
+        plan.forward_note = Wording(
+            (
+                f"or driver {listed} on forwardCompatibleNodes "
+                "(forward compatibility the image declares)",
+                f"or forwardCompatibleNodes with driver {listed}",
+            )
+        )
+    preferably = ""
+    if full is not None:
+        plan.preferred = preferred_range_terms(schemes, full)
+        preferably = f", preferably ≥ {full}"
+    if prefer is not None and prefer.max_major is not None:
+        plan.preferred = plan.preferred + preferred_terms(schemes, prefer.max_major)
+        below = f"< {prefer.max_major + 1}.0"
+        preferably = f"{preferably} and {below}" if preferably else f", preferably {below}"
+    # The upper bound is said when the other containers set it: "vGPU" already says "the
+    # same major", and a physical GPU alone has none.
+    bound = ""
+    if rng.max_major is not None and rng.max_major != top.range.max_major:
+        bound = f" and < {rng.max_major + 1}.0"
+    mode, source = "vGPU" if vgpu else "GPU", top.requirement.source  # source: the image whole
+    # Which rule placed the pod (SPEC §4), said when the cluster is not on the default one.
+    if compatibility == "minorVersion" and rng.low < top.requirement.version:
+        source = f"minorVersion: {source}"
+        plan.cuda_rule = "minorVersion"
+    elif config.cuda_compatibility == "minorVersion" and compatibility == "backward":
+        source = f"backward, as annotated: {source}"
+    # The preference goes last and goes first when a wording must be shorter (a long image, a
+    # template's "will apply to replica Worker pods: "): never the version's source.
+    wordings: tuple[str, ...] = (
+        f"required {mode} nodes with CUDA ≥ {rng.low}{bound} ({source})",
+        f"required CUDA ≥ {rng.low}{bound} ({source})",
+        f"CUDA ≥ {rng.low}{bound} ({source})",
+    )
+    if preferably:
+        wordings = (wordings[0] + preferably, wordings[1] + preferably, *wordings)
+    plan.cuda_note = Wording(wordings)
+    plan.cuda_want = f"CUDA {rng.text()}{preferably}"
+    return True
+
+
+# A digest no image has: what a reference by digest tells without a registry (SPEC §4: a
+# digest-only reference is matched by its name).
+_SOME_DIGEST = "@sha256:" + "0" * 64
+
+
+def tag_only_problem(state: PodState, needs: list[Need], config: WebhookConfig) -> bool:
+    """For pods their operator runs by digest (Knative, PodSpecRef.by_digest): warn for each
+    container whose CUDA only its tag tells, and True then (the template's note must not
+    promise a placement the pods will not get). A version the pods' reference by digest gives
+    too (env, a pod annotation, an image table entry or a path that names the repository) is
+    what the pods get; so is a registry answer for the tag (the digest is that image)."""
+    if cuda.annotation_requirement(state.pod.annotations)[0] is not None:
+        return False
+    tag_only = False
+    for need in needs:
+        container = need.container.container
+        image = container.get("image")
+        if not isinstance(image, str) or "@" in image:
+            continue  # already by digest: the pods run it as it is
+        by_tag = cuda.detect(container, config).requirement
+        if by_tag is None:
+            continue  # read from the registry for the tag: the digest names that image
+        pinned = cuda.detect({**container, "image": image_repository(image) + _SOME_DIGEST}, config)
+        got = pinned.requirement
+        if got is not None and got.version == by_tag.version:
+            continue
+        tag_only = True
+        name, want, fix = shown_image(image), f"CUDA ≥ {by_tag.version}", ANNOTATION_CUDA_VERSION
+        head = f"Knative runs {name} by digest: "
+        if got is not None:
+            said = f"CUDA ≥ {got.version}, not {want}"
+        elif config.registry_lookups.enabled:
+            said = f"{want} only if its registry says so"
+        else:
+            said = "no CUDA affinity"
+        # Shorter wordings for a long image: without "its pods get", then without the advice.
+        state.warnings.append(
+            Wording(
+                (
+                    f"{head}its pods get {said}; set {fix}",
+                    f"{head}{said}; set {fix}",
+                    f"{head}its pods get {said}",
+                    f"{head}set {fix}",
+                )
+            )
+        )
+    return tag_only
