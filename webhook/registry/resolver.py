@@ -3,7 +3,7 @@ per image however many pods ask at once (single-flight), a bounded number at a t
 cached by tag (TTL: tags move) and by digest, failures cached too (negative TTL).
 
 What a pod names is user input: a query for an architecture that is no architecture name
-(imagefacts.KNOWN_ARCHS) is never looked up, one review starts at most MAX_LOOKUPS_PER_REVIEW
+(images.facts.KNOWN_ARCHS) is never looked up, one review starts at most MAX_LOOKUPS_PER_REVIEW
 lookups, and one registry holds at most a quarter of `maxPending` (or 16; so a registry that never
 answers, or a pod naming hundreds of its images, leaves the other tenants' lookups going).
 
@@ -34,7 +34,7 @@ from webhook.registry.results import BUSY, FOUND, TIMEOUT, LookupResult, warning
 log = logging.getLogger(__name__)
 
 # Lookups one review may start (images x architectures): a pod's GPU containers whose CUDA
-# nothing else tells, on at most imagefacts.MAX_ARCHS architectures.
+# nothing else tells, on at most images.facts.MAX_ARCHS architectures.
 MAX_LOOKUPS_PER_REVIEW = 16
 
 # (canonical reference, architecture)
