@@ -200,7 +200,8 @@ def _template(endpoint: str, obj: dict[str, Any], group: str, name: str) -> tupl
 
 
 def server_templates(mix: str) -> list[tuple[str, str]]:
-    """Templates for the C load generators (bench.harness.load.wrk, .openloop), in the mix's proportions.
+    """Templates for the C load generators (load/wrk.py, load/openloop.py), in the mix's
+    proportions.
 
     distinct: every request carries a different object (a counter in its name and in an env
       value of every container, both read by the evaluation), so no cache can answer it.

@@ -8,16 +8,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import os
+import shutil
 import signal
 import ssl
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-import multiprocessing
-import shutil
-import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
@@ -284,7 +284,9 @@ def kubeconfig(directory: Path, port: int) -> Path:
     return path
 
 
-def _serve_kube(populate: Callable[..., Any], args: tuple[Any, ...], ready: Any, commands: Any) -> None:
+def _serve_kube(
+    populate: Callable[..., Any], args: tuple[Any, ...], ready: Any, commands: Any
+) -> None:
     """The fake API server's process: populate, report (port, facts), then answer request
     counts."""
     from tests.fakekube import FakeKube
@@ -344,7 +346,9 @@ class KubeProcess:
 
 
 @asynccontextmanager
-async def admission_app(config: Any, images: Any) -> AsyncIterator[Callable[[Any], Awaitable[float]]]:
+async def admission_app(
+    config: Any, images: Any
+) -> AsyncIterator[Callable[[Any], Awaitable[float]]]:
     """The webhook's admission app in this process (aiohttp's test server on loopback) with the
     standard policies and the image resolver `images`; yields `mutate(obj)`, which sends `obj`
     to /mutate and returns the seconds the answer took (an answer other than 200 fails)."""

@@ -38,7 +38,7 @@ async def _load(args: argparse.Namespace) -> dict[str, Any]:
             nonlocal errors
             endpoint, body = mix[index % len(mix)]
             if templates is not None:
-                # As the wrk Lua script (bench.harness.load.wrk): a new uid, object or name per request.
+                # As wrk's Lua script (load/wrk.py): a new uid, object or name per request.
                 body = (
                     body.replace(b"@UID@", f"00000000-0000-4000-8000-{index:012x}".encode())
                     .replace(b"@SEQ@", str(index).encode())
