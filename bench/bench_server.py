@@ -7,8 +7,8 @@ event loop or a GIL with the server it measures). Figures:
    for a no-op aiohttp TLS server answering a fixed allowed review; the ratio is the headline;
 2. the webhook with uvloop and/or orjson disabled (GPU_WEBHOOK_DISABLE_UVLOOP/_ORJSON);
 3. open loop at fractions of the webhook's own max throughput (`--open-fractions`, default
-   half), driven by bench/openloop.c: p50/p99 measured from each request's scheduled send
-   time (no coordinated omission), with the generator's send lag and CPU;
+   half), driven by bench/harness/load/openloop.c: p50/p99 measured from each request's
+   scheduled send time (no coordinated omission), with the generator's send lag and CPU;
 4. RSS of the webhook after `--rss-reviews` reviews with `--rss-policies` CRL policies loaded,
    sampled from /proc/<pid>/status, and its growth over the second half, for both policy
    sources: the file source (`--policies DIR`) and the cluster watch (`--kubeconfig FILE`, the
@@ -16,7 +16,8 @@ event loop or a GIL with the server it measures). Figures:
    ConfigMaps by the fake API server of tests/fakekube.py in a thread of this process.
 
 The mix sends each object to /mutate and its mutated form to /validate, as the API server does.
-The load generator runs with its own GC disabled while it measures (see `_load`).
+The Python load generator runs with its own GC disabled while it measures (see `_load` in
+bench/harness/load/loadgen.py).
 
     python bench/bench_server.py            # full run, < 5 minutes on 2 cores
     python bench/bench_server.py --quick    # smoke run, ~30 s
@@ -160,7 +161,8 @@ def wrk_runs(args: argparse.Namespace, tls: Any, policies: Path, work: Path) -> 
     return {"seconds": args.seconds, "connections": args.concurrency, "runs": runs}
 
 
-# What the report keeps of the C generator's JSON (bench/openloop.c documents each field).
+# What the report keeps of the C generator's JSON (bench/harness/load/openloop.c documents
+# each field).
 OPEN_FIELDS = (
     "sent",
     "completed",
@@ -190,8 +192,8 @@ def open_loop_runs(
     """The webhook open loop at fractions of its own maximum (distinct mix, fast stack).
 
     With --compiled the build the image ships (the compiled core) is the one measured. The load
-    comes from bench/openloop.c (each request sent at its scheduled time; latency from that
-    time), or from the Python generator with --python-load, which cannot keep its schedule
+    comes from bench/harness/load/openloop.c (each request sent at its scheduled time; latency
+    from that time), or from the Python generator with --python-load, which cannot keep its schedule
     above ~4,000 requests/s on 2 cores and then measures itself.
     """
     measured = "compiled" if args.compiled and not measurements else "webhook"

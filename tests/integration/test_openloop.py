@@ -89,7 +89,7 @@ def test_refuses_host_names_and_bad_arguments(
     assert "usage" in done.stderr
 
 
-# bench/wrkload.py's Lua script, request by request: what the generator must send.
+# bench/harness/load/wrk.py's Lua script, request by request: what the generator must send.
 ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 TIME = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"
 
