@@ -136,17 +136,14 @@ def wrk_runs(args: argparse.Namespace, tls: Any, policies: Path, work: Path) -> 
                     tree=tree,
                     cpus=server_cpus,
                 ) as (port, pid):
-                    url = f"https://localhost:{port}"
-                    connections = args.concurrency
-                    # A short warm-up run first (imports, caches, connections).
-                    run_wrk(url, templates, pid, seconds=2, connections=connections, cpus=wrk_cpus)
                     result = run_wrk(
-                        url,
+                        f"https://localhost:{port}",
                         templates,
                         pid,
                         seconds=args.seconds,
-                        connections=connections,
+                        connections=args.concurrency,
                         cpus=wrk_cpus,
+                        warmup=2,  # a short run first (imports, caches, connections)
                     )
                 runs.append({"stack": stack, "mix": mix, "server": name, **result.as_dict()})
     for run in runs:

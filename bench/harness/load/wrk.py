@@ -155,8 +155,12 @@ def run_wrk(
     seconds: float,
     connections: int,
     cpus: set[int] | None = None,
+    warmup: float = 0.0,
 ) -> WrkResult:
-    """One wrk run (one thread, `connections` keep-alive connections) and its CPU figures."""
+    """One wrk run (one thread, `connections` keep-alive connections) and its CPU figures;
+    `warmup` seconds of a run first, not measured (imports, caches, connections)."""
+    if warmup:
+        run_wrk(url, templates, server_pid, seconds=warmup, connections=connections, cpus=cpus)
     argv = ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "--latency", "--timeout", "10s"]
     argv += ["-s", str(templates / "mix.lua"), url, "--", str(templates / "bodies.tsv"), "1"]
     argv.append(str(random.randrange(10**12)))
