@@ -20,11 +20,9 @@ Figures:
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import gc
 import json
-import multiprocessing
 import resource
 import subprocess
 import sys
@@ -36,12 +34,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.harness import cli  # noqa: E402
+from bench.harness.core import NodeInventory, PolicySet, WebhookConfig, evaluate  # noqa: E402
+from bench.harness.proc import rss_kib  # noqa: E402
+from bench.harness.servers import KubeProcess, kubeconfig  # noqa: E402
 from tests.auditdata import proposed_policies, shipped_policies  # noqa: E402
-from tests.fakekube import TOKEN, FakeKube, node  # noqa: E402
-from webhook.core.config.model import WebhookConfig  # noqa: E402
-from webhook.core.evaluation.evaluate import evaluate  # noqa: E402
-from webhook.core.placement.inventory import NodeInventory  # noqa: E402
-from webhook.core.policies.policyset import PolicySet  # noqa: E402
+from tests.fakekube import FakeKube, node  # noqa: E402
 from webhook.sources.auditor import PAGE_PAUSE, PAGE_SIZE  # noqa: E402
 
 IMAGE = "nvcr.io/nvidia/pytorch:24.05-py3"
@@ -251,49 +249,6 @@ def populate(kube: FakeKube, owners: int, per_owner: int) -> dict[str, int]:
     }
 
 
-def serve(owners: int, per_owner: int, ready: Any, commands: Any) -> None:
-    """The fake API server's process: populate, report, then answer request counts."""
-
-    async def main() -> None:
-        kube = FakeKube()
-        facts = populate(kube, owners, per_owner)
-        await kube.start()
-        ready.put((kube.port, facts))
-        loop = asyncio.get_running_loop()
-        while True:
-            command = await loop.run_in_executor(None, commands.get)
-            if command == "count":
-                counts: dict[str, int] = {}
-                for request in kube.requests:
-                    counts[request.method] = counts.get(request.method, 0) + 1
-                ready.put(counts)
-                kube.requests.clear()
-
-    asyncio.run(main())
-
-
-def write_kubeconfig(directory: Path, port: int) -> Path:
-    path = directory / "kubeconfig"
-    cluster = {"name": "fake", "cluster": {"server": f"http://127.0.0.1:{port}"}}
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [cluster],
-        "users": [{"name": "bench", "user": {"token": TOKEN}}],
-        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "bench"}}],
-        "current-context": "fake",
-    }
-    path.write_text(json.dumps(config))
-    return path
-
-
-def rss_kib() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise RuntimeError("no VmRSS")
-
-
 def run_cli(kubeconfig: Path, folder: Path) -> dict[str, Any]:
     script = "import sys; from webhook.cli import main; sys.exit(main(sys.argv[1:]))"
     command = [sys.executable, "-c", script, "audit", "--kubeconfig", str(kubeconfig)]
@@ -399,10 +354,10 @@ async def warm_up(kubeconfig: Path, folder: Path) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = cli.parser(__doc__)
     parser.add_argument("--owners", type=int, default=500)
     parser.add_argument("--pods-per-owner", type=int, default=20)
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    cli.add_json(parser, help="print one JSON object")
     parser.add_argument(
         "--no-gc-freeze",
         action="store_true",
@@ -410,38 +365,28 @@ def main() -> int:
         "the collector's full passes add to the event-loop figure",
     )
     args = parser.parse_args()
-    context = multiprocessing.get_context("spawn")
-    ready, commands = context.Queue(), context.Queue()
-    server = context.Process(
-        target=serve, args=(args.owners, args.pods_per_owner, ready, commands), daemon=True
-    )
-    server.start()
-    try:
-        port, facts = ready.get(timeout=900)
-        with tempfile.TemporaryDirectory() as scratch:
-            directory = Path(scratch)
-            path = write_kubeconfig(directory, port)
-            folder = proposed_policies(directory / "proposed")
-            cli = run_cli(path, folder)
-            commands.put("count")
-            cli["api_requests"] = ready.get(timeout=60)
-            asyncio.run(warm_up(path, folder))
-            if not args.no_gc_freeze:  # as `gpu-webhook serve` does once started
-                gc.collect()
-                gc.freeze()
-            commands.put("count")
-            ready.get(timeout=60)
-            server_runs = []
-            # The server's defaults (pages of 100, 0.1 s apart), then pages of 500 back to back.
-            for size, pause in ((PAGE_SIZE, PAGE_PAUSE), (500, 0.0)):
-                result = asyncio.run(run_server_audit(path, folder, size, pause))
-                commands.put("count")
-                result["api_requests"] = ready.get(timeout=60)
-                server_runs.append(result)
-    finally:
-        server.kill()
-        server.join()
-    report = {"cluster": facts, "cli": cli, "server": server_runs}
+    with (
+        KubeProcess(populate, args.owners, args.pods_per_owner) as kube,
+        tempfile.TemporaryDirectory() as scratch,
+    ):
+        facts = kube.facts
+        directory = Path(scratch)
+        path = kubeconfig(directory, kube.port)
+        folder = proposed_policies(directory / "proposed")
+        cli_run = run_cli(path, folder)
+        cli_run["api_requests"] = kube.counts()
+        asyncio.run(warm_up(path, folder))
+        if not args.no_gc_freeze:  # as `gpu-webhook serve` does once started
+            gc.collect()
+            gc.freeze()
+        kube.counts()
+        server_runs = []
+        # The server's defaults (pages of 100, 0.1 s apart), then pages of 500 back to back.
+        for size, pause in ((PAGE_SIZE, PAGE_PAUSE), (500, 0.0)):
+            result = asyncio.run(run_server_audit(path, folder, size, pause))
+            result["api_requests"] = kube.counts()
+            server_runs.append(result)
+    report = {"cluster": facts, "cli": cli_run, "server": server_runs}
     if args.json:
         print(json.dumps(report))
         return 0
@@ -450,9 +395,9 @@ def main() -> int:
         f"{facts['over_limit_owners']} over the proposed max; ~{facts['pod_json_bytes']} B per pod"
     )
     print(
-        f"CLI: exit {cli['exit_code']}, {cli['seconds']} s ({cli['cpu_seconds']} s CPU), peak RSS "
-        f"{cli['peak_rss_mib']} MiB, "
-        f"{cli['denied_owners']} owners denied, API requests {cli['api_requests']}"
+        f"CLI: exit {cli_run['exit_code']}, {cli_run['seconds']} s "
+        f"({cli_run['cpu_seconds']} s CPU), peak RSS {cli_run['peak_rss_mib']} MiB, "
+        f"{cli_run['denied_owners']} owners denied, API requests {cli_run['api_requests']}"
     )
     for run in server_runs:
         print(

@@ -10,13 +10,10 @@ checked against the targets of issues 9, 11 and 12.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import os
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,12 +25,17 @@ COMPILED = os.environ.get("GPU_WEBHOOK_COMPILED", "")
 if COMPILED:
     sys.path.insert(0, str(Path(COMPILED).resolve()))
 
-from webhook.core.config.model import WebhookConfig  # noqa: E402
-from webhook.core.evaluation.evaluate import evaluate  # noqa: E402
-from webhook.core.placement.inventory import NodeInventory  # noqa: E402
-from webhook.core.policies.crl import crl_configmap  # noqa: E402
-from webhook.core.policies.policyset import PolicySet  # noqa: E402
-from webhook.sources.files import policy_files, read_documents  # noqa: E402
+from bench.harness import cli  # noqa: E402
+from bench.harness.core import (  # noqa: E402
+    NodeInventory,
+    PolicySet,
+    WebhookConfig,
+    crl_configmap,
+    evaluate,
+)
+from bench.harness.objects import policy_configmaps  # noqa: E402
+from bench.harness.report import Column, Table  # noqa: E402
+from bench.harness.timing import interleaved, median_p90, paired_ratio  # noqa: E402
 
 # Which core was imported: a compiled module has no .py file.
 CORE = "source" if (sys.modules[evaluate.__module__].__file__ or "").endswith(".py") else "compiled"
@@ -169,12 +171,7 @@ def filler_crl(i: int) -> dict[str, Any]:
 
 def synthetic_policies(count: int, base: Path) -> PolicySet:
     """The shipped policies plus filler CRLs on other keys, `count` in total."""
-    shipped = [
-        doc
-        for file in policy_files(base)
-        for doc in read_documents(file)
-        if isinstance(doc, dict) and doc.get("kind") == "ConfigMap"
-    ]
+    shipped = policy_configmaps(base)
     filler = [filler_crl(i) for i in range(max(0, count - len(shipped)))]
     policies = PolicySet.from_configmaps([*shipped, *filler])
     assert len(policies.by_key) == max(count, len(shipped)), "every synthetic CRL must load"
@@ -205,46 +202,32 @@ def synthetic_inventory(count: int) -> NodeInventory:
     return NodeInventory.build(nodes)
 
 
-def measure(
-    fns: dict[str, Callable[[], object]], rounds: int, inner: int
-) -> dict[str, list[float]]:
-    """Per-call cost in µs, `rounds` samples of `inner` calls each. The variants are
-    interleaved round by round so machine noise hits them alike and ratios stay honest."""
-    samples: dict[str, list[float]] = {name: [] for name in fns}
-    for fn in fns.values():
-        fn()  # warm caches (regexes, quantities)
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            for _ in range(inner):
-                fn()
-            samples[name].append((time.perf_counter() - start) / inner * 1e6)
-    return samples
-
-
-def _paired_ratio(top: list[float], bottom: list[float]) -> float:
-    """Median of the round-by-round ratios: both sides of a round ran back to back, so a noisy
-    neighbour on the machine shifts them alike and cancels out."""
-    return statistics.median(a / b for a, b in zip(top, bottom, strict=True))
-
-
-def _row(samples: list[float]) -> tuple[float, float]:
-    return statistics.median(samples), statistics.quantiles(samples, n=10)[-1]
-
-
 # Targets (issues 9, 11, 12): typical GPU pod ≤ 100 µs; 10 vs 10,000 nodes within 10 %; a
 # PyTorchJob with 2 roles ≤ 2x a Deployment; no growth with the number of policies (≤ 10 %).
 TYPICAL_MAX_US = 100.0
 NODES_MAX_RATIO = 1.10
 POLICIES_MAX_RATIO = 1.10
 PYTORCHJOB_MAX_RATIO = 2.0
+BY_POLICIES = Table(
+    Column("object", 22, align="<"),
+    Column("median µs (10)", 16, ".1f"),
+    Column("median µs (1000)", 18, ".1f"),
+    Column("1000/10", 10, ".3f"),
+    sep="",
+)
+BY_NODES = Table(
+    Column("object", 22, align="<"),
+    Column("µs (10 nodes)", 16, ".1f"),
+    Column("µs (10,000 nodes)", 19, ".1f"),
+    Column("10000/10", 10, ".3f"),
+    sep="",
+)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--rounds", type=int, default=30)
-    parser.add_argument("--inner", type=int, default=200)
-    parser.add_argument("--json", action="store_true")
+    parser = cli.parser(__doc__)
+    cli.add_rounds(parser, rounds=30, inner=200)
+    cli.add_json(parser)
     args = parser.parse_args()
 
     config = WebhookConfig()
@@ -276,26 +259,26 @@ def main() -> int:
     for label in by_nodes_objects:
         for n, inventory in inventories.items():
             variants[f"{label}|nodes {n}"] = run(objects[label], small, inventory)
-    samples = measure(variants, args.rounds, args.inner)
+    samples = interleaved(variants, args.rounds, args.inner)
 
     results: dict[str, dict[str, float]] = {}
     for label in objects:
         row: dict[str, float] = {}
         for n in ("10", "1000"):
-            row[f"median_us_{n}"], row[f"p90_us_{n}"] = _row(samples[f"{label}|{n}"])
-        row["ratio_1000_vs_10"] = _paired_ratio(samples[f"{label}|1000"], samples[f"{label}|10"])
+            row[f"median_us_{n}"], row[f"p90_us_{n}"] = median_p90(samples[f"{label}|{n}"])
+        row["ratio_1000_vs_10"] = paired_ratio(samples[f"{label}|1000"], samples[f"{label}|10"])
         results[label] = row
     by_nodes: dict[str, dict[str, float]] = {}
     for label in by_nodes_objects:
         row = {}
         for n in inventories:
-            row[f"median_us_{n}"], row[f"p90_us_{n}"] = _row(samples[f"{label}|nodes {n}"])
-        row["ratio_10000_vs_10"] = _paired_ratio(
+            row[f"median_us_{n}"], row[f"p90_us_{n}"] = median_p90(samples[f"{label}|nodes {n}"])
+        row["ratio_10000_vs_10"] = paired_ratio(
             samples[f"{label}|nodes 10000"], samples[f"{label}|nodes 10"]
         )
         by_nodes[label] = row
     ratios = {
-        "pytorchjob_vs_deployment": _paired_ratio(
+        "pytorchjob_vs_deployment": paired_ratio(
             samples["PyTorchJob (2 roles)|10"], samples["Deployment|10"]
         )
     }
@@ -340,19 +323,15 @@ def main() -> int:
         print()
         return 0
     print(f"evaluation core: {CORE}")
-    print(f"{'object':<22}{'median µs (10)':>16}{'median µs (1000)':>18}{'1000/10':>10}")
+    print(BY_POLICIES.header())
     for label, row in results.items():
-        print(
-            f"{label:<22}{row['median_us_10']:>16.1f}{row['median_us_1000']:>18.1f}"
-            f"{row['ratio_1000_vs_10']:>10.3f}"
-        )
+        columns = ("median_us_10", "median_us_1000", "ratio_1000_vs_10")
+        print(BY_POLICIES.row(label, *(row[k] for k in columns)))
     print()
-    print(f"{'object':<22}{'µs (10 nodes)':>16}{'µs (10,000 nodes)':>19}{'10000/10':>10}")
+    print(BY_NODES.header())
     for label, row in by_nodes.items():
-        print(
-            f"{label:<22}{row['median_us_10']:>16.1f}{row['median_us_10000']:>19.1f}"
-            f"{row['ratio_10000_vs_10']:>10.3f}"
-        )
+        columns = ("median_us_10", "median_us_10000", "ratio_10000_vs_10")
+        print(BY_NODES.row(label, *(row[k] for k in columns)))
     print()
     print("ratios are medians of round-by-round ratios (same rounds, interleaved)")
     for name, value, met in checks:

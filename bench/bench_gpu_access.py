@@ -13,18 +13,18 @@ rounds) and each mode's ratio to `off` measured in the same rounds.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from webhook.core.config.model import WebhookConfig, load_config  # noqa: E402
-from webhook.core.evaluation.evaluate import evaluate  # noqa: E402
+from bench.harness import cli  # noqa: E402
+from bench.harness.core import WebhookConfig, evaluate, load_config  # noqa: E402
+from bench.harness.report import Column, Table  # noqa: E402
+from bench.harness.timing import interleaved, paired_ratio  # noqa: E402
 from webhook.sources.files import load_policy_dir  # noqa: E402
 
 CUDA_IMAGE = "nvidia/cuda:12.4.1-runtime-ubuntu22.04"
@@ -75,41 +75,35 @@ OBJECTS: dict[str, dict[str, Any]] = {
     ),
 }
 MODES = ("off", "warn", "enforce")
+TABLE = Table(
+    Column("object", 34, align="<"),
+    *(Column(f"{mode} µs", 11, ".1f") for mode in MODES),
+    Column("warn/off", 8, ".2f", before="  "),
+    Column("enf/off", 7, ".2f"),
+)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=20)
-    parser.add_argument("--inner", type=int, default=500)
+    parser = cli.parser(__doc__)
+    cli.add_rounds(parser, rounds=20, inner=500)
     args = parser.parse_args()
     policies = load_policy_dir(ROOT / "configmaps")
     configs: dict[str, WebhookConfig] = {
         mode: load_config({"gpuAccess": {"mode": mode}}) for mode in MODES
     }
-    samples: dict[tuple[str, str], list[float]] = {}
-    for _ in range(args.rounds):
-        for name, obj in OBJECTS.items():
-            for mode, config in configs.items():
-                evaluate(obj, policies, config)  # warm the caches
-                start = time.perf_counter()
-                for _ in range(args.inner):
-                    evaluate(obj, policies, config)
-                elapsed = (time.perf_counter() - start) / args.inner * 1e6
-                samples.setdefault((name, mode), []).append(elapsed)
-    print(f"{'object':34} " + " ".join(f"{m + ' µs':>11}" for m in MODES) + "  warn/off enf/off")
+    variants = {
+        (name, mode): (lambda obj=obj, config=config: evaluate(obj, policies, config))
+        for name, obj in OBJECTS.items()
+        for mode, config in configs.items()
+    }
+    # Each variant warmed just before each of its samples (the caches of the one before).
+    samples = interleaved(variants, args.rounds, args.inner, rewarm=True)
+    print(TABLE.header())
     for name in OBJECTS:
         medians = [statistics.median(samples[(name, mode)]) for mode in MODES]
-        ratios = [
-            statistics.median(
-                a / b for a, b in zip(samples[(name, mode)], samples[(name, "off")], strict=True)
-            )
-            for mode in ("warn", "enforce")
-        ]
-        print(
-            f"{name:34} "
-            + " ".join(f"{m:11.1f}" for m in medians)
-            + f"  {ratios[0]:8.2f} {ratios[1]:7.2f}"
-        )
+        off = samples[(name, "off")]
+        ratios = [paired_ratio(samples[(name, mode)], off) for mode in ("warn", "enforce")]
+        print(TABLE.row(name, *medians, *ratios))
     return 0
 
 

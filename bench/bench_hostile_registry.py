@@ -28,14 +28,13 @@ Loopback only. Not a test: figures to compare on one machine.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import multiprocessing
 import statistics
 import sys
-import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -44,18 +43,17 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from aiohttp.test_utils import TestClient, TestServer  # noqa: E402
-
+from bench.harness import cli  # noqa: E402
+from bench.harness.proc import status_kib  # noqa: E402
+from bench.harness.servers import admission_app, certificates, workdir  # noqa: E402
+from bench.harness.timing import lower_quantile  # noqa: E402
 from tests.fakeregistry import FakeRegistry  # noqa: E402
-from tests.helpers import GPU, container, pod, standard_policies  # noqa: E402
-from tests.integration.test_admission import admission_review  # noqa: E402
+from tests.helpers import GPU, container, pod  # noqa: E402
 from tests.ociimages import OCI_INDEX, OCI_MANIFEST, config_image, digest, dumps, image, raw_top  # noqa: E402
 from tests.registryhelpers import client  # noqa: E402
-from webhook.admission.app import create_app  # noqa: E402
 from webhook.registry import documents  # noqa: E402
 from webhook.registry.resolver import ImageResolver  # noqa: E402
-from webhook.sources.store import PolicyStore  # noqa: E402
-from webhook.tls.certs import CertPaths, write_certificates  # noqa: E402
+from webhook.tls.certs import CertPaths  # noqa: E402
 
 MIB = 1024 * 1024
 ARCHS = ("amd64", "arm64", "ppc64le", "s390x")
@@ -124,38 +122,29 @@ def _serve(tls: CertPaths, repos: int, pipe: Connection) -> None:
     asyncio.run(run())
 
 
-def _status(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise RuntimeError(f"no {field}")
-
-
 async def measure(
     host: str, tls: CertPaths, repos: int, interval: float, baseline: float
 ) -> dict[str, Any]:
     c = client(tls.ca_cert, host, timeout_seconds=30)
     resolver = ImageResolver(c, c.config.registry_lookups)
-    store = PolicyStore()
-    store.replace(standard_policies())
-    http: TestClient[Any, Any] = TestClient(
-        TestServer(create_app(c.config, store, images=resolver))
-    )
-    await http.start_server()
+    async with admission_app(c.config, resolver) as mutate:
+        return await _attack(mutate, resolver, host, repos, interval, baseline)
 
-    async def mutate(obj: dict[str, Any]) -> float:
-        started = time.perf_counter()
-        reply = await http.post("/mutate", json=admission_review(obj))
-        await reply.read()
-        assert reply.status == 200
-        return time.perf_counter() - started
 
+async def _attack(
+    mutate: Callable[[Any], Awaitable[float]],
+    resolver: ImageResolver,
+    host: str,
+    repos: int,
+    interval: float,
+    baseline: float,
+) -> dict[str, Any]:
     known = pod(
         container("main", "nvcr.io/nvidia/cuda:12.4.1-runtime-ubuntu22.04", limits={GPU: "1"})
     )
     for _ in range(20):
         await mutate(known)  # warm
-    rss_before = _status("VmRSS")
+    rss_before = status_kib("VmRSS")
     peak = [rss_before]
     lags: list[float] = []
     stop = asyncio.Event()
@@ -166,7 +155,7 @@ async def measure(
             await asyncio.sleep(0.001)
             lags.append(time.perf_counter() - started - 0.001)
             if len(lags) % 10 == 0:
-                peak[0] = max(peak[0], _status("VmRSS"))
+                peak[0] = max(peak[0], status_kib("VmRSS"))
 
     unrelated: list[float] = []
 
@@ -209,7 +198,6 @@ async def measure(
     for row in resolver.entries():
         results[row["result"]] = results.get(row["result"], 0) + 1
     details = sorted({row["source"] for row in resolver.entries()})
-    await http.close()
     ordered = sorted(unrelated)
     return {
         "hostile_lookups": len(names) * len(ARCHS),
@@ -218,12 +206,12 @@ async def measure(
         "results": results,
         "details": details,
         "rss_before_mib": round(rss_before / 1024, 1),
-        "rss_peak_mib": round(max(peak[0], _status("VmHWM")) / 1024, 1),
+        "rss_peak_mib": round(max(peak[0], status_kib("VmHWM")) / 1024, 1),
         "baseline_loop_block_max_ms": round(max(base_lags) * 1000, 1),
-        "baseline_loop_block_p99_ms": round(_p99(base_lags) * 1000, 1),
+        "baseline_loop_block_p99_ms": round(lower_quantile(base_lags, 0.99) * 1000, 1),
         "baseline_unrelated_max_ms": round(max(base_unrelated) * 1000, 1),
         "loop_block_max_ms": round(max(lags) * 1000, 1),
-        "loop_block_p99_ms": round(_p99(lags) * 1000, 1),
+        "loop_block_p99_ms": round(lower_quantile(lags, 0.99) * 1000, 1),
         "unrelated_reviews": len(ordered),
         "unrelated_median_ms": round(statistics.median(ordered) * 1000, 1),
         "unrelated_max_ms": round(ordered[-1] * 1000, 1),
@@ -231,16 +219,12 @@ async def measure(
     }
 
 
-def _p99(samples: list[float]) -> float:
-    return sorted(samples)[int(0.99 * (len(samples) - 1))]
-
-
 def hostile_documents_names() -> list[str]:
     return ["values", "env", "index", "bloat-config", "bloat-index", "deep"]
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = cli.parser(__doc__)
     parser.add_argument("--repos", type=int, default=16, help="names per document (default 16)")
     parser.add_argument(
         "--interval", type=float, default=0.02, help="seconds between unrelated pods"
@@ -248,10 +232,10 @@ def main() -> int:
     parser.add_argument(
         "--baseline", type=float, default=5.0, help="seconds measured before any lookup"
     )
-    parser.add_argument("--json", action="store_true")
+    cli.add_json(parser)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as scratch:
-        tls = write_certificates(Path(scratch) / "tls", ["localhost"], ["127.0.0.1"])
+    with workdir("gpu-webhook-hostile-") as work:
+        tls = certificates(work)
         ours, theirs = multiprocessing.Pipe()
         child = multiprocessing.get_context("spawn").Process(
             target=_serve, args=(tls, args.repos, theirs)

@@ -12,12 +12,10 @@ inventory costs to hold (the bar: ≤ 15 MiB at 10,000 nodes, sync ≤ 3 s).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import gc
 import json
-import multiprocessing
 import sys
 import time
 from pathlib import Path
@@ -28,8 +26,11 @@ sys.path.insert(0, str(ROOT))
 
 from kubernetes.aio.client import ApiClient, Configuration  # noqa: E402
 
+from bench.harness import cli  # noqa: E402
+from bench.harness.core import WebhookConfig  # noqa: E402
+from bench.harness.proc import rss_kib  # noqa: E402
+from bench.harness.servers import KubeProcess  # noqa: E402
 from tests.fakekube import TOKEN, FakeKube, node  # noqa: E402
-from webhook.core.config.model import WebhookConfig  # noqa: E402
 from webhook.sources.nodes import NodeSource  # noqa: E402
 from webhook.sources.store import PolicyStore  # noqa: E402
 
@@ -92,25 +93,9 @@ def gpu_node(index: int) -> dict[str, Any]:
     return obj
 
 
-def serve(count: int, ready: Any) -> None:
-    """The fake API server's process: populate, report the port, serve until killed."""
-
-    async def main() -> None:
-        kube = FakeKube()
-        for index in range(count):
-            kube.put(gpu_node(index))
-        await kube.start()
-        ready.put(kube.port)
-        await asyncio.Event().wait()
-
-    asyncio.run(main())
-
-
-def rss_kib() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise RuntimeError("no VmRSS in /proc/self/status")
+def populate(kube: FakeKube, count: int) -> None:
+    for index in range(count):
+        kube.put(gpu_node(index))
 
 
 async def measure(port: int, count: int, page_size: int) -> dict[str, float]:
@@ -150,21 +135,13 @@ async def measure(port: int, count: int, page_size: int) -> dict[str, float]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = cli.parser(__doc__)
     parser.add_argument("--nodes", type=int, default=10_000)
     parser.add_argument("--page-size", type=int, default=500, help="list page size (limit)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    cli.add_json(parser, help="print one JSON object")
     args = parser.parse_args()
-    context = multiprocessing.get_context("spawn")
-    ready = context.Queue()
-    server = context.Process(target=serve, args=(args.nodes, ready), daemon=True)
-    server.start()
-    try:
-        port = ready.get(timeout=300)
-        result = asyncio.run(measure(port, args.nodes, args.page_size))
-    finally:
-        server.kill()
-        server.join()
+    with KubeProcess(populate, args.nodes, timeout=300) as kube:
+        result = asyncio.run(measure(kube.port, args.nodes, args.page_size))
     if args.json:
         print(json.dumps(result))
     else:

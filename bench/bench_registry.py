@@ -11,50 +11,29 @@ Not a test: figures (median/p90 ms) to compare runs on the same machine.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
-import statistics
 import sys
-import tempfile
-import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from aiohttp.test_utils import TestClient, TestServer  # noqa: E402
-
+from bench.harness import cli  # noqa: E402
+from bench.harness.core import ImageQuery  # noqa: E402
+from bench.harness.servers import admission_app, certificates, workdir  # noqa: E402
+from bench.harness.timing import figures_ms as figures  # noqa: E402
+from bench.harness.timing import timed  # noqa: E402
 from tests.fakeregistry import FakeRegistry, HangingServer  # noqa: E402
-from tests.helpers import GPU, container, pod, standard_policies  # noqa: E402
-from tests.integration.test_admission import admission_review  # noqa: E402
+from tests.helpers import GPU, container, pod  # noqa: E402
 from tests.ociimages import image  # noqa: E402
 from tests.realregistry import LoopThread, Registry, TokenServer, push, registry_binary  # noqa: E402
 from tests.registryhelpers import client  # noqa: E402
-from webhook.admission.app import create_app  # noqa: E402
 from webhook.registry.resolver import ImageResolver  # noqa: E402
-from webhook.sources.store import PolicyStore  # noqa: E402
-from webhook.tls.certs import CertPaths, write_certificates  # noqa: E402
+from webhook.tls.certs import CertPaths  # noqa: E402
 
 IMAGE = image({"arm64": ["CUDA_VERSION=12.6.0"], "amd64": ["CUDA_VERSION=12.4.1"]})
-
-
-def figures(samples: list[float]) -> dict[str, float]:
-    ordered = sorted(samples)
-    return {
-        "median_ms": round(statistics.median(ordered) * 1000, 3),
-        "p90_ms": round(ordered[int(0.9 * (len(ordered) - 1))] * 1000, 3),
-        "max_ms": round(ordered[-1] * 1000, 3),
-        "n": len(ordered),
-    }
-
-
-async def timed(call: Callable[[], Awaitable[Any]]) -> float:
-    started = time.perf_counter()
-    await call()
-    return time.perf_counter() - started
 
 
 async def measure(
@@ -83,8 +62,6 @@ async def measure(
     # Cached: the resolver answers from its cache.
     c = client(tls.ca_cert, host, *extra)
     resolver = ImageResolver(c, c.config.registry_lookups)
-    from webhook.core.images.facts import ImageQuery
-
     query = [ImageQuery(ref)]
     await resolver.resolve(query)
     cached = [await timed(lambda: resolver.resolve(query)) for _ in range(runs * 50)]
@@ -96,47 +73,38 @@ async def measure(
     await hang.start()
     c = client(tls.ca_cert, host, hang.host, *extra, budget_seconds=budget, timeout_seconds=30)
     resolver = ImageResolver(c, c.config.registry_lookups)
-    store = PolicyStore()
-    store.replace(standard_policies())
-    http: TestClient[Any, Any] = TestClient(
-        TestServer(create_app(c.config, store, images=resolver))
-    )
-    await http.start_server()
+    async with admission_app(c.config, resolver) as send:
 
-    async def mutate(image_ref: str) -> None:
-        obj = pod(container("main", image_ref, limits={GPU: "1"}))
-        reply = await http.post("/mutate", json=admission_review(obj))
-        await reply.read()
+        async def mutate(image_ref: str) -> None:
+            await send(pod(container("main", image_ref, limits={GPU: "1"})))
 
-    known = "nvcr.io/nvidia/cuda:12.4.1-runtime-ubuntu22.04"
-    await mutate(known)
-    out["admission_known_from_reference"] = figures(
-        [await timed(lambda: mutate(known)) for _ in range(runs * 5)]
-    )
-    out["admission_first_pod_registry_lookup"] = figures([await timed(lambda: mutate(ref))])
-    out["admission_cached_image"] = figures(
-        [await timed(lambda: mutate(ref)) for _ in range(runs * 5)]
-    )
-    hung = f"{hang.host}/team/trainer:1"
-    out["admission_registry_hangs_first_pod"] = figures([await timed(lambda: mutate(hung))])
-    out["admission_registry_hangs_next_pods"] = figures(
-        [await timed(lambda: mutate(hung)) for _ in range(runs)]
-    )
-    await http.close()
+        known = "nvcr.io/nvidia/cuda:12.4.1-runtime-ubuntu22.04"
+        await mutate(known)
+        out["admission_known_from_reference"] = figures(
+            [await timed(lambda: mutate(known)) for _ in range(runs * 5)]
+        )
+        out["admission_first_pod_registry_lookup"] = figures([await timed(lambda: mutate(ref))])
+        out["admission_cached_image"] = figures(
+            [await timed(lambda: mutate(ref)) for _ in range(runs * 5)]
+        )
+        hung = f"{hang.host}/team/trainer:1"
+        out["admission_registry_hangs_first_pod"] = figures([await timed(lambda: mutate(hung))])
+        out["admission_registry_hangs_next_pods"] = figures(
+            [await timed(lambda: mutate(hung)) for _ in range(runs)]
+        )
     await hang.close()
     return out
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = cli.parser(__doc__)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--budget", type=float, default=2.0)
-    parser.add_argument("--json", action="store_true")
+    cli.add_json(parser)
     args = parser.parse_args()
     binary = registry_binary()
-    with tempfile.TemporaryDirectory() as scratch:
-        work = Path(scratch)
-        tls = write_certificates(work / "tls", ["localhost"], ["127.0.0.1"])
+    with workdir("gpu-webhook-registry-") as work:
+        tls = certificates(work)
         thread = LoopThread()
         registries: list[Registry] = []
         try:

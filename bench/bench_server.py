@@ -7,8 +7,8 @@ event loop or a GIL with the server it measures). Figures:
    for a no-op aiohttp TLS server answering a fixed allowed review; the ratio is the headline;
 2. the webhook with uvloop and/or orjson disabled (GPU_WEBHOOK_DISABLE_UVLOOP/_ORJSON);
 3. open loop at fractions of the webhook's own max throughput (`--open-fractions`, default
-   half), driven by bench/openloop.c: p50/p99 measured from each request's scheduled send
-   time (no coordinated omission), with the generator's send lag and CPU;
+   half), driven by bench/harness/load/openloop.c: p50/p99 measured from each request's
+   scheduled send time (no coordinated omission), with the generator's send lag and CPU;
 4. RSS of the webhook after `--rss-reviews` reviews with `--rss-policies` CRL policies loaded,
    sampled from /proc/<pid>/status, and its growth over the second half, for both policy
    sources: the file source (`--policies DIR`) and the cluster watch (`--kubeconfig FILE`, the
@@ -16,7 +16,8 @@ event loop or a GIL with the server it measures). Figures:
    ConfigMaps by the fake API server of tests/fakekube.py in a thread of this process.
 
 The mix sends each object to /mutate and its mutated form to /validate, as the API server does.
-The load generator runs with its own GC disabled while it measures (see `_load`).
+The Python load generator runs with its own GC disabled while it measures (see `_load` in
+bench/harness/load/loadgen.py).
 
     python bench/bench_server.py            # full run, < 5 minutes on 2 cores
     python bench/bench_server.py --quick    # smoke run, ~30 s
@@ -27,11 +28,8 @@ The load generator runs with its own GC disabled while it measures (see `_load`)
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
 import sys
-import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -42,20 +40,34 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench.loadgen import Measurement, client_main, drive, measure  # noqa: E402
-from bench.openloop import openloop_path, run_openloop  # noqa: E402
-from bench.report import RSS_SOURCES, TARGETS, print_report  # noqa: E402
-from bench.servers import (  # noqa: E402
+from bench.harness import cli, processes  # noqa: E402
+from bench.harness.load.loadgen import Measurement, drive, measure  # noqa: E402
+from bench.harness.load.openloop import openloop_path, run_openloop  # noqa: E402
+from bench.harness.load.wrk import run_wrk, write_templates, wrk_path  # noqa: E402
+from bench.harness.objects import (  # noqa: E402
+    generate_policies,
+    policy_configmaps,
+    server_templates,
+)
+from bench.harness.proc import rss_kib  # noqa: E402
+from bench.harness.report import Column, Table  # noqa: E402
+from bench.harness.servers import (  # noqa: E402
+    certificates,
     fake_cluster,
     gauge,
     get,
-    noop_main,
-    policy_configmaps,
-    rss_kib,
     server,
+    workdir,
 )
-from bench.workload import generate_policies, server_templates  # noqa: E402
-from bench.wrkload import run_wrk, write_templates, wrk_path  # noqa: E402
+
+TARGETS = {
+    "throughput_ratio": 0.5,
+    "p99_ms_at_half_load": 5.0,
+    "rss_mib": 100.0,
+    # "No growth": ≤ 1 MiB over the second half (50,000 reviews by default: ~21 bytes each).
+    "rss_growth_second_half_kib": 1024,
+}
+RSS_SOURCES = {"file": "file (--policies)", "cluster": "cluster watch (--kubeconfig)"}
 
 
 def _rss_run(
@@ -89,7 +101,6 @@ def _rss_run(
 
 
 STACKS = {"fast": (False, False), "std": (True, True)}
-STACK_NAMES = {"fast": "uvloop + orjson", "std": "asyncio + json (no `fast` extra)"}
 
 
 def wrk_runs(args: argparse.Namespace, tls: Any, policies: Path, work: Path) -> dict[str, Any]:
@@ -125,17 +136,14 @@ def wrk_runs(args: argparse.Namespace, tls: Any, policies: Path, work: Path) -> 
                     tree=tree,
                     cpus=server_cpus,
                 ) as (port, pid):
-                    url = f"https://localhost:{port}"
-                    connections = args.concurrency
-                    # A short warm-up run first (imports, caches, connections).
-                    run_wrk(url, templates, pid, seconds=2, connections=connections, cpus=wrk_cpus)
                     result = run_wrk(
-                        url,
+                        f"https://localhost:{port}",
                         templates,
                         pid,
                         seconds=args.seconds,
-                        connections=connections,
+                        connections=args.concurrency,
                         cpus=wrk_cpus,
+                        warmup=2,  # a short run first (imports, caches, connections)
                     )
                 runs.append({"stack": stack, "mix": mix, "server": name, **result.as_dict()})
     for run in runs:
@@ -150,7 +158,8 @@ def wrk_runs(args: argparse.Namespace, tls: Any, policies: Path, work: Path) -> 
     return {"seconds": args.seconds, "connections": args.concurrency, "runs": runs}
 
 
-# What the report keeps of the C generator's JSON (bench/openloop.c documents each field).
+# What the report keeps of the C generator's JSON (bench/harness/load/openloop.c documents
+# each field).
 OPEN_FIELDS = (
     "sent",
     "completed",
@@ -180,8 +189,8 @@ def open_loop_runs(
     """The webhook open loop at fractions of its own maximum (distinct mix, fast stack).
 
     With --compiled the build the image ships (the compiled core) is the one measured. The load
-    comes from bench/openloop.c (each request sent at its scheduled time; latency from that
-    time), or from the Python generator with --python-load, which cannot keep its schedule
+    comes from bench/harness/load/openloop.c (each request sent at its scheduled time; latency
+    from that time), or from the Python generator with --python-load, which cannot keep its schedule
     above ~4,000 requests/s on 2 cores and then measures itself.
     """
     measured = "compiled" if args.compiled and not measurements else "webhook"
@@ -245,22 +254,134 @@ def open_loop_runs(
     return runs
 
 
-def run_main(args: argparse.Namespace) -> int:
-    from webhook.tls.certs import write_certificates
+WRK_TABLE = Table(
+    Column("stack", 6, align="<"),
+    Column("mix", 9, align="<"),
+    Column("server", 9, align="<"),
+    Column("reviews/s", 9, ".0f"),
+    Column("p50 ms", 7, ".2f"),
+    Column("p99 ms", 7, ".2f"),
+    Column("vs no-op", 8, ".2f"),
+    Column("vs prev", 7),
+    Column("server CPU", 10, ".2f"),
+    Column("wrk CPU", 7, ".2f"),
+    Column("kinstr", 6),
+    Column("non-2xx", 7),
+)
+MEASUREMENT_TABLE = Table(
+    Column("server", 40, align="<"),
+    Column("reviews/s", 10, ".0f"),
+    Column("p50 ms", 8),
+    Column("p99 ms", 8, ".2f"),
+    Column("errors", 7),
+)
+RSS_TABLE = Table(
+    Column("policy source", 30, align="<"),
+    Column("loaded", 6),
+    Column("invalid", 7),
+    Column("start MiB", 9, ".1f"),
+    Column("half MiB", 8, ".1f"),
+    Column("end MiB", 8, ".1f"),
+    Column("growth KiB", 10),
+    Column("≤ 100 MiB", 9),
+    Column("no growth", 9),
+    Column("errors", 6),
+)
 
+
+def _meets(met: bool) -> str:
+    return "meets" if met else "MISSES"
+
+
+def print_wrk(wrk: dict[str, Any]) -> None:
+    print(f"wrk, 1 thread, {wrk['connections']} connections, {wrk['seconds']:g} s per run")
+    print(WRK_TABLE.header())
+    for run in wrk["runs"]:
+        previous = f"{run['vs_previous']:.2f}" if "vs_previous" in run else "-"
+        print(
+            WRK_TABLE.row(
+                *(run[k] for k in ("stack", "mix", "server", "rps", "p50_ms", "p99_ms")),
+                run["vs_noop"],
+                previous,
+                run["server_cpu"],
+                run["wrk_cpu"],
+                run["kinstructions_per_review"],
+                run["non_2xx"] + run["socket_errors"],
+            )
+        )
+    print()
+
+
+def print_report(report: dict[str, Any], measurements: list[Measurement]) -> None:
+    print()
+    if "wrk" in report:
+        print_wrk(report["wrk"])
+    if measurements:
+        print(MEASUREMENT_TABLE.header())
+        for m in measurements:
+            p50 = f"{m.p50_ms:.2f}" if m.p50_ms is not None else "-"
+            print(MEASUREMENT_TABLE.row(m.name, m.rps, p50, m.p99_ms, m.errors))
+        print()
+    if "throughput_ratio" in report:
+        ratio = report["throughput_ratio"]
+        verdict = _meets(ratio >= TARGETS["throughput_ratio"])
+        print(f"throughput ratio webhook/no-op: {ratio:.2f} ({verdict} target ≥ 0.50)")
+    for run in report.get("open_loop", []):
+        verdict = _meets(run["p99_ms"] <= TARGETS["p99_ms_at_half_load"])
+        target = f" ({verdict} target ≤ 5 ms)" if run.get("fraction", 0.5) == 0.5 else ""
+        generator = run.get("generator", "python")
+        extra = ""
+        if generator == "openloop.c":
+            extra = (
+                f", send lag p99 {run['send_lag_p99_ms']:.2f} ms, generator CPU "
+                f"{run['cpu_share']:.2f}, server CPU {run['server_cpu']:.2f}, "
+                f"errors {run['non_2xx'] + run['errors'] + run['timeouts']}"
+            )
+        print(
+            f"open loop ({run.get('server', 'webhook')}, {generator}) at {run['rate']:.0f}/s: "
+            f"achieved {run['rps']:.0f}/s, p50 {run['p50_ms']:.2f} ms, "
+            f"p99 {run['p99_ms']:.2f} ms{target}{extra}"
+        )
+    rows = report["rss"]
+    if rows:
+        reviews = rows[0]["reviews"]
+        growth_target = TARGETS["rss_growth_second_half_kib"]
+        print()
+        print(
+            f"RSS after {reviews} reviews (half-way: {reviews // 2}); targets: end ≤ "
+            f"{TARGETS['rss_mib']:.0f} MiB, growth over the second half ≤ {growth_target} KiB"
+        )
+        print(RSS_TABLE.header())
+        for row in rows:
+            print(
+                RSS_TABLE.row(
+                    RSS_SOURCES[row["source"]],
+                    row["policies_loaded"],
+                    row["invalid_configmaps"],
+                    row["start_kib"] / 1024,
+                    row["half_kib"] / 1024,
+                    row["end_kib"] / 1024,
+                    row["growth_second_half_kib"],
+                    _meets(row["meets_rss_target"]),
+                    _meets(row["no_growth"]),
+                    row["errors"],
+                )
+            )
+
+
+def run_main(args: argparse.Namespace) -> int:
     if args.quick:
         args.requests, args.rss_reviews, args.open_requests = 3000, 10000, 2000
         args.variant_requests = 2000
-    work = Path(tempfile.mkdtemp(prefix="gpu-webhook-bench-"))
     report: dict[str, Any] = {
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "command": cli.command(),
         "cpus": os.cpu_count(),
         "python": sys.version.split()[0],
         "concurrency": args.concurrency,
         "targets": TARGETS,
     }
-    try:
-        tls = write_certificates(work / "tls", ["localhost"], ["127.0.0.1"])
+    with workdir("gpu-webhook-bench-") as work:
+        tls = certificates(work)
         policies = Path(args.policies)
         shipped_count = len(list(policies.glob("*.y*ml")))
         measurements: list[Measurement] = []
@@ -334,27 +455,14 @@ def run_main(args: argparse.Namespace) -> int:
         report["measurements"] = [asdict(m) for m in measurements]
         print_report(report, measurements)
         if args.json:
-            Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
-            print(f"JSON written to {args.json}")
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+            cli.write_json(args.json, report)
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    sub = parser.add_subparsers(dest="mode")
-    noop = sub.add_parser("noop", help="(internal) run the no-op TLS server")
-    noop.add_argument("--port", type=int, required=True)
-    noop.add_argument("--cert", required=True)
-    noop.add_argument("--key", required=True)
-    client = sub.add_parser("client", help="(internal) run the load generator")
-    client.add_argument("--url", required=True)
-    client.add_argument("--ca", required=True)
-    client.add_argument("--requests", type=int, required=True)
-    client.add_argument("--concurrency", type=int, default=32)
-    client.add_argument("--rate", type=float, default=0.0)
-    client.add_argument("--mix", choices=("fixed", "distinct", "replicas"), default="fixed")
+    parser = cli.parser(__doc__)
+    # The harness's `noop` and `client` processes (`python -m bench.harness`), here too.
+    processes.add_commands(parser.add_subparsers(dest="mode"))
     parser.add_argument("--requests", type=int, default=20000, help="per closed-loop run")
     parser.add_argument("--variant-requests", type=int, default=10000, help="per variant run")
     parser.add_argument("--open-requests", type=int, default=20000, help="per open-loop run")
@@ -409,17 +517,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--no-variants", action="store_true", help="skip uvloop/orjson variants")
     parser.add_argument("--quick", action="store_true", help="small counts, for a smoke run")
-    parser.add_argument("--json", metavar="FILE", help="also write the report as JSON")
+    cli.add_json_file(parser)
     args = parser.parse_args(argv)
     if (os.cpu_count() or 1) < 2:
         args.pin = False
     if args.only_rss and args.no_rss:
         parser.error("--only-rss and --no-rss leave nothing to run")
-    if args.mode == "noop":
-        return noop_main(args)
-    if args.mode == "client":
-        return client_main(args)
-    return run_main(args)
+    code = processes.run(args)
+    return run_main(args) if code is None else code
 
 
 if __name__ == "__main__":

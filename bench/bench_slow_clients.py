@@ -18,14 +18,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import resource
-import shutil
 import ssl
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -36,7 +33,9 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench.servers import rss_kib, server  # noqa: E402
+from bench.harness import cli  # noqa: E402
+from bench.harness.proc import rss_kib  # noqa: E402
+from bench.harness.servers import certificates, server, workdir  # noqa: E402
 
 EXAMPLE = (REPO / "examples" / "admissionreview-pod.json").read_bytes()
 MAX_CLIENTS = 5000
@@ -177,30 +176,25 @@ async def _attack(args: argparse.Namespace, port: int, pid: int, ca: Path) -> di
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from webhook.tls.certs import write_certificates
-
     # Each client is one file descriptor here and one in the server (which inherits the limit).
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     wanted = min(hard, max(soft, args.clients * 2 + 256))
     resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
     # The image's malloc settings (Dockerfile ENV), so the figure is the deployed server's; the
-    # webhook process inherits this environment (bench.servers.env).
+    # webhook process inherits this environment (bench.harness.servers.env).
     os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", "32768")
     os.environ.setdefault("MALLOC_TRIM_THRESHOLD_", "131072")
-    work = Path(tempfile.mkdtemp(prefix="gpu-webhook-slow-"))
-    try:
-        tls = write_certificates(work / "tls", ["localhost"], ["127.0.0.1"])
+    with workdir("gpu-webhook-slow-") as work:
+        tls = certificates(work)
         with server("webhook", tls, REPO / "configmaps", log_level="warning") as (port, pid):
             before = rss_kib(pid)
             attack = asyncio.run(_attack(args, port, pid, tls.ca_cert))
             time.sleep(2)  # let the event loop finish closing what the clients left behind
             after = rss_kib(pid)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     samples = attack.pop("samples")
     peak = max([before, *samples])
     return {
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "command": cli.command(),
         "clients": args.clients,
         "declared_bytes": args.declared,
         "held_bytes": args.hold,
@@ -236,20 +230,19 @@ def _print(report: dict[str, Any]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser = cli.parser(__doc__)
     parser.add_argument("--clients", type=int, default=1500)
     parser.add_argument("--declared", type=int, default=7_000_000, help="declared body bytes")
     parser.add_argument("--hold", type=int, default=60_000, help="body bytes actually sent")
     parser.add_argument("--max-seconds", type=float, default=60.0, help="bound on the run")
-    parser.add_argument("--json", metavar="FILE", help="also write the report as JSON")
+    cli.add_json_file(parser)
     args = parser.parse_args(argv)
     if not 1 <= args.clients <= MAX_CLIENTS:
         parser.error(f"--clients must be 1-{MAX_CLIENTS}")
     report = run(args)
     _print(report)
     if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
-        print(f"JSON written to {args.json}")
+        cli.write_json(args.json, report)
     return 0
 
 

@@ -16,18 +16,20 @@ corpus is absent.
 
 from __future__ import annotations
 
-import argparse
-import importlib
 import json
 import sys
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.harness import cli, tree  # noqa: E402
+
 DEFAULT_CORPUS = ROOT.parent / "shared" / "corpus" / "manifests"
 _DRA_CLASSES = frozenset({"gpu.nvidia.com", "mig.nvidia.com"})
 
@@ -86,31 +88,10 @@ def _kind(source: str) -> str:
     return "reference" if source.startswith("image ") else "other"
 
 
-def load_webhook(tree: Path) -> dict[str, ModuleType]:
-    """The webhook's modules from `tree` (first on the path; once per process)."""
-    if str(tree) not in sys.path:
-        sys.path.insert(0, str(tree))
-    # role -> the module now, and before the core's families (issue 32), for older trees.
-    names = {
-        "config": ("config.model", "config"),
-        "rules.cuda": ("placement.cuda", "rules.cuda"),
-        "workloads": ("workloads.pods", "workloads"),
-        "manifests": ("base.manifests", "manifests"),
-    }
-    return {role: _module(*where) for role, where in names.items()}
-
-
-def _module(now: str, before: str) -> ModuleType:
-    try:
-        return importlib.import_module(f"webhook.core.{now}")
-    except ModuleNotFoundError:
-        return importlib.import_module(f"webhook.core.{before}")
-
-
-def measure(corpus: Path, tree: Path = ROOT) -> list[Row]:
-    core = load_webhook(tree)
+def measure(corpus: Path, checkout: Path = ROOT) -> list[Row]:
+    core = tree.load(checkout, "config", "cuda", "workloads", "manifests")
     config = core["config"].WebhookConfig()
-    cuda, workloads = core["rules.cuda"], core["workloads"]
+    cuda, workloads = core["cuda"], core["workloads"]
     rows: list[Row] = []
     for path in sorted(corpus.iterdir()):
         if path.suffix not in (".yaml", ".yml", ".json"):
@@ -167,11 +148,11 @@ def summary(rows: list[Row]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser = cli.parser(__doc__)
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
-    parser.add_argument("--tree", type=Path, default=ROOT)
+    cli.add_tree(parser)
     parser.add_argument("--list", action="store_true")
-    parser.add_argument("--json", action="store_true")
+    cli.add_json(parser)
     args = parser.parse_args(argv)
     if not args.corpus.is_dir():
         print(f"corpus not found at {args.corpus}: skipped")

@@ -1,4 +1,5 @@
-"""The open-loop C load generator (bench/openloop.c) against the bench's no-op TLS server.
+"""The open-loop C load generator (bench/harness/load/openloop.c) against the bench's no-op TLS
+server.
 
 Only loopback: the generator refuses any other address, and the server listens on 127.0.0.1.
 """
@@ -16,10 +17,10 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from bench.openloop import openloop_path, run_openloop
-from bench.servers import server
-from bench.workload import server_templates
-from bench.wrkload import write_templates
+from bench.harness.load.openloop import openloop_path, run_openloop
+from bench.harness.load.wrk import write_templates
+from bench.harness.objects import server_templates
+from bench.harness.servers import server
 from tests.integration.helpers import ready_store, serve_in_thread
 from webhook.tls.certs import CertPaths, write_certificates
 
@@ -88,7 +89,7 @@ def test_refuses_host_names_and_bad_arguments(
     assert "usage" in done.stderr
 
 
-# bench/wrkload.py's Lua script, request by request: what the generator must send.
+# bench/harness/load/wrk.py's Lua script, request by request: what the generator must send.
 ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 TIME = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"
 

@@ -1,9 +1,9 @@
-"""The open-loop C load generator (bench/openloop.c): build it, run it, read its JSON.
+"""The open-loop C load generator (openloop.c beside this file): build it, run it, read its JSON.
 
 Request k is due at start + k/rate whether or not earlier ones were answered; latency runs from
 the scheduled time, so a slow answer delays (and is charged to) the requests queued behind it
 instead of silently lowering the offered rate (no coordinated omission). The bodies are the
-templates bench/wrkload.py writes, filled the same way as its Lua script.
+templates bench.harness.load.wrk writes, filled the same way as its Lua script.
 
 The generator is built with the system's C compiler and OpenSSL (Debian: `gcc`, `libssl-dev`;
 `make bench-deps`) into a cache directory, once per version of the source.
@@ -22,8 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.servers import taskset
-from bench.wrkload import cpu_seconds
+from bench.harness.proc import cpu_seconds, taskset
 
 SOURCE = Path(__file__).resolve().with_name("openloop.c")
 
@@ -71,7 +70,7 @@ def run_openloop(
 ) -> dict[str, Any]:
     """One open-loop run against https://localhost:`port` (127.0.0.1) at `rate` requests/s.
 
-    Returns the generator's JSON (see bench/openloop.c) plus `server_cpu`, the cores the server
+    Returns the generator's JSON (see openloop.c) plus `server_cpu`, the cores the server
     process used over the generator's lifetime (its connection set-up included); the
     generator's own share of a core while it ran its schedule is `cpu_share`.
 
@@ -85,7 +84,7 @@ def run_openloop(
             raise RuntimeError(why)
     if seed is None:
         # Each run starts its counter elsewhere: a server that saw an earlier run must not see
-        # the same objects again (as bench/wrkload.py).
+        # the same objects again (as with wrk).
         seed = random.randrange(10**12)
     argv = [str(binary), "127.0.0.1", str(port), str(ca), str(templates_dir / "bodies.tsv")]
     argv += [f"{rate:g}", str(requests), str(connections), str(seed), f"{timeout:g}"]

@@ -9,7 +9,7 @@
  *
  * One thread: epoll, a timerfd armed at each next deadline (absolute CLOCK_MONOTONIC, ns) and
  * OpenSSL over non-blocking sockets; every connection is connected and TLS-handshaken before
- * the schedule starts. Bodies are the templates bench/wrkload.py writes (bodies.tsv, one
+ * the schedule starts. Bodies are the templates bench/harness/load/wrk.py writes (bodies.tsv, one
  * PATH<TAB>BODY line each), with its Lua script's placeholders filled the same way.
  *
  *   openloop HOST PORT CA BODIES RATE REQUESTS [CONNECTIONS [SEED [TIMEOUT_S]]]
@@ -26,7 +26,7 @@
  * send_lag_p50/p99/max_ms (write done - scheduled time), cpu_seconds (getrusage, schedule
  * start to end), wall_seconds, cpu_share (= cpu_seconds / wall_seconds), abandoned.
  *
- * Build: cc -O2 -Wall -Wextra -o openloop bench/openloop.c -lssl -lcrypto
+ * Build: cc -O2 -Wall -Wextra -o openloop bench/harness/load/openloop.c -lssl -lcrypto
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -54,7 +54,7 @@
 #include <openssl/x509v3.h>
 
 #define SERVER_NAME "localhost" /* the bench's certificate: localhost and 127.0.0.1 */
-#define THREAD_ID 1             /* as bench/wrkload.py passes to its Lua script */
+#define THREAD_ID 1             /* as bench/harness/load/wrk.py passes to wrk */
 #define NS 1000000000LL
 
 /* ---- templates ---------------------------------------------------------------------- */

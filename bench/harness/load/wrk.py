@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.harness.proc import cpu_seconds, taskset
+
 LUA = r"""
 -- Each template is split once, at init, into literal pieces and placeholders; a request is one
 -- table.concat of its pieces. (Six string.gsub scans of a 3-6 KB body per request made wrk,
@@ -137,12 +139,6 @@ def write_templates(directory: Path, rows: list[tuple[str, str]]) -> Path:
     return directory
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    # utime and stime are fields 14 and 15 of /proc/PID/stat (proc(5)); here 0-based after ")"
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _ms(text: str) -> float:
     match = re.fullmatch(r"([0-9.]+)(us|ms|s)", text)
     if not match:
@@ -159,13 +155,17 @@ def run_wrk(
     seconds: float,
     connections: int,
     cpus: set[int] | None = None,
+    warmup: float = 0.0,
 ) -> WrkResult:
-    """One wrk run (one thread, `connections` keep-alive connections) and its CPU figures."""
+    """One wrk run (one thread, `connections` keep-alive connections) and its CPU figures;
+    `warmup` seconds of a run first, not measured (imports, caches, connections)."""
+    if warmup:
+        run_wrk(url, templates, server_pid, seconds=warmup, connections=connections, cpus=cpus)
     argv = ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "--latency", "--timeout", "10s"]
     argv += ["-s", str(templates / "mix.lua"), url, "--", str(templates / "bodies.tsv"), "1"]
     argv.append(str(random.randrange(10**12)))
     if cpus:
-        argv = ["taskset", "-c", ",".join(str(cpu) for cpu in sorted(cpus)), *argv]
+        argv = taskset(cpus) + argv
     server_before = cpu_seconds(server_pid)
     # Instructions the server ran in user space (perf, from Debian's linux-perf, where the
     # machine exposes counters): repeatable where the wall-clock rate swings with the machine.

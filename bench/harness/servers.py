@@ -1,27 +1,37 @@
-"""The servers under test: the webhook (`gpu-webhook serve`), a no-op aiohttp TLS server, and
-the fake API server for the cluster-watch runs; each in its own process (or thread)."""
+"""The servers a benchmark runs, all on loopback: the webhook (`gpu-webhook serve`) and a no-op
+aiohttp TLS server, each in its own process; the fake API server of tests/fakekube.py in a thread
+(fake_cluster) or in a process of its own (KubeProcess); the webhook's admission app in this
+process (admission_app); and the TLS material they serve with (workdir, certificates)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
+import multiprocessing
 import os
+import shutil
 import signal
 import ssl
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-REPO = Path(__file__).resolve().parents[1]
-# The entry point whose `noop` and `client` subcommands run the no-op server and the load
-# generator in their own processes.
-ENTRY = Path(__file__).resolve().with_name("bench_server.py")
+if TYPE_CHECKING:
+    from webhook.tls.certs import CertPaths
+
+from bench.harness import REPO
+from bench.harness.proc import taskset
+
+# The harness's own processes (bench.harness.processes): `noop` (below) and `client` (the
+# Python load generator), run from this checkout (cwd=REPO: `-m` looks there first).
+CHILD = [sys.executable, "-m", "bench.harness"]
 
 
 def noop_main(args: argparse.Namespace) -> int:
@@ -80,11 +90,6 @@ def noop_main(args: argparse.Namespace) -> int:
     with asyncio.Runner(loop_factory=loop_factory) as runner:
         runner.run(serve())
     return 0
-
-
-def taskset(cpus: set[int]) -> list[str]:
-    """The prefix running a command on `cpus` only (util-linux's taskset)."""
-    return ["taskset", "-c", ",".join(str(cpu) for cpu in sorted(cpus))]
 
 
 def free_port() -> int:
@@ -165,7 +170,7 @@ def server(
         # No load balancer to drain from: stop at once when the run is over.
         argv += ["--drain-seconds", "0"]
     else:
-        argv = [sys.executable, str(ENTRY), "noop", "--port", str(port)]
+        argv = [*CHILD, "noop", "--port", str(port)]
         argv += ["--cert", str(tls.cert), "--key", str(tls.key)]
     if cpus:
         argv = taskset(cpus) + argv
@@ -173,7 +178,7 @@ def server(
         argv,
         # `python -c` puts the working directory first on sys.path: another tree's webhook is
         # imported only when run from that tree.
-        cwd=tree or REPO,
+        cwd=(tree or REPO) if kind == "webhook" else REPO,
         env=env(no_uvloop, no_orjson, tree),
         stdout=subprocess.DEVNULL,
         # The webhook logs one line per review, as in production; the pipe is drained to null.
@@ -189,13 +194,6 @@ def server(
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-
-
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
 def get(port: int, ca: Path, path: str) -> str:
@@ -219,18 +217,6 @@ def gauge(metrics: str, name: str) -> int:
         if line.startswith(name + " "):
             return int(float(line.split()[1]))
     raise RuntimeError(f"no {name} in /metrics")
-
-
-def policy_configmaps(policies: Path) -> list[dict[str, Any]]:
-    """The ConfigMaps of a policy directory, read as the file source reads them."""
-    from webhook.sources.files import policy_files, read_documents
-
-    return [
-        doc
-        for file in policy_files(policies)
-        for doc in read_documents(file)
-        if isinstance(doc, dict) and doc.get("kind") == "ConfigMap"
-    ]
 
 
 @contextmanager
@@ -261,3 +247,132 @@ def fake_cluster(configmaps: list[dict[str, Any]], directory: Path) -> Iterator[
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=30)
         loop.close()
+
+
+@contextmanager
+def workdir(prefix: str) -> Iterator[Path]:
+    """A scratch directory for one run, removed after it."""
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield work
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def certificates(work: Path) -> CertPaths:
+    """A CA and a server certificate for localhost and 127.0.0.1, written under `work`/tls."""
+    from webhook.tls.certs import write_certificates
+
+    return write_certificates(work / "tls", ["localhost"], ["127.0.0.1"])
+
+
+def kubeconfig(directory: Path, port: int) -> Path:
+    """A kubeconfig for the fake API server on 127.0.0.1:`port`, with the token it accepts."""
+    from tests.fakekube import TOKEN
+
+    path = directory / "kubeconfig"
+    cluster = {"name": "fake", "cluster": {"server": f"http://127.0.0.1:{port}"}}
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [cluster],
+        "users": [{"name": "bench", "user": {"token": TOKEN}}],
+        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "bench"}}],
+        "current-context": "fake",
+    }
+    path.write_text(json.dumps(config))
+    return path
+
+
+def _serve_kube(
+    populate: Callable[..., Any], args: tuple[Any, ...], ready: Any, commands: Any
+) -> None:
+    """The fake API server's process: populate, report (port, facts), then answer request
+    counts."""
+    from tests.fakekube import FakeKube
+
+    async def main() -> None:
+        kube = FakeKube()
+        facts = populate(kube, *args)
+        await kube.start()
+        ready.put((kube.port, facts))
+        loop = asyncio.get_running_loop()
+        while True:
+            command = await loop.run_in_executor(None, commands.get)
+            if command == "count":
+                counts: dict[str, int] = {}
+                for request in kube.requests:
+                    counts[request.method] = counts.get(request.method, 0) + 1
+                ready.put(counts)
+                kube.requests.clear()
+
+    asyncio.run(main())
+
+
+class KubeProcess:
+    """The fake API server of tests/fakekube.py in a process of its own (spawned: its memory and
+    CPU are not the benchmark's), holding what `populate(kube, *args)` put in it; `facts` is
+    what populate returned. A module-level `populate` of the benchmark's script works: the
+    spawned process imports the script again as __mp_main__."""
+
+    def __init__(self, populate: Callable[..., Any], *args: Any, timeout: float = 900) -> None:
+        context = multiprocessing.get_context("spawn")
+        self._ready, self._commands = context.Queue(), context.Queue()
+        self._process = context.Process(
+            target=_serve_kube, args=(populate, args, self._ready, self._commands), daemon=True
+        )
+        self._timeout = timeout
+        self.port = 0
+        self.facts: Any = None
+
+    def __enter__(self) -> KubeProcess:
+        self._process.start()
+        try:
+            self.port, self.facts = self._ready.get(timeout=self._timeout)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._process.kill()
+        self._process.join()
+
+    def counts(self) -> dict[str, int]:
+        """The requests the server received since the last call, by method."""
+        self._commands.put("count")
+        counts: dict[str, int] = self._ready.get(timeout=60)
+        return counts
+
+
+@asynccontextmanager
+async def admission_app(
+    config: Any, images: Any
+) -> AsyncIterator[Callable[[Any], Awaitable[float]]]:
+    """The webhook's admission app in this process (aiohttp's test server on loopback) with the
+    standard policies and the image resolver `images`; yields `mutate(obj)`, which sends `obj`
+    to /mutate and returns the seconds the answer took (an answer other than 200 fails)."""
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from tests.helpers import standard_policies
+    from tests.integration.test_admission import admission_review
+    from webhook.admission.app import create_app
+    from webhook.sources.store import PolicyStore
+
+    store = PolicyStore()
+    store.replace(standard_policies())
+    http: TestClient[Any, Any] = TestClient(TestServer(create_app(config, store, images=images)))
+    await http.start_server()
+
+    async def mutate(obj: Any) -> float:
+        started = time.perf_counter()
+        reply = await http.post("/mutate", json=admission_review(obj))
+        await reply.read()
+        if reply.status != 200:
+            raise RuntimeError(f"/mutate answered HTTP {reply.status}")
+        return time.perf_counter() - started
+
+    try:
+        yield mutate
+    finally:
+        await http.close()

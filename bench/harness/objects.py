@@ -1,4 +1,5 @@
-"""The benchmark's workload: a realistic mix of AdmissionReviews and a synthetic policy set."""
+"""What the server benchmarks send and load: a realistic mix of AdmissionReviews (as bodies, and
+as templates for the C load generators), the shipped policies and synthetic CRL policy sets."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+from bench.harness import REPO
 
 
 def _review(obj: dict[str, Any], uid: str, group: str = "") -> dict[str, Any]:
@@ -128,8 +129,7 @@ def _mix_objects() -> list[tuple[dict[str, Any], str, int]]:
 def workload_mix() -> list[tuple[str, bytes]]:
     """(endpoint, body) pairs in the proportions a GPU cluster's webhook sees."""
     objects = _mix_objects()
-    from webhook.core.config.model import WebhookConfig
-    from webhook.core.evaluation.evaluate import evaluate
+    from bench.harness.core import WebhookConfig, evaluate
     from webhook.sources.files import load_policy_dir
 
     shipped = load_policy_dir(REPO / "configmaps")
@@ -147,7 +147,7 @@ def workload_mix() -> list[tuple[str, bytes]]:
 
 def generate_policies(directory: Path, total: int) -> Path:
     """The shipped configmaps/ plus synthetic CRLs up to `total` policies."""
-    from webhook.core.policies.crl import crl_configmap
+    from bench.harness.core import crl_configmap
 
     directory.mkdir(parents=True, exist_ok=True)
     shipped = sorted((REPO / "configmaps").glob("*.yaml"))
@@ -173,9 +173,20 @@ def generate_policies(directory: Path, total: int) -> Path:
     return directory
 
 
+def policy_configmaps(policies: Path) -> list[dict[str, Any]]:
+    """The ConfigMaps of a policy directory, read as the file source reads them."""
+    from webhook.sources.files import policy_files, read_documents
+
+    return [
+        doc
+        for file in policy_files(policies)
+        for doc in read_documents(file)
+        if isinstance(doc, dict) and doc.get("kind") == "ConfigMap"
+    ]
+
+
 def _mutated(obj: dict[str, Any]) -> dict[str, Any]:
-    from webhook.core.config.model import WebhookConfig
-    from webhook.core.evaluation.evaluate import evaluate
+    from bench.harness.core import WebhookConfig, evaluate
     from webhook.sources.files import load_policy_dir
 
     shipped = load_policy_dir(REPO / "configmaps")
@@ -189,7 +200,8 @@ def _template(endpoint: str, obj: dict[str, Any], group: str, name: str) -> tupl
 
 
 def server_templates(mix: str) -> list[tuple[str, str]]:
-    """Templates for the C load generator (bench/wrkload.py), in the mix's proportions.
+    """Templates for the C load generators (load/wrk.py, load/openloop.py), in the mix's
+    proportions.
 
     distinct: every request carries a different object (a counter in its name and in an env
       value of every container, both read by the evaluation), so no cache can answer it.

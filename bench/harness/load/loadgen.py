@@ -1,4 +1,5 @@
-"""The load generator (run as `bench_server.py client` in its own process) and its driver."""
+"""The Python load generator (`python -m bench.harness client`, in its own process) and its
+driver: closed loop (`--concurrency` in flight) or open loop (`--rate`)."""
 
 from __future__ import annotations
 
@@ -9,23 +10,15 @@ import json
 import ssl
 import statistics
 import subprocess
-import sys
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.servers import ENTRY, env
-from bench.workload import server_templates, workload_mix
-
-
-def _percentile(values: Sequence[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))
-    return ordered[index]
+from bench.harness import REPO
+from bench.harness.objects import server_templates, workload_mix
+from bench.harness.servers import CHILD, env
+from bench.harness.timing import nearest_rank
 
 
 async def _load(args: argparse.Namespace) -> dict[str, Any]:
@@ -45,7 +38,7 @@ async def _load(args: argparse.Namespace) -> dict[str, Any]:
             nonlocal errors
             endpoint, body = mix[index % len(mix)]
             if templates is not None:
-                # As bench/wrkload.py's Lua script: a new uid, object or name per request.
+                # As wrk's Lua script (load/wrk.py): a new uid, object or name per request.
                 body = (
                     body.replace(b"@UID@", f"00000000-0000-4000-8000-{index:012x}".encode())
                     .replace(b"@SEQ@", str(index).encode())
@@ -106,7 +99,7 @@ async def _load(args: argparse.Namespace) -> dict[str, Any]:
         "seconds": round(elapsed, 3),
         "rps": round(len(latencies) / elapsed, 1),
         "p50_ms": round(statistics.median(latencies) * 1000, 3) if latencies else None,
-        "p99_ms": round(_percentile(latencies, 99) * 1000, 3),
+        "p99_ms": round(nearest_rank(latencies, 99) * 1000, 3),
         "max_ms": round(max(latencies) * 1000, 3) if latencies else None,
     }
 
@@ -144,12 +137,14 @@ def drive(
     rate: float | None = None,
     mix: str = "fixed",
 ) -> dict[str, Any]:
-    argv = [sys.executable, str(ENTRY), "client", "--url", f"https://localhost:{port}"]
+    argv = [*CHILD, "client", "--url", f"https://localhost:{port}"]
     argv += ["--ca", str(ca), "--requests", str(requests), "--concurrency", str(concurrency)]
     argv += ["--mix", mix]
     if rate:
         argv += ["--rate", str(rate)]
-    done = subprocess.run(argv, env=env(), capture_output=True, text=True, check=True, timeout=900)
+    done = subprocess.run(
+        argv, cwd=REPO, env=env(), capture_output=True, text=True, check=True, timeout=900
+    )
     result: dict[str, Any] = json.loads(done.stdout)
     return result
 

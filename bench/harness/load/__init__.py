@@ -1,0 +1,1 @@
+"""The load generators: Python (loadgen), open loop in C (openloop + openloop.c), wrk (wrk)."""
