@@ -17,7 +17,7 @@ from setuptools import setup
 # The request path's pure core (webhook/core, no I/O), by family. Left out: the config models
 # (core/config: pydantic classes are not compiled by mypyc), workloads/claims.py (ClaimClasses
 # subclasses frozenset, which mypyc does not support for native classes), the offline-only parts
-# (base/manifests.py, core/audit, policies/native.py, images/knowledge.py), and GPU access control
+# (base/manifests.py, core/audit, policies/native*.py, images/knowledge.py), and GPU access control
 # (access/control.py, workloads/devices.py), which was never compiled.
 COMPILED = [
     "webhook/core/base/annotations.py",

@@ -14,7 +14,9 @@ import yaml
 
 from tests.chart.conftest import CHART_DIR, NAMESPACE, Render
 from tests.chart.test_chart import FULLNAME, container, find, one, supported_schema_versions
-from webhook.core.audit.audit import Audit, AuditResult, Finding, Problem, Ref
+from webhook.core.audit.audit import Audit
+from webhook.core.audit.findings import AuditResult, Finding, Problem
+from webhook.core.audit.owners import Ref
 from webhook.core.audit.reports import FORMATS, MAX_RESULTS, build_reports
 from webhook.core.workloads.pods import registry_for
 

@@ -8,14 +8,9 @@ from typing import Any
 import pytest
 
 from tests.helpers import GPU, container, crl, pod, policies, standard_policies, workload
-from webhook.core.audit.audit import (
-    MAX_PROBLEMS,
-    Audit,
-    Finding,
-    Ref,
-    evaluate_object,
-    pod_finished,
-)
+from webhook.core.audit.audit import Audit, evaluate_object, pod_finished
+from webhook.core.audit.findings import MAX_PROBLEMS, Finding
+from webhook.core.audit.owners import Ref
 from webhook.core.config.model import WebhookConfig
 from webhook.core.policies.policyset import PolicySet
 
@@ -280,7 +275,7 @@ def test_an_object_the_core_cannot_evaluate_is_a_denial_as_in_admission() -> Non
 def test_distinct_problems_per_finding_are_capped_and_counted() -> None:
     finding = Finding(Ref("apps/v1", "Deployment", "ml", "x"))
     other = Finding(Ref("apps/v1", "Deployment", "ml", "x"))
-    from webhook.core.audit.audit import Problem
+    from webhook.core.audit.findings import Problem
 
     for index in range(MAX_PROBLEMS + 7):
         other.add_problem(other.denied, Problem("p", "r", f"message {index}", pods=1))

@@ -13,8 +13,8 @@ from tests.helpers import GPU, apply, container, expr, node_terms, pod, run, sta
 from tests.unit.test_knowledge import ARCH_GROUP, GOOD
 from webhook.cli import main
 from webhook.core.base.versions import CudaVersion
+from webhook.core.config.image_rules import ImageRules
 from webhook.core.config.model import WebhookConfig
-from webhook.core.config.parts import ImageRules
 from webhook.core.evaluation.evaluate import evaluate
 from webhook.core.images.facts import ImageQuery
 from webhook.core.images.knowledge import ImageKnowledge

@@ -8,13 +8,8 @@ import json
 
 from webhook.cli import main
 from webhook.core.policies.crl import crl_configmap, parse_configmap
-from webhook.core.policies.native import (
-    PER_CALL_LIMIT,
-    cost_problem,
-    estimated_cost,
-    export,
-    group_keys,
-)
+from webhook.core.policies.native import export, group_keys
+from webhook.core.policies.native_cost import PER_CALL_LIMIT, cost_problem, estimated_cost
 
 
 def limitation(key: str, group: str) -> object:

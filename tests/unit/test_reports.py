@@ -11,7 +11,9 @@ import pytest
 from tests.helpers import GPU, container, pod, standard_policies
 from tests.unit.test_audit import IMAGE, MAX_GPU_MESSAGE, add, deployment_with_pods, gpu_pod
 from tests.unit.test_audit import gpu_policies as limited
-from webhook.core.audit.audit import Audit, AuditResult, Finding, Problem, Ref
+from webhook.core.audit.audit import Audit
+from webhook.core.audit.findings import AuditResult, Finding, Problem
+from webhook.core.audit.owners import Ref
 from webhook.core.audit.reports import (
     MAX_MESSAGE,
     MAX_REPORT_BYTES,

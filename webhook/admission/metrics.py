@@ -20,7 +20,7 @@ from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
 from webhook.admission.decisions import DecisionCache
-from webhook.core.audit.audit import SOURCE, policy_name
+from webhook.core.audit.findings import SOURCE, policy_name
 from webhook.core.audit.reports import OTHER
 from webhook.core.config.model import WebhookConfig
 from webhook.core.placement.injection import PLACEMENT_RULES

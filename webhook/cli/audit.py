@@ -13,7 +13,7 @@ from webhook.cli.exits import EXIT_DENIED, EXIT_OK, CommandError
 from webhook.cli.inputs import inventory_line
 from webhook.cli.progress import Progress
 from webhook.cli.review import load_policies
-from webhook.core.audit.audit import AuditResult, Finding, Problem
+from webhook.core.audit.findings import AuditResult, Finding, Problem
 from webhook.core.config.model import WebhookConfig, load_config
 
 if TYPE_CHECKING:

@@ -12,7 +12,8 @@ import yaml
 from webhook.cli.exits import EXIT_OK, CommandError
 from webhook.cli.review import load_policies
 from webhook.core.config.model import load_config
-from webhook.core.policies.native import cost_problem, estimated_cost, export
+from webhook.core.policies.native import export
+from webhook.core.policies.native_cost import cost_problem, estimated_cost
 
 
 def add_export_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

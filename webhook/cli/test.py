@@ -30,8 +30,8 @@ from webhook.cli.exits import EXIT_DENIED, EXIT_OK, CommandError
 from webhook.cli.inputs import Context, read_manifests
 from webhook.cli.review import DocumentResult, _context, load_policies, review_document
 from webhook.core.base.errors import ConfigError, ManifestError
+from webhook.core.config.image_rules import parse_image_table
 from webhook.core.config.model import WebhookConfig, load_config
-from webhook.core.config.parts import parse_image_table
 from webhook.core.policies.policyset import PolicySet
 from webhook.sources.files import read_documents
 

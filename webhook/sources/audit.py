@@ -21,7 +21,8 @@ from typing import Any
 
 from kubernetes.aio.client import ApiClient
 
-from webhook.core.audit.audit import Audit, AuditResult, audit_config, evaluate_object, pod_finished
+from webhook.core.audit.audit import Audit, audit_config, evaluate_object, pod_finished
+from webhook.core.audit.findings import AuditResult
 from webhook.core.config.model import WebhookConfig
 from webhook.core.kinds.registry import WorkloadKind
 from webhook.core.placement.inventory import NodeInventory

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 
 from kubernetes.aio.client import ApiClient
 
-from webhook.core.audit.audit import AuditResult
+from webhook.core.audit.findings import AuditResult
 from webhook.core.audit.reports import (
     DEFAULT_OWNER,
     FORMATS,

@@ -14,8 +14,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from webhook.core.config.image_rules import ImageTableConfigMap, parse_image_table
 from webhook.core.config.model import ImageCudaEntry, WebhookConfig
-from webhook.core.config.parts import ImageTableConfigMap, parse_image_table
 from webhook.sources.reflector import Key, Reflector, Watched
 from webhook.sources.store import PolicyStore
 

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.core.audit.audit import SOURCE, AuditResult, Finding, Problem
+from webhook.core.audit.findings import SOURCE, AuditResult, Finding, Problem
 
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "gpu-admission-webhook"

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import field_validator
 
-from webhook.core.config.parts import _Model
+from webhook.core.config.fields import _Model
 
 # DNS-1123 label (apimachinery IsDNS1123Label): what a namespace name is.
 _MAX_NAMESPACE = 63

@@ -18,7 +18,20 @@ from webhook.core.base.errors import ConfigError, ManifestError
 from webhook.core.base.manifests import load_yaml_documents
 from webhook.core.base.names import ResourceNames, name_problem
 from webhook.core.config.access import GpuAccess
-from webhook.core.config.parts import (
+from webhook.core.config.container_rules import (
+    DEFAULT_COMPUTE_RULES,
+    DEFAULT_ENV_FIXES,
+    ComputeCapabilityRule,
+    EnvFixRule,
+)
+from webhook.core.config.fields import _Model, label_key_problem, regex_problem
+from webhook.core.config.image_rules import (
+    DEFAULT_IMAGE_PATTERNS,
+    ImageCudaEntry,
+    ImageRules,
+    ImageTableConfigMap,
+)
+from webhook.core.config.labels import (
     ANNOTATION_CUDA_AFFINITY,
     ANNOTATION_CUDA_COMPATIBILITY,
     ANNOTATION_CUDA_VERSION,
@@ -26,24 +39,12 @@ from webhook.core.config.parts import (
     ANNOTATION_INJECTED_AFFINITY,
     ANNOTATION_MIN_COMPUTE,
     DEFAULT_COMPUTE_LABELS,
-    DEFAULT_COMPUTE_RULES,
     DEFAULT_CUDA_SCHEMES,
-    DEFAULT_ENV_FIXES,
-    DEFAULT_IMAGE_PATTERNS,
-    ComputeCapabilityRule,
     CudaLabels,
-    EnvFixRule,
-    ImageCudaEntry,
-    ImageRules,
-    ImageTableConfigMap,
     NodeSelectorTerm,
-    WorkloadEntry,
-    WorkloadTemplate,
-    _Model,
-    _regex_problem,
-    label_key_problem,
 )
 from webhook.core.config.registry import PUBLIC_REGISTRIES, RegistryLookups
+from webhook.core.config.workload_kinds import WorkloadEntry, WorkloadTemplate
 from webhook.core.images.knowledge import shipped_knowledge
 
 __all__ = [
@@ -298,7 +299,7 @@ class WebhookConfig(_Model):
     @classmethod
     def _patterns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         for pattern in value:
-            problem = _regex_problem(pattern)
+            problem = regex_problem(pattern)
             if problem:
                 raise ValueError(problem)
             if not {"major", "minor"} <= set(re.compile(pattern).groupindex):

@@ -8,7 +8,7 @@ import re
 
 from pydantic import Field, field_validator
 
-from webhook.core.config.parts import _Model
+from webhook.core.config.fields import _Model
 
 # The registries most GPU images come from, asked without being listed (SPEC §4 step 6): Docker
 # Hub, NVIDIA NGC, GitHub, Quay, Kubernetes, Google (Container Registry and its regional hosts,

@@ -73,7 +73,7 @@ def may_mutate_template(kind: str, operation: str) -> bool:
 
 # --- Whether an update changed what the evaluation reads (templates_equal) ---
 
-# Pod annotations the webhook reads (config_parts): its own, nothing else.
+# Pod annotations the webhook reads (config/labels.py): its own, nothing else.
 _READ_ANNOTATIONS = (
     "features.alauda.io/cuda-version",
     "features.alauda.io/cuda-affinity",

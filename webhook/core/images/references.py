@@ -20,7 +20,7 @@ from webhook.core.images.knowledge import ImageKnowledge
 
 
 class TableEntry(Protocol):
-    """An admin table entry (the config's imageCudaTable, config.parts.ImageCudaEntry): images
+    """An admin table entry (the config's imageCudaTable, config.image_rules.ImageCudaEntry): images
     matching `image` (shell-style glob) need CUDA `cuda_version`."""
 
     @property
