@@ -97,7 +97,9 @@ def test_every_runbook_url_points_at_a_section_of_docs_runbooks(render: Render) 
         url = rule["annotations"]["runbook_url"]
         base, _, anchor = url.partition("#")
         assert base.endswith("/docs/operations/runbooks.md"), url
-        assert anchor in anchors, f"{rule['alert']}: no section #{anchor} in docs/operations/runbooks.md"
+        assert anchor in anchors, (
+            f"{rule['alert']}: no section #{anchor} in docs/operations/runbooks.md"
+        )
 
 
 def _rules_file(render: Render, tmp_path: Path) -> tuple[Path, dict[str, dict[str, Any]]]:
