@@ -20,7 +20,7 @@ from .conftest import NAMESPACE, RELEASE, Render
 from .test_chart import find, one
 
 ROOT = Path(__file__).resolve().parents[2]
-RUNBOOKS = ROOT / "docs" / "runbooks.md"
+RUNBOOKS = ROOT / "docs" / "operations" / "runbooks.md"
 FULLNAME = f"{RELEASE}-gpu-admission-webhook"
 SEL = f'job="{FULLNAME}",namespace="{NAMESPACE}"'
 PROMTOOL = shutil.which("promtool")
@@ -96,8 +96,10 @@ def test_every_runbook_url_points_at_a_section_of_docs_runbooks(render: Render) 
     for rule in rules_of(render, ON):
         url = rule["annotations"]["runbook_url"]
         base, _, anchor = url.partition("#")
-        assert base.endswith("/docs/runbooks.md"), url
-        assert anchor in anchors, f"{rule['alert']}: no section #{anchor} in docs/runbooks.md"
+        assert base.endswith("/docs/operations/runbooks.md"), url
+        assert anchor in anchors, (
+            f"{rule['alert']}: no section #{anchor} in docs/operations/runbooks.md"
+        )
 
 
 def _rules_file(render: Render, tmp_path: Path) -> tuple[Path, dict[str, dict[str, Any]]]:
