@@ -55,7 +55,7 @@ COMPILED = [
     "webhook/core/workloads/pods.py",
     # The admission request path's pure parts around the evaluation: decoding the review,
     # building the answer, the decision cache's keys: ~6 % of the server's CPU in a py-spy profile
-    # (what compiling them saved was within this VM's noise; README, Benchmark).
+    # (what compiling them saved was within this VM's noise; docs/benchmarks.md).
     "webhook/admission/decisions.py",
     "webhook/admission/reviews.py",
 ]

@@ -21,7 +21,7 @@ reference tells is admitted every 20 ms.
 Measured in the webhook process: VmRSS sampled every 10 ms (and VmHWM), the event-loop lag (a
 task that sleeps 1 ms and notes how late it wakes), and each unrelated review's latency.
 
-    .venv/bin/python bench/bench_hostile_registry.py               # the README's figures
+    .venv/bin/python bench/bench_hostile_registry.py  # figures: docs/concepts/images.md
     .venv/bin/python bench/bench_hostile_registry.py --repos 4     # smoke run
 Loopback only. Not a test: figures to compare on one machine.
 """

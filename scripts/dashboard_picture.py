@@ -105,7 +105,7 @@ def pod(name: str, image: str, limits: dict[str, str]) -> dict[str, Any]:
 def load(port: int, ca: Path, closed_port: int, seconds: float, stop: threading.Event) -> None:
     """A few clients in a loop: GPU pods (identical replicas: decision cache hits), pods
     denied by the CRL limit, pods of an image whose CUDA only an unreachable registry could
-    tell, and the README's vGPU example; each to /mutate, then /validate."""
+    tell, and the docs' vGPU example; each to /mutate, then /validate."""
     example = json.loads((ROOT / "examples" / "admissionreview-pod.json").read_text())
     objects = [
         pod("train", IMAGE, {GPU: "1"}),

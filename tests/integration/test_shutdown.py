@@ -1,4 +1,4 @@
-"""Shutdown and logging of the real `gpu-webhook serve` process (SPEC §7, README "Shutdown").
+"""Shutdown and logging of the real `gpu-webhook serve` process (SPEC §7, docs: server.md).
 
 A second SIGTERM ends the drain early; a review in flight when the listener closes is still
 answered; review lines are flushed by the periodic flush while the server idles.

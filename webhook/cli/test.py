@@ -2,7 +2,7 @@
 `kyverno test` and `gator verify`.
 
 A test file (`apiVersion: gpu-webhook.dev/v1alpha1`, `kind: Test`, schema in `Suite` and the
-README) names a CRL folder, the manifests to evaluate, an optional inventory (the same inputs as
+CLI guide) names a CRL folder, the manifests to evaluate, an optional inventory (the same inputs as
 `gpu-webhook review`, read by the same code) and, per resource, what admission must answer. Each
 resource is evaluated by `review_document` (core/evaluation/evaluate.py, the admission core); the
 expected object after the patch is compared as a document: the core's JSONPatch applied to the

@@ -7,7 +7,7 @@ image would hand them every GPU out. evaluate.py turns them into warnings, denia
 NVIDIA_VISIBLE_DEVICES=void change by `gpuAccess.mode`.
 
 Which node configurations honour each path, with NVIDIA's and the runtimes' sources, is in
-docs/gpu-access.md; the code cites what each rule relies on.
+docs/concepts/gpu-access.md; the code cites what each rule relies on.
 """
 
 from __future__ import annotations

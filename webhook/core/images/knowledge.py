@@ -199,7 +199,7 @@ class Known:
     family: str
     release: str
     cite: str
-    source: str  # the link, for `gpu-webhook images` and the README
+    source: str  # the link, for `gpu-webhook images` and the docs
     # When the release's images differ by architecture: (architecture, version, note text)
     # for every architecture with a version (those of `arch`, and `cuda` for the others),
     # sorted; built once at load time. () otherwise: `version` holds for every architecture.

@@ -75,7 +75,7 @@ class WorkloadKind:
     group: str
     kind: str
     rules: tuple[TemplateRule, ...]
-    source: str = ""  # the Go type the paths come from, for /policies and the README
+    source: str = ""  # the Go type the paths come from, for /policies and the docs
     # Whether some rule reaches a template (not the object's own pod spec): set once here, read
     # by every evaluation.
     templates: bool = field(init=False, default=False)

@@ -48,7 +48,7 @@ POLICY_NAME = "gpu-webhook-crl"
 BINDING_NAME = "gpu-webhook-crl"
 API_VERSION = "admissionregistration.k8s.io/v1"
 
-# What CEL cannot express, printed by the command and listed in the README.
+# What CEL cannot express, printed by the command and listed in docs/operations/native-policies.md.
 NOT_EXPRESSED: tuple[str, ...] = (
     "defaults (defaultValue, requests fromLimits) are not applied: a policy only validates; "
     "a missing key that has a default is accepted, as the webhook would default it",
