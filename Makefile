@@ -52,10 +52,13 @@ unit-compiled:
 # toctree) fails it; -E reads every page afresh, so a warning of an unchanged page is never
 # hidden by Sphinx's cache. The reference pages are generated from the code at each build.
 # Offline: nothing in docs/conf.py reaches the network.
+# DOCS_SRC/DOCS_OUT let tests/docs build a small tree with the same configuration and flags.
 SPHINX_STRICT := -W --keep-going -n -E -q
+DOCS_SRC ?= docs
+DOCS_OUT ?= build/docs
 docs: $(STAMP)
-	$(BIN)/sphinx-build -b html $(SPHINX_STRICT) docs build/docs
-	@echo "docs: build/docs/index.html"
+	$(BIN)/sphinx-build -b html $(SPHINX_STRICT) -c docs $(DOCS_SRC) $(DOCS_OUT)
+	@echo "docs: $(DOCS_OUT)/index.html"
 
 docs-check: docs
 

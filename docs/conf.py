@@ -40,11 +40,6 @@ html_static_path: list[str] = []
 # Furo's "edit this page" and view-source links would point at a host: none.
 html_show_sourcelink = False
 
-# The reference pages are written from the code at every build (scripts/docs_reference.py):
-# the CLI from its argparse parsers, the config from its pydantic model, the chart's values
-# from values.schema.json and values.yaml.
-write_references(Path(__file__).resolve().parent / "reference")
-
 
 class _TolerateEmptyGlob(logging.Filter):
     """The toctrees of index.md read each folder through a glob, so a folder with no page yet
@@ -57,6 +52,14 @@ class _TolerateEmptyGlob(logging.Filter):
         return getattr(record, "subtype", None) != "empty_glob"
 
 
+def _write_references(app: Sphinx) -> None:
+    """The reference pages, written from the code before Sphinx looks for pages
+    (scripts/docs_reference.py): the CLI from its argparse parsers, the config from its
+    pydantic model, the chart's values from values.schema.json and values.yaml."""
+    write_references(Path(app.srcdir) / "reference")
+
+
 def setup(app: Sphinx) -> None:
     for handler in logging.getLogger("sphinx").handlers:
         handler.filters.insert(0, _TolerateEmptyGlob())
+    app.connect("builder-inited", _write_references)

@@ -98,9 +98,9 @@ def usage(parser: argparse.ArgumentParser) -> str:
 def option_name(action: argparse.Action) -> str:
     """How the reference names an argument: its option strings, or a positional's metavar."""
     if action.option_strings:
-        return ", ".join(action.option_strings)
+        return ", ".join(code(o) for o in action.option_strings)
     metavar = action.metavar if isinstance(action.metavar, str) else None
-    return metavar or action.dest
+    return code(metavar or action.dest)
 
 
 def option_help(action: argparse.Action, prog: str) -> str:
@@ -176,7 +176,7 @@ def _argument_table(parser: argparse.ArgumentParser) -> list[str]:
     lines = ["| argument | value | default | description |", "|---|---|---|---|"]
     for action in actions:
         lines.append(
-            f"| {code(option_name(action))} | {option_value(action)} | {option_default(action)}"
+            f"| {option_name(action)} | {option_value(action)} | {option_default(action)}"
             f" | {cell(option_help(action, parser.prog))} |"
         )
     return [*lines, ""]
