@@ -338,10 +338,19 @@ def default_text(schema: Mapping[str, Any], required: bool) -> tuple[str, str]:
     return "see below", block
 
 
-def config_page(root: type[BaseModel] = WebhookConfig) -> str:
+def config_page(
+    root: type[BaseModel] = WebhookConfig, chart: Mapping[str, str] | None = None
+) -> str:
+    """The configuration reference. A key the model's source does not describe takes the
+    comment of the chart's values.yaml above the same key under `config:` (`chart`: its
+    comments by dotted path below `config`), as `values_comments` reads them."""
     schema, classes, anchors = config_sections(root)
     schema = with_factory_defaults(root, schema)
-    comments = field_comments(root)
+    chart = chart or {}
+    comments = {
+        name: field_comments(root).get(name) or chart.get(info.alias or name, "")
+        for name, info in root.model_fields.items()
+    }
     by_alias = {info.alias or name: name for name, info in root.model_fields.items()}
     lines = [
         "# Configuration reference",
@@ -383,13 +392,30 @@ def config_page(root: type[BaseModel] = WebhookConfig) -> str:
         if block:
             lines += ["Default:", "", "```yaml", block, "```", ""]
     lines += ["## Nested parts", ""]
+    # A part that is the value of one top-level key (registryLookups: RegistryLookups) is
+    # described under that key in values.yaml too.
+    part_keys: dict[str, list[str]] = {}
+    for key, prop in properties.items():
+        if "$ref" in prop:
+            part_keys.setdefault(str(prop["$ref"]).rsplit("/", 1)[-1], []).append(key)
     for name, part in sorted(schema.get("$defs", {}).items()):
-        lines += _part_section(name, part, classes.get(name), anchors)
+        keys = part_keys.get(name, [])
+        prefix = f"{keys[0]}." if len(keys) == 1 else None
+        fallback = (
+            {k.removeprefix(prefix): v for k, v in chart.items() if k.startswith(prefix)}
+            if prefix
+            else {}
+        )
+        lines += _part_section(name, part, classes.get(name), anchors, fallback)
     return "\n".join(lines).rstrip() + "\n"
 
 
 def _part_section(
-    name: str, part: Mapping[str, Any], cls: type[BaseModel] | None, anchors: Mapping[str, str]
+    name: str,
+    part: Mapping[str, Any],
+    cls: type[BaseModel] | None,
+    anchors: Mapping[str, str],
+    chart: Mapping[str, str],
 ) -> list[str]:
     lines = [f"({anchors[name]})=", f"### {name}", ""]
     if part.get("description"):
@@ -400,6 +426,11 @@ def _part_section(
     if not properties:
         return [*lines, f"Type: {schema_type(part, anchors)}.", ""]
     comments = field_comments(cls) if cls is not None else {}
+    if cls is not None:
+        for field, info in cls.model_fields.items():
+            if not comments.get(field):
+                # A table cell holds prose only: a commented-out example stays in values.yaml.
+                comments[field] = prose(chart.get(info.alias or field, ""))
     by_alias = (
         {info.alias or n: n for n, info in cls.model_fields.items()} if cls is not None else {}
     )
@@ -447,20 +478,34 @@ def values_comments(text: str) -> dict[str, str]:
 
 
 def _comment_markdown(block: list[str]) -> str:
-    """A comment block as Markdown: prose joined into one paragraph, indented example lines
-    (a commented-out YAML example) as a code block."""
-    prose: list[str] = []
-    example: list[str] = []
+    """A comment block as Markdown, in its order: runs of prose joined into paragraphs,
+    indented example lines (a commented-out YAML example) as code blocks."""
+    segments: list[tuple[bool, list[str]]] = []
     for line in block:
-        if line.startswith("  ") or (example and line.startswith("-")):
-            example.append(line)
-        else:
-            prose.append(line)
-    text = " ".join(" ".join(prose).split())
-    if example:
-        sample = textwrap.dedent("\n".join(example))
-        text += "\n\n```yaml\n" + sample + "\n```"
-    return text
+        is_example = line.startswith("  ") or (
+            bool(segments) and segments[-1][0] and line.startswith("-")
+        )
+        if not segments or segments[-1][0] != is_example:
+            segments.append((is_example, []))
+        segments[-1][1].append(line)
+    parts = [
+        "```yaml\n" + textwrap.dedent("\n".join(lines)) + "\n```"
+        if example
+        else " ".join(" ".join(lines).split())
+        for example, lines in segments
+    ]
+    return "\n\n".join(p for p in parts if p)
+
+
+def prose(text: str) -> str:
+    """A description without its code blocks, for a table cell."""
+    kept = [p for p in text.split("\n\n") if not p.startswith("```")]
+    return " ".join(kept)
+
+
+def examples(text: str) -> list[str]:
+    """The code blocks of a description."""
+    return [p for p in text.split("\n\n") if p.startswith("```")]
 
 
 def _resolve(schema: Mapping[str, Any], root: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -504,10 +549,8 @@ def values_page(schema: Mapping[str, Any], values: Any, comments: Mapping[str, s
     blocks: list[str] = []
     for path, prop, default, present in value_rows(schema, values, schema):
         text = str(prop.get("description") or "")
-        comment = comments.get(path, "")
-        example = ""
-        if "\n\n```" in comment:
-            comment, example = comment.split("\n\n", 1)
+        comment = prose(comments.get(path, ""))
+        samples = examples(comments.get(path, ""))
         if comment and comment not in text:
             text = f"{text} {comment}".strip()
         bounds = constraints(prop)
@@ -534,8 +577,8 @@ def values_page(schema: Mapping[str, Any], values: Any, comments: Mapping[str, s
                     "```",
                     "",
                 ]
-        if example:
-            blocks += [f"Example for `{path}`:", "", example, ""]
+        for sample in samples:
+            blocks += [f"Example for `{path}`:", "", sample, ""]
         lines.append(f"| {code(path)} | {schema_type(prop)} | {shown} | {cell(text)} |")
     lines.append("")
     if blocks:
@@ -554,10 +597,16 @@ def pages() -> dict[str, str]:
     """File name -> page text of every generated reference page."""
     values_text = VALUES_PATH.read_text(encoding="utf-8")
     schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    chart_comments = values_comments(values_text)
+    config_comments = {
+        path.removeprefix("config."): text
+        for path, text in chart_comments.items()
+        if path.startswith("config.")
+    }
     return {
         "cli.md": cli_page(build_parser()),
-        "config.md": config_page(WebhookConfig),
-        "values.md": values_page(schema, yaml.safe_load(values_text), values_comments(values_text)),
+        "config.md": config_page(WebhookConfig, config_comments),
+        "values.md": values_page(schema, yaml.safe_load(values_text), chart_comments),
     }
 
 

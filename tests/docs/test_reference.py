@@ -97,6 +97,7 @@ class _Part(BaseModel):
 
     # How many of them.
     snake_name: int = Field(default=3, ge=1)
+    other: bool = True
 
 
 class _Demo(BaseModel):
@@ -110,6 +111,7 @@ class _Demo(BaseModel):
     part: _Part = _Part()
     tags: dict[str, str] = Field(default_factory=lambda: {"team": "ml"})
     named: str = Field(default="x", description="a description given to Field wins")
+    plain: int = 1
 
 
 def test_config_reference_reads_types_defaults_and_comments_from_the_model() -> None:
@@ -124,6 +126,19 @@ def test_config_reference_reads_types_defaults_and_comments_from_the_model() -> 
     assert "a description given to Field wins" in page.split("### `named`", 1)[1]
     assert "A nested part whose `snakeName` is written camelCase in the reference." in page
     assert "| `snakeName` | integer | `3` | How many of them. Allowed: ≥ 1. |" in page
+
+
+def test_config_reference_takes_the_charts_comment_where_the_model_has_none() -> None:
+    chart = {
+        "plain": "From values.yaml, e.g.\n\n```yaml\nplain: 2\n```",
+        "part.other": "Other, from values.yaml.\n\n```yaml\nother: false\n```",
+        "runMode": "Not used: the model's comment wins.",
+    }
+    page = config_page(_Demo, chart)
+    plain = page.split("### `plain`", 1)[1].split("###", 1)[0]
+    assert "From values.yaml, e.g.\n\n```yaml\nplain: 2\n```" in plain
+    assert "| `other` | boolean | `true` | Other, from values.yaml. |" in page
+    assert "Not used" not in page
 
 
 def test_values_reference_covers_every_value() -> None:
