@@ -39,6 +39,8 @@ from pydantic_core import to_jsonable_python
 from webhook.cli import build_parser
 from webhook.core.config.model import WebhookConfig
 
+__all__ = ["WebhookConfig", "build_parser", "pages", "write_references"]
+
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "charts" / "gpu-admission-webhook"
 SCHEMA_PATH = CHART / "values.schema.json"
