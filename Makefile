@@ -4,19 +4,19 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint typecheck unit unit-compiled compiled demo serve bench bench-deps clean
+.PHONY: install test lint typecheck unit unit-compiled compiled docs docs-check demo serve bench bench-deps clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,fast]'
+	$(BIN)/pip install --quiet -e '.[test,fast,docs]'
 	touch $(STAMP)
 
 install: $(STAMP)
 
 lint: $(STAMP)
-	$(BIN)/ruff check webhook tests bench scripts setup.py
-	$(BIN)/ruff format --check webhook tests bench scripts setup.py
+	$(BIN)/ruff check webhook tests bench scripts docs/conf.py setup.py
+	$(BIN)/ruff format --check webhook tests bench scripts docs/conf.py setup.py
 	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
@@ -47,9 +47,24 @@ unit-compiled:
 	else $(MAKE) --no-print-directory $(COMPILED_STAMP) && \
 	  GPU_WEBHOOK_COMPILED=$(COMPILED_TREE) $(BIN)/pytest -q; fi
 
-# The README's test command: install, lint, type-check, run every test (pure Python, then
-# with the compiled core).
-test: lint typecheck unit unit-compiled
+# The documentation site (docs/development/docs.md): Sphinx with MyST-Parser and Furo, into
+# build/docs. Strict: any warning (a broken link or anchor, a missing page, a page in no
+# toctree) fails it; -E reads every page afresh, so a warning of an unchanged page is never
+# hidden by Sphinx's cache. The reference pages are generated from the code at each build.
+# Offline: nothing in docs/conf.py reaches the network.
+# DOCS_SRC/DOCS_OUT let tests/docs build a small tree with the same configuration and flags.
+SPHINX_STRICT := -W --keep-going -n -E -q
+DOCS_SRC ?= docs
+DOCS_OUT ?= build/docs
+docs: $(STAMP)
+	$(BIN)/sphinx-build -b html $(SPHINX_STRICT) -c docs $(DOCS_SRC) $(DOCS_OUT)
+	@echo "docs: $(DOCS_OUT)/index.html"
+
+docs-check: docs
+
+# The README's test command: install, lint, type-check, build the docs strict, run every test
+# (pure Python, then with the compiled core).
+test: lint typecheck docs-check unit unit-compiled
 
 # review exits 1 when something is denied: the third example is, on purpose, so the demo says
 # so and ends with 0; any other failure still fails the target.

@@ -8,7 +8,7 @@ Everything is on loopback: the fake API server of tests/fakekube.py (the audit's
 tests/auditdata.py's workloads and nodes), the webhook, Prometheus, and a closed loopback port
 standing in for an unreachable registry.
 
-    .venv/bin/pip install -e '.[docs]'        # matplotlib
+    .venv/bin/pip install -e '.[dashboard]'   # matplotlib
     apt-get install prometheus                 # Debian's Prometheus (the binary only is used)
     .venv/bin/python scripts/dashboard_picture.py [--seconds 180] [--out docs/images/dashboard.png]
 """

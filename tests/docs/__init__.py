@@ -1,0 +1,1 @@
+"""Tests of the documentation site: the generated references and the strict build."""
