@@ -25,10 +25,7 @@ copyright = "the gpu-admission-webhook authors, Apache-2.0"
 extensions = ["myst_parser"]
 source_suffix = {".md": "markdown"}
 root_doc = "index"
-# runbooks.md (until the docs-content move puts it at operations/runbooks.md) links to
-# ../README.md#metrics, outside the site: left out of the build rather than edited under the
-# move. The pattern matches nothing once the page has moved.
-exclude_patterns = ["_build", "runbooks.md"]
+exclude_patterns = ["_build"]
 
 # `#section` links within and across pages resolve to headings down to level 3 (GitHub's slugs).
 myst_heading_anchors = 3
