@@ -288,8 +288,8 @@ class ReviewCounts(Collector):
     Counter.inc and Histogram.observe for each review cost ~6 µs of its ~120 µs of CPU when
     stubbed out in one sitting. Reviews are answered, and /metrics scraped, on the event loop's
     one thread, so plain dict and list updates are enough. Label values are bounded by the
-    caller (admission/app.py `_label`; mutation kinds are rule names). The exposition is what
-    prometheus_client's Counter and Histogram write:
+    caller (admission/review_handler.py `_label`; mutation kinds are rule names). The
+    exposition is what prometheus_client's Counter and Histogram write:
     `_total` and `_created` per label set; `_bucket` (cumulative, `le` as Go formats floats),
     `_count`, `_sum` and `_created` per endpoint.
     """

@@ -14,10 +14,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from webhook.admission.app import create_app, review_log
+from webhook.admission.app import create_app
 from webhook.admission.jsoncodec import json_codec
 from webhook.admission.limits import DEFAULT_DRAIN_SECONDS, DEFAULT_MAX_CONNECTIONS
 from webhook.admission.logs import configure_logging
+from webhook.admission.review_handler import review_log
 from webhook.admission.runner import loop_factory, serve_app
 from webhook.admission.state import PolicySource
 from webhook.cli.exits import CommandError

@@ -1,0 +1,162 @@
+"""One decoded admission request evaluated into an Outcome: snapshots, registry lookups, answer."""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from typing import Any
+
+from webhook.admission.reviews import (
+    AdmissionRequest,
+    allowed_response,
+    denied_response,
+    patched_response,
+)
+from webhook.admission.state import Outcome, WebhookState
+from webhook.core.base.errors import WebhookError
+from webhook.core.config.model import WebhookConfig
+from webhook.core.evaluation.evaluate import Decision
+from webhook.core.placement.inventory import NodeInventory
+
+# What evaluation sees while the node inventory's first list is still running (SPEC §4).
+NOT_LISTED_YET = NodeInventory.not_listed_yet()
+
+# The logger keeps the name it had when this was part of app.py: log lines and filters name it.
+log = logging.getLogger("webhook.admission.app")
+
+
+def read_snapshots(state: WebhookState) -> tuple[Any, WebhookConfig, NodeInventory | None, Any]:
+    """What an evaluation reads besides the review: policies, config, inventory, claims."""
+    store = state.store
+    return (
+        store.current,
+        # The config with a watched ConfigMap's image table, when there is one.
+        store.config or state.config,
+        # Cluster snapshots as they are now (None: not known); never fetched here.
+        store.inventory if not store.inventory_pending else NOT_LISTED_YET,
+        store.claims,
+    )
+
+
+def _evaluate(
+    state: WebhookState,
+    endpoint: str,
+    req: AdmissionRequest,
+    snapshots: tuple[Any, WebhookConfig, NodeInventory | None, Any],
+    **images: Any,
+) -> Decision:
+    policies, config, inventory, claims = snapshots
+    return state.evaluator(
+        req.object,
+        policies,
+        config,
+        kind=req.kind or None,
+        group=req.group,
+        namespace=req.namespace or None,
+        operation=req.operation,
+        sub_resource=req.sub_resource,
+        old_object=req.old_object,
+        inventory=inventory,
+        claims=claims,
+        # /validate returns no Pod or template warnings (the mutating call showed them).
+        violations_only=endpoint == "validate",
+        **images,
+    )
+
+
+async def decide(
+    state: WebhookState,
+    endpoint: str,
+    req: AdmissionRequest,
+    snapshots: tuple[Any, WebhookConfig, NodeInventory | None, Any],
+) -> Outcome:
+    """Evaluate and build the response; every exception becomes a denial, never an HTTP 500."""
+    if req.object is None or req.operation not in ("CREATE", "UPDATE"):
+        return Outcome(allowed_response(req), "allowed", 0, 0)
+    what = f"{req.kind or 'object'} {req.ref or '(unnamed)'}"
+    lookup_warnings: list[str] = []
+    failed: dict[str, str] | None = None
+    try:
+        decision = _evaluate(state, endpoint, req, snapshots)
+        # Only images whose CUDA nothing else told reach a registry (SPEC §4 step 6), within
+        # the budget; the evaluation runs again with what the lookups found.
+        if decision.unresolved_images and state.images is not None:
+            found = await state.images.resolve(decision.unresolved_images)
+            lookup_warnings = found.warnings
+            failed = found.failed
+            if found.facts:
+                decision = _evaluate(state, endpoint, req, snapshots, images=found.facts)
+    except WebhookError as exc:
+        # The object does not have the shape its kind requires: say so, as the API server would.
+        return Outcome(denied_response(req, f"cannot evaluate {what}: {exc}"), "denied", 0, 0)
+    except Exception as exc:
+        # A 403 denial like any other (SPEC §7: a well-formed review never yields a 500); the
+        # message says it is the webhook's fault, and failurePolicy does not apply to denials.
+        log.error(
+            "internal error evaluating %s (uid %s)\n%s", what, req.uid, traceback.format_exc()
+        )
+        message = (
+            f"internal error evaluating {what}: {type(exc).__name__}: {exc}; see the webhook logs"
+        )
+        return Outcome(denied_response(req, message), "error", 0, 0, cacheable=False)
+    # An answer that waited on a registry depends on its cache's age, not only on the body.
+    cacheable = not (decision.unresolved_images and state.images is not None)
+    if not decision.handled:
+        return Outcome(allowed_response(req), "allowed", 0, 0)
+    is_configmap = req.kind == "ConfigMap"
+    if endpoint == "mutate":
+        warnings = [*decision.notes, *decision.warnings, *lookup_warnings]
+        patch = decision.patch
+        gpu = decision.gpu_containers
+        # GPU containers and unknown CUDA versions are counted by /mutate only: /validate
+        # skips placement for most pods (evaluate's violations_only).
+        unknown = _unknown_reasons(state, decision.cuda_unknown, failed)
+        if patch:
+            response = patched_response(req, patch, warnings=warnings, dumps=state.codec.dumps)
+            kinds = decision.mutation_kinds
+            return Outcome(
+                response,
+                "patched",
+                len(kinds),
+                len(warnings),
+                cacheable,
+                kinds,
+                gpu_containers=gpu,
+                placements=decision.placements,
+                cuda_unknown=unknown,
+            )
+        return Outcome(
+            allowed_response(req, warnings=warnings),
+            "allowed",
+            0,
+            len(warnings),
+            cacheable,
+            gpu_containers=gpu,
+            cuda_unknown=unknown,
+        )
+    # /validate: Pod and template warnings were already shown by the mutating call.
+    warnings = list(decision.warnings) if is_configmap else []
+    if decision.violations:
+        return Outcome(
+            denied_response(req, decision.denial_message(), warnings=warnings),
+            "denied",
+            0,
+            len(warnings),
+            cacheable,
+            violations=tuple((v.configmap, v.rule) for v in decision.violations),
+        )
+    return Outcome(allowed_response(req, warnings=warnings), "allowed", 0, len(warnings), cacheable)
+
+
+def _unknown_reasons(
+    state: WebhookState, images: tuple[str, ...], failed: dict[str, str] | None
+) -> tuple[str, ...]:
+    """Why each GPU container's CUDA version is unknown (metrics.CUDA_UNKNOWN_REASONS)."""
+    if not images:
+        return ()
+    if state.images is None:
+        return ("lookups-off",) * len(images)
+    # Not asked (no image, no architecture the pod may run on) or nothing failed: "not-known".
+    return tuple(
+        (failed or {}).get(image, "not-known") if image else "not-known" for image in images
+    )
