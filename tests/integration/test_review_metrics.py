@@ -18,7 +18,7 @@ from tests.helpers import GPU, GPUCORES, VMEM, container, pod, standard_policies
 from tests.integration.helpers import metric_samples
 from tests.integration.test_decision_cache import body, generated
 from webhook.admission.app import create_app
-from webhook.admission.metrics import MAX_POLICY_LABELS, ReviewCounts
+from webhook.admission.review_counts import MAX_POLICY_LABELS, ReviewCounts
 from webhook.core.config.model import WebhookConfig
 from webhook.sources.store import PolicyStore
 

@@ -9,7 +9,7 @@ import re
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from webhook.admission.metrics import LATENCY_BUCKETS, ReviewCounts
+from webhook.admission.review_counts import LATENCY_BUCKETS, ReviewCounts
 
 ENDPOINTS = ("mutate", "validate")
 KINDS = ("Pod", "Deployment", "other")

@@ -151,7 +151,7 @@ async def decide(
 def _unknown_reasons(
     state: WebhookState, images: tuple[str, ...], failed: dict[str, str] | None
 ) -> tuple[str, ...]:
-    """Why each GPU container's CUDA version is unknown (metrics.CUDA_UNKNOWN_REASONS)."""
+    """Why each GPU container's CUDA version is unknown (review_counts.CUDA_UNKNOWN_REASONS)."""
     if not images:
         return ()
     if state.images is None:
