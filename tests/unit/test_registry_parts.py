@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from webhook.registry.auth import realm_may_get_credentials
 from webhook.registry.challenge import parse_challenge, parse_challenges
 from webhook.registry.credentials import AuthFile, Credential, CredentialsError, Keyring
-from webhook.registry.http import realm_may_get_credentials
 from webhook.registry.reference import ImageRef, ReferenceError, parse_reference
 
 DIGEST = "sha256:" + "a" * 64

@@ -28,7 +28,7 @@ from webhook.registry import documents
 from webhook.registry.credentials import AuthFile, Keyring
 from webhook.registry.documents import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST
 from webhook.registry.guard import AddressRefused, HostPolicy
-from webhook.registry.http import ConnectorFactory, RegistryHttp
+from webhook.registry.http import RegistryHttp
 from webhook.registry.reference import ImageRef, ReferenceError, parse_reference
 from webhook.registry.results import (
     FOUND,
@@ -40,6 +40,7 @@ from webhook.registry.results import (
     LookupFailure,
     LookupResult,
 )
+from webhook.registry.transport import ConnectorFactory
 
 log = logging.getLogger(__name__)
 

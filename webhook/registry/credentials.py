@@ -7,7 +7,7 @@ token service issued at login (nerdctl's login.go: `authConfig.Password = ""` th
 `authConfig.IdentityToken = responseIdentityToken`, as docker's). Clients reading a docker
 config built on containerd's resolver use it before anything else (nerdctl login.go and
 others: `if auth.IdentityToken != "" { return "", auth.IdentityToken, nil }`); it is exchanged
-for a bearer token with the OAuth2 POST (webhook.registry.http). The kubelet's own keyring
+for a bearer token with the OAuth2 POST (webhook.registry.auth). The kubelet's own keyring
 reads only auth/username/password (pkg/credentialprovider/config.go dockerConfigEntryWithAuth).
 A `registrytoken` is a bearer token for the registry itself: sent as it is, with no token
 service asked, and before any other secret of the entry, as the Docker engine does (moby
