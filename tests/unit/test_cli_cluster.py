@@ -29,7 +29,7 @@ from tests.fakekube import (
 from tests.helpers import CONFIGMAPS as CONFIGMAPS_DIR
 from tests.helpers import GPU, container, pod
 from webhook.cli import main
-from webhook.sources.reflector import METADATA_LIST_ACCEPT
+from webhook.sources.watched import METADATA_LIST_ACCEPT
 
 GFD = {"nvidia.com/cuda.runtime-version.major": "12", "nvidia.com/cuda.runtime-version.minor": "4"}
 GFD_KEYS = set(GFD)

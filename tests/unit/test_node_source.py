@@ -13,8 +13,8 @@ from tests.fakekube import NODES, FakeKube, fast_options, node, running
 from tests.helpers import eventually
 from webhook.core.config.model import WebhookConfig
 from webhook.sources.nodes import NodeSource
-from webhook.sources.reflector import METADATA_LIST_ACCEPT, METADATA_WATCH_ACCEPT
 from webhook.sources.store import PolicyStore
+from webhook.sources.watched import METADATA_LIST_ACCEPT, METADATA_WATCH_ACCEPT
 
 MAJOR, MINOR = "cuda-major-version", "cuda-minor-version"
 

@@ -14,8 +14,9 @@ from kubernetes.aio.client import ApiClient
 
 from tests.fakekube import NODES, FakeKube, fast_options, node, running
 from tests.helpers import eventually
-from webhook.sources.reflector import Key, Reflector, Watched
+from webhook.sources.reflector import Reflector
 from webhook.sources.store import SourceStats
+from webhook.sources.watched import Key, Watched
 
 WATCHED = Watched(
     kind="Node",

@@ -18,8 +18,9 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from webhook.core.workloads.claims import ClaimClasses, ClaimIndex, device_classes
-from webhook.sources.reflector import Key, Reflector, Watched
+from webhook.sources.reflector import Reflector
 from webhook.sources.store import PolicyStore
+from webhook.sources.watched import Key, Watched
 
 _NOT_SERVED = (
     "the cluster has no resource.k8s.io/v1 API (DRA needs Kubernetes 1.34 or later); "

@@ -16,8 +16,9 @@ from typing import Any
 
 from webhook.core.config.image_rules import ImageTableConfigMap, parse_image_table
 from webhook.core.config.model import ImageCudaEntry, WebhookConfig
-from webhook.sources.reflector import Key, Reflector, Watched
+from webhook.sources.reflector import Reflector
 from webhook.sources.store import PolicyStore
+from webhook.sources.watched import Key, Watched
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,9 @@ from typing import Any
 
 from webhook.core.config.model import WebhookConfig
 from webhook.core.placement.inventory import NodeInventory
-from webhook.sources.reflector import Key, Reflector, Watched
+from webhook.sources.reflector import Reflector
 from webhook.sources.store import PolicyStore
+from webhook.sources.watched import Key, Watched
 
 Labels = tuple[str | None, ...]
 

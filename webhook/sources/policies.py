@@ -7,8 +7,9 @@ from typing import Any
 
 from webhook.core.policies.crl import CRL_NAMESPACE, LABEL_TYPE, TYPE_VALUE
 from webhook.core.policies.policyset import PolicySet
-from webhook.sources.reflector import Key, Reflector, Watched
+from webhook.sources.reflector import Reflector
 from webhook.sources.store import PolicyStore, log_policy_changes
+from webhook.sources.watched import Key, Watched
 
 DEFAULT_LABEL_SELECTOR = f"{LABEL_TYPE}={TYPE_VALUE}"
 

@@ -23,13 +23,11 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
 from kubernetes.aio.client import ApiClient
 from kubernetes.aio.client.exceptions import ApiException
-from kubernetes.aio.config.config_exception import ConfigException
 
 from webhook.sources.kubeapi import (
     ApiError,
@@ -44,39 +42,21 @@ from webhook.sources.kubeapi import (
     status_error,
 )
 from webhook.sources.store import SourceStats
+from webhook.sources.watched import (
+    METADATA_LIST_ACCEPT,
+    METADATA_WATCH_ACCEPT,
+    Key,
+    Watched,
+    describe,
+    key_of,
+    parse_page,
+)
 
-__all__ = ["ApiError", "Backoff", "Key", "Reflector", "ServiceAccount", "Watched"]
+__all__ = ["ApiError", "Backoff", "Reflector", "ServiceAccount"]
 
 log = logging.getLogger(__name__)
 
-# Media types of metadata-only requests, as client-go's metadata client sends them
-# (k8s.io/client-go/metadata/metadata.go: PartialObjectMetadataList for lists, ConfigFor sets
-# PartialObjectMetadata for everything else, watches included). The API server then answers
-# with meta.k8s.io/v1 PartialObjectMetadataList / watch events carrying PartialObjectMetadata:
-# metadata only, never a Node's status (images, conditions: most of its size).
-METADATA_LIST_ACCEPT = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
-METADATA_WATCH_ACCEPT = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
-
-Key = tuple[str, str]  # (namespace or "", name)
 V = TypeVar("V")
-
-
-@dataclass(frozen=True)
-class Watched:
-    """What a reflector lists and watches."""
-
-    kind: str  # "Node": the metric label and the key in PolicyStore.watched
-    path: str  # the collection, e.g. /api/v1/nodes
-    what: str  # for messages: "Nodes", "ConfigMaps in kube-public (selector)"
-    rbac_hint: str  # appended to a 403: which permission is missing and who grants it
-    snapshot: str = "state"  # what the kept state is called in logs: "policies", "node inventory"
-    label_selector: str | None = None
-    field_selector: str | None = None
-    metadata_only: bool = False
-    # Optional kinds (the node inventory, DRA templates): 403/404 mean "not available here";
-    # logged once per distinct message and retried slowly instead of every 30 s.
-    optional: bool = False
-    not_served_hint: str = ""  # appended to a 404 (the API group is not served)
 
 
 class Reflector(Generic[V]):
@@ -191,7 +171,7 @@ class Reflector(Generic[V]):
 
     async def _failed(self, api: ApiClient | None, exc: Exception) -> None:
         """Record the failure, drop the client (credentials may have rotated) and back off."""
-        message = self._describe(exc)
+        message = describe(exc, self.watched, self._host)
         self.stats.errors += 1
         self.stats.last_error = message
         # An optional kind that cannot be read (403: no RBAC, 404: the group is not served) is
@@ -221,26 +201,6 @@ class Reflector(Generic[V]):
         if api is not None:
             await close(api)
         await asyncio.sleep(delay)
-
-    def _describe(self, exc: Exception) -> str:
-        what = self.watched.what
-        if isinstance(exc, ApiError):
-            if exc.status == 403:
-                return f"{self._host} refused to list/watch {what}: {exc}; {self.watched.rbac_hint}"
-            if exc.status == 401:
-                return (
-                    f"{self._host} rejected the webhook's credentials: {exc}; check the service "
-                    "account token (in a cluster) or the user in the kubeconfig"
-                )
-            if exc.status == 404 and self.watched.not_served_hint:
-                return f"{self._host} does not serve {what}: {exc}; {self.watched.not_served_hint}"
-            return f"{self._host} failed to list/watch {what}: {exc}"
-        if isinstance(exc, ConfigException):
-            return (
-                f"cannot load the Kubernetes client configuration: {exc}; run in a cluster, "
-                "pass --kubeconfig FILE, or use --policies DIR for a local run"
-            )
-        return f"cannot list/watch {what} at {self._host}: {type(exc).__name__}: {exc}"
 
     async def _connect(self) -> ApiClient:
         if self._api_factory is not None:
@@ -303,7 +263,7 @@ class Reflector(Generic[V]):
                     raise api_error(response.status, response.reason, body, response.headers)
             finally:
                 response.close()
-            page, token, version = self._parse_page(body)
+            page, token, version = parse_page(body, self._project, self.watched.what)
             del body
             items.update(page)
             del page
@@ -323,30 +283,6 @@ class Reflector(Generic[V]):
             self._resource_version,
         )
         self._flush()
-
-    def _parse_page(self, body: bytes) -> tuple[list[tuple[Key, V]], str | None, str]:
-        """(key, projection) of every item of one list page, its continue token and version.
-
-        Memory: the parsed page (metadata of 500 Nodes with their managedFields is ~20 MiB of
-        Python objects) is dropped before the next page is read, and the names kept are copied
-        out of it, so the allocator's arenas that held the page can be released instead of
-        staying pinned by a few strings each (measured: RSS growth for 10,000 Nodes 28 MiB
-        before, 10 MiB after; bench/bench_inventory.py).
-        """
-        listing = json.loads(body)
-        parsed = []
-        for item in listing.get("items") or []:
-            if isinstance(item, Mapping):
-                key = _key(item)
-                value = self._project(item)
-                if key is not None and value is not None:
-                    parsed.append((key, value))
-        meta = listing.get("metadata") or {}
-        token, version = meta.get("continue"), meta.get("resourceVersion")
-        del listing, meta
-        if version is None:
-            raise ApiError(0, f"a list of {self.watched.what} without metadata.resourceVersion")
-        return [((ns, _copy(name)), value) for (ns, name), value in parsed], token, str(version)
 
     async def _watch(self, api: ApiClient) -> None:
         """One watch request, until the server ends it; raises ApiError on an ERROR event."""
@@ -386,7 +322,7 @@ class Reflector(Generic[V]):
             raise status_error(obj)
         version = (obj.get("metadata") or {}).get("resourceVersion")
         if kind in ("ADDED", "MODIFIED", "DELETED"):
-            key = _key(obj)
+            key = key_of(obj)
             if key is None:
                 raise ApiError(0, f"watch event without metadata.name: {str(event)[:200]}")
             value = self._project(obj) if kind != "DELETED" else None
@@ -420,16 +356,3 @@ class Reflector(Generic[V]):
         self.stats.objects = len(self._items)
         self._publish(MappingProxyType(self._items))
         self.stats.published()
-
-
-def _copy(text: str) -> str:
-    # A new string object with the same value (str() and slicing return the same object).
-    return (text + " ")[:-1]
-
-
-def _key(obj: Mapping[str, Any]) -> Key | None:
-    meta = obj.get("metadata")
-    if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str):
-        return None
-    namespace = meta.get("namespace")
-    return (namespace if isinstance(namespace, str) else "", meta["name"])
