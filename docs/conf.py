@@ -13,7 +13,7 @@ from pathlib import Path
 from sphinx.application import Sphinx
 
 ROOT = Path(__file__).resolve().parent.parent
-# The reference generator (scripts/docs_reference.py) imports the project and its scripts.
+# The reference generator (scripts/docs_reference/) imports the project and its scripts.
 sys.path.insert(0, str(ROOT))
 
 from scripts.docs_reference import write_references  # noqa: E402
@@ -51,7 +51,7 @@ class _TolerateEmptyGlob(logging.Filter):
 
 def _write_references(app: Sphinx) -> None:
     """The reference pages, written from the code before Sphinx looks for pages
-    (scripts/docs_reference.py): the CLI from its argparse parsers, the config from its
+    (scripts/docs_reference/): the CLI from its argparse parsers, the config from its
     pydantic model, the chart's values from values.schema.json and values.yaml."""
     write_references(Path(app.srcdir) / "reference")
 

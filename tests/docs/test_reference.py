@@ -13,19 +13,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 # The parsers and the config model through the generator's own imports: a move of either
-# module is fixed in scripts/docs_reference.py alone.
-from scripts.docs_reference import (
-    SCHEMA_PATH,
-    VALUES_PATH,
-    WebhookConfig,
-    build_parser,
-    cli_page,
-    config_page,
-    pages,
-    subparsers,
-    values_comments,
-    values_page,
-)
+# module is fixed in scripts/docs_reference/ alone.
+from scripts.docs_reference import WebhookConfig, build_parser, pages
+from scripts.docs_reference.cli import cli_page, subparsers
+from scripts.docs_reference.common import SCHEMA_PATH, VALUES_PATH
+from scripts.docs_reference.config import config_page
+from scripts.docs_reference.values import values_comments, values_page
 
 
 def sections(page: str) -> dict[str, str]:

@@ -1,5 +1,5 @@
 """The per-review metrics kept as plain numbers expose exactly what prometheus_client's own
-Counter and Histogram expose for the same reviews (ReviewCounts, webhook/admission/metrics.py)."""
+Counter and Histogram expose for the same reviews (ReviewCounts, admission/review_counts.py)."""
 
 from __future__ import annotations
 
