@@ -22,6 +22,8 @@ class GpuAccess(_Model):
     The audit and policy reports list the findings in every mode.
     """
 
+    # `off`: no checks at admission; `warn`: a warning per finding; `enforce`: a denial, and
+    # NVIDIA_VISIBLE_DEVICES=void as voidImageDevices says.
     mode: Literal["off", "warn", "enforce"] = "warn"
     # Namespaces whose pods may reach GPUs without requesting them: the GPU Operator's own
     # (its device plugin, dcgm-exporter, validators read every GPU of their node) under the

@@ -17,7 +17,9 @@ from webhook.core.config.fields import Regex, _Model, regex_problem, version_pro
 class ComputeCapabilityRule(_Model):
     """Containers matching every given condition need `min_compute_capability` (e.g. "8.0")."""
 
+    # The rule's name, in the note that says where a container's compute capability came from.
     name: str
+    # Free text for the admin; not shown to users.
     description: str = ""
     # Regex searched (case-insensitive) in the image repository (the part before tag/digest).
     image: Regex | None = None
@@ -25,6 +27,7 @@ class ComputeCapabilityRule(_Model):
     args: Regex | None = None
     # Env var name -> regex the variable's value must match in full (case-insensitive).
     env: Mapping[str, str] = Field(default_factory=dict)
+    # The compute capability the matching containers need ("major.minor", e.g. "8.0").
     min_compute_capability: str
 
     @field_validator("env")
@@ -88,7 +91,9 @@ DEFAULT_COMPUTE_RULES: tuple[ComputeCapabilityRule, ...] = (
 class EnvFixRule(_Model):
     """Set `env` on containers that match every given condition (unset conditions match all)."""
 
+    # The fix's name, in the note and the warning a user sees ("set … (NAME fix)").
     name: str
+    # Free text for the admin; not shown to users.
     description: str = ""
     # The container uses at least one of these resource keys (limits or requests).
     resources: tuple[str, ...] = ()
@@ -96,6 +101,7 @@ class EnvFixRule(_Model):
     image: Regex | None = None
     # Regex matched (full match) against the container name.
     container: Regex | None = None
+    # Env var name -> value to set, unless the container already sets that variable.
     env: Mapping[str, str]
 
     @field_validator("env")

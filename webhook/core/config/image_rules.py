@@ -41,7 +41,10 @@ DEFAULT_IMAGE_PATTERNS: tuple[str, ...] = (
 class ImageCudaEntry(_Model):
     """Admin table entry: images matching `image` (shell-style glob) need CUDA `cuda_version`."""
 
+    # A shell-style glob matched against the image reference, both in Docker's short form
+    # (`docker.io/nvidia/cuda:*` and `nvidia/cuda:*` match the same images).
     image: str
+    # The CUDA runtime version the matching images need ("major.minor", e.g. "12.4").
     cuda_version: str
 
     @field_validator("cuda_version")

@@ -26,8 +26,11 @@ ANNOTATION_INJECTED_AFFINITY = "features.alauda.io/injected-node-affinity"
 class CudaLabels(_Model):
     """A label scheme: node label keys carrying a version's major and minor number."""
 
+    # How messages, `review --nodes` and /inventory name the scheme ("": by its major key).
     name: str = ""
+    # The node label whose value is the major number (a label key, validated as the API does).
     major: str = "cuda-major-version"
+    # The node label whose value is the minor number.
     minor: str = "cuda-minor-version"
 
     @field_validator("major", "minor")
@@ -58,8 +61,11 @@ class NodeSelectorRequirement(_Model):
     ValidateNodeSelectorRequirement): In/NotIn need values, Exists/DoesNotExist take none,
     Gt/Lt exactly one integer."""
 
+    # The node label the expression reads.
     key: str
+    # How the label's value is compared, with the API server's meaning of each operator.
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
+    # The values compared with: In/NotIn one or more, Exists/DoesNotExist none, Gt/Lt one integer.
     values: tuple[str, ...] = ()
 
     @field_validator("key")
@@ -116,6 +122,7 @@ class NodeSelectorRequirement(_Model):
 class NodeSelectorTerm(_Model):
     """A node selector term (its expressions ANDed), as the config names a set of nodes."""
 
+    # The expressions, all of which a node must satisfy (at least one).
     match_expressions: tuple[NodeSelectorRequirement, ...]
 
     @field_validator("match_expressions")

@@ -52,6 +52,7 @@ def _hosts(value: tuple[str, ...]) -> tuple[str, ...]:
 class RegistryLookups(_Model):
     """Lookups of an image's configuration in its registry, when nothing else tells its CUDA."""
 
+    # Look images up at all (false: the other sources only).
     enabled: bool = True
     # Admission waits at most this long for lookups (all of one review's images together); an
     # answer that comes later is cached and serves the next pod with the image.
@@ -66,9 +67,11 @@ class RegistryLookups(_Model):
     digest_ttl_seconds: float = Field(default=86400.0, ge=0)
     # How long a failure is kept: an unreachable registry costs one budget per image per this.
     negative_ttl_seconds: float = Field(default=600.0, ge=0)
+    # Lookups running at once at most, across every registry.
     max_concurrent: int = Field(default=8, ge=1, le=256)
     # Distinct images being looked up at once at most; more are answered "busy" at once.
     max_pending: int = Field(default=256, ge=1, le=100_000)
+    # Answers (and failures) kept at most; the oldest go first.
     max_cache_entries: int = Field(default=4096, ge=1, le=1_000_000)
     # Ask the common public registries (PUBLIC_REGISTRIES) without listing them.
     public_registries: bool = True
