@@ -33,7 +33,13 @@ def add_export_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         type=Path,
         help="webhook config YAML: its exemptNamespaces are left out of the binding",
     )
-    parser.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=("yaml", "json"),
+        default="yaml",
+        help="the policy and its binding as YAML documents or one JSON List (default: %(default)s)",
+    )
 
 
 def cmd_export(args: argparse.Namespace, out: TextIO) -> int:

@@ -101,7 +101,13 @@ def add_images_parser(sub: Any) -> None:
         action="store_true",
         help="never ask a registry: only the config, the reference and shipped knowledge",
     )
-    images.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    images.add_argument(
+        "-o",
+        "--output",
+        choices=("text", "json"),
+        default="text",
+        help="a table, or JSON for scripts (default: %(default)s)",
+    )
     add_registry_arguments(images)
 
 

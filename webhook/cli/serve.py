@@ -142,9 +142,17 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_registry_arguments(parser)
     parser.add_argument("--config", metavar="FILE", help="webhook config YAML")
-    parser.add_argument("--log-format", choices=("json", "text"), default="json")
     parser.add_argument(
-        "--log-level", choices=("debug", "info", "warning", "error"), default="info"
+        "--log-format",
+        choices=("json", "text"),
+        default="json",
+        help="one JSON object per line, or key=value text lines (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        default="info",
+        help="the least severe level logged (default: %(default)s)",
     )
 
 
