@@ -275,11 +275,19 @@ def test_dry_run_of_a_good_deployment_is_allowed_and_shows_what_pods_will_get(
 
     for line in expected_lines:
         assert line in shown
-    # Template mutation is off by default: the template comes back as sent.
     sent = deployment["spec"]["template"]["spec"]["containers"][0]
     got = returned["spec"]["template"]["spec"]["containers"][0]
-    assert got["resources"] == sent["resources"]
-    assert "env" not in got
+    if webhook_config.mutate_templates:
+        # Template mutation on (E2E_CONFIG): the template comes back as the core mutates it.
+        assert expected.mutated is not None
+        want = expected.mutated["spec"]["template"]["spec"]["containers"][0]
+        assert want["resources"] != sent["resources"], "the scenario must default a resource"
+        assert got["resources"] == want["resources"]
+        assert got.get("env") == want.get("env")
+    else:
+        # Template mutation is off by default: the template comes back as sent.
+        assert got["resources"] == sent["resources"]
+        assert "env" not in got
     # A dry run creates nothing.
     with pytest.raises(ApiException) as excinfo:
         apps.read_namespaced_deployment(deployment["metadata"]["name"], namespace)
