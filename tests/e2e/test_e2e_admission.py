@@ -414,7 +414,13 @@ def test_an_arm64_pod_gets_the_cuda_its_architectures_image_was_built_with(
     if node_selector is not None:
         pod["spec"]["nodeSelector"] = node_selector
     expected = expected_for(pod, namespace, policies, webhook_config, placement_inventory)
-    assert expected.allowed
+    if not expected.allowed:
+        # noCompatibleNode: deny, and no node runs CUDA 12.9: denied as the core says.
+        assert webhook_config.no_compatible_node == "deny", expected.violations
+        assert "CUDA 12.9" in expected.denial_message()
+        message = denial(core.create_namespaced_pod, namespace, pod, dry_run="All")
+        assert message == expected.denial_message()
+        return
     lines = (*expected.notes, *expected.warnings)
     assert any("12.9" in line and "vLLM 0.11.0 for linux/arm64" in line for line in lines), lines
     want = admitted_pod(dict(expected.mutated or pod), namespace)["spec"].get("affinity")
