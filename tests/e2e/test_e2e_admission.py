@@ -13,13 +13,14 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
 
 from webhook.core.config.model import WebhookConfig
 from webhook.core.evaluation.evaluate import Decision, evaluate, evaluate_configmap
+from webhook.core.images.facts import ImageQuery, Requirement
 from webhook.core.placement.inventory import NodeInventory
 from webhook.core.policies.crl import crl_configmap as build_crl_configmap
 from webhook.core.policies.policyset import PolicySet
@@ -124,9 +125,10 @@ def expected_for(
     policies: PolicySet,
     config: WebhookConfig,
     inventory: NodeInventory | None,
+    facts: Mapping[ImageQuery, Requirement] | None = None,
 ) -> Decision:
     """What the webhook answers for `pod`: the evaluation core on the pod as admitted, with the
-    node inventory the webhook places against."""
+    node inventory the webhook places against (and what registry lookups found, `facts`)."""
     return evaluate(
         admitted_pod(pod, namespace),
         policies,
@@ -134,7 +136,25 @@ def expected_for(
         kind="Pod",
         namespace=namespace,
         inventory=inventory,
+        images=facts,
     )
+
+
+def denied_as_decided(
+    core: Any,
+    namespace: str,
+    pod: dict[str, Any],
+    want: Decision,
+    config: WebhookConfig,
+    **create: Any,
+) -> bool:
+    """Under `noCompatibleNode: deny`, a pod whose CUDA no node runs is denied with the message
+    the core gives: True when it was (and checked), False when `want` allows the pod."""
+    if want.allowed:
+        return False
+    assert config.no_compatible_node == "deny", want.violations
+    assert denial(core.create_namespaced_pod, namespace, pod, **create) == want.denial_message()
+    return True
 
 
 def unique(prefix: str) -> str:
@@ -414,12 +434,8 @@ def test_an_arm64_pod_gets_the_cuda_its_architectures_image_was_built_with(
     if node_selector is not None:
         pod["spec"]["nodeSelector"] = node_selector
     expected = expected_for(pod, namespace, policies, webhook_config, placement_inventory)
-    if not expected.allowed:
-        # noCompatibleNode: deny, and no node runs CUDA 12.9: denied as the core says.
-        assert webhook_config.no_compatible_node == "deny", expected.violations
+    if denied_as_decided(core, namespace, pod, expected, webhook_config, dry_run="All"):
         assert "CUDA 12.9" in expected.denial_message()
-        message = denial(core.create_namespaced_pod, namespace, pod, dry_run="All")
-        assert message == expected.denial_message()
         return
     lines = (*expected.notes, *expected.warnings)
     assert any("12.9" in line and "vLLM 0.11.0 for linux/arm64" in line for line in lines), lines

@@ -21,17 +21,15 @@ import ssl
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
 from webhook.core.config.model import WebhookConfig
-from webhook.core.evaluation.evaluate import evaluate
-from webhook.core.images.facts import KNOWN_ARCHS, MAX_ARCHS, ImageQuery, pod_archs
+from webhook.core.images.facts import KNOWN_ARCHS, MAX_ARCHS, ImageQuery, Requirement, pod_archs
 from webhook.core.outcome.decision import Decision
-from webhook.core.placement.cuda import Requirement
 from webhook.core.placement.inventory import NodeInventory
 from webhook.core.policies.policyset import PolicySet
 from webhook.registry import documents
@@ -48,7 +46,15 @@ from .registryimages import (
     PADDED,
     WIDE,
 )
-from .test_e2e_admission import PADDLE_IMAGE, admitted_pod, call, denial, gpu_pod, unique
+from .test_e2e_admission import (
+    PADDLE_IMAGE,
+    admitted_pod,
+    call,
+    denied_as_decided,
+    expected_for,
+    gpu_pod,
+    unique,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -88,25 +94,6 @@ def found(env: Sequence[str], config: WebhookConfig) -> Requirement:
     return result.requirement
 
 
-def expected(
-    pod: dict[str, Any],
-    namespace: str,
-    policies: PolicySet,
-    config: WebhookConfig,
-    inventory: NodeInventory | None,
-    facts: Mapping[ImageQuery, Requirement] | None = None,
-) -> Decision:
-    return evaluate(
-        admitted_pod(pod, namespace),
-        policies,
-        config,
-        kind="Pod",
-        namespace=namespace,
-        inventory=inventory,
-        images=facts,
-    )
-
-
 def affinity(decision: Decision, pod: dict[str, Any], namespace: str) -> Any:
     return admitted_pod(dict(decision.mutated or pod), namespace)["spec"].get("affinity")
 
@@ -119,18 +106,6 @@ def timed_create(core: Any, namespace: str, pod: dict[str, Any]) -> tuple[Any, l
     started = time.monotonic()
     created, shown = call(core.create_namespaced_pod, namespace, pod)
     return created, shown, time.monotonic() - started
-
-
-def denied_as_decided(
-    core: Any, namespace: str, pod: dict[str, Any], want: Decision, config: WebhookConfig
-) -> bool:
-    """Under `noCompatibleNode: deny`, a pod whose image's CUDA no node runs is denied, with the
-    message the core gives: True when it was (and checked), False when `want` allows it."""
-    if want.allowed:
-        return False
-    assert config.no_compatible_node == "deny", want.violations
-    assert denial(core.create_namespaced_pod, namespace, pod) == want.denial_message()
-    return True
 
 
 def metrics_get(path: str) -> bytes:
@@ -180,11 +155,11 @@ def test_a_gpu_pod_gets_its_cuda_affinity_from_the_image_config(
 ) -> None:
     image = ref(NORMAL)
     pod = gpu_pod(unique("cuda"), {GPU: "1"}, image=image)
-    unknown = expected(pod, namespace, policies, webhook_config, placement_inventory)
+    unknown = expected_for(pod, namespace, policies, webhook_config, placement_inventory)
     # Nothing but the registry tells this image's CUDA: the webhook must look it up.
     assert unknown.unresolved_images == (ImageQuery(image, "amd64"),)
     facts = {ImageQuery(image, "amd64"): found(NORMAL_ENV, webhook_config)}
-    want = expected(pod, namespace, policies, webhook_config, placement_inventory, facts)
+    want = expected_for(pod, namespace, policies, webhook_config, placement_inventory, facts)
     assert want.allowed and "cuda-affinity" in want.mutation_kinds
     assert affinity(want, pod, namespace) != affinity(unknown, pod, namespace)
     assert any("image config CUDA_VERSION=12.4.1" in line for line in lines(want)), lines(want)
@@ -206,7 +181,7 @@ def test_an_arm64_pod_gets_the_cuda_of_the_indexs_arm64_image(
     pod = gpu_pod(unique("arm"), {GPU: "1"}, image=image)
     pod["spec"]["nodeSelector"] = {"kubernetes.io/arch": "arm64"}
     facts = {ImageQuery(image, "arm64"): found(INDEX_ENVS["arm64"], webhook_config)}
-    want = expected(pod, namespace, policies, webhook_config, placement_inventory, facts)
+    want = expected_for(pod, namespace, policies, webhook_config, placement_inventory, facts)
     if denied_as_decided(core, namespace, pod, want, webhook_config):
         assert "CUDA 12.6" in want.denial_message()
         return
@@ -237,7 +212,7 @@ def test_a_pod_of_a_hostile_image_is_admitted_within_the_budget_with_the_exact_w
     objects: refused by their structure, the pod admitted as one whose CUDA nobody knows."""
     image = ref(name)
     pod = gpu_pod(unique("hostile"), {GPU: "1"}, image=image)
-    want = expected(pod, namespace, policies, webhook_config, placement_inventory)
+    want = expected_for(pod, namespace, policies, webhook_config, placement_inventory)
     assert want.unresolved_images == (ImageQuery(image, "amd64"),)
 
     created, shown, seconds = timed_create(core, namespace, pod)
@@ -259,7 +234,7 @@ def test_a_cuda_version_padded_with_megabytes_is_read_and_kept_short(
     image = ref(PADDED)
     pod = gpu_pod(unique("padded"), {GPU: "1"}, image=image)
     facts = {ImageQuery(image, "amd64"): found(["CUDA_VERSION=12.4"], webhook_config)}
-    want = expected(pod, namespace, policies, webhook_config, placement_inventory, facts)
+    want = expected_for(pod, namespace, policies, webhook_config, placement_inventory, facts)
     assert "cuda-affinity" in want.mutation_kinds
 
     created, shown, seconds = timed_create(core, namespace, pod)
@@ -299,7 +274,9 @@ def test_unrelated_gpu_pods_are_admitted_promptly_while_hostile_lookups_run(
     ]
     hostile = [hostile_pod(images) for images in groups]
     template = gpu_pod("unrelated", {GPU: "1"}, image=PADDLE_IMAGE)
-    unrelated_want = expected(template, namespace, policies, webhook_config, placement_inventory)
+    unrelated_want = expected_for(
+        template, namespace, policies, webhook_config, placement_inventory
+    )
     assert unrelated_want.unresolved_images == ()  # its tag tells CUDA 12.0: no lookup
 
     def create_hostile(pod: dict[str, Any]) -> tuple[float, float, Any, list[str]]:
@@ -327,7 +304,7 @@ def test_unrelated_gpu_pods_are_admitted_promptly_while_hostile_lookups_run(
 
     for pod, images, (started, ended, created, shown) in zip(hostile, groups, answers, strict=True):
         assert ended - started < budget + 1.0
-        want = expected(pod, namespace, policies, webhook_config, placement_inventory)
+        want = expected_for(pod, namespace, policies, webhook_config, placement_inventory)
         assert created["spec"].get("affinity") == affinity(want, pod, namespace)
         assert shown[: len(lines(want))] == lines(want)
         lookup_lines = shown[len(lines(want)) :]
@@ -383,14 +360,14 @@ def test_a_pod_allowing_64_architectures_causes_at_most_the_capped_lookups(
     }
     archs = pod_archs(pod["spec"])
     assert len(archs) == MAX_ARCHS and {"amd64", "arm64"} <= set(archs)
-    unknown = expected(pod, namespace, policies, webhook_config, placement_inventory)
+    unknown = expected_for(pod, namespace, policies, webhook_config, placement_inventory)
     assert {q.arch for q in unknown.unresolved_images} == set(archs)
     # The index has amd64 and arm64 images: the strictest of their CUDA versions is required;
     # for the other two architectures the lookup says there is no image.
     facts = {
         ImageQuery(image, arch): found(env, webhook_config) for arch, env in INDEX_ENVS.items()
     }
-    want = expected(pod, namespace, policies, webhook_config, placement_inventory, facts)
+    want = expected_for(pod, namespace, policies, webhook_config, placement_inventory, facts)
     missing = [
         warning(image, f"no linux/{arch} image in its index")
         for arch in archs

@@ -25,8 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from webhook.core.config.registry import RegistryLookups
-from webhook.core.images.facts import KNOWN_ARCHS, ImageQuery
-from webhook.core.placement.cuda import Requirement
+from webhook.core.images.facts import KNOWN_ARCHS, ImageQuery, Requirement
 from webhook.registry.client import Known
 from webhook.registry.reference import ImageRef
 from webhook.registry.results import BUSY, FOUND, TIMEOUT, LookupResult, warning

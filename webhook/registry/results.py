@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from webhook.core.images.facts import Requirement
 from webhook.core.images.references import normalize
-from webhook.core.placement.cuda import Requirement
 
 # LookupResult.status values; also the `result` label of gpu_webhook_image_lookups_total.
 FOUND = "found"  # the config names a CUDA version
