@@ -7,13 +7,13 @@ from typing import Literal
 
 from pydantic import field_validator
 
-from webhook.core.config.fields import _Model
+from webhook.core.config.fields import ConfigModel
 
 # DNS-1123 label (apimachinery IsDNS1123Label): what a namespace name is.
 _MAX_NAMESPACE = 63
 
 
-class GpuAccess(_Model):
+class GpuAccess(ConfigModel):
     """GPU access control: devices only through the resources and claims that count them.
 
     `mode`: `off` checks nothing at admission; `warn` answers each finding with a warning;

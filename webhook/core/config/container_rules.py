@@ -11,10 +11,10 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from webhook.core.base.versions import CudaVersion
-from webhook.core.config.fields import Regex, _Model, regex_problem, version_problem
+from webhook.core.config.fields import ConfigModel, Regex, regex_problem, version_problem
 
 
-class ComputeCapabilityRule(_Model):
+class ComputeCapabilityRule(ConfigModel):
     """Containers matching every given condition need `min_compute_capability` (e.g. "8.0")."""
 
     # The rule's name, in the note that says where a container's compute capability came from.
@@ -88,7 +88,7 @@ DEFAULT_COMPUTE_RULES: tuple[ComputeCapabilityRule, ...] = (
 )
 
 
-class EnvFixRule(_Model):
+class EnvFixRule(ConfigModel):
     """Set `env` on containers that match every given condition (unset conditions match all)."""
 
     # The fix's name, in the note and the warning a user sees ("set … (NAME fix)").

@@ -66,7 +66,9 @@ def version_problem(value: str, what: str) -> str:
     return ""
 
 
-class _Model(BaseModel):
+class ConfigModel(BaseModel):
+    """What every config part is: frozen, unknown keys refused, camelCase keys in the file."""
+
     model_config = ConfigDict(
         frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True
     )

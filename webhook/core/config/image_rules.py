@@ -8,7 +8,7 @@ from pydantic import Field, ValidationError, field_validator
 
 from webhook.core.base.errors import ManifestError
 from webhook.core.base.manifests import load_yaml_documents
-from webhook.core.config.fields import _Model, version_problem
+from webhook.core.config.fields import ConfigModel, version_problem
 from webhook.core.images.knowledge import ImageKnowledge
 
 # Regexes searched in the normalised image reference (registry `docker.io/`, `library/` and the
@@ -38,7 +38,7 @@ DEFAULT_IMAGE_PATTERNS: tuple[str, ...] = (
 )
 
 
-class ImageCudaEntry(_Model):
+class ImageCudaEntry(ConfigModel):
     """Admin table entry: images matching `image` (shell-style glob) need CUDA `cuda_version`."""
 
     # A shell-style glob matched against the image reference, both in Docker's short form
@@ -56,7 +56,7 @@ class ImageCudaEntry(_Model):
         return value
 
 
-class ImageTableConfigMap(_Model):
+class ImageTableConfigMap(ConfigModel):
     """A ConfigMap holding more admin table entries, watched so they change without a restart:
     its data key `key` is a YAML list of {image, cudaVersion}, like imageCudaTable."""
 

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import field_validator, model_validator
 
-from webhook.core.config.fields import _Model, label_key_problem
+from webhook.core.config.fields import ConfigModel, label_key_problem
 
 # Pod annotations the webhook reads (SPEC §4, §5), and the one it writes.
 ANNOTATION_CUDA_VERSION = "features.alauda.io/cuda-version"
@@ -23,7 +23,7 @@ ANNOTATION_CUDA_COMPATIBILITY = "features.alauda.io/cuda-compatibility"
 ANNOTATION_INJECTED_AFFINITY = "features.alauda.io/injected-node-affinity"
 
 
-class CudaLabels(_Model):
+class CudaLabels(ConfigModel):
     """A label scheme: node label keys carrying a version's major and minor number."""
 
     # How messages, `review --nodes` and /inventory name the scheme ("": by its major key).
@@ -55,7 +55,7 @@ _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 _INTEGER = re.compile(r"-?[0-9]{1,18}")
 
 
-class NodeSelectorRequirement(_Model):
+class NodeSelectorRequirement(ConfigModel):
     """One expression of a node selector term (k8s.io/api core/v1 NodeSelectorRequirement),
     validated as the API server validates it (pkg/apis/core/validation
     ValidateNodeSelectorRequirement): In/NotIn need values, Exists/DoesNotExist take none,
@@ -119,7 +119,7 @@ class NodeSelectorRequirement(_Model):
         return int(value) > bound if op == "Gt" else int(value) < bound
 
 
-class NodeSelectorTerm(_Model):
+class NodeSelectorTerm(ConfigModel):
     """A node selector term (its expressions ANDed), as the config names a set of nodes."""
 
     # The expressions, all of which a node must satisfy (at least one).

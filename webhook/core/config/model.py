@@ -24,7 +24,7 @@ from webhook.core.config.container_rules import (
     ComputeCapabilityRule,
     EnvFixRule,
 )
-from webhook.core.config.fields import _Model, label_key_problem, regex_problem
+from webhook.core.config.fields import ConfigModel, label_key_problem, regex_problem
 from webhook.core.config.image_rules import (
     DEFAULT_IMAGE_PATTERNS,
     ImageCudaEntry,
@@ -77,7 +77,7 @@ __all__ = [
 ]
 
 
-class WebhookConfig(_Model):
+class WebhookConfig(ConfigModel):
     """Everything an admin can tune; every field has a production default."""
 
     # Ordered label schemes nodes may advertise their CUDA version with (SPEC §4).

@@ -8,7 +8,7 @@ import re
 
 from pydantic import Field, field_validator
 
-from webhook.core.config.fields import _Model
+from webhook.core.config.fields import ConfigModel
 
 # The registries most GPU images come from, asked without being listed (SPEC §4 step 6): Docker
 # Hub, NVIDIA NGC, GitHub, Quay, Kubernetes, Google (Container Registry and its regional hosts,
@@ -49,7 +49,7 @@ def _hosts(value: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(cleaned)
 
 
-class RegistryLookups(_Model):
+class RegistryLookups(ConfigModel):
     """Lookups of an image's configuration in its registry, when nothing else tells its CUDA."""
 
     # Look images up at all (false: the other sources only).

@@ -7,11 +7,11 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from webhook.core.config.fields import _Model
+from webhook.core.config.fields import ConfigModel
 from webhook.core.kinds.registry import Form, TemplateRule, WorkloadKind, rule, virtual_container
 
 
-class WorkloadContainer(_Model):
+class WorkloadContainer(ConfigModel):
     """A container an operator builds from fields of its own object (form `container`): paths
     relative to the template's path, no wildcards."""
 
@@ -25,7 +25,7 @@ class WorkloadContainer(_Model):
     env: str = ""
 
 
-class WorkloadTemplate(_Model):
+class WorkloadTemplate(ConfigModel):
     """Where one pod template of an admin-added kind lives (paths: core/kinds/registry)."""
 
     # Dot-separated keys from the object's root; `*` visits every value of a map and `[*]`
@@ -72,7 +72,7 @@ class WorkloadTemplate(_Model):
         return self
 
 
-class WorkloadEntry(_Model):
+class WorkloadEntry(ConfigModel):
     """An admin-added workload kind: `group` is the API group ("" for the core group)."""
 
     # The kind's API group ("" for the core group), as in the object's apiVersion.
