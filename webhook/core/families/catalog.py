@@ -28,15 +28,22 @@ class Family:
     path prefixes of its device nodes (a hostPath volume at or under one reaches them).
     `limiter_env`: a sharing limiter's controls the device plugin sets in a shared device's
     container (exact, or ending in `*`); a user who sets one raises or switches off the limit.
-    `placement`: the correctness rule placement applies (cuda, rocm, cann, none).
+    `placement`: the correctness rule placement applies (cuda, rocm, cann, none). `noun` is
+    what its devices are called in messages, `request` the resource a message advises.
+    `void_env`: the device variables GPU access control sets to `void` in a container with no
+    device of the family (those whose void is safe in every container: NVIDIA's MIG variables
+    make the hook refuse an unprivileged container, so they are never written).
     """
 
     name: str
     vendor: str
     resources: tuple[str, ...]
+    noun: str = "GPU"
+    request: str = ""
     device_env: tuple[str, ...] = ()
     device_env_prefixes: tuple[str, ...] = ()
     void: str | None = None
+    void_env: tuple[str, ...] = ()
     device_paths: tuple[str, ...] = ()
     limiter_env: tuple[str, ...] = ()
     placement: Placement = "none"
@@ -97,6 +104,8 @@ FAMILIES: tuple[Family, ...] = (
             "tencent.com/vcuda-*",
             "volcano.sh/vgpu-*",
         ),
+        noun="GPU",
+        request="nvidia.com/gpu",
         # nvidia-container-toolkit internal/config/image/envvars.go: NVIDIA_VISIBLE_DEVICES,
         # NVIDIA_MIG_CONFIG_DEVICES, NVIDIA_MIG_MONITOR_DEVICES, NVIDIA_IMEX_CHANNELS (read by
         # cmd/nvidia-container-runtime-hook/container_config.go and cuda_image.go
@@ -110,6 +119,7 @@ FAMILIES: tuple[Family, ...] = (
         # internal/config/image/cuda_image.go devicesFromEnvvars: "void" (or empty) selects no
         # device, and "void" among several values wins; "none" keeps the driver, no device.
         void="void",
+        void_env=("NVIDIA_VISIBLE_DEVICES",),
         # /dev/nvidia0.., /dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidia-caps/..,
         # /dev/nvidia-caps-imex-channels/..: the nodes the toolkit injects (libnvidia-container
         # src/nvc_mount.c; docs "docker-specialized.md").
@@ -133,6 +143,8 @@ FAMILIES: tuple[Family, ...] = (
             "amd.com/qpx_nps*",
             "amd.com/cpx_nps*",
         ),
+        noun="AMD GPU",
+        request="amd.com/gpu",
         # ROCm/container-toolkit internal/oci/oci.go getAMDEnv: AMD_VISIBLE_DEVICES, and any
         # DOCKER_RESOURCE_* variable (Docker Swarm's generic resources), the last one wins.
         device_env=("AMD_VISIBLE_DEVICES",),
@@ -141,6 +153,7 @@ FAMILIES: tuple[Family, ...] = (
         # indexes, ranges and unique ids, and ignores anything else ("Ignoring ... GPUs as they
         # are invalid"), so "void" names no GPU and the runtime adds none (isAddNoGPUs).
         void="void",
+        void_env=("AMD_VISIBLE_DEVICES",),
         # /dev/kfd and the GPU's /dev/dri render and card nodes (container-toolkit README,
         # "Explicit Paths"; internal/oci/oci.go addGPUDevices).
         device_paths=("/dev/kfd", "/dev/dri"),
@@ -154,6 +167,8 @@ FAMILIES: tuple[Family, ...] = (
         # huawei.com/Ascend910-<template> (Ascend310P-<template>); HAMi's
         # (charts/hami device-configmap: huawei.com/Ascend910B3, -memory, -core, ...).
         resources=("huawei.com/Ascend*", "huawei.com/npu*"),
+        noun="Ascend NPU",
+        request="huawei.com/Ascend910",
         # Ascend/ascend-docker-runtime hook/main.go doPrestartHook: ASCEND_VISIBLE_DEVICES names
         # the NPUs the hook mounts (ASCEND_RUNTIME_OPTIONS/ASCEND_RUNTIME_MOUNTS only qualify it).
         device_env=("ASCEND_VISIBLE_DEVICES",),
@@ -162,6 +177,7 @@ FAMILIES: tuple[Family, ...] = (
         # same empty value into containers without an NPU (pkg/device/ascend/device.go
         # MutateAdmission, overwriteEnv).
         void="",
+        void_env=("ASCEND_VISIBLE_DEVICES",),
         # /dev/davinci<N>, /dev/davinci_manager, /dev/devmm_svm, /dev/hisi_hdc (the nodes the
         # hook mounts; ascend-docker-runtime README and cli/src/u_mount.c).
         device_paths=("/dev/davinci", "/dev/devmm_svm", "/dev/hisi_hdc"),
@@ -175,6 +191,8 @@ FAMILIES: tuple[Family, ...] = (
         # gpu.intel.com/memory.max, gpu.intel.com/tiles. The plugin hands the device nodes to
         # the kubelet itself: no runtime reads a device variable.
         resources=("gpu.intel.com/*",),
+        noun="Intel GPU",
+        request="gpu.intel.com/i915",
         device_paths=("/dev/dri",),
     ),
     Family(
@@ -184,6 +202,8 @@ FAMILIES: tuple[Family, ...] = (
         # (charts/hami values.yaml mluResourceName cambricon.com/vmlu,
         # cambricon.com/mlu.smlu.vmemory, mlu.smlu.vcore).
         resources=("cambricon.com/*",),
+        noun="Cambricon MLU",
+        request="cambricon.com/mlu",
         # /dev/cambricon_dev<N>, /dev/cambricon_ctl, /dev/cambricon_ipcm<N>: the nodes
         # Cambricon's run instructions pass with --device.
         device_paths=("/dev/cambricon",),
@@ -194,6 +214,8 @@ FAMILIES: tuple[Family, ...] = (
         # HAMi's Hygon DCU (charts/hami values.yaml dcuResourceName hygon.com/dcunum,
         # hygon.com/dcumem, hygon.com/dcucores).
         resources=("hygon.com/*",),
+        noun="Hygon DCU",
+        request="hygon.com/dcunum",
         # DCUs are driven through ROCm-derived nodes: /dev/kfd, /dev/mkfd, /dev/dri.
         device_paths=("/dev/kfd", "/dev/mkfd", "/dev/dri"),
     ),
@@ -203,6 +225,8 @@ FAMILIES: tuple[Family, ...] = (
         # Iluvatar's device plugin (iluvatar.ai/gpu) and HAMi's per-chip names
         # (charts/hami device-configmap: iluvatar.ai/BI-V150-vgpu, .vMem, .vCore, ...).
         resources=("iluvatar.ai/*",),
+        noun="Iluvatar GPU",
+        request="iluvatar.ai/gpu",
     ),
     Family(
         name="metax",
@@ -210,6 +234,8 @@ FAMILIES: tuple[Family, ...] = (
         # HAMi (charts/hami device-configmap: metax-tech.com/gpu, metax-tech.com/sgpu,
         # metax-tech.com/vcore, metax-tech.com/vmemory).
         resources=("metax-tech.com/*",),
+        noun="MetaX GPU",
+        request="metax-tech.com/gpu",
         # /dev/mxcd and /dev/dri: MetaX's MACA run instructions.
         device_paths=("/dev/mxcd", "/dev/dri"),
     ),
@@ -220,6 +246,8 @@ FAMILIES: tuple[Family, ...] = (
         # enflame.com/drs-gcu, enflame.com/gcu-memory, enflame.com/gcu-core,
         # enflame.com/vgcu-percentage).
         resources=("enflame.com/*",),
+        noun="Enflame GCU",
+        request="enflame.com/gcu",
     ),
     Family(
         name="kunlunxin",
@@ -227,6 +255,8 @@ FAMILIES: tuple[Family, ...] = (
         # HAMi (charts/hami values.yaml: kunlunxin.com/xpu, kunlunxin.com/vxpu,
         # kunlunxin.com/vxpu-memory).
         resources=("kunlunxin.com/*",),
+        noun="Kunlunxin XPU",
+        request="kunlunxin.com/xpu",
     ),
     Family(
         name="mthreads",
@@ -234,6 +264,8 @@ FAMILIES: tuple[Family, ...] = (
         # Moore Threads' device plugin (mthreads.com/gpu) and HAMi's (charts/hami
         # device-configmap: mthreads.com/vgpu, mthreads.com/sgpu-memory, mthreads.com/sgpu-core).
         resources=("mthreads.com/*",),
+        noun="Moore Threads GPU",
+        request="mthreads.com/gpu",
     ),
     Family(
         name="neuron",
@@ -241,6 +273,8 @@ FAMILIES: tuple[Family, ...] = (
         # aws-neuron device plugin: aws.amazon.com/neuron, aws.amazon.com/neuroncore,
         # aws.amazon.com/neurondevice (HAMi's device-configmap lists the first two).
         resources=("aws.amazon.com/neuron*",),
+        noun="Neuron device",
+        request="aws.amazon.com/neuron",
         # /dev/neuron<N>: the nodes the plugin and AWS's docker examples pass with --device.
         device_paths=("/dev/neuron",),
     ),
