@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 from webhook.core.access import control as access
 from webhook.core.base.errors import ObjectShapeError
 from webhook.core.base.quantity import format_quantity
-from webhook.core.base.wording import after, cut
+from webhook.core.base.wording import after
 from webhook.core.config.model import WebhookConfig
 from webhook.core.envfix.fixes import env_fixes
 from webhook.core.outcome.decision import (
