@@ -80,7 +80,7 @@ FINDINGS: list[tuple[str, dict[str, Any], str]] = [
         "privileged",
         pod(container("app", securityContext={"privileged": True})),
         'container "app" is privileged but requests no GPU: '
-        "drop privileged or run it in a namespace exempt from gpuAccess",
+        "drop privileged or exempt its namespace in gpuAccess",
     ),
     (
         "hostPath /dev/dri",
@@ -106,8 +106,7 @@ FINDINGS: list[tuple[str, dict[str, Any], str]] = [
     (
         "CDI annotation",
         pod(container("app"), annotations={"cdi.k8s.io/gpu": "nvidia.com/gpu=all"}),
-        "annotation cdi.k8s.io/gpu names devices for the runtime: "
-        "request nvidia.com/gpu or a GPU DRA claim instead",
+        "annotation cdi.k8s.io/gpu names devices: request nvidia.com/gpu or a DRA claim instead",
     ),
 ]
 
@@ -198,8 +197,8 @@ def test_a_gpu_container_that_chooses_its_own_devices(value: str) -> None:
 def test_runtime_class_of_nvidia_without_a_gpu_request() -> None:
     obj = pod(container("app"), runtimeClassName="nvidia")
     assert run(obj, config=config("enforce")).denial_message() == (
-        "Pod ml/train, runtimeClassName nvidia runs NVIDIA's runtime for a pod requesting no "
-        f"GPU: request nvidia.com/gpu or drop runtimeClassName. {WHY}"
+        "Pod ml/train, runtimeClassName nvidia runs NVIDIA's runtime but the pod requests no "
+        f"GPU: request nvidia.com/gpu or drop it. {WHY}"
     )
     with_gpu = pod(container("app", limits={GPU: 1}), runtimeClassName="nvidia")
     assert run(with_gpu, config=config("enforce")).allowed
@@ -210,8 +209,8 @@ def test_runtime_class_of_nvidia_without_a_gpu_request() -> None:
 def test_nri_plugin_annotations_are_cdi_annotations() -> None:
     obj = pod(container("app"), annotations={"nvidia.cdi.k8s.io/pod": "nvidia.com/gpu=all"})
     assert run(obj, config=config("enforce")).denial_message() == (
-        "Pod ml/train, annotation nvidia.cdi.k8s.io/pod names devices for the runtime: "
-        f"request nvidia.com/gpu or a GPU DRA claim instead. {WHY}"
+        "Pod ml/train, annotation nvidia.cdi.k8s.io/pod names devices: "
+        f"request nvidia.com/gpu or a DRA claim instead. {WHY}"
     )
 
 
@@ -232,6 +231,7 @@ def test_a_zero_gpu_request_is_no_request() -> None:
 
 def test_a_gpu_dra_claim_counts_and_an_unknown_claim_makes_no_device_container() -> None:
     """Issue 36: a claim the cache has not seen made its container exempt from every check."""
+
     def claim_pod(template: str) -> dict[str, Any]:
         c = container("app", securityContext={"privileged": True})
         c["resources"] = {"claims": [{"name": "gpu"}]}
@@ -344,8 +344,8 @@ def test_void_modes() -> None:
         {"name": "ASCEND_VISIBLE_DEVICES", "value": ""},
     ]
     assert everything.notes == (
-        'set the NVIDIA, AMD and Huawei Ascend device variables to void in container "cpu": it '
-        "requests none of their devices",
+        'set NVIDIA, AMD and Ascend device variables to void in container "cpu": it requests no '
+        "such device",
     )
     assert run(cuda, config=config("enforce", voidImageDevices="off")).patch == []
 

@@ -347,7 +347,7 @@ def _mount_findings(
             family = _path_family(_normpath(path))
             what = f"mounts host path {cut(path, _MAX_PATH)}"
             if device:
-                advice = "remove the mount: the device plugin hands a container its devices"
+                advice = "remove it: the device plugin gives the devices"
                 findings.append(AccessFinding(where, what, advice, gpu=True))
             elif family is None:
                 # /dev, /dev/dri, /dev/kfd...: several vendors' nodes.
@@ -362,7 +362,7 @@ def _mount_findings(
             if norm.startswith(DEVICE_LIST_MOUNT_ROOT):
                 what = f"mounts {cut(norm, _MAX_PATH)}"
                 if device:
-                    advice = "remove the mount: the device plugin hands a container its devices"
+                    advice = "remove it: the device plugin gives the devices"
                     findings.append(AccessFinding(where, what, advice, gpu=True))
                 else:
                     findings.append(AccessFinding(where, what, f"request {ctx.request} instead"))
@@ -399,7 +399,7 @@ def container_findings(
                 AccessFinding(
                     where,
                     "is privileged",
-                    "drop privileged or run it in a namespace exempt from gpuAccess",
+                    "drop privileged or exempt its namespace in gpuAccess",
                 )
             )
     if c.container.get("volumeMounts"):
@@ -468,21 +468,18 @@ def findings(
             found.append(
                 AccessFinding(
                     "",
-                    f"runtimeClassName {_value(runtime)} runs {family.vendor}'s runtime for a pod "
-                    f"requesting no {noun}",
-                    f"request {advice} or drop runtimeClassName",
+                    f"runtimeClassName {_value(runtime)} runs {family.vendor}'s runtime but the pod "
+                    f"requests no {noun}",
+                    f"request {advice} or drop it",
                 )
             )
     for key in pod.annotations:
         if isinstance(key, str) and key.startswith(DEVICE_ANNOTATION_PREFIXES):
-            what = "mounts" if key.startswith("mounts.") else "devices"
-            found.append(
-                AccessFinding(
-                    "",
-                    f"annotation {cut(key, _MAX_KEY)} names {what} for the runtime",
-                    f"request {request} or a GPU DRA claim instead",
-                )
-            )
+            if key.startswith("mounts."):
+                what, advice = "names host mounts", "remove it"
+            else:
+                what, advice = "names devices", f"request {request} or a DRA claim instead"
+            found.append(AccessFinding("", f"annotation {cut(key, _MAX_KEY)} {what}", advice))
     refs = (*pod.containers, *ephemeral_containers(pod.spec)) if containers is None else containers
     for c in refs:
         own = devices.get(id(c.container), frozenset())

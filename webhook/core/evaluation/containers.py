@@ -343,5 +343,5 @@ def _void(
     listed = ", ".join(vendors[:-1]) + f" and {vendors[-1]}"
     state.note(
         "gpu-access",
-        f"set the {listed} device variables to void in {where}: it requests none of their devices",
+        f"set {listed} device variables to void in {where}: it requests no such device",
     )
