@@ -468,8 +468,8 @@ def findings(
             found.append(
                 AccessFinding(
                     "",
-                    f"runtimeClassName {_value(runtime)} runs {family.vendor}'s runtime but the pod "
-                    f"requests no {noun}",
+                    f"runtimeClassName {_value(runtime)} runs {family.vendor}'s runtime but the "
+                    f"pod requests no {noun}",
                     f"request {advice} or drop it",
                 )
             )
