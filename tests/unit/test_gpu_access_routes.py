@@ -8,11 +8,27 @@ pod after the patch.
 from __future__ import annotations
 
 import copy
+import io
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from tests.helpers import GPU, GPUCORES, GPUMEM, apply, container, get, pod, run, standard_policies
+from tests.helpers import (
+    CONFIGMAPS,
+    GPU,
+    GPUCORES,
+    GPUMEM,
+    apply,
+    container,
+    get,
+    pod,
+    run,
+    standard_policies,
+)
+from webhook.cli import main
 from webhook.core.audit.audit import Audit, audit_config, evaluate_object
 from webhook.core.base.errors import ConfigError
 from webhook.core.config.model import WebhookConfig, load_config
@@ -624,3 +640,42 @@ def test_the_families_are_the_twelve_of_spec_13_with_their_rules() -> None:
     assert nvidia is not None and amd is not None and ascend is not None
     assert (nvidia.void, amd.void, ascend.void) == ("void", "void", "")
     assert nvidia.is_limiter_env("CUDA_DEVICE_MEMORY_LIMIT_3")
+
+
+def test_review_shows_every_finding(tmp_path: Path) -> None:
+    """`gpu-webhook review` (the offline evaluation) lists each finding as a violation under
+    enforce, with its exit code."""
+    obj = pod(
+        container(
+            "t",
+            limits={GPU: 1},
+            securityContext={"privileged": True},
+            env=env(("NVIDIA_IMEX_CHANNELS", "0"), ("NVIDIA_VISIBLE_DEVICES", "all")),
+        ),
+        container("side", env=env(("AMD_VISIBLE_DEVICES", "all"))),
+    )
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(yaml.safe_dump(obj), encoding="utf-8")
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text("gpuAccess: {mode: enforce}\n", encoding="utf-8")
+    out = io.StringIO()
+    code = main(
+        ["review", "-f", str(manifest), "--policies", str(CONFIGMAPS), "--config",
+         str(config_file), "-o", "json"],
+        out=out,
+    )  # fmt: skip
+    assert code == 1
+    (result,) = json.loads(out.getvalue())
+    assert result["violations"] == [
+        f"Pod ml/train, {text}. {WHY}"
+        for text in (
+            'container "t" sets NVIDIA_IMEX_CHANNELS=0: remove it: the device plugin sets the '
+            "GPUs a container gets",
+            'container "t" sets NVIDIA_VISIBLE_DEVICES=all: remove it: the device plugin sets the '
+            "GPUs a container gets",
+            'container "t" is privileged: drop privileged: a privileged container sees every '
+            "device of its node",
+            'container "side" sets AMD_VISIBLE_DEVICES=all but requests no AMD GPU: request '
+            "amd.com/gpu or set it to void",
+        )
+    ]
