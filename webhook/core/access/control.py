@@ -62,6 +62,9 @@ _LIMITER_PREFIXES = tuple(
     p[:-1] for f in _LIMITER_FAMILIES for p in f.limiter_env if p.endswith("*")
 )
 _VOID_NAMES = frozenset(name for f in _VOID_FAMILIES for name in f.void_env)
+# ((variable, void value), family name) for every family with a void, in the families' order.
+_VOIDS = tuple(((name, f.void or ""), f.name) for f in _VOID_FAMILIES for name in f.void_env)
+_EVERY_VOID = tuple(v for v, _ in _VOIDS)
 # Variable -> its family, for the notes saying what void was written.
 VOID_FAMILIES = {name: f for f in _VOID_FAMILIES for name in f.void_env}
 _MAX_KEY = 48
@@ -444,13 +447,10 @@ def container_findings(
                     )
                 )
                 break
-    voids = tuple(
-        (name, family.void)
-        for family in _VOID_FAMILIES
-        if family.name not in own and family.void is not None
-        for name in family.void_env
-        if name not in names
-    )
+    if not own and not names:
+        voids = _EVERY_VOID  # the usual container: every family's void
+    else:
+        voids = tuple(v for v, family in _VOIDS if family not in own and v[0] not in names)
     return found, Candidate(c, voids, cuda, env_from, device)
 
 

@@ -234,6 +234,7 @@ def apply_access(
     enforce = rules.mode == "enforce"
     mode = rules.void_image_devices
     found, candidates = access_findings(state, devices, config)
+    grouped: dict[tuple[tuple[str, str], ...], list[str]] = {}
     for finding in found:
         if update is not None and finding.text() in update.old_findings:
             continue
@@ -267,7 +268,23 @@ def apply_access(
                     violations_only,
                 )
             continue
-        _void(state, candidate, config, enforce, violations_only, audit)
+        voided = _void(state, candidate, config, enforce, violations_only, audit)
+        if voided:
+            grouped.setdefault(voided, []).append(where)
+    # One note per set of variables, not one per container: every container of every pod gets
+    # them under `all`, and each note is a warning the user reads.
+    for voids, wheres in grouped.items():
+        listed = _listed(voids)
+        if len(wheres) == 1:
+            text = (
+                f"set {listed} device variables to void in {wheres[0]}: it requests no such device"
+            )
+        else:
+            text = (
+                f"set {listed} device variables to void in {len(wheres)} containers: they request "
+                "no such device"
+            )
+        state.note("gpu-access", text)
 
 
 def _void(
@@ -277,7 +294,9 @@ def _void(
     enforce: bool,
     violations_only: bool,
     audit: bool,
-) -> None:
+) -> tuple[tuple[str, str], ...]:
+    """Write the container's voids under `enforce` (and list what `known` would for the
+    audit). Returns the voids written when the caller is to say so (several variables), or ()."""
     rules = config.gpu_access
     mode = rules.void_image_devices
     c = candidate.ref
@@ -303,7 +322,7 @@ def _void(
             )
     # Outside enforce, what void would change is only listed for the audit.
     if violations_only or mode == "off" or not (enforce or audit) or not candidate.voids:
-        return
+        return ()
     nvidia = tuple(v for v in candidate.voids if v[0] == VISIBLE_DEVICES)
     # Whether the image is a known CUDA image matters to `known`, the audit and a note that
     # names NVIDIA's variable alone: `all` writes every void without asking (the detection
@@ -327,12 +346,12 @@ def _void(
                     configmap=access.POLICY,
                 )
             )
-        return
+        return ()
     voids = candidate.voids if mode == "all" else (nvidia if known else ())
     # The audit lists what void would change where it matters (a known CUDA image), not the
     # same three variables on every pod of the cluster.
     if not voids or (audit and not known):
-        return
+        return ()
     env = c.container.get("env")
     if env is not None and not isinstance(env, list):
         raise ObjectShapeError(f"{state.ref} {where}: env must be a list")
@@ -346,10 +365,18 @@ def _void(
         why = "its CUDA image would give it every GPU" if known else f"it requests no {noun}"
         shown = f"{name}={value}" if value else f"{name} empty"
         state.note("gpu-access", f"set {shown} in {where}: {why}")
-        return
-    vendors = [access.VOID_FAMILIES[name].vendor for name, _ in voids]
-    listed = ", ".join(vendors[:-1]) + f" and {vendors[-1]}"
-    state.note(
-        "gpu-access",
-        f"set {listed} device variables to void in {where}: it requests no such device",
-    )
+        return ()
+    return voids
+
+
+_LISTED: dict[tuple[tuple[str, str], ...], str] = {}
+
+
+def _listed(voids: tuple[tuple[str, str], ...]) -> str:
+    """`NVIDIA, AMD and Ascend` for the variables of those families."""
+    text = _LISTED.get(voids)
+    if text is None:
+        vendors = [access.VOID_FAMILIES[name].vendor for name, _ in voids]
+        text = ", ".join(vendors[:-1]) + f" and {vendors[-1]}"
+        _LISTED[voids] = text
+    return text
