@@ -300,7 +300,6 @@ def _void(
     rules = config.gpu_access
     mode = rules.void_image_devices
     c = candidate.ref
-    where = container_label(c)
     env_from = candidate.env_from
     # The image config and envFrom stay open where void is not written: under `enforce` a
     # container that takes envFrom is then a finding; under `warn` only an envFrom prefix that
@@ -316,23 +315,20 @@ def _void(
             )
             _report(
                 state,
-                access.AccessFinding(where, f"uses {shown}", advice),
+                access.AccessFinding(container_label(c), f"uses {shown}", advice),
                 enforce,
                 violations_only,
             )
     # Outside enforce, what void would change is only listed for the audit.
     if violations_only or mode == "off" or not (enforce or audit) or not candidate.voids:
         return ()
-    nvidia = tuple(v for v in candidate.voids if v[0] == VISIBLE_DEVICES)
     # Whether the image is a known CUDA image matters to `known`, the audit and a note that
     # names NVIDIA's variable alone: `all` writes every void without asking (the detection
     # reads the whole env, a cost a padded pod must not multiply).
     ask = mode == "known" or audit or not enforce or len(candidate.voids) == 1
-    known = (
-        ask
-        and bool(nvidia)
-        and (candidate.cuda or known_cuda_image(c.container.get("image"), config))
-    )
+    nvidia = tuple(v for v in candidate.voids if v[0] == VISIBLE_DEVICES) if ask else ()
+    known = bool(nvidia) and (candidate.cuda or known_cuda_image(c.container.get("image"), config))
+    where = container_label(c)
     if not enforce:
         if known:
             # Not a warning: every CPU pod on a CUDA image would get one. The audit lists it,
