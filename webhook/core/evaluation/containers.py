@@ -241,9 +241,8 @@ def apply_access(
         _report(state, finding, enforce, violations_only)
     for candidate in candidates:
         c = candidate.ref
-        where = container_label(c)
-        key = (c.list_name, c.name)
-        if update is not None and key not in update.patchable:
+        if update is not None and (c.list_name, c.name) not in update.patchable:
+            key = (c.list_name, c.name)
             # Env cannot change on a Pod UPDATE: an image swapped in a container without void
             # is what the image config route needs (the old pod's own gaps were judged at create).
             image = c.container.get("image")
@@ -259,7 +258,7 @@ def apply_access(
                 _report(
                     state,
                     access.AccessFinding(
-                        where,
+                        container_label(c),
                         "changes its image while its device variables are not void",
                         "recreate the pod: env cannot change on update",
                         gpu=True,
@@ -270,7 +269,7 @@ def apply_access(
             continue
         voided = _void(state, candidate, config, enforce, violations_only, audit)
         if voided:
-            grouped.setdefault(voided, []).append(where)
+            grouped.setdefault(voided, []).append(container_label(c))
     # One note per set of variables, not one per container: every container of every pod gets
     # them under `all`, and each note is a warning the user reads.
     for voids, wheres in grouped.items():
