@@ -205,6 +205,54 @@ def test_a_patched_object_that_differs_shows_a_unified_diff(tmp_path: Path) -> N
     assert (code, text.splitlines()[-1]) == (0, "Test summary: 1 passed, 0 failed")
 
 
+@pytest.mark.parametrize(
+    ("field", "actual", "written", "shown"),
+    [
+        ("hostNetwork", True, 1, ("-  hostNetwork: 1\n", "+  hostNetwork: true\n")),
+        ("hostIPC", False, 0, ("-  hostIPC: 0\n", "+  hostIPC: false\n")),
+        ("priority", 1, True, ("-  priority: true\n", "+  priority: 1\n")),
+        ("priority", 1, "1", ("-  priority: '1'\n", "+  priority: 1\n")),
+    ],
+)
+def test_a_patched_object_is_compared_as_json_types(
+    tmp_path: Path, field: str, actual: Any, written: Any, shown: tuple[str, str]
+) -> None:
+    """`true` is not `1` and `"1"` is not `1`, as the API server stores them: an expectation
+    that writes the other type fails, with the line in the diff."""
+    pod = json.loads(json.dumps(HAMI_POD))
+    pod["spec"][field] = actual
+    write(tmp_path / "resources.yaml", pod)
+    patched = json.loads(json.dumps(pod))
+    patched["spec"]["containers"][0]["resources"]["requests"] = {
+        "nvidia.com/gpucores": "50",
+        "nvidia.com/gpu": "1",
+    }
+    expected = json.loads(json.dumps(patched))
+    expected["spec"][field] = written
+    test = {
+        "apiVersion": "gpu-webhook.dev/v1alpha1",
+        "kind": "Test",
+        "metadata": {"name": "t"},
+        "policies": str(CONFIGMAPS),
+        "resources": ["resources.yaml"],
+        "results": [{"name": "half", "verdict": "allowed", "patchedResource": "expected.yaml"}],
+    }
+    write(tmp_path / "gpu-webhook-test.yaml", test)
+    write(tmp_path / "expected.yaml", expected)
+    code, text = cli("test", str(tmp_path))
+    assert code == 1
+    assert "FAIL    the patched object differs from expected.yaml\n" in text
+    assert shown[0] in text and shown[1] in text
+    assert text.endswith("\nTest summary: 0 passed, 1 failed\n")
+    # The same value with its own type passes; a float equal to the integer is the same JSON.
+    expected["spec"][field] = (
+        1.0 if isinstance(actual, int) and not isinstance(actual, bool) else actual
+    )
+    write(tmp_path / "expected.yaml", expected)
+    code, text = cli("test", str(tmp_path))
+    assert (code, text.splitlines()[-1]) == (0, "Test summary: 1 passed, 0 failed")
+
+
 def test_junit_output(tmp_path: Path) -> None:
     suite(
         tmp_path,
