@@ -375,3 +375,43 @@ def test_a_policies_folder_without_crl_is_exit_2(
         f"gpu-webhook test: {path}: no CRL ConfigMap in {empty} (0 ConfigMap(s), none a CRL): "
         "pass the directory of CRL ConfigMap YAML files, e.g. the project's configmaps/\n"
     )
+
+
+def broken_policies(tmp_path: Path) -> Path:
+    """The shipped CRLs plus one whose `max` is not a quantity: lint says so (exit 1)."""
+    folder = tmp_path / "policies"
+    folder.mkdir()
+    for file in CONFIGMAPS.glob("*.yaml"):
+        (folder / file.name).write_text(file.read_text(encoding="utf-8"), encoding="utf-8")
+    crl = yaml.safe_load((CONFIGMAPS / "cf-crl-hami-gpucores.yaml").read_text(encoding="utf-8"))
+    crl["metadata"]["name"] = "cf-crl-capped-gpucores"
+    crl["data"]["max"] = "half"
+    write(folder / "cap.yaml", crl)
+    return folder
+
+
+def test_a_crl_that_does_not_parse_is_exit_2_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not left out silently (the pods it limits would pass without it): exit 2, naming it."""
+    folder = broken_policies(tmp_path)
+    assert cli("lint", str(folder))[0] == 1
+    capsys.readouterr()
+    path = suite(tmp_path, [{"name": "half", "verdict": "allowed"}], policies="policies")
+    assert cli("test", str(tmp_path)) == (2, "")
+    assert capsys.readouterr().err == (
+        f"gpu-webhook test: {path}: 1 CRL ConfigMap(s) in {folder} do not parse: "
+        f"{folder / 'cap.yaml'}: kube-public/cf-crl-capped-gpucores: data.max: 'half' is not "
+        "a Kubernetes quantity (expected a number with an optional suffix such as 1, 100, 1k, "
+        f"500m, 1e3 or 2Gi); fix or remove them (`gpu-webhook lint {folder}` lists every error)\n"
+    )
+    assert cli("review", "-f", str(tmp_path / "resources.yaml"), "--policies", str(folder)) == (
+        2,
+        "",
+    )
+    assert capsys.readouterr().err == (
+        f"gpu-webhook review: 1 CRL ConfigMap(s) in {folder} do not parse: "
+        f"{folder / 'cap.yaml'}: kube-public/cf-crl-capped-gpucores: data.max: 'half' is not "
+        "a Kubernetes quantity (expected a number with an optional suffix such as 1, 100, 1k, "
+        f"500m, 1e3 or 2Gi); fix or remove them (`gpu-webhook lint {folder}` lists every error)\n"
+    )

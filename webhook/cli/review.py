@@ -201,17 +201,32 @@ def load_policies(path: Path | None) -> PolicySet:
                 "e.g. the project's configmaps/)"
             )
         path = DEFAULT_POLICIES
-    found = [
-        doc
+    read = [
+        (file, doc)
         for file in policy_files(path)
         for doc in read_documents(file)
         if isinstance(doc, Mapping) and doc.get("kind") == "ConfigMap"
     ]
+    found = [doc for _, doc in read]
     if not any(_is_crl(doc) for doc in found):
         # A pipeline must not allow everything because --policies points at the wrong place.
         raise ManifestError(
             f"no CRL ConfigMap in {path} ({len(found)} ConfigMap(s), none a CRL): pass the "
             "directory of CRL ConfigMap YAML files, e.g. the project's configmaps/"
+        )
+    # A CRL that does not parse would be left out, and the pods it limits reviewed without it:
+    # an error, as `lint` says of the same folder, never a silent pass.
+    broken = [
+        f"{file}: {parse_configmap(doc).ref}: {problems[0]}"
+        + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
+        for file, doc in read
+        if _is_crl(doc) and (problems := [*unquoted_values(doc), *parse_configmap(doc).errors])
+    ]
+    if broken:
+        shown = "; ".join(broken[:3]) + (f"; and {len(broken) - 3} more" if len(broken) > 3 else "")
+        raise ManifestError(
+            f"{len(broken)} CRL ConfigMap(s) in {path} do not parse: {shown}; fix or remove "
+            f"them (`gpu-webhook lint {path}` lists every error)"
         )
     return PolicySet.from_configmaps(found)
 
