@@ -26,7 +26,7 @@ from webhook.cli.inputs import (
     read_manifests,
 )
 from webhook.cli.progress import Progress
-from webhook.cli.quoting import unquoted_values
+from webhook.cli.quoting import printable, unquoted_values
 from webhook.core.base.errors import ManifestError, WebhookError
 from webhook.core.base.manifests import parse_documents
 from webhook.core.config.model import WebhookConfig, load_config
@@ -309,7 +309,7 @@ def cmd_review(args: argparse.Namespace, out: TextIO) -> int:
         policies = load_policies(args.policies)
         policy_line = None
     for note in cluster.notes if cluster is not None else ():
-        sys.stderr.write(f"gpu-webhook review: note: {note}\n")
+        sys.stderr.write(f"gpu-webhook review: note: {printable(note)}\n")
     # A folder's files read and reviewed so far, on a terminal only and never in json or yaml.
     directory = args.file != "-" and Path(args.file).is_dir()
     machine = args.output in ("json", "yaml")
@@ -377,7 +377,7 @@ def cmd_review(args: argparse.Namespace, out: TextIO) -> int:
     else:
         # Machine formats keep their shape (a list of results; one line per document): the
         # same lines go to stderr.
-        sys.stderr.writelines(f"gpu-webhook review: {line}\n" for line in header)
+        sys.stderr.writelines(f"gpu-webhook review: {printable(line)}\n" for line in header)
         if args.output == "json":
             json.dump([r.to_json() for r in results], out, indent=2, ensure_ascii=False)
             out.write("\n")
@@ -386,7 +386,9 @@ def cmd_review(args: argparse.Namespace, out: TextIO) -> int:
         else:
             _print_summary(results, out)
     # Each unreadable file of a directory on one line, after the others' results; exit 2.
-    sys.stderr.writelines(f"gpu-webhook review: {line}\n" for line in manifests.unreadable)
+    sys.stderr.writelines(
+        f"gpu-webhook review: {printable(line)}\n" for line in manifests.unreadable
+    )
     if manifests.unreadable:
         return EXIT_USAGE
     return EXIT_DENIED if any(r.verdict == "denied" for r in results) else EXIT_OK
