@@ -9,9 +9,9 @@
 suite NAME with its counts, read from the JUnit XML file CMD wrote (pytest --junitxml), its
 wall time and its exit code. Several `run`s with one NAME add up to one suite. With
 `--must-run` (a suite whose real components are there) the suite fails unless its tests ran:
-no JUnit file, no test at all, or a test of a `--require` path (e.g. tests/e2e/test_e2e_scheduling.py)
-skipped is a failure, said so on its line. `run` exits with CMD's code (1 when CMD succeeded
-but the suite failed its requirement).
+no JUnit file, no test at all, or a test of a `--require` path (such as
+tests/e2e/test_e2e_scheduling.py) skipped is a failure, said so on its line. `run` exits with
+CMD's code (1 when CMD succeeded but the suite failed its requirement).
 
 `skipped` records a suite that cannot run here, with the reason (printed at once and again in
 the report).
@@ -53,7 +53,7 @@ class Counts:
     passed: int = 0
     failed: int = 0
     skipped: int = 0
-    # The test files whose every test was skipped, by path as pytest names them.
+    # The modules (JUnit classnames) with a test that ran, and with a test that was skipped.
     files_with_runs: set[str] = field(default_factory=set)
     files_skipped: set[str] = field(default_factory=set)
 
