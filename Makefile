@@ -68,7 +68,8 @@ docs-check: docs
 # The suites against the real components (docs/development/tests.md): the e2e suite on the real
 # kube-apiserver + kube-scheduler + kube-controller-manager, the real registry, the native
 # policy differential; run when $(SHARED_DIR)/tools/prebuilt is there (CI has ../shared beside
-# the clone), else skipped with the reason. scripts/test-real.sh says which ports and folders.
+# the clone), else skipped with the reason. scripts/test-real.sh says which ports and folders;
+# REAL_SUITES=native (or e2e, registry) runs only those.
 SHARED_DIR ?= ../shared
 test-real: $(STAMP)
 	SHARED_DIR=$(SHARED_DIR) PYTHON=$(BIN)/python bash scripts/test-real.sh

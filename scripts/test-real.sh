@@ -19,6 +19,7 @@
 # 15259, 15257, 15843 if free, else free ones the system picks. The registry takes a free port.
 #
 # Environment: SHARED_DIR (default ../shared), PYTHON (default .venv/bin/python),
+# REAL_SUITES (default "e2e registry native": which of the three to run, e.g. REAL_SUITES=native),
 # SUITES_DIR (where scripts/test_suites.py records the suites; default a temporary one, whose
 # report is printed at the end; `make test` passes its own and reports once for everything).
 set -uo pipefail
@@ -67,24 +68,31 @@ trap 'exit 130' INT TERM
 
 status=0
 junit() { echo "$SUITES_DIR/$1.xml"; }
+REAL_SUITES="${REAL_SUITES:-e2e registry native}"
+wanted() { [[ " $REAL_SUITES " == *" $1 "* ]]; }
 
 if [[ ! -d "$PREBUILT" ]]; then
   why="no prebuilt Kubernetes and registry binaries at $PREBUILT (SHARED_DIR=$SHARED_DIR)"
   # Each suite's tests are still collected (they import), and skip saying why.
-  "${SUITE[@]}" skipped "$SUITES_DIR" "$E2E" "$why"
-  "${SUITE[@]}" run "$SUITES_DIR" "$E2E" --junit "$(junit e2e)" -- \
-    env -u E2E_KUBECONFIG "$BIN/pytest" -q -rs -p no:cacheprovider tests/e2e \
-    --ignore=tests/e2e/test_e2e_registry.py \
-    --junitxml="$(junit e2e)" || status=1
-  "${SUITE[@]}" skipped "$SUITES_DIR" "$REGISTRY" "$why"
-  "${SUITE[@]}" run "$SUITES_DIR" "$REGISTRY" --junit "$(junit registry)" -- \
-    env -u GPU_WEBHOOK_REGISTRY_BIN "$BIN/pytest" -q -rs \
-    -p no:cacheprovider tests/e2e/test_e2e_registry.py tests/integration/test_registry_real.py \
-    --junitxml="$(junit registry)" || status=1
-  "${SUITE[@]}" skipped "$SUITES_DIR" "$NATIVE" "$why"
-  "${SUITE[@]}" run "$SUITES_DIR" "$NATIVE" --junit "$(junit native)" -- \
-    env -u NATIVE_KUBECONFIG "$BIN/pytest" -q -rs -p no:cacheprovider tests/native \
-    --junitxml="$(junit native)" || status=1
+  if wanted e2e; then
+    "${SUITE[@]}" skipped "$SUITES_DIR" "$E2E" "$why"
+    "${SUITE[@]}" run "$SUITES_DIR" "$E2E" --junit "$(junit e2e)" -- \
+      env -u E2E_KUBECONFIG "$BIN/pytest" -q -rs -p no:cacheprovider tests/e2e \
+      --ignore=tests/e2e/test_e2e_registry.py --junitxml="$(junit e2e)" || status=1
+  fi
+  if wanted registry; then
+    "${SUITE[@]}" skipped "$SUITES_DIR" "$REGISTRY" "$why"
+    "${SUITE[@]}" run "$SUITES_DIR" "$REGISTRY" --junit "$(junit registry)" -- \
+      env -u GPU_WEBHOOK_REGISTRY_BIN "$BIN/pytest" -q -rs -p no:cacheprovider \
+      tests/e2e/test_e2e_registry.py tests/integration/test_registry_real.py \
+      --junitxml="$(junit registry)" || status=1
+  fi
+  if wanted native; then
+    "${SUITE[@]}" skipped "$SUITES_DIR" "$NATIVE" "$why"
+    "${SUITE[@]}" run "$SUITES_DIR" "$NATIVE" --junit "$(junit native)" -- \
+      env -u NATIVE_KUBECONFIG "$BIN/pytest" -q -rs -p no:cacheprovider tests/native \
+      --junitxml="$(junit native)" || status=1
+  fi
   if [[ $own_report == 1 ]]; then "${SUITE[@]}" report "$SUITES_DIR" || status=1; fi
   exit $status
 fi
@@ -132,27 +140,33 @@ fi
 echo "test-real: binaries unpacked in $(($(date +%s) - started)) s"
 
 # e2e on the whole control plane; the registry tests run in their own suite below.
-"${SUITE[@]}" run "$SUITES_DIR" "$E2E" --junit "$(junit e2e)" --must-run \
-  --require tests/e2e/test_e2e_scheduling.py -- \
-  env KAPI_CONTROLLERS=1 bash scripts/e2e-kapi.sh --ignore=tests/e2e/test_e2e_registry.py \
-  --junitxml="$(junit e2e)" || status=1
+if wanted e2e; then
+  "${SUITE[@]}" run "$SUITES_DIR" "$E2E" --junit "$(junit e2e)" --must-run \
+    --require tests/e2e/test_e2e_scheduling.py -- \
+    env KAPI_CONTROLLERS=1 bash scripts/e2e-kapi.sh --ignore=tests/e2e/test_e2e_registry.py \
+    --junitxml="$(junit e2e)" || status=1
+fi
 
 # The registry end to end (the API server alone is enough), then the lookups of the registry
 # client against the same registry binary, with Bearer-token auth.
-"${SUITE[@]}" run "$SUITES_DIR" "$REGISTRY" --junit "$(junit registry-e2e)" --must-run \
-  --require tests/e2e/test_e2e_registry.py -- \
-  env E2E_REGISTRY=1 bash scripts/e2e-kapi.sh -k test_e2e_registry \
-  --junitxml="$(junit registry-e2e)" || status=1
-"${SUITE[@]}" run "$SUITES_DIR" "$REGISTRY" --junit "$(junit registry-client)" --must-run \
-  --require tests/integration/test_registry_real.py -- \
-  env GPU_WEBHOOK_REGISTRY_BIN="$DISTRIBUTION_HOME/registry" "$BIN/pytest" -q -rs \
-  -p no:cacheprovider tests/integration/test_registry_real.py \
-  --junitxml="$(junit registry-client)" || status=1
+if wanted registry; then
+  "${SUITE[@]}" run "$SUITES_DIR" "$REGISTRY" --junit "$(junit registry-e2e)" --must-run \
+    --require tests/e2e/test_e2e_registry.py -- \
+    env E2E_REGISTRY=1 bash scripts/e2e-kapi.sh -k test_e2e_registry \
+    --junitxml="$(junit registry-e2e)" || status=1
+  "${SUITE[@]}" run "$SUITES_DIR" "$REGISTRY" --junit "$(junit registry-client)" --must-run \
+    --require tests/integration/test_registry_real.py -- \
+    env GPU_WEBHOOK_REGISTRY_BIN="$DISTRIBUTION_HOME/registry" "$BIN/pytest" -q -rs \
+    -p no:cacheprovider tests/integration/test_registry_real.py \
+    --junitxml="$(junit registry-client)" || status=1
+fi
 
 # The native-policy differential on a bare API server (no webhook registered, no controllers).
-"${SUITE[@]}" run "$SUITES_DIR" "$NATIVE" --junit "$(junit native)" --must-run \
-  --require tests/native/test_native_differential.py -- \
-  bash scripts/test-real.sh __native "$(junit native)" || status=1
+if wanted native; then
+  "${SUITE[@]}" run "$SUITES_DIR" "$NATIVE" --junit "$(junit native)" --must-run \
+    --require tests/native/test_native_differential.py -- \
+    bash scripts/test-real.sh __native "$(junit native)" || status=1
+fi
 
 if [[ $own_report == 1 ]]; then "${SUITE[@]}" report "$SUITES_DIR" || status=1; fi
 exit $status
