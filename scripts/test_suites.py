@@ -144,6 +144,9 @@ def run(argv: list[str]) -> int:
     counts = junit_counts(junit) if junit is not None and junit.exists() else None
     if counts is not None:
         record.passed, record.failed, record.skipped = counts.passed, counts.failed, counts.skipped
+    if counts is None and not must_run:
+        # e.g. unit-compiled without a C compiler: it printed why.
+        record.notes.append("no test ran (its output above says why)")
     if must_run:
         if counts is None or counts.passed + counts.failed == 0:
             record.ok = False
