@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint typecheck unit unit-compiled compiled docs docs-check demo serve bench bench-deps clean
+.PHONY: install test test-real lint typecheck unit unit-compiled compiled docs docs-check demo serve bench bench-deps clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,8 +22,11 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# PYTEST_ARGS: more pytest arguments (`make test` passes a JUnit file and leaves out the suites
+# that run against the real components in test-real).
+PYTEST_ARGS ?=
 unit: $(STAMP)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q $(PYTEST_ARGS)
 
 # The evaluation core compiled with mypyc (setup.py lists the modules), beside a copy of the
 # package in build/compiled: the source tree never holds a compiled module that could shadow an
@@ -45,7 +48,7 @@ unit-compiled:
 	@if ! command -v cc >/dev/null 2>&1; then \
 	  echo "unit-compiled: SKIPPED: no C compiler (cc) to build the compiled core"; \
 	else $(MAKE) --no-print-directory $(COMPILED_STAMP) && \
-	  GPU_WEBHOOK_COMPILED=$(COMPILED_TREE) $(BIN)/pytest -q; fi
+	  GPU_WEBHOOK_COMPILED=$(COMPILED_TREE) $(BIN)/pytest -q $(PYTEST_ARGS); fi
 
 # The documentation site (docs/development/docs.md): Sphinx with MyST-Parser and Furo, into
 # build/docs. Strict: any warning (a broken link or anchor, a missing page, a page in no
@@ -62,9 +65,33 @@ docs: $(STAMP)
 
 docs-check: docs
 
-# The README's test command: install, lint, type-check, build the docs strict, run every test
-# (pure Python, then with the compiled core).
-test: lint typecheck docs-check unit unit-compiled
+# The suites against the real components (docs/development/tests.md): the e2e suite on the real
+# kube-apiserver + kube-scheduler + kube-controller-manager, the real registry, the native
+# policy differential; run when $(SHARED_DIR)/tools/prebuilt is there (CI has ../shared beside
+# the clone), else skipped with the reason. scripts/test-real.sh says which ports and folders;
+# REAL_SUITES=native (or e2e, registry) runs only those.
+SHARED_DIR ?= ../shared
+test-real: $(STAMP)
+	SHARED_DIR=$(SHARED_DIR) PYTHON=$(BIN)/python bash scripts/test-real.sh
+
+# The README's test command: install, lint, type-check, build the docs strict, then every suite
+# (pure Python, with the compiled core, against the real components), each to the end even when
+# one fails; one line per suite and, last, the total over all of them
+# (`total: N passed, N failed, N skipped`). SUITES_DIR: where scripts/test_suites.py keeps count.
+SUITES_DIR ?= build/suites
+REAL_TESTS := --ignore=tests/e2e --ignore=tests/native --ignore=tests/integration/test_registry_real.py
+SUITE := $(BIN)/python scripts/test_suites.py
+test: lint typecheck docs-check
+	@rm -rf $(SUITES_DIR) && mkdir -p $(SUITES_DIR); status=0; \
+	$(SUITE) run $(SUITES_DIR) "unit (source)" --junit $(SUITES_DIR)/unit.xml --must-run -- \
+	  $(MAKE) --no-print-directory unit PYTEST_ARGS="$(REAL_TESTS) --junitxml=$(SUITES_DIR)/unit.xml" \
+	  || status=1; \
+	$(SUITE) run $(SUITES_DIR) "unit (compiled core)" --junit $(SUITES_DIR)/compiled.xml -- \
+	  $(MAKE) --no-print-directory unit-compiled \
+	  PYTEST_ARGS="$(REAL_TESTS) --junitxml=$(SUITES_DIR)/compiled.xml" || status=1; \
+	SUITES_DIR=$(abspath $(SUITES_DIR)) $(MAKE) --no-print-directory test-real || status=1; \
+	$(SUITE) report $(SUITES_DIR) || status=1; \
+	exit $$status
 
 # review exits 1 when something is denied: the third example is, on purpose, so the demo says
 # so and ends with 0; any other failure still fails the target.

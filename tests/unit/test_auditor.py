@@ -299,6 +299,46 @@ async def test_an_unreadable_cluster_is_a_counted_failure_never_an_exception(
     assert status.to_json()["lastError"] is None
 
 
+async def test_a_run_that_may_not_list_pods_erases_nothing(
+    cluster: FakeKube, tmp_path: Path, auditor: Make
+) -> None:
+    """Pods forbidden (RBAC changed under the webhook): their findings are unknown, not gone.
+    The run is a counted failure; the reports and the figures /metrics shows stay those of
+    the last complete run, until pods can be listed again."""
+    audit, store = auditor(tightened(tmp_path))
+    assert await audit.run_once() is True
+    status = store.audit
+    assert status is not None
+    before = {ns: r["metadata"]["resourceVersion"] for ns, r in reports(cluster).items()}
+    assert sorted(before) == ["ml", "research"]  # research's only finding is a pod's
+    figures = (status.pods, status.workloads, status.denied, status.changed, status.findings)
+    succeeded = status.last_success_unix
+
+    cluster.forbid(PODS, 'pods is forbidden: User "system:serviceaccount:gpu:webhook" cannot list')
+    assert await audit.run_once() is False
+    assert (status.runs, status.failures) == (2, 1)
+    assert status.last_error == (
+        "incomplete, nothing published: not allowed to list pods (v1), not audited: 403 "
+        'Forbidden: pods is forbidden: User "system:serviceaccount:gpu:webhook" cannot list; '
+        "grant list on pods (the chart's audit RBAC does); the reports and figures of the last "
+        "complete run are kept"
+    )
+    assert {ns: r["metadata"]["resourceVersion"] for ns, r in reports(cluster).items()} == before
+    assert findings(reports(cluster)["research"]) == [("warn", "Pod", "old", "cuda-affinity")]
+    assert (status.pods, status.workloads, status.denied, status.changed, status.findings) == (
+        figures
+    )
+    assert status.findings[("gpu-admission-webhook", "research", "warn")] == 1
+    assert status.last_success_unix == succeeded
+    assert (status.reports_written, status.reports_deleted) == (2, 0)
+
+    cluster.allow(PODS)
+    assert await audit.run_once() is True
+    assert (status.runs, status.failures) == (3, 1)
+    assert status.to_json()["lastError"] is None
+    assert sorted(reports(cluster)) == ["ml", "research"]
+
+
 async def test_no_audit_before_the_policies_synced(cluster: FakeKube, auditor: Make) -> None:
     audit, store = auditor(None)
     assert await audit.run_once() is False

@@ -205,6 +205,54 @@ def test_a_patched_object_that_differs_shows_a_unified_diff(tmp_path: Path) -> N
     assert (code, text.splitlines()[-1]) == (0, "Test summary: 1 passed, 0 failed")
 
 
+@pytest.mark.parametrize(
+    ("field", "actual", "written", "shown"),
+    [
+        ("hostNetwork", True, 1, ("-  hostNetwork: 1\n", "+  hostNetwork: true\n")),
+        ("hostIPC", False, 0, ("-  hostIPC: 0\n", "+  hostIPC: false\n")),
+        ("priority", 1, True, ("-  priority: true\n", "+  priority: 1\n")),
+        ("priority", 1, "1", ("-  priority: '1'\n", "+  priority: 1\n")),
+    ],
+)
+def test_a_patched_object_is_compared_as_json_types(
+    tmp_path: Path, field: str, actual: Any, written: Any, shown: tuple[str, str]
+) -> None:
+    """`true` is not `1` and `"1"` is not `1`, as the API server stores them: an expectation
+    that writes the other type fails, with the line in the diff."""
+    pod = json.loads(json.dumps(HAMI_POD))
+    pod["spec"][field] = actual
+    write(tmp_path / "resources.yaml", pod)
+    patched = json.loads(json.dumps(pod))
+    patched["spec"]["containers"][0]["resources"]["requests"] = {
+        "nvidia.com/gpucores": "50",
+        "nvidia.com/gpu": "1",
+    }
+    expected = json.loads(json.dumps(patched))
+    expected["spec"][field] = written
+    test = {
+        "apiVersion": "gpu-webhook.dev/v1alpha1",
+        "kind": "Test",
+        "metadata": {"name": "t"},
+        "policies": str(CONFIGMAPS),
+        "resources": ["resources.yaml"],
+        "results": [{"name": "half", "verdict": "allowed", "patchedResource": "expected.yaml"}],
+    }
+    write(tmp_path / "gpu-webhook-test.yaml", test)
+    write(tmp_path / "expected.yaml", expected)
+    code, text = cli("test", str(tmp_path))
+    assert code == 1
+    assert "FAIL    the patched object differs from expected.yaml\n" in text
+    assert shown[0] in text and shown[1] in text
+    assert text.endswith("\nTest summary: 0 passed, 1 failed\n")
+    # The same value with its own type passes; a float equal to the integer is the same JSON.
+    expected["spec"][field] = (
+        1.0 if isinstance(actual, int) and not isinstance(actual, bool) else actual
+    )
+    write(tmp_path / "expected.yaml", expected)
+    code, text = cli("test", str(tmp_path))
+    assert (code, text.splitlines()[-1]) == (0, "Test summary: 1 passed, 0 failed")
+
+
 def test_junit_output(tmp_path: Path) -> None:
     suite(
         tmp_path,
@@ -326,4 +374,44 @@ def test_a_policies_folder_without_crl_is_exit_2(
     assert capsys.readouterr().err == (
         f"gpu-webhook test: {path}: no CRL ConfigMap in {empty} (0 ConfigMap(s), none a CRL): "
         "pass the directory of CRL ConfigMap YAML files, e.g. the project's configmaps/\n"
+    )
+
+
+def broken_policies(tmp_path: Path) -> Path:
+    """The shipped CRLs plus one whose `max` is not a quantity: lint says so (exit 1)."""
+    folder = tmp_path / "policies"
+    folder.mkdir()
+    for file in CONFIGMAPS.glob("*.yaml"):
+        (folder / file.name).write_text(file.read_text(encoding="utf-8"), encoding="utf-8")
+    crl = yaml.safe_load((CONFIGMAPS / "cf-crl-hami-gpucores.yaml").read_text(encoding="utf-8"))
+    crl["metadata"]["name"] = "cf-crl-capped-gpucores"
+    crl["data"]["max"] = "half"
+    write(folder / "cap.yaml", crl)
+    return folder
+
+
+def test_a_crl_that_does_not_parse_is_exit_2_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not left out silently (the pods it limits would pass without it): exit 2, naming it."""
+    folder = broken_policies(tmp_path)
+    assert cli("lint", str(folder))[0] == 1
+    capsys.readouterr()
+    path = suite(tmp_path, [{"name": "half", "verdict": "allowed"}], policies="policies")
+    assert cli("test", str(tmp_path)) == (2, "")
+    assert capsys.readouterr().err == (
+        f"gpu-webhook test: {path}: 1 CRL ConfigMap(s) in {folder} do not parse: "
+        f"{folder / 'cap.yaml'}: kube-public/cf-crl-capped-gpucores: data.max: 'half' is not "
+        "a Kubernetes quantity (expected a number with an optional suffix such as 1, 100, 1k, "
+        f"500m, 1e3 or 2Gi); fix or remove them (`gpu-webhook lint {folder}` lists every error)\n"
+    )
+    assert cli("review", "-f", str(tmp_path / "resources.yaml"), "--policies", str(folder)) == (
+        2,
+        "",
+    )
+    assert capsys.readouterr().err == (
+        f"gpu-webhook review: 1 CRL ConfigMap(s) in {folder} do not parse: "
+        f"{folder / 'cap.yaml'}: kube-public/cf-crl-capped-gpucores: data.max: 'half' is not "
+        "a Kubernetes quantity (expected a number with an optional suffix such as 1, 100, 1k, "
+        f"500m, 1e3 or 2Gi); fix or remove them (`gpu-webhook lint {folder}` lists every error)\n"
     )

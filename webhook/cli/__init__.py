@@ -15,6 +15,7 @@ from webhook.cli.exits import EXIT_OK, EXIT_USAGE, CommandError
 from webhook.cli.export import add_export_parser, cmd_export
 from webhook.cli.images import add_images_parser, add_registry_arguments, cmd_images
 from webhook.cli.lint import cmd_lint
+from webhook.cli.quoting import PrintableOutput, printable
 from webhook.cli.review import cmd_review
 from webhook.cli.test import add_test_arguments, cmd_test
 from webhook.core.base.errors import ConfigError, ManifestError
@@ -119,7 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
-    out = out or sys.stdout
+    # Manifest text reaches the output: its control characters are escaped (quoting.py).
+    out = PrintableOutput(out or sys.stdout)
     args = build_parser().parse_args(argv)
     try:
         if args.command == "review":
@@ -142,7 +144,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
 
         return certs_command(args)
     except (ConfigError, ManifestError, CommandError) as exc:
-        sys.stderr.write(f"gpu-webhook {args.command}: {exc}\n")
+        sys.stderr.write(f"gpu-webhook {args.command}: {printable(str(exc))}\n")
         return EXIT_USAGE
     except BrokenPipeError:  # `gpu-webhook review ... | head`
         return EXIT_OK

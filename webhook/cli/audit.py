@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, TextIO
 from webhook.cli.exits import EXIT_DENIED, EXIT_OK, CommandError
 from webhook.cli.inputs import inventory_line
 from webhook.cli.progress import Progress
+from webhook.cli.quoting import printable
 from webhook.cli.review import load_policies
 from webhook.core.audit.findings import AuditResult, Finding, Problem
 from webhook.core.config.model import WebhookConfig, load_config
@@ -194,8 +195,8 @@ def cmd_audit(args: argparse.Namespace, out: TextIO) -> int:
         print_text(result, _run_line(run), out)
     else:
         # Machine formats keep their shape: the context lines go to stderr.
-        sys.stderr.writelines(f"gpu-webhook audit: {line}\n" for line in header)
-        sys.stderr.writelines(f"gpu-webhook audit: note: {note}\n" for note in notes)
+        sys.stderr.writelines(f"gpu-webhook audit: {printable(line)}\n" for line in header)
+        sys.stderr.writelines(f"gpu-webhook audit: note: {printable(note)}\n" for note in notes)
         if args.output == "json":
             document = result.to_json()
             document["notes"] = notes

@@ -1,4 +1,12 @@
-"""Label and annotation values that YAML read as numbers or booleans: "quote it".
+"""Manifest text made safe to print, and label or annotation values that YAML read as numbers
+or booleans: "quote it".
+
+A name, an image or a message taken from a manifest may hold control characters: ESC starts a
+terminal escape sequence (it can rewrite what the terminal shows), BEL rings, NUL and most C0
+characters are not allowed in XML 1.0 even as character references, and the C1 characters
+(U+0080-U+009F, e.g. U+009B, the one-character CSI) are escape sequences too on many terminals.
+`printable` writes each as `\\uXXXX`, which reads the same in text, is the same string in JSON
+and is plain text in XML; `PrintableOutput` does it to everything a command writes.
 
 Kubernetes' ObjectMeta has `labels` and `annotations` as map[string]string, so the API server
 (and `kubectl apply`) refuses `cuda-version: 12.4` or `enabled: true` unquoted: YAML makes them
@@ -8,11 +16,45 @@ an object, so the offline review reports it as the reason the object would be re
 
 from __future__ import annotations
 
+import io
 import json
-from collections.abc import Iterator, Mapping
-from typing import Any
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, TextIO
 
 _KINDS = {bool: "a boolean", int: "a number", float: "a number"}
+
+# C0 but tab and newline (a carriage return rewrites the line on a terminal), DEL, C1, lone
+# surrogates and the two non-characters XML 1.0 refuses (https://www.w3.org/TR/xml/#charsets).
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
+
+
+def printable(text: str) -> str:
+    """`text` with every control character written as `\\uXXXX` (ESC as `\\u001b`)."""
+    return _UNPRINTABLE.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
+
+
+class PrintableOutput(io.TextIOBase, TextIO):
+    """A command's output stream that passes everything through `printable` (newlines and tabs
+    the output's own layout uses are kept)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        super().__init__()
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(printable(text))
+        return len(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:  # type: ignore[override]
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def isatty(self) -> bool:
+        return self._stream.isatty()
 
 
 def _metadata_blocks(obj: Any, path: str) -> Iterator[tuple[str, Mapping[str, Any]]]:

@@ -26,7 +26,7 @@ from webhook.cli.inputs import (
     read_manifests,
 )
 from webhook.cli.progress import Progress
-from webhook.cli.quoting import unquoted_values
+from webhook.cli.quoting import printable, unquoted_values
 from webhook.core.base.errors import ManifestError, WebhookError
 from webhook.core.base.manifests import parse_documents
 from webhook.core.config.model import WebhookConfig, load_config
@@ -201,17 +201,32 @@ def load_policies(path: Path | None) -> PolicySet:
                 "e.g. the project's configmaps/)"
             )
         path = DEFAULT_POLICIES
-    found = [
-        doc
+    read = [
+        (file, doc)
         for file in policy_files(path)
         for doc in read_documents(file)
         if isinstance(doc, Mapping) and doc.get("kind") == "ConfigMap"
     ]
+    found = [doc for _, doc in read]
     if not any(_is_crl(doc) for doc in found):
         # A pipeline must not allow everything because --policies points at the wrong place.
         raise ManifestError(
             f"no CRL ConfigMap in {path} ({len(found)} ConfigMap(s), none a CRL): pass the "
             "directory of CRL ConfigMap YAML files, e.g. the project's configmaps/"
+        )
+    # A CRL that does not parse would be left out, and the pods it limits reviewed without it:
+    # an error, as `lint` says of the same folder, never a silent pass.
+    broken = [
+        f"{file}: {parse_configmap(doc).ref}: {problems[0]}"
+        + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
+        for file, doc in read
+        if _is_crl(doc) and (problems := [*unquoted_values(doc), *parse_configmap(doc).errors])
+    ]
+    if broken:
+        shown = "; ".join(broken[:3]) + (f"; and {len(broken) - 3} more" if len(broken) > 3 else "")
+        raise ManifestError(
+            f"{len(broken)} CRL ConfigMap(s) in {path} do not parse: {shown}; fix or remove "
+            f"them (`gpu-webhook lint {path}` lists every error)"
         )
     return PolicySet.from_configmaps(found)
 
@@ -294,7 +309,7 @@ def cmd_review(args: argparse.Namespace, out: TextIO) -> int:
         policies = load_policies(args.policies)
         policy_line = None
     for note in cluster.notes if cluster is not None else ():
-        sys.stderr.write(f"gpu-webhook review: note: {note}\n")
+        sys.stderr.write(f"gpu-webhook review: note: {printable(note)}\n")
     # A folder's files read and reviewed so far, on a terminal only and never in json or yaml.
     directory = args.file != "-" and Path(args.file).is_dir()
     machine = args.output in ("json", "yaml")
@@ -362,7 +377,7 @@ def cmd_review(args: argparse.Namespace, out: TextIO) -> int:
     else:
         # Machine formats keep their shape (a list of results; one line per document): the
         # same lines go to stderr.
-        sys.stderr.writelines(f"gpu-webhook review: {line}\n" for line in header)
+        sys.stderr.writelines(f"gpu-webhook review: {printable(line)}\n" for line in header)
         if args.output == "json":
             json.dump([r.to_json() for r in results], out, indent=2, ensure_ascii=False)
             out.write("\n")
@@ -371,7 +386,9 @@ def cmd_review(args: argparse.Namespace, out: TextIO) -> int:
         else:
             _print_summary(results, out)
     # Each unreadable file of a directory on one line, after the others' results; exit 2.
-    sys.stderr.writelines(f"gpu-webhook review: {line}\n" for line in manifests.unreadable)
+    sys.stderr.writelines(
+        f"gpu-webhook review: {printable(line)}\n" for line in manifests.unreadable
+    )
     if manifests.unreadable:
         return EXIT_USAGE
     return EXIT_DENIED if any(r.verdict == "denied" for r in results) else EXIT_OK

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import TextIO
 from xml.etree import ElementTree as ET
 
+from webhook.cli.quoting import printable
 from webhook.cli.testrun import Outcome
 
 
@@ -58,7 +59,9 @@ def print_text(
 
 def junit(total: Sequence[Outcome], out: TextIO) -> None:
     """JUnit XML (the schema Jenkins, GitLab and GitHub test reporters read): one testsuite per
-    test, one testcase per expected result, a <failure> with every failed check."""
+    test, one testcase per expected result, a <failure> with every failed check. Manifest text
+    is escaped (`printable`) before ElementTree sees it: a control character is not XML, and a
+    carriage return in an attribute would come back raw from the reader."""
     root = ET.Element("testsuites", name="gpu-webhook test")
     root.set("tests", str(len(total)))
     root.set("failures", str(sum(not o.passed for o in total)))
@@ -68,15 +71,22 @@ def junit(total: Sequence[Outcome], out: TextIO) -> None:
         suite = suites.get(key)
         if suite is None:
             suite = suites[key] = ET.SubElement(
-                root, "testsuite", name=outcome.test, file=outcome.test_file
+                root, "testsuite", name=printable(outcome.test), file=printable(outcome.test_file)
             )
-        case = ET.SubElement(suite, "testcase", name=outcome.resource, classname=outcome.test)
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            name=printable(outcome.resource),
+            classname=printable(outcome.test),
+        )
         if not outcome.passed:
-            failure = ET.SubElement(case, "failure", message=outcome.reason(), type="expectation")
+            failure = ET.SubElement(
+                case, "failure", message=printable(outcome.reason()), type="expectation"
+            )
             text = [c.detail for c in outcome.checks if not c.passed]
             text += _answered(outcome)
             text += [c.diff for c in outcome.checks if c.diff]
-            failure.text = "\n".join(text)
+            failure.text = printable("\n".join(text))
     for suite in suites.values():
         cases = suite.findall("testcase")
         suite.set("tests", str(len(cases)))

@@ -171,6 +171,21 @@ def _document(data: Any) -> str:
     return yaml.safe_dump(data, sort_keys=True, allow_unicode=True, default_flow_style=False)
 
 
+def same_json(a: Any, b: Any) -> bool:
+    """JSON equality: as the API server stores the object, `true` is not `1` and `"1"` is not
+    `1` (Python's `==` has True == 1 == 1.0). Numbers compare by value (JSON has one number
+    type: 1 and 1.0 are the same), mappings by key, lists in order."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return a == b
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(same_json(a[key], b[key]) for key in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same_json(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and a == b
+
+
 def _patched_check(exp: Expectation, result: DocumentResult, doc: Any, base: Path) -> Check:
     assert exp.patchedResource is not None
     path = base / exp.patchedResource
@@ -186,7 +201,7 @@ def _patched_check(exp: Expectation, result: DocumentResult, doc: Any, base: Pat
     except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
         # The API server would refuse such a patch too: a failed expectation, not a crash.
         return Check("patchedResource", False, f"the webhook's patch does not apply: {exc}")
-    if actual == expected:
+    if same_json(actual, expected):
         return Check("patchedResource", True, f"the patched object equals {exp.patchedResource}")
     diff = "".join(
         difflib.unified_diff(

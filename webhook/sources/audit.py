@@ -7,7 +7,9 @@ as client-go's tools/pager does) and each page is evaluated and dropped before t
 requested: memory is one page plus the owners, never every pod. Workloads are listed before
 Pods, so each pod's owner chain is known when it is grouped (core/audit resolves it anyway
 in any order). A kind that is not served (its CRD is not installed) or that the credentials
-may not list (403) is a note, not a failure; any other error is an AuditError.
+may not list (403) is a note, not a failure; any other error is an AuditError. A 403 also makes
+the run incomplete (`AuditRun.unread`): what that kind holds is unknown, not absent, so the
+server's audit publishes nothing from such a run (sources/auditor.py).
 """
 
 from __future__ import annotations
@@ -80,6 +82,9 @@ class AuditRun:
     seconds: float
     requests: int
     kinds: list[ListedKind] = field(default_factory=list)
+    # The kinds the credentials may not list (403), as their notes say it: their objects may
+    # exist and have findings, so this run's findings are not the cluster's.
+    unread: list[str] = field(default_factory=list)
 
 
 Fetch = Callable[[str, Sequence[tuple[str, Any]]], Awaitable[tuple[int, bytes]]]
@@ -162,19 +167,22 @@ async def run_audit(
     started = time.monotonic()
     counted = _Counting(fetch)
     audit = Audit()
+    unread: list[str] = []
     try:
         kinds = await discover(counted, registry_for(config).kinds.values(), audit.notes)
         for kind in [*kinds, PODS]:
             if options.namespace and not kind.namespaced:
                 continue
-            await _list_kind(counted, kind, audit, policies, config, inventory, claims, options)
+            await _list_kind(
+                counted, kind, audit, policies, config, inventory, claims, options, unread
+            )
     except ApiError as exc:
         raise AuditError(f"cannot audit the cluster: {exc}") from None
     except AuditError:
         raise
     except Exception as exc:  # network errors of the client, timeouts, bad JSON
         raise AuditError(f"cannot audit the cluster: {type(exc).__name__}: {exc}") from None
-    return AuditRun(audit.result(), time.monotonic() - started, counted.requests, kinds)
+    return AuditRun(audit.result(), time.monotonic() - started, counted.requests, kinds, unread)
 
 
 class _Counting:
@@ -196,6 +204,7 @@ async def _list_kind(
     inventory: NodeInventory | None,
     claims: ClaimIndex | None,
     options: AuditOptions,
+    unread: list[str],
 ) -> None:
     token: str | None = None
     is_pod = kind is PODS
@@ -206,7 +215,10 @@ async def _list_kind(
             query.append(("continue", token))
         status, body = await fetch(kind.path(options.namespace), query)
         if status in (403, 404):
-            audit.notes.append(_describe(kind, api_error(status, None, body)))
+            note = _describe(kind, api_error(status, None, body))
+            audit.notes.append(note)
+            if status == 403:  # not allowed: its objects are unknown, not absent
+                unread.append(note)
             return
         # A 410 (the continue token expired during a slow audit) fails this run; the next
         # run starts over. Restarting the kind here could double-count what was evaluated.

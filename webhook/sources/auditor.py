@@ -7,7 +7,10 @@ publishes the findings as policy reports and records the outcome in `store.audit
 pages (API load), one page in memory at a time, evaluation in slices that yield to the event
 loop, and with several replicas only the one holding the audit lease works (sources/lease).
 A failure (an unreachable API server, a 403, a missing report CRD) is logged and counted, and
-the next interval tries again: admission and readiness never depend on it.
+the next interval tries again: admission and readiness never depend on it. A run that could not
+list a kind (403 on Pods, say) is such a failure: it publishes nothing and leaves the figures of
+the last complete run, since a partial read must never erase what it could not read (the
+reports of that kind's findings, the metrics).
 """
 
 from __future__ import annotations
@@ -133,6 +136,13 @@ class Auditor:
                 options=self.options,
             )
             result = run.result
+            if run.unread:
+                for note in result.notes:
+                    log.info("Audit: %s", note)
+                return self._failed(
+                    f"incomplete, nothing published: {'; '.join(run.unread)}; the reports and "
+                    "figures of the last complete run are kept"
+                )
             status.last_duration = run.seconds
             status.workloads, status.pods, status.requests = (
                 result.workloads,
