@@ -4,9 +4,16 @@ With NATIVE_KUBECONFIG set (e.g. the kapi API server of shared/tools, no control
 the shipped and the test CRLs are installed in kube-public, the exported policy and binding
 too, NO webhook is registered, and for a few hundred seeded Pods and workload templates the
 webhook core's verdict on the CRL rules (core/evaluation/evaluate.py, only violations that name a
-CRL ConfigMap) is compared with the API server's, through a server-side dry-run create.
+CRL ConfigMap) is compared with the API server's, through a server-side dry-run create; then for
+seeded UPDATEs of stored workloads (dry-run replace), and after CRL edits.
 
 Run: NATIVE_KUBECONFIG=~/.cache/kapi/kubeconfig .venv/bin/pytest -q tests/native -s
+(scripts/native-diff.sh starts a private API server and runs this.)
+
+The policy and its binding are updated in place and never deleted: while no binding names a
+built-in paramKind, the API server stops that kind's param informer for good, and every policy
+then reads the params it held at that moment until the API server restarts (kubernetes issue
+130887, fix pending in PR 141015). The binding only matches the test's namespace.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import pytest
 from webhook.core.config.model import load_config
 from webhook.core.evaluation.evaluate import evaluate
 from webhook.core.policies.crl import crl_configmap
+from webhook.core.evaluation.updates import update_reads
 from webhook.core.policies.native import export
 from webhook.core.policies.policyset import PolicySet
 from webhook.sources.files import policy_files, read_documents
@@ -40,8 +48,14 @@ pytestmark = pytest.mark.skipif(
     "to compare the exported policy with the webhook core",
 )
 NAMESPACE = "native-diff"
+POLICY = "native-diff-crl"
 SEED = 20260530
 CASES = 500
+UPDATES = 200
+# A stored object with this label is not checked by the test's binding (objectSelector): how
+# the UPDATE cases store "old" objects that the current CRLs would deny (made before a CRL
+# edit). The UPDATE drops the label, a metadata change the webhook does not read.
+UNCHECKED = "native-diff/unchecked"
 
 # CRLs that exercise every rule the shipped ones do not: required/disabled limits and
 # requests, min/max, wholeUnit, a default, a two-key group, and one invalid CRL that both
@@ -226,19 +240,49 @@ def cluster() -> Iterator[Any]:
             raise
     policies = PolicySet.from_configmaps(crls)
     adm = client.AdmissionregistrationV1Api(api)
-    for obj in export(policies.by_key.values()).objects:
-        name = obj["metadata"]["name"]
-        if obj["kind"] == "ValidatingAdmissionPolicy":
-            with contextlib.suppress(client.ApiException):
-                adm.delete_validating_admission_policy(name)
-        else:
-            with contextlib.suppress(client.ApiException):
-                adm.delete_validating_admission_policy_binding(name)
-    utils.create_from_yaml(api, yaml_objects=export(policies.by_key.values()).objects)
+    policy, binding = export(
+        policies.by_key.values(), reads=update_reads(load_config(None)), name=POLICY
+    ).objects
+    binding["spec"]["matchResources"] = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}},
+        "objectSelector": {"matchExpressions": [{"key": UNCHECKED, "operator": "DoesNotExist"}]},
+    }
+    apply_admission_object(adm, policy)
+    apply_admission_object(adm, binding)
     time.sleep(3)  # the policy and param informers sync
     yield api, policies, crls
     for cm in TEST_CRLS:
         core.delete_namespaced_config_map(cm["metadata"]["name"], "kube-public")
+
+
+def apply_admission_object(adm: Any, obj: dict[str, Any]) -> None:
+    """Create, or replace in place (never delete: see the module's docstring)."""
+    from kubernetes import client as _client
+
+    client: Any = _client
+    name = obj["metadata"]["name"]
+    if obj["kind"] == "ValidatingAdmissionPolicy":
+        read, create, replace = (
+            adm.read_validating_admission_policy,
+            adm.create_validating_admission_policy,
+            adm.replace_validating_admission_policy,
+        )
+    else:
+        read, create, replace = (
+            adm.read_validating_admission_policy_binding,
+            adm.create_validating_admission_policy_binding,
+            adm.replace_validating_admission_policy_binding,
+        )
+    try:
+        current = read(name)
+    except client.ApiException as exc:
+        if exc.status != 404:
+            raise
+        create(obj)
+        return
+    body = copy.deepcopy(obj)
+    body["metadata"]["resourceVersion"] = current.metadata.resource_version
+    replace(name, body)
 
 
 def server_verdict(api: Any, obj: Mapping[str, Any]) -> tuple[str, str]:

@@ -12,7 +12,8 @@ import yaml
 from webhook.cli.exits import EXIT_OK, CommandError
 from webhook.cli.review import load_policies
 from webhook.core.config.model import load_config
-from webhook.core.policies.native import export
+from webhook.core.evaluation.updates import update_reads
+from webhook.core.policies.native import DEFAULT_NAME, export
 from webhook.core.policies.native_cost import cost_problem, estimated_cost
 
 
@@ -31,7 +32,13 @@ def add_export_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument(
         "--config",
         type=Path,
-        help="webhook config YAML: its exemptNamespaces are left out of the binding",
+        help="webhook config YAML: its exemptNamespaces are left out of the binding, and an "
+        "UPDATE is compared on what it makes the webhook read (env fixes, GPU access checks)",
+    )
+    parser.add_argument(
+        "--name",
+        default=DEFAULT_NAME,
+        help="name of the policy and of its binding, unique in the cluster (default: %(default)s)",
     )
     parser.add_argument(
         "-o",
@@ -45,7 +52,12 @@ def add_export_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
 def cmd_export(args: argparse.Namespace, out: TextIO) -> int:
     policies = load_policies(args.policies)
     config = load_config(args.config)
-    result = export(policies.by_key.values(), exempt_namespaces=config.exempt_namespaces)
+    result = export(
+        policies.by_key.values(),
+        reads=update_reads(config),
+        exempt_namespaces=config.exempt_namespaces,
+        name=args.name,
+    )
     problem = cost_problem(result.groups)
     if problem:
         raise CommandError(f"not exported: {problem}")

@@ -11,6 +11,7 @@ from webhook.core.base.shapes import is_mapping
 from webhook.core.config.model import WebhookConfig
 from webhook.core.images.facts import pod_archs
 from webhook.core.placement import cuda
+from webhook.core.policies.native_cel import UpdateReads
 from webhook.core.workloads.devices import CDI_ANNOTATION_PREFIXES, DEVICE_ENV_NAMES
 from webhook.core.workloads.pods import PodSpecRef, find_pod_specs, lookup
 
@@ -101,6 +102,19 @@ def _env_names(config: WebhookConfig) -> frozenset[str]:
     for rule in config.compute_capability_rules:
         names.update(name for name, _ in rule.compiled[2])
     return frozenset(names)
+
+
+def update_reads(config: WebhookConfig) -> UpdateReads:
+    """What `_evaluated_part` reads under `config`, for the native policy (its limits: see
+    webhook.core.policies.native_cel.unchanged)."""
+    return UpdateReads(
+        env_names=tuple(sorted(_env_names(config))),
+        env_prefix=_REQUIRE_PREFIX,
+        exact_resources=tuple(sorted(config.gpu_resources.exact)),
+        annotations=_READ_ANNOTATIONS,
+        access=config.gpu_access.checks,
+        cdi_prefixes=CDI_ANNOTATION_PREFIXES,
+    )
 
 
 def _read_env(env: Any, names: frozenset[str]) -> Any:

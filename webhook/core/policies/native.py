@@ -42,10 +42,11 @@ from webhook.core.policies.crl import (
     TYPE_VALUE,
     ResourceLimitation,
 )
-from webhook.core.policies.native_cel import policy_variables, resources_signature
+from webhook.core.policies.native_cel import UpdateReads, policy_variables, unchanged
 
-POLICY_NAME = "gpu-webhook-crl"
-BINDING_NAME = "gpu-webhook-crl"
+# The default name of the policy and of its binding; the chart uses its release's full name
+# (`<fullname>-crl`), so two releases never overwrite each other's objects.
+DEFAULT_NAME = "gpu-webhook-crl"
 API_VERSION = "admissionregistration.k8s.io/v1"
 
 # What CEL cannot express, printed by the command and listed in docs/operations/native-policies.md.
@@ -83,15 +84,17 @@ def group_keys(policies: Iterable[ResourceLimitation]) -> dict[str, list[str]]:
     return {g: sorted(keys) for g, keys in sorted(groups.items()) if len(keys) > 1}
 
 
-def policy(groups: Mapping[str, Sequence[str]]) -> dict[str, Any]:
+def policy(
+    groups: Mapping[str, Sequence[str]], reads: UpdateReads, name: str = DEFAULT_NAME
+) -> dict[str, Any]:
     """The ValidatingAdmissionPolicy (the rules), reading one CRL ConfigMap per evaluation."""
-    variables = policy_variables(groups)
+    variables = [("unchanged", unchanged(reads)), *policy_variables(groups)]
     joined = "(variables.containerProblems + variables.initContainerProblems).join('; ')"
     return {
         "apiVersion": API_VERSION,
         "kind": "ValidatingAdmissionPolicy",
         "metadata": {
-            "name": POLICY_NAME,
+            "name": name,
             "labels": {"app.kubernetes.io/name": "gpu-admission-webhook"},
             "annotations": {
                 "gpu-webhook.dev/groups": json.dumps(dict(groups), sort_keys=True),
@@ -142,22 +145,15 @@ def policy(groups: Mapping[str, Sequence[str]]) -> dict[str, Any]:
                         "r.apiVersion.startsWith('batch/'))))"
                     ),
                 },
-                {
-                    "name": "template-resources-changed",
-                    "expression": (
-                        "request.operation != 'UPDATE' || oldObject == null || "
-                        f"!(({resources_signature('object')}).all(x, x in "
-                        f"({resources_signature('oldObject')})) && "
-                        f"({resources_signature('oldObject')}).all(x, x in "
-                        f"({resources_signature('object')})))"
-                    ),
-                },
             ],
             "variables": [{"name": n, "expression": e} for n, e in variables],
             "validations": [
                 {
+                    # An UPDATE that leaves the template as the webhook reads it passes
+                    # untouched, as by the webhook (SPEC §6, updates.py `templates_equal`).
                     "expression": (
-                        "!variables.valid || (size(variables.containerProblems) == 0 && "
+                        "variables.unchanged || !variables.valid || "
+                        "(size(variables.containerProblems) == 0 && "
                         "size(variables.initContainerProblems) == 0)"
                     ),
                     # Kept under the API server's 5 KiB cap on an evaluated message
@@ -176,10 +172,11 @@ def policy(groups: Mapping[str, Sequence[str]]) -> dict[str, Any]:
 def binding(
     exempt_namespaces: Sequence[str] = ("kube-system",),
     validation_actions: Sequence[str] = ("Deny",),
+    name: str = DEFAULT_NAME,
 ) -> dict[str, Any]:
     """The binding: every enabled CRL ConfigMap of kube-public is a param."""
     spec: dict[str, Any] = {
-        "policyName": POLICY_NAME,
+        "policyName": name,
         "validationActions": list(validation_actions),
         "paramRef": {
             "namespace": CRL_NAMESPACE,
@@ -204,7 +201,7 @@ def binding(
         "apiVersion": API_VERSION,
         "kind": "ValidatingAdmissionPolicyBinding",
         "metadata": {
-            "name": BINDING_NAME,
+            "name": name,
             "labels": {"app.kubernetes.io/name": "gpu-admission-webhook"},
         },
         "spec": spec,
@@ -214,8 +211,13 @@ def binding(
 def export(
     policies: Iterable[ResourceLimitation],
     *,
+    reads: UpdateReads,
     exempt_namespaces: Sequence[str] = ("kube-system",),
+    name: str = DEFAULT_NAME,
 ) -> Export:
-    """The policy and its binding for a set of CRL policies (their group table)."""
+    """The policy and its binding (both named `name`) for a set of CRL policies (their group
+    table); `reads` is what an UPDATE compares (updates.py `update_reads` of the config)."""
     groups = group_keys(policies)
-    return Export([policy(groups), binding(exempt_namespaces)], groups)
+    return Export(
+        [policy(groups, reads, name), binding(exempt_namespaces, name=name)], groups
+    )
