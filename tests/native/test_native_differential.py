@@ -415,3 +415,154 @@ def test_violating_pod_denied_with_the_webhook_down(cluster: Any) -> None:
         core.delete_namespaced_pod("two-cards", NAMESPACE)
     finally:
         adm.delete_validating_webhook_configuration(name)
+
+
+# --- UPDATEs of stored workloads ------------------------------------------------------------
+
+UPDATE_KINDS = ["Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "CronJob"]
+
+
+def _workload_api(api: Any, kind: str) -> tuple[Any, str]:
+    from kubernetes import client as _client
+
+    client: Any = _client
+    snake = {
+        "Deployment": "deployment",
+        "StatefulSet": "stateful_set",
+        "DaemonSet": "daemon_set",
+        "ReplicaSet": "replica_set",
+        "CronJob": "cron_job",
+    }[kind]
+    group = client.BatchV1Api(api) if kind == "CronJob" else client.AppsV1Api(api)
+    return group, snake
+
+
+def pod_template_spec(obj: dict[str, Any]) -> dict[str, Any]:
+    if obj["kind"] == "CronJob":
+        spec: dict[str, Any] = obj["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+        return spec
+    template_spec: dict[str, Any] = obj["spec"]["template"]["spec"]
+    return template_spec
+
+
+def mutate(rng: random.Random, obj: dict[str, Any], keys: list[str]) -> str:
+    """One change an UPDATE makes, as users and controllers make them; returns its name."""
+    spec = pod_template_spec(obj)
+    c = rng.choice(spec["containers"])
+    change = rng.choice(
+        [
+            "nothing",
+            "replicas",
+            "image",
+            "resource value",
+            "resource added",
+            "cpu",
+            "reader env",
+            "other env",
+            "reorder",
+            "read annotation",
+            "other annotation",
+        ]
+    )
+    resources = c.setdefault("resources", {})
+    if change == "replicas" and obj["kind"] != "CronJob" and obj["kind"] != "DaemonSet":
+        obj["spec"]["replicas"] = 3
+    elif change == "image":
+        c["image"] = "busybox:1.37"
+    elif change == "resource value" and resources.get("limits"):
+        key = rng.choice(sorted(resources["limits"]))
+        value = rng.choice(VALUES)
+        resources["limits"][key] = value
+        if key in resources.get("requests", {}):
+            resources["requests"][key] = value
+    elif change == "resource added":
+        resources.setdefault("limits", {})[rng.choice(keys)] = rng.choice(VALUES)
+    elif change == "cpu":
+        resources.setdefault("limits", {})["cpu"] = "2"
+    elif change == "reader env":
+        c.setdefault("env", []).append({"name": "NVIDIA_REQUIRE_CUDA", "value": "cuda>=12.0"})
+    elif change == "other env":
+        c.setdefault("env", []).append({"name": "RELOADER_BUMP", "value": str(rng.random())})
+    elif change == "reorder" and len(spec["containers"]) > 1:
+        spec["containers"].reverse()
+    elif change in ("read annotation", "other annotation"):
+        template = (
+            obj["spec"]["jobTemplate"]["spec"]["template"]
+            if obj["kind"] == "CronJob"
+            else obj["spec"]["template"]
+        )
+        name = "features.alauda.io/cuda-version" if change == "read annotation" else "team"
+        template.setdefault("metadata", {}).setdefault("annotations", {})[name] = "12.4"
+    else:
+        change = "nothing"
+    return change
+
+
+def test_policy_and_webhook_agree_on_updates(cluster: Any) -> None:
+    """Stored workloads (some violating the CRLs, stored past the binding with UNCHECKED),
+    each updated once by a seeded change: the webhook core's verdict on the UPDATE (with the
+    old object) is the API server's, through a dry-run replace."""
+    from kubernetes import client as _client
+
+    client: Any = _client
+    api, policies, crls = cluster
+    rng = random.Random(SEED + 1)
+    keys = all_keys(crls)
+    counts: Counter[str] = Counter()
+    disagreements: list[str] = []
+    made = 0
+    for i in range(UPDATES * 10):
+        if made == UPDATES:
+            break
+        obj = make_object(rng, 1000 + i, keys)
+        if obj["kind"] not in UPDATE_KINDS:
+            continue
+        obj["metadata"]["labels"] = {UNCHECKED: "true"}
+        group, snake = _workload_api(api, obj["kind"])
+        try:
+            stored = json.loads(
+                getattr(group, f"create_namespaced_{snake}")(
+                    NAMESPACE, obj, _preload_content=False
+                ).data
+            )
+        except client.ApiException as exc:
+            if exc.status == 422:
+                continue  # invalid for the API server itself: nothing to update
+            raise
+        made += 1
+        try:
+            new = copy.deepcopy(stored)
+            new["metadata"]["labels"].pop(UNCHECKED)
+            change = mutate(rng, new, keys)
+            decision = evaluate(
+                new,
+                policies,
+                load_config(None),
+                namespace=NAMESPACE,
+                operation="UPDATE",
+                old_object=stored,
+            )
+            expected = [v.detail for v in decision.violations if v.configmap]
+            try:
+                getattr(group, f"replace_namespaced_{snake}")(
+                    obj["metadata"]["name"], NAMESPACE, new, dry_run="All"
+                )
+                got, message = "allowed", ""
+            except client.ApiException as exc:
+                message = json.loads(exc.body or "{}").get("message", "")
+                if exc.status == 422:
+                    counts["rejected by API validation"] += 1
+                    continue
+                if "ValidatingAdmissionPolicy" not in message:
+                    raise
+                got = "policy"
+            counts[f"{change}: {'denied' if expected else 'allowed'}"] += 1
+            if bool(expected) != (got == "policy"):
+                disagreements.append(f"{change}: {new} -> core {expected}, server {got}: {message}")
+        finally:
+            getattr(group, f"delete_namespaced_{snake}")(obj["metadata"]["name"], NAMESPACE)
+    print("\nnative policy differential, updates:", dict(sorted(counts.items())))
+    assert not disagreements, "\n".join(disagreements[:10])
+    assert made == UPDATES
+    denied = sum(n for k, n in counts.items() if k.endswith("denied"))
+    assert denied >= 20 and counts["nothing: allowed"] >= 5

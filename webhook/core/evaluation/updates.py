@@ -118,6 +118,10 @@ def update_reads(config: WebhookConfig) -> UpdateReads:
 
 
 def _read_env(env: Any, names: frozenset[str]) -> Any:
+    # No env and an env of other names read the same: adding the first unrelated variable
+    # (Stakater Reloader's) to a container is no change.
+    if env is None:
+        return []
     if not isinstance(env, list):
         return env
     return [
@@ -134,15 +138,20 @@ def _read_resources(resources: Any, config: WebhookConfig) -> Any:
     """The extended resources and claims: cpu, memory, ephemeral-storage and hugepages (names
     without a domain) are no key of any rule (a CRL key is domain-qualified; an exact GPU
     resource name without one is kept)."""
+    if resources is None:
+        return {}
     if not is_mapping(resources):
         return resources
     exact = config.gpu_resources.exact
     read: dict[str, Any] = {}
     for field, values in resources.items():
         if field in ("limits", "requests") and is_mapping(values):
-            read[field] = {
+            kept = {
                 k: v for k, v in values.items() if not isinstance(k, str) or "/" in k or k in exact
             }
+            # Limits of cpu only read as no limits: setting the first cpu limit is no change.
+            if kept:
+                read[field] = kept
         else:
             read[field] = values  # claims, and whatever else a future field holds
     return read
