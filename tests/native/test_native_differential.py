@@ -566,3 +566,78 @@ def test_policy_and_webhook_agree_on_updates(cluster: Any) -> None:
     assert made == UPDATES
     denied = sum(n for k, n in counts.items() if k.endswith("denied"))
     assert denied >= 20 and counts["nothing: allowed"] >= 5
+
+
+# --- CRL edits take effect without a re-export ----------------------------------------------
+
+
+def test_crl_edits_take_effect_without_reexport(cluster: Any) -> None:
+    """Editing a CRL's bound, adding a CRL and disabling it change the policy's verdict with
+    no new export, as they change the webhook's (the policy reads the CRLs as params)."""
+    from kubernetes import client as _client
+
+    client: Any = _client
+    api, _, crls = cluster
+    core_api = client.CoreV1Api(api)
+    late = crl_configmap(
+        "cf-crl-test4-late",
+        {
+            "key": "test.example.com/late",
+            "dataType": "integer",
+            "group": "test4",
+            "limits": "optional",
+            "requests": "fromLimits",
+            "max": "1",
+        },
+    )
+    late["metadata"]["namespace"] = "kube-public"
+
+    def pod(key: str, value: str) -> dict[str, Any]:
+        c = {"name": "c", "image": "busybox", "resources": {"limits": {key: value}}}
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "edited", "namespace": NAMESPACE},
+            "spec": {"containers": [c]},
+        }
+
+    def agree(obj: dict[str, Any], current: list[dict[str, Any]], denied: bool) -> None:
+        expected = core_verdict(obj, PolicySet.from_configmaps(current))
+        assert bool(expected) == denied, expected
+        deadline = time.monotonic() + 15  # the param informer's watch
+        while True:
+            got, message = server_verdict(api, obj)
+            if (got == "policy") == denied or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert (got == "policy") == denied, message
+        if denied:
+            assert expected[0].rstrip(".") in message
+
+    solo = next(cm for cm in crls if cm["metadata"]["name"] == "cf-crl-test2-solo")
+    edited = copy.deepcopy(solo)
+    edited["data"]["max"] = "2"
+    others = [cm for cm in crls if cm is not solo]
+    agree(pod("test.example.com/solo", "3"), crls, denied=False)
+    core_api.patch_namespaced_config_map(
+        "cf-crl-test2-solo", "kube-public", {"data": {"max": "2"}}
+    )
+    try:
+        agree(pod("test.example.com/solo", "3"), [*others, edited], denied=True)
+        agree(pod("test.example.com/late", "2"), [*others, edited], denied=False)
+        core_api.create_namespaced_config_map("kube-public", late)
+        agree(pod("test.example.com/late", "2"), [*others, edited, late], denied=True)
+        disabled = copy.deepcopy(late)
+        disabled["metadata"]["labels"]["features.alauda.io/enabled"] = "false"
+        core_api.patch_namespaced_config_map(
+            "cf-crl-test4-late",
+            "kube-public",
+            {"metadata": {"labels": {"features.alauda.io/enabled": "false"}}},
+        )
+        agree(pod("test.example.com/late", "2"), [*others, edited, disabled], denied=False)
+    finally:
+        core_api.patch_namespaced_config_map(
+            "cf-crl-test2-solo", "kube-public", {"data": {"max": "4"}}
+        )
+        with contextlib.suppress(client.ApiException):
+            core_api.delete_namespaced_config_map("cf-crl-test4-late", "kube-public")
