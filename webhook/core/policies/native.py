@@ -42,7 +42,7 @@ from webhook.core.policies.crl import (
     TYPE_VALUE,
     ResourceLimitation,
 )
-from webhook.core.policies.native_cel import UpdateReads, policy_variables, unchanged
+from webhook.core.policies.native_cel import UpdateReads, policy_variables, template, unchanged
 
 # The default name of the policy and of its binding; the chart uses its release's full name
 # (`<fullname>-crl`), so two releases never overwrite each other's objects.
@@ -88,7 +88,12 @@ def policy(
     groups: Mapping[str, Sequence[str]], reads: UpdateReads, name: str = DEFAULT_NAME
 ) -> dict[str, Any]:
     """The ValidatingAdmissionPolicy (the rules), reading one CRL ConfigMap per evaluation."""
-    variables = [("unchanged", unchanged(reads)), *policy_variables(groups)]
+    variables = [
+        ("template", template("object")),
+        ("oldTemplate", template("oldObject")),
+        ("unchanged", unchanged(reads)),
+        *policy_variables(groups),
+    ]
     joined = "(variables.containerProblems + variables.initContainerProblems).join('; ')"
     return {
         "apiVersion": API_VERSION,

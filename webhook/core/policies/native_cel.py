@@ -229,10 +229,11 @@ class UpdateReads:
     cdi_prefixes: tuple[str, ...]
 
 
-def _template(obj: str) -> str:
+def template(obj: str) -> str:
+    """The pod template of a workload `obj` (an UPDATE's object or oldObject)."""
     return (
-        f"(request.kind.kind == 'CronJob' ? {obj}.spec.jobTemplate.spec.template : "
-        f"{obj}.spec.template)"
+        f"request.kind.kind == 'CronJob' ? {obj}.spec.jobTemplate.spec.template : "
+        f"{obj}.spec.template"
     )
 
 
@@ -259,7 +260,7 @@ def unchanged(reads: UpdateReads) -> str:
     unlike the webhook: the arguments a compute-capability rule of the config reads, and the
     pod's architecture where an image's CUDA depends on it; an UPDATE changing only those
     passes here and is judged by the webhook."""
-    new, old = _template("object"), _template("oldObject")
+    new, old = "variables.template", "variables.oldTemplate"
     exact = json.dumps(list(reads.exact_resources))
     names = json.dumps(list(reads.env_names))
     env = f"e.name in {names} || e.name.startsWith({_q(reads.env_prefix)})"
@@ -285,7 +286,7 @@ def unchanged(reads: UpdateReads) -> str:
     lists = [
         f"size({new}.spec.?{lst}.orValue([])) == size({old}.spec.?{lst}.orValue([])) && "
         f"{new}.spec.?{lst}.orValue([]).all(i, c, "
-        f"{same('c', f'{old}.spec.?{lst}.orValue([])[i]')})"
+        f"{same('c', f'{old}.spec.{lst}[i]')})"
         for lst in ("containers", "initContainers")
     ]
     na = f"{new}.?metadata.?annotations.orValue({{}})"
