@@ -243,9 +243,10 @@ def _same_resources(c: str, o: str, fld: str, exact: str) -> str:
     order the maps iterate in (a Go map's, so random)."""
     m, n = f"{c}.?resources.?{fld}.orValue({{}})", f"{o}.?resources.?{fld}.orValue({{}})"
     read = f"(k.contains('/') || k in {exact})"
+    # Equal maps first (cpu and memory included): what nearly every UPDATE has, and cheaper.
     return (
-        f"{m}.all(k, !{read} || (k in {n} && string({n}[k]) == string({m}[k]))) && "
-        f"{n}.all(k, !{read} || k in {m})"
+        f"({m} == {n} || {m}.all(k, !{read} || (k in {n} && string({n}[k]) == string({m}[k]))) "
+        f"&& {n}.all(k, !{read} || k in {m}))"
     )
 
 
@@ -272,7 +273,8 @@ def unchanged(reads: UpdateReads) -> str:
             _same_resources(c, o, "limits", exact),
             _same_resources(c, o, "requests", exact),
             f"{c}.?resources.?claims.orValue([]) == {o}.?resources.?claims.orValue([])",
-            f"{c}.?env.orValue([]).filter(e, {env}) == {o}.?env.orValue([]).filter(e, {env})",
+            f"({c}.?env.orValue([]) == {o}.?env.orValue([]) || "
+            f"{c}.?env.orValue([]).filter(e, {env}) == {o}.?env.orValue([]).filter(e, {env}))",
             f"{c}.?envFrom.orValue([]) == {o}.?envFrom.orValue([])",
         ]
         if reads.access:
