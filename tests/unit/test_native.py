@@ -15,7 +15,12 @@ from webhook.core.config.model import WebhookConfig
 from webhook.core.evaluation.updates import update_reads
 from webhook.core.policies.crl import crl_configmap, parse_configmap
 from webhook.core.policies.native import export, group_keys
-from webhook.core.policies.native_cost import PER_CALL_LIMIT, cost_problem, estimated_cost
+from webhook.core.policies.native_cost import (
+    PER_CALL_LIMIT,
+    cost_problem,
+    estimated_cost,
+    estimated_update_cost,
+)
 
 READS = update_reads(WebhookConfig())
 
@@ -181,3 +186,14 @@ def test_command_takes_the_name() -> None:
     docs = [d for d in yaml.safe_load_all(out.getvalue()) if d]
     assert [d["metadata"]["name"] for d in docs] == ["team-a-crl", "team-a-crl"]
     assert docs[1]["spec"]["policyName"] == "team-a-crl"
+
+
+def test_update_check_cost_grows_linearly_and_is_shown() -> None:
+    assert estimated_update_cost(2000, 10) == 2 * estimated_update_cost(1000, 10)
+    assert estimated_update_cost(1750, 10) < PER_CALL_LIMIT < estimated_update_cost(1875, 10)
+    out = io.StringIO()
+    assert main(["export-policies", "--policies", "configmaps"], out) == 0
+    assert (
+        f"and {estimated_update_cost():,} for the UPDATE check of such a template (linear"
+        in out.getvalue()
+    )

@@ -14,7 +14,11 @@ from webhook.cli.review import load_policies
 from webhook.core.config.model import load_config
 from webhook.core.evaluation.updates import update_reads
 from webhook.core.policies.native import DEFAULT_NAME, export
-from webhook.core.policies.native_cost import cost_problem, estimated_cost
+from webhook.core.policies.native_cost import (
+    cost_problem,
+    estimated_cost,
+    estimated_update_cost,
+)
 
 
 def add_export_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -70,8 +74,9 @@ def cmd_export(args: argparse.Namespace, out: TextIO) -> int:
         "# gpu-webhook export-policies: the CRL rules as a ValidatingAdmissionPolicy.",
         "# Every enabled CRL ConfigMap in kube-public is a param: editing a CRL needs no",
         f"# re-export. Groups of several keys written into the policy: {groups}.",
-        f"# Estimated CEL cost for a 64-container Pod: {estimated_cost(result.groups):,} "
-        "(limit 1,000,000 per expression).",
+        f"# Estimated CEL cost for a 64-container Pod: {estimated_cost(result.groups):,}, and "
+        f"{estimated_update_cost():,} for the UPDATE check of such a template (linear in the "
+        "containers; limit 1,000,000 per expression).",
         "# Not expressed here (the webhook still does them):",
         *(f"#  - {item}" for item in result.not_expressed),
     ]
