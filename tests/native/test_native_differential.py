@@ -8,7 +8,7 @@ CRL ConfigMap) is compared with the API server's, through a server-side dry-run 
 seeded UPDATEs of stored workloads (dry-run replace), and after CRL edits.
 
 Run: NATIVE_KUBECONFIG=~/.cache/kapi/kubeconfig .venv/bin/pytest -q tests/native -s
-(scripts/native-diff.sh starts a private API server and runs this.)
+(a fresh API server is best: `KAPI_DIR=... shared/tools/kapi/start.sh --clean`; ~1 minute.)
 
 The policy and its binding are updated in place and never deleted: while no binding names a
 built-in paramKind, the API server stops that kind's param informer for good, and every policy
@@ -619,9 +619,7 @@ def test_crl_edits_take_effect_without_reexport(cluster: Any) -> None:
     edited["data"]["max"] = "2"
     others = [cm for cm in crls if cm is not solo]
     agree(pod("test.example.com/solo", "3"), crls, denied=False)
-    core_api.patch_namespaced_config_map(
-        "cf-crl-test2-solo", "kube-public", {"data": {"max": "2"}}
-    )
+    core_api.patch_namespaced_config_map("cf-crl-test2-solo", "kube-public", {"data": {"max": "2"}})
     try:
         agree(pod("test.example.com/solo", "3"), [*others, edited], denied=True)
         agree(pod("test.example.com/late", "2"), [*others, edited], denied=False)
@@ -641,3 +639,73 @@ def test_crl_edits_take_effect_without_reexport(cluster: Any) -> None:
         )
         with contextlib.suppress(client.ApiException):
             core_api.delete_namespaced_config_map("cf-crl-test4-late", "kube-public")
+
+
+# --- Named cases ----------------------------------------------------------------------------
+
+
+def test_a_deployment_written_the_usual_way_is_admitted(cluster: Any) -> None:
+    """requests = limits on the shipped GPU-Manager keys (requests: disabled): its pods are
+    admitted, so the template is too (SPEC §3). The policy denied it."""
+    api, policies, _ = cluster
+    values = {"tencent.com/vcuda-core": "50", "tencent.com/vcuda-memory": "8"}
+    c = {"name": "train", "image": "busybox", "resources": {"limits": values, "requests": values}}
+    obj = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "usual", "namespace": NAMESPACE},
+        "spec": {
+            "selector": {"matchLabels": {"app": "usual"}},
+            "template": {"metadata": {"labels": {"app": "usual"}}, "spec": {"containers": [c]}},
+        },
+    }
+    assert core_verdict(obj, policies) == []
+    assert server_verdict(api, obj) == ("allowed", "")
+
+
+def test_an_unchanged_update_of_a_big_deployment_is_admitted(cluster: Any) -> None:
+    """An UPDATE that changes no template field of a Deployment of 1,000 containers × 10 keys:
+    the update check is linear (it compared every container with every other and exceeded the
+    CEL cost limit from ~800 containers, denying the update)."""
+    from kubernetes import client as _client
+
+    client: Any = _client
+    api, _, crls = cluster
+    keys = all_keys(crls)[:10]
+    containers = [
+        {"name": f"c{i}", "image": "busybox", "resources": {"limits": dict.fromkeys(keys, "0")}}
+        for i in range(1000)
+    ]
+    obj = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "big", "namespace": NAMESPACE, "labels": {UNCHECKED: "true"}},
+        "spec": {
+            "selector": {"matchLabels": {"app": "big"}},
+            "template": {
+                "metadata": {"labels": {"app": "big"}},
+                "spec": {"containers": containers},
+            },
+        },
+    }
+    apps = client.AppsV1Api(api)
+    stored = json.loads(
+        apps.create_namespaced_deployment(NAMESPACE, obj, _preload_content=False).data
+    )
+    try:
+        new = copy.deepcopy(stored)
+        new["metadata"]["labels"].pop(UNCHECKED)
+        new["spec"]["replicas"] = 0
+        assert (
+            evaluate(
+                new,
+                PolicySet.from_configmaps(crls),
+                load_config(None),
+                operation="UPDATE",
+                old_object=stored,
+            ).reason
+            == "the pod template is unchanged"
+        )
+        apps.replace_namespaced_deployment("big", NAMESPACE, new, dry_run="All")
+    finally:
+        apps.delete_namespaced_deployment("big", NAMESPACE)
