@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import helm_python
+import pytest
 import yaml
 
 from scripts.sync_native_policy import POLICY_PATH, render
@@ -13,7 +14,7 @@ from webhook.core.config.model import WebhookConfig
 from webhook.core.evaluation.updates import update_reads
 from webhook.core.policies.native import export
 
-from .conftest import NAMESPACE, RELEASE, ROOT, Render, manifests_of
+from .conftest import NAMESPACE, RELEASE, ROOT, Render, manifests_of, render_chart
 
 
 def test_off_by_default(render: Render) -> None:
@@ -73,3 +74,12 @@ def test_two_releases_install_policies_that_do_not_collide(chart: helm_python.Ch
     # A full name of 63 characters still makes valid names (the "-crl" suffix fits).
     long = _native(chart, "r", {**on, "fullnameOverride": "x" * 63})
     assert {o["metadata"]["name"] for o in long} == {"x" * 59 + "-crl"}
+
+
+def test_refused_below_kubernetes_1_32(chart: helm_python.Chart) -> None:
+    """The policy's UPDATE check uses two-variable comprehensions (Kubernetes 1.32)."""
+    on = {"nativePolicies": {"enabled": True}}
+    with pytest.raises(Exception, match=r"nativePolicies.enabled needs Kubernetes >= 1.32"):
+        render_chart(chart, on, kube_version="v1.31.4")
+    kinds = {o["kind"] for o in manifests_of(render_chart(chart, on, kube_version="v1.32.0"))}
+    assert "ValidatingAdmissionPolicy" in kinds
