@@ -62,6 +62,8 @@ NOT_EXPRESSED: tuple[str, ...] = (
     "and Deployment, StatefulSet, DaemonSet, ReplicaSet, Job and CronJob templates",
     "group membership is fixed at export: re-export after adding, removing or disabling a "
     "key of a group with several keys",
+    "an UPDATE that changes only the arguments a compute-capability rule reads or the pod's "
+    "architecture passes (the webhook judges it again)",
     "two enabled CRLs with the same key: the webhook uses one, the policy enforces both",
 )
 
