@@ -34,8 +34,8 @@ import pytest
 
 from webhook.core.config.model import load_config
 from webhook.core.evaluation.evaluate import evaluate
-from webhook.core.policies.crl import crl_configmap
 from webhook.core.evaluation.updates import update_reads
+from webhook.core.policies.crl import crl_configmap
 from webhook.core.policies.native import export
 from webhook.core.policies.policyset import PolicySet
 from webhook.sources.files import policy_files, read_documents
@@ -219,11 +219,9 @@ def cluster() -> Iterator[Any]:
     # The client's generated signatures want its model classes; the test sends plain dicts.
     from kubernetes import client as _client
     from kubernetes import config as _config
-    from kubernetes import utils as _utils
 
     client: Any = _client
     config: Any = _config
-    utils: Any = _utils
     api = config.new_client_from_config(config_file=KUBECONFIG)
     core = client.CoreV1Api(api)
     crls = shipped_crls() + TEST_CRLS

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-
 from typing import Any
 
 import yaml

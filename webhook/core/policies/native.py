@@ -225,6 +225,4 @@ def export(
     """The policy and its binding (both named `name`) for a set of CRL policies (their group
     table); `reads` is what an UPDATE compares (updates.py `update_reads` of the config)."""
     groups = group_keys(policies)
-    return Export(
-        [policy(groups, reads, name), binding(exempt_namespaces, name=name)], groups
-    )
+    return Export([policy(groups, reads, name), binding(exempt_namespaces, name=name)], groups)

@@ -35,7 +35,9 @@ UPDATE_COST_PER_CONTAINER = 50
 UPDATE_COST_PER_KEY = 50
 
 
-def estimated_update_cost(containers: int = REFERENCE_CONTAINERS, keys: int = REFERENCE_KEYS) -> int:
+def estimated_update_cost(
+    containers: int = REFERENCE_CONTAINERS, keys: int = REFERENCE_KEYS
+) -> int:
     """The model's cost of the UPDATE check when the resources changed (its worst case)."""
     return containers * (UPDATE_COST_PER_CONTAINER + UPDATE_COST_PER_KEY * keys)
 
