@@ -163,7 +163,9 @@ def test_update_check_reads_what_the_webhook_reads_under_the_config() -> None:
     exact GPU names are compared; cpu and other env are not (SPEC §6)."""
     check = _variable(export([], reads=READS).objects[0], "unchanged")
     assert 'c.?env.orValue([]).filter(e, e.name in ["CUDA_VERSION", ' in check
-    assert '"NVIDIA_VISIBLE_DEVICES"] || e.name.startsWith("NVIDIA_REQUIRE_"))' in check
+    assert (
+        '"NVIDIA_VISIBLE_DEVICES"] || ["NVIDIA_REQUIRE_"].exists(p, e.name.startsWith(p)))' in check
+    )
     assert 'a in ["features.alauda.io/cuda-version", ' in check
     assert "!(k.contains('/') || k in [\"nvidia.com/gpu\", ".replace("\\", "") in check
     assert "securityContext.?privileged" in check  # gpuAccess checks are on by default

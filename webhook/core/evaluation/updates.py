@@ -109,7 +109,7 @@ def update_reads(config: WebhookConfig) -> UpdateReads:
     webhook.core.policies.native_cel.unchanged)."""
     return UpdateReads(
         env_names=tuple(sorted(_env_names(config))),
-        env_prefix=_REQUIRE_PREFIX,
+        env_prefixes=(_REQUIRE_PREFIX,),
         exact_resources=tuple(sorted(config.gpu_resources.exact)),
         annotations=_READ_ANNOTATIONS,
         access=config.gpu_access.checks,

@@ -222,7 +222,7 @@ class UpdateReads:
     evaluation.updates `_evaluated_part`; `update_reads(config)` there builds it from a config)."""
 
     env_names: tuple[str, ...]
-    env_prefix: str
+    env_prefixes: tuple[str, ...]
     exact_resources: tuple[str, ...]
     annotations: tuple[str, ...]
     access: bool
@@ -264,7 +264,8 @@ def unchanged(reads: UpdateReads) -> str:
     new, old = "variables.template", "variables.oldTemplate"
     exact = json.dumps(list(reads.exact_resources))
     names = json.dumps(list(reads.env_names))
-    env = f"e.name in {names} || e.name.startsWith({_q(reads.env_prefix)})"
+    prefixes = json.dumps(list(reads.env_prefixes))
+    env = f"e.name in {names} || {prefixes}.exists(p, e.name.startsWith(p))"
 
     def same(c: str, o: str) -> str:
         parts = [
