@@ -19,9 +19,19 @@ edit of a CRL changes enforcement at once, with no re-export. Kubernetes facts t
   error (apiserver pkg/admission/chain.go): when both the policy and the webhook deny, users
   see the policy's denial only, never two.
 
+- While no binding names a policy with a built-in paramKind for one policy refresh, the API
+  server stops that kind's param informer for good and every such policy keeps the params it
+  held (kubernetes issue 130887, 1.36.2 included; fix pending in PR 141015): the policy and
+  binding must be updated in place, never deleted and re-created (docs/operations/
+  native-policies.md says what that means for Helm).
+
 What one policy evaluation cannot see is decided at export: which keys make up a group (a
 group is "used" when any of its keys is above zero, SPEC §3), read from the CRLs given to the
 export. Adding, removing or disabling a key of a multi-key group needs a re-export.
+
+An UPDATE passes untouched when its pod template is unchanged in what the webhook reads
+(native_cel.unchanged, the copy of webhook.core.evaluation.updates `templates_equal`); the names
+are the caller's, so two Helm releases install two policies.
 
 The policy's CEL expressions (and the CEL environment they rely on) are built in
 webhook.core.policies.native_cel; the cost model, and the export's refusal past the API
