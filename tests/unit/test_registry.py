@@ -579,9 +579,17 @@ def test_templates_equal_reads_what_the_evaluation_reads() -> None:
     for changed in (
         trainjob(numNodes=2, image="a:2", resourcesPerNode={"limits": {GPU: 1}}),
         trainjob(numNodes=2, image="a:1", resourcesPerNode={"limits": {GPU: 2}}),
-        trainjob(numNodes=2, image="a:1", resourcesPerNode={"limits": {GPU: 1}}, env=[]),
+        trainjob(
+            numNodes=2,
+            image="a:1",
+            resourcesPerNode={"limits": {GPU: 1}},
+            env=[{"name": "CUDA_VERSION", "value": "12.8.0"}],
+        ),
     ):
         assert not templates_equal(group, "TrainJob", changed, old)
+    # An empty env reads as no env (nothing the evaluation reads was added).
+    empty_env = trainjob(numNodes=2, image="a:1", resourcesPerNode={"limits": {GPU: 1}}, env=[])
+    assert templates_equal(group, "TrainJob", empty_env, old)
 
     def llm(replicas: int, cuda: str) -> dict[str, Any]:
         return {

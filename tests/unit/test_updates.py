@@ -423,6 +423,30 @@ def test_a_change_the_evaluation_does_not_read_is_allowed_untouched(change: Any)
 @pytest.mark.parametrize(
     "change",
     [
+        pytest.param(
+            {"env": [{"name": "STAKATER_APP_CONFIG_CONFIGMAP", "value": "1"}]},
+            id="the first env var, unrelated",
+        ),
+        pytest.param({"resources": {"limits": {"cpu": "2"}}}, id="the first limit, cpu"),
+        pytest.param({"resources": {}}, id="empty resources"),
+    ],
+)
+def test_adding_the_first_unread_field_is_no_change(change: dict[str, Any]) -> None:
+    """No env and an env of unrelated names read the same, as do no limits and cpu-only ones
+    (the native policy's copy of this comparison decides the same: tests/native)."""
+    gpu = container("server", image="nvidia/cuda:12.4.1-base", limits={GPU: "8"})
+    old = workload("Deployment", pod(gpu, container("sidecar", image="busybox")))
+    assert not review(old, operation="CREATE").allowed  # created before the policy said 4
+    new = copy.deepcopy(old)
+    sidecar = new["spec"]["template"]["spec"]["containers"][1]
+    assert "env" not in sidecar and "resources" not in sidecar
+    sidecar.update(change)
+    assert_untouched(review(new, old=old), "the pod template is unchanged")
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
         pytest.param(_env("CUDA_VERSION", "12.8.0"), id="env CUDA_VERSION"),
         pytest.param(_env("NVIDIA_REQUIRE_CUDA", "cuda>=12.8"), id="env NVIDIA_REQUIRE_CUDA"),
         pytest.param(_env("FLAGS_allocator_strategy", "auto_growth"), id="an env fix's variable"),

@@ -12,8 +12,13 @@ import yaml
 from webhook.cli.exits import EXIT_OK, CommandError
 from webhook.cli.review import load_policies
 from webhook.core.config.model import load_config
-from webhook.core.policies.native import export
-from webhook.core.policies.native_cost import cost_problem, estimated_cost
+from webhook.core.evaluation.updates import update_reads
+from webhook.core.policies.native import DEFAULT_NAME, export
+from webhook.core.policies.native_cost import (
+    cost_problem,
+    estimated_cost,
+    estimated_update_cost,
+)
 
 
 def add_export_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -31,7 +36,13 @@ def add_export_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument(
         "--config",
         type=Path,
-        help="webhook config YAML: its exemptNamespaces are left out of the binding",
+        help="webhook config YAML: its exemptNamespaces are left out of the binding, and an "
+        "UPDATE is compared on what it makes the webhook read (env fixes, GPU access checks)",
+    )
+    parser.add_argument(
+        "--name",
+        default=DEFAULT_NAME,
+        help="name of the policy and of its binding, unique in the cluster (default: %(default)s)",
     )
     parser.add_argument(
         "-o",
@@ -45,7 +56,12 @@ def add_export_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
 def cmd_export(args: argparse.Namespace, out: TextIO) -> int:
     policies = load_policies(args.policies)
     config = load_config(args.config)
-    result = export(policies.by_key.values(), exempt_namespaces=config.exempt_namespaces)
+    result = export(
+        policies.by_key.values(),
+        reads=update_reads(config),
+        exempt_namespaces=config.exempt_namespaces,
+        name=args.name,
+    )
     problem = cost_problem(result.groups)
     if problem:
         raise CommandError(f"not exported: {problem}")
@@ -58,8 +74,9 @@ def cmd_export(args: argparse.Namespace, out: TextIO) -> int:
         "# gpu-webhook export-policies: the CRL rules as a ValidatingAdmissionPolicy.",
         "# Every enabled CRL ConfigMap in kube-public is a param: editing a CRL needs no",
         f"# re-export. Groups of several keys written into the policy: {groups}.",
-        f"# Estimated CEL cost for a 64-container Pod: {estimated_cost(result.groups):,} "
-        "(limit 1,000,000 per expression).",
+        f"# Estimated CEL cost for a 64-container Pod: {estimated_cost(result.groups):,}, and "
+        f"{estimated_update_cost():,} for the UPDATE check of such a template (linear in the "
+        "containers; limit 1,000,000 per expression).",
         "# Not expressed here (the webhook still does them):",
         *(f"#  - {item}" for item in result.not_expressed),
     ]

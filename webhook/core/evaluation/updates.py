@@ -11,7 +11,10 @@ from webhook.core.base.shapes import is_mapping
 from webhook.core.config.model import WebhookConfig
 from webhook.core.images.facts import pod_archs
 from webhook.core.placement import cuda
+from webhook.core.policies.native_cel import UpdateReads
 from webhook.core.workloads.devices import (
+    ACCESS_ENV_EXACT,
+    ACCESS_ENV_PREFIXES,
     DEVICE_ANNOTATION_PREFIXES,
     DEVICE_ENV_NAMES,
     access_env,
@@ -107,7 +110,26 @@ def _env_names(config: WebhookConfig) -> frozenset[str]:
     return frozenset(names)
 
 
+def update_reads(config: WebhookConfig) -> UpdateReads:
+    """What `_evaluated_part` reads under `config`, for the native policy (its limits: see
+    webhook.core.policies.native_cel.unchanged)."""
+    access = config.gpu_access.checks
+    names = _env_names(config) | (ACCESS_ENV_EXACT if access else frozenset())
+    return UpdateReads(
+        env_names=tuple(sorted(names)),
+        env_prefixes=(_REQUIRE_PREFIX, *(ACCESS_ENV_PREFIXES if access else ())),
+        exact_resources=tuple(sorted(config.gpu_resources.exact)),
+        annotations=_READ_ANNOTATIONS,
+        access=access,
+        cdi_prefixes=DEVICE_ANNOTATION_PREFIXES,
+    )
+
+
 def _read_env(env: Any, names: frozenset[str], access: bool = False) -> Any:
+    # No env and an env of other names read the same: adding the first unrelated variable
+    # (Stakater Reloader's) to a container is no change.
+    if env is None:
+        return []
     if not isinstance(env, list):
         return env
     return [
@@ -125,15 +147,20 @@ def _read_resources(resources: Any, config: WebhookConfig) -> Any:
     """The extended resources and claims: cpu, memory, ephemeral-storage and hugepages (names
     without a domain) are no key of any rule (a CRL key is domain-qualified; an exact GPU
     resource name without one is kept)."""
+    if resources is None:
+        return {}
     if not is_mapping(resources):
         return resources
     exact = config.gpu_resources.exact
     read: dict[str, Any] = {}
     for field, values in resources.items():
         if field in ("limits", "requests") and is_mapping(values):
-            read[field] = {
+            kept = {
                 k: v for k, v in values.items() if not isinstance(k, str) or "/" in k or k in exact
             }
+            # Limits of cpu only read as no limits: setting the first cpu limit is no change.
+            if kept:
+                read[field] = kept
         else:
             read[field] = values  # claims, and whatever else a future field holds
     return read

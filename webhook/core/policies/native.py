@@ -19,9 +19,19 @@ edit of a CRL changes enforcement at once, with no re-export. Kubernetes facts t
   error (apiserver pkg/admission/chain.go): when both the policy and the webhook deny, users
   see the policy's denial only, never two.
 
+- While no binding names a policy with a built-in paramKind for one policy refresh, the API
+  server stops that kind's param informer for good and every such policy keeps the params it
+  held (kubernetes issue 130887, 1.36.2 included; fix pending in PR 141015): the policy and
+  binding must be updated in place, never deleted and re-created (docs/operations/
+  native-policies.md says what that means for Helm).
+
 What one policy evaluation cannot see is decided at export: which keys make up a group (a
 group is "used" when any of its keys is above zero, SPEC §3), read from the CRLs given to the
 export. Adding, removing or disabling a key of a multi-key group needs a re-export.
+
+An UPDATE passes untouched when its pod template is unchanged in what the webhook reads
+(native_cel.unchanged, the copy of webhook.core.evaluation.updates `templates_equal`); the names
+are the caller's, so two Helm releases install two policies.
 
 The policy's CEL expressions (and the CEL environment they rely on) are built in
 webhook.core.policies.native_cel; the cost model, and the export's refusal past the API
@@ -42,10 +52,11 @@ from webhook.core.policies.crl import (
     TYPE_VALUE,
     ResourceLimitation,
 )
-from webhook.core.policies.native_cel import policy_variables, resources_signature
+from webhook.core.policies.native_cel import UpdateReads, policy_variables, template, unchanged
 
-POLICY_NAME = "gpu-webhook-crl"
-BINDING_NAME = "gpu-webhook-crl"
+# The default name of the policy and of its binding; the chart uses its release's full name
+# (`<fullname>-crl`), so two releases never overwrite each other's objects.
+DEFAULT_NAME = "gpu-webhook-crl"
 API_VERSION = "admissionregistration.k8s.io/v1"
 
 # What CEL cannot express, printed by the command and listed in docs/operations/native-policies.md.
@@ -61,6 +72,8 @@ NOT_EXPRESSED: tuple[str, ...] = (
     "and Deployment, StatefulSet, DaemonSet, ReplicaSet, Job and CronJob templates",
     "group membership is fixed at export: re-export after adding, removing or disabling a "
     "key of a group with several keys",
+    "an UPDATE that changes only the arguments a compute-capability rule reads or the pod's "
+    "architecture passes (the webhook judges it again)",
     "two enabled CRLs with the same key: the webhook uses one, the policy enforces both",
 )
 
@@ -83,15 +96,22 @@ def group_keys(policies: Iterable[ResourceLimitation]) -> dict[str, list[str]]:
     return {g: sorted(keys) for g, keys in sorted(groups.items()) if len(keys) > 1}
 
 
-def policy(groups: Mapping[str, Sequence[str]]) -> dict[str, Any]:
+def policy(
+    groups: Mapping[str, Sequence[str]], reads: UpdateReads, name: str = DEFAULT_NAME
+) -> dict[str, Any]:
     """The ValidatingAdmissionPolicy (the rules), reading one CRL ConfigMap per evaluation."""
-    variables = policy_variables(groups)
+    variables = [
+        ("template", template("object")),
+        ("oldTemplate", template("oldObject")),
+        ("unchanged", unchanged(reads)),
+        *policy_variables(groups),
+    ]
     joined = "(variables.containerProblems + variables.initContainerProblems).join('; ')"
     return {
         "apiVersion": API_VERSION,
         "kind": "ValidatingAdmissionPolicy",
         "metadata": {
-            "name": POLICY_NAME,
+            "name": name,
             "labels": {"app.kubernetes.io/name": "gpu-admission-webhook"},
             "annotations": {
                 "gpu-webhook.dev/groups": json.dumps(dict(groups), sort_keys=True),
@@ -142,22 +162,15 @@ def policy(groups: Mapping[str, Sequence[str]]) -> dict[str, Any]:
                         "r.apiVersion.startsWith('batch/'))))"
                     ),
                 },
-                {
-                    "name": "template-resources-changed",
-                    "expression": (
-                        "request.operation != 'UPDATE' || oldObject == null || "
-                        f"!(({resources_signature('object')}).all(x, x in "
-                        f"({resources_signature('oldObject')})) && "
-                        f"({resources_signature('oldObject')}).all(x, x in "
-                        f"({resources_signature('object')})))"
-                    ),
-                },
             ],
             "variables": [{"name": n, "expression": e} for n, e in variables],
             "validations": [
                 {
+                    # An UPDATE that leaves the template as the webhook reads it passes
+                    # untouched, as by the webhook (SPEC §6, updates.py `templates_equal`).
                     "expression": (
-                        "!variables.valid || (size(variables.containerProblems) == 0 && "
+                        "variables.unchanged || !variables.valid || "
+                        "(size(variables.containerProblems) == 0 && "
                         "size(variables.initContainerProblems) == 0)"
                     ),
                     # Kept under the API server's 5 KiB cap on an evaluated message
@@ -176,10 +189,11 @@ def policy(groups: Mapping[str, Sequence[str]]) -> dict[str, Any]:
 def binding(
     exempt_namespaces: Sequence[str] = ("kube-system",),
     validation_actions: Sequence[str] = ("Deny",),
+    name: str = DEFAULT_NAME,
 ) -> dict[str, Any]:
     """The binding: every enabled CRL ConfigMap of kube-public is a param."""
     spec: dict[str, Any] = {
-        "policyName": POLICY_NAME,
+        "policyName": name,
         "validationActions": list(validation_actions),
         "paramRef": {
             "namespace": CRL_NAMESPACE,
@@ -204,7 +218,7 @@ def binding(
         "apiVersion": API_VERSION,
         "kind": "ValidatingAdmissionPolicyBinding",
         "metadata": {
-            "name": BINDING_NAME,
+            "name": name,
             "labels": {"app.kubernetes.io/name": "gpu-admission-webhook"},
         },
         "spec": spec,
@@ -214,8 +228,11 @@ def binding(
 def export(
     policies: Iterable[ResourceLimitation],
     *,
+    reads: UpdateReads,
     exempt_namespaces: Sequence[str] = ("kube-system",),
+    name: str = DEFAULT_NAME,
 ) -> Export:
-    """The policy and its binding for a set of CRL policies (their group table)."""
+    """The policy and its binding (both named `name`) for a set of CRL policies (their group
+    table); `reads` is what an UPDATE compares (updates.py `update_reads` of the config)."""
     groups = group_keys(policies)
-    return Export([policy(groups), binding(exempt_namespaces)], groups)
+    return Export([policy(groups, reads, name), binding(exempt_namespaces, name=name)], groups)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from webhook.core.policies.crl import CRL_NAMESPACE, LABEL_GROUP
 
@@ -184,9 +185,11 @@ def _container_problems(c: str, label: str, ref: str) -> str:
         f"{_value_problems('requests', req_map + '[' + K + ']', prefix)} : [])",
         # The API server copies a Pod's limits into missing requests before admission
         # (kubernetes pkg/apis/core/v1/defaults.go SetDefaults_Pod), so on a Pod a request
-        # equal to the limit is "not set" (resources.py).
+        # equal to the limit is "not set"; a template is judged as its pods (SPEC §3): one
+        # that writes requests = limits makes pods that are admitted, so it is admitted too
+        # (resources.py `defaulted_by_apiserver`, the same test on Pods and templates).
         f"({used} && {P}.requests == 'disabled' && {req_has} && "
-        f"!(variables.isPod && {lim_has} && {qlim}.compareTo({qreq}) == 0) ? "
+        f"!({lim_has} && {qlim}.compareTo({qreq}) == 0) ? "
         + fixed("requests", _q("is not allowed"), _q("requests: disabled"), req)
         + " : [])",
         f"({lim_has} && {req_has} && {qlim}.compareTo({qreq}) != 0 ? "
@@ -213,22 +216,105 @@ def _spec_expr() -> str:
     )
 
 
-def resources_signature(obj: str) -> str:
-    """The extended resources of every container of `obj`, as a list of strings (order-free
-    comparison below: a map's iteration order is not stable)."""
-    spec = (
-        f"(request.kind.kind == 'CronJob' ? {obj}.spec.jobTemplate.spec.template.spec : "
-        f"{obj}.spec.template.spec)"
+@dataclass(frozen=True)
+class UpdateReads:
+    """What the webhook compares on an UPDATE to find a template unchanged (webhook.core.
+    evaluation.updates `_evaluated_part`; `update_reads(config)` there builds it from a config)."""
+
+    env_names: tuple[str, ...]
+    env_prefixes: tuple[str, ...]
+    exact_resources: tuple[str, ...]
+    annotations: tuple[str, ...]
+    access: bool
+    cdi_prefixes: tuple[str, ...]
+
+
+def template(obj: str) -> str:
+    """The pod template of a workload `obj` (an UPDATE's object or oldObject)."""
+    return (
+        f"request.kind.kind == 'CronJob' ? {obj}.spec.jobTemplate.spec.template : "
+        f"{obj}.spec.template"
     )
-    lists = []
-    for lst in ("containers", "initContainers"):
-        for fld in ("limits", "requests"):
-            m = f"c.?resources.?{fld}.orValue({{}})"
-            lists.append(
-                f"{spec}.?{lst}.orValue([]).map(c, {m}.filter(k, k.contains('/'))"
-                f".map(k, c.name + '|{lst}|{fld}|' + k + '=' + string({m}[k]))).map(l, l.join(','))"
-            )
-    return " + ".join(lists)
+
+
+def _same_resources(c: str, o: str, fld: str, exact: str) -> str:
+    """Container `c`'s extended resources in `fld` (limits or requests: every domain-qualified
+    key, and the exact GPU names of the config) equal `o`'s: linear in the keys, whatever
+    order the maps iterate in (a Go map's, so random)."""
+    m, n = f"{c}.?resources.?{fld}.orValue({{}})", f"{o}.?resources.?{fld}.orValue({{}})"
+    read = f"(k.contains('/') || k in {exact})"
+    # Equal maps first (cpu and memory included): what nearly every UPDATE has, and cheaper.
+    return (
+        f"({m} == {n} || {m}.all(k, !{read} || (k in {n} && string({n}[k]) == string({m}[k]))) "
+        f"&& {n}.all(k, !{read} || k in {m}))"
+    )
+
+
+def unchanged(reads: UpdateReads) -> str:
+    """True on an UPDATE whose pod template is unchanged in everything the webhook reads
+    (webhook.core.evaluation.updates `templates_equal`): such an update passes untouched.
+
+    Containers are compared position by position, as the webhook does (a reorder is a change),
+    with a two-variable comprehension (`all(i, c, ...)`, Kubernetes ≥ 1.32: apiserver
+    pkg/cel/environment/base.go, ext.TwoVarComprehensions introduced in 1.32), so the cost is
+    linear in the containers (a name lookup per container would be quadratic). Not compared,
+    unlike the webhook: the arguments a compute-capability rule of the config reads, and the
+    pod's architecture where an image's CUDA depends on it; an UPDATE changing only those
+    passes here and is judged by the webhook."""
+    new, old = "variables.template", "variables.oldTemplate"
+    exact = json.dumps(list(reads.exact_resources))
+    names = json.dumps(list(reads.env_names))
+    prefixes = json.dumps(list(reads.env_prefixes))
+    env = f"e.name in {names} || {prefixes}.exists(p, e.name.startsWith(p))"
+
+    def same(c: str, o: str) -> str:
+        parts = [
+            f"{c}.name == {o}.name",
+            f"{c}.?image.orValue('') == {o}.?image.orValue('')",
+            _same_resources(c, o, "limits", exact),
+            _same_resources(c, o, "requests", exact),
+            f"{c}.?resources.?claims.orValue([]) == {o}.?resources.?claims.orValue([])",
+            f"({c}.?env.orValue([]) == {o}.?env.orValue([]) || "
+            f"{c}.?env.orValue([]).filter(e, {env}) == {o}.?env.orValue([]).filter(e, {env}))",
+            f"{c}.?envFrom.orValue([]) == {o}.?envFrom.orValue([])",
+        ]
+        if reads.access:
+            parts += [
+                f"{c}.?securityContext.?privileged.orValue(false) == "
+                f"{o}.?securityContext.?privileged.orValue(false)",
+                f"{c}.?volumeMounts.orValue([]) == {o}.?volumeMounts.orValue([])",
+            ]
+        return " && ".join(parts)
+
+    lists = [
+        f"size({new}.spec.?{lst}.orValue([])) == size({old}.spec.?{lst}.orValue([])) && "
+        f"{new}.spec.?{lst}.orValue([]).all(i, c, "
+        f"{same('c', f'{old}.spec.{lst}[i]')})"
+        for lst in ("containers", "initContainers")
+    ]
+    na = f"{new}.?metadata.?annotations.orValue({{}})"
+    oa = f"{old}.?metadata.?annotations.orValue({{}})"
+
+    def same_annotations(selected: str) -> str:
+        return (
+            f"{na}.filter(a, {selected}).all(a, a in {oa} && {oa}[a] == {na}[a]) && "
+            f"{oa}.filter(a, {selected}).all(a, a in {na})"
+        )
+
+    pod = [
+        f"{new}.spec.?resourceClaims.orValue([]) == {old}.spec.?resourceClaims.orValue([])",
+        same_annotations(f"a in {json.dumps(list(reads.annotations))}"),
+    ]
+    if reads.access:
+        cdi = json.dumps(list(reads.cdi_prefixes))
+        pod += [
+            f"{new}.spec.?volumes.orValue([]).filter(v, has(v.hostPath)) == "
+            f"{old}.spec.?volumes.orValue([]).filter(v, has(v.hostPath))",
+            f"{new}.spec.?runtimeClassName.orValue('') == {old}.spec.?runtimeClassName.orValue('')",
+            same_annotations(f"{cdi}.exists(p, a.startsWith(p))"),
+        ]
+    body = " && ".join(f"({part})" for part in [*lists, *pod])
+    return f"request.operation == 'UPDATE' && oldObject != null && {body}"
 
 
 def policy_variables(groups: Mapping[str, Sequence[str]]) -> list[tuple[str, str]]:

@@ -25,6 +25,10 @@ DEVICE_ENV_NAMES = tuple(dict.fromkeys(name for f in FAMILIES for name in f.devi
 DEVICE_ENV_PREFIXES = tuple(dict.fromkeys(p for f in FAMILIES for p in f.device_env_prefixes))
 _LIMITER_EXACT = frozenset(p for f in FAMILIES for p in f.limiter_env if not p.endswith("*"))
 _LIMITER_PREFIXES = tuple(p[:-1] for f in FAMILIES for p in f.limiter_env if p.endswith("*"))
+# What access_env() accepts, as exact names and prefixes (the native policy's update check
+# compares the same env entries: evaluation/updates.py update_reads).
+ACCESS_ENV_EXACT = frozenset(DEVICE_ENV_NAMES) | _LIMITER_EXACT
+ACCESS_ENV_PREFIXES = DEVICE_ENV_PREFIXES + _LIMITER_PREFIXES
 
 
 def access_env(name: str) -> bool:
