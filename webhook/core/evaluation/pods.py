@@ -23,6 +23,8 @@ from webhook.core.placement.inventory import NodeInventory
 from webhook.core.placement.place import place
 from webhook.core.policies.gpu_keys import unknown_gpu_warning
 from webhook.core.policies.policyset import PolicySet
+from webhook.core.runtimefix.apply import apply_runtime_fixes
+from webhook.core.runtimefix.rdma import NamespaceLevels
 from webhook.core.workloads.claims import ClaimIndex, pod_claims
 from webhook.core.workloads.pods import (
     ContainerRef,
@@ -48,6 +50,7 @@ def _evaluate_spec(
     images: ImageFacts | None = None,
     daemonset: bool = False,
     audit: bool = False,
+    levels: NamespaceLevels | None = None,
 ) -> None:
     pod = state.pod
     # Env fixes only ever add changes and warnings: a violations-only caller skips them.
@@ -66,8 +69,10 @@ def _evaluate_spec(
     unknown: list[str] = []
     # Containers that request GPUs (or may, through a claim the cache does not know yet).
     devices: list[ContainerRef] = []
+    keyed: list[tuple[ContainerRef, set[str]]] = []  # every container's keys (runtime fixes)
     for c in pod.containers:
         keys = apply_resources(state, c, policies, config)
+        keyed.append((c, keys.asked))
         # CRL rules govern extended resources only; a DRA claim on a GPU device class makes a
         # GPU container for placement and env fixes (SPEC §6).
         # Only the claims' requests it names (resources.claims[].request) count.
@@ -97,6 +102,10 @@ def _evaluate_spec(
             images=images,
             daemonset=daemonset,
         )
+    if not violations_only:
+        apply_runtime_fixes(
+            state, gpu, keyed, policies, config, inventory, levels, namespace, daemonset
+        )
 
 
 def evaluate_pod(
@@ -113,6 +122,7 @@ def evaluate_pod(
     violations_only: bool = False,
     images: ImageFacts | None = None,
     audit: bool = False,
+    levels: NamespaceLevels | None = None,
 ) -> Decision:
     """`ref` and `ns` are the object reference and namespace evaluate() already worked out."""
     # The places written are recorded only when a patch can be asked for: a Pod's (or a
@@ -155,6 +165,7 @@ def evaluate_pod(
             images,
             daemonset,
             audit,
+            levels,
         )
         templates = templates or pod.is_template
         if state.unresolved:
