@@ -94,16 +94,14 @@ def apply_rdma(
         # A mutation runs before Pod Security admission: adding what it forbids would turn an
         # admitted pod into a denied one (SPEC §14). Say what to do instead.
         why = (
-            f"Pod Security {level} in namespace {namespace} forbids it"
+            f"namespace {namespace} is Pod Security {level}"
             if level is not None
             else "the namespace's Pod Security level is not known"
         )
         state.warnings.append(
             Wording(
                 (
-                    f"{where} requests {key} without {CAPABILITY}, which RDMA needs to pin "
-                    f"memory; not added: {why}",
-                    f"{where} requests {key} without {CAPABILITY} (RDMA); not added: {why}",
+                    f"{where}: RDMA ({key}) needs {CAPABILITY}; not added: {why}",
                     f"{where}: RDMA needs {CAPABILITY}; not added: {why}",
                     f"{where}: RDMA needs {CAPABILITY}; not added",
                 )
