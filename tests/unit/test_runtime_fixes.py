@@ -373,3 +373,34 @@ def test_node_selector_on_the_arch_is_respected() -> None:
         "nodeSelector asks for arm64; registry.local/ml/amd64-trainer:1.0 has no linux/arm64"
         in bad.warnings
     )
+
+
+VLLM = "vllm/vllm-openai:v0.11.0"
+
+
+def test_shipped_single_architecture_tags_say_the_images_architecture() -> None:
+    # vLLM pushes v0.11.0-x86_64 and v0.11.0-aarch64, the single-architecture images its plain
+    # tag's index is made of (webhook/data/images.yaml, vllm family `arches`).
+    config = WebhookConfig()
+    decision = run(arch_pod(f"{VLLM}-x86_64"), config=config, inventory=MIXED)
+    assert required(apply(decision)) == [
+        {"matchExpressions": [*term, ARCH_EXPR]} for term in CUDA_TERMS
+    ]
+    assert decision.notes[-1] == (
+        "required nodes of architecture amd64: vllm/vllm-openai:v0.11.0-x86_64 has no "
+        "linux/arm64 (architecture fix)"
+    )
+    arm = run(arch_pod(f"{VLLM}-aarch64"), config=config, inventory=MIXED)
+    assert {"key": "kubernetes.io/arch", "operator": "In", "values": ["arm64"]} in (
+        required(apply(arm))[0]["matchExpressions"]
+    )
+    # The plain tag names a multi-platform index: its platforms are not known, nothing added.
+    plain = run(arch_pod(VLLM), config=config, inventory=MIXED)
+    assert "kubernetes.io/arch" not in str(apply(plain))
+    # Knowledge off: nothing known.
+    off = run(
+        arch_pod(f"{VLLM}-x86_64"),
+        config=WebhookConfig(shipped_image_knowledge=False),
+        inventory=MIXED,
+    )
+    assert "kubernetes.io/arch" not in str(apply(off))

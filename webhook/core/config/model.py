@@ -211,9 +211,10 @@ class WebhookConfig(ConfigModel):
         """Node label keys the node inventory keeps: everything placement reads, nothing else."""
         keys = self.cuda_label_keys | self.compute_label_keys | self.forward_label_keys
         arch = self.runtime_fixes.architecture
-        if arch.enabled and arch.images:
-            # Only when some image's architectures are known (the fix's table):
-            # kubernetes.io/arch (k8s.io/api core/v1 well_known_labels.go LabelArchStable).
+        if arch.enabled and (arch.images or self.shipped_image_knowledge):
+            # When some image's architectures can be known (the fix's table, the shipped
+            # knowledge's single-architecture tags): kubernetes.io/arch (k8s.io/api core/v1
+            # well_known_labels.go LabelArchStable).
             keys |= {"kubernetes.io/arch"}
         return keys
 

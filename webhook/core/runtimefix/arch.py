@@ -18,7 +18,8 @@ from webhook.core.config.model import WebhookConfig
 from webhook.core.config.runtime_fixes import ArchitectureFix
 from webhook.core.envfix.fixes import repository_path
 from webhook.core.images.facts import ARCH_LABELS
-from webhook.core.images.references import shown_image
+from webhook.core.images.knowledge import ImageKnowledge
+from webhook.core.images.references import MAX_REFERENCE_LENGTH, normalize, shown_image, split_tag
 from webhook.core.outcome.decision import PodState
 from webhook.core.placement import fit
 from webhook.core.placement.inventory import NodeInventory
@@ -35,20 +36,29 @@ def arch_counts(inventory: NodeInventory) -> Mapping[str, int]:
     return dict(Counter(a for labels in inventory.nodes.values() if (a := labels.get(ARCH_LABEL))))
 
 
-def image_archs(rule: ArchitectureFix, image: str) -> tuple[str, ...] | None:
-    """The architectures an image is built for (the config table's first match); None: not
-    known, and an image whose platforms are unknown gets nothing."""
-    if not rule.images:
-        return None
-    repository = repository_path(image)
-    for entry in rule.images:
-        if entry.regex.search(repository):
-            return entry.architectures
+def image_archs(
+    rule: ArchitectureFix, image: str, knowledge: ImageKnowledge | None
+) -> tuple[str, ...] | None:
+    """The architectures an image is built for: the config table's first match, else the
+    shipped knowledge's single-architecture tags (`v0.11.0-x86_64` is linux/amd64 only);
+    None: not known, and an image whose platforms are unknown gets nothing."""
+    if rule.images:
+        repository = repository_path(image)
+        for entry in rule.images:
+            if entry.regex.search(repository):
+                return entry.architectures
+    if knowledge is not None and len(image) <= MAX_REFERENCE_LENGTH:
+        ref = normalize(image)
+        if ref:
+            repository, tag = split_tag(ref)
+            arch = knowledge.tag_architecture(repository, tag) if tag else None
+            if arch is not None:
+                return (arch,)
     return None
 
 
 def _pod_archs(
-    rule: ArchitectureFix, containers: Iterable[ContainerRef]
+    rule: ArchitectureFix, containers: Iterable[ContainerRef], knowledge: ImageKnowledge | None
 ) -> tuple[frozenset[str], list[tuple[str, tuple[str, ...]]]] | None:
     """(architectures every known image has, [(image, its architectures)]); None: no image of
     the pod is known."""
@@ -58,7 +68,7 @@ def _pod_archs(
         image = c.container.get("image")
         if not isinstance(image, str) or not image:
             continue
-        archs = image_archs(rule, image)
+        archs = image_archs(rule, image, knowledge)
         if archs is None:
             continue
         known.append((image, archs))
@@ -107,7 +117,8 @@ def apply_architecture(
     counts = arch_counts(inventory)
     if len(counts) < 1:
         return
-    found = _pod_archs(rule, state.pod.containers)
+    knowledge = config.image_rules.knowledge if config.shipped_image_knowledge else None
+    found = _pod_archs(rule, state.pod.containers, knowledge)
     if found is None:
         return
     allowed, known = found
