@@ -404,3 +404,20 @@ def test_shipped_single_architecture_tags_say_the_images_architecture() -> None:
         inventory=MIXED,
     )
     assert "kubernetes.io/arch" not in str(apply(off))
+
+
+def test_an_update_that_changes_the_opt_out_is_judged_again() -> None:
+    # A Deployment's UPDATE whose template changed nowhere the evaluation reads is allowed
+    # untouched (SPEC §6); the runtime-fixes annotation is read, so changing it is a change.
+    old = workload("Deployment", gpu_pod())
+    new = copy.deepcopy(old)
+    new["spec"]["template"]["metadata"]["annotations"] = {"features.alauda.io/runtime-fixes": "on"}
+    changed = evaluate(new, PolicySet.empty(), SHM_ON, operation="UPDATE", old_object=old)
+    assert changed.notes == (
+        'will apply to pods: mounted a 16Gi memory-backed /dev/shm in container "trainer" '
+        "(shm fix)",
+    )
+    same = evaluate(
+        copy.deepcopy(old), PolicySet.empty(), SHM_ON, operation="UPDATE", old_object=old
+    )
+    assert same.notes == ()

@@ -124,6 +124,12 @@ class ArchitectureFix(FixMatch):
     # The admin's table: image pattern -> architectures (first match wins).
     images: tuple[ArchitectureImages, ...] = ()
 
+    @cached_property
+    def memo(self) -> dict[tuple[str, bool], tuple[str, ...] | None]:
+        """What the evaluation found for an image under this rule (runtimefix/arch.py): one
+        dict per loaded config, so a new config starts afresh; bounded there."""
+        return {}
+
 
 class RuntimeFixes(ConfigModel):
     """SPEC §14: each rule switchable (`enabled`), each pod may opt out (annotation)."""

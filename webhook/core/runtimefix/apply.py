@@ -61,7 +61,10 @@ def apply_runtime_fixes(
             return
     if fixes.rdma.enabled:
         rule, level = fixes.rdma, None
+        names = rule.resource_names
         for c, keys in containers:
+            if not keys or not names.any_of(keys):
+                continue  # most containers: one set or prefix test
             key = rdma_key(rule, keys)
             if key and matches(rule, c, keys, policies, resources=False):
                 if level is None:

@@ -39,6 +39,23 @@ def arch_counts(inventory: NodeInventory) -> Mapping[str, int]:
 def image_archs(
     rule: ArchitectureFix, image: str, knowledge: ImageKnowledge | None
 ) -> tuple[str, ...] | None:
+    """image_archs_uncached, remembered per config rule (pods of one workload share images)."""
+    memo = rule.memo
+    key = (image, knowledge is not None)
+    if key in memo:
+        return memo[key]
+    if len(memo) >= _MEMO_SIZE:
+        memo.clear()
+    found = memo[key] = image_archs_uncached(rule, image, knowledge)
+    return found
+
+
+_MEMO_SIZE = 4096
+
+
+def image_archs_uncached(
+    rule: ArchitectureFix, image: str, knowledge: ImageKnowledge | None
+) -> tuple[str, ...] | None:
     """The architectures an image is built for: the config table's first match, else the
     shipped knowledge's single-architecture tags (`v0.11.0-x86_64` is linux/amd64 only);
     None: not known, and an image whose platforms are unknown gets nothing."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any
 
 from webhook.core.base.errors import ObjectShapeError, QuantityError
@@ -34,22 +35,19 @@ def _mounts_shm(spec: Mapping[str, Any]) -> bool:
     return False
 
 
-def _memory_limits(spec: Mapping[str, Any]) -> Fraction | None:
-    """The sum of the app containers' memory limits; None when one has none (or a malformed
-    one: the API server will say so)."""
-    total = Fraction(0)
+def _memory_limits(spec: Mapping[str, Any]) -> tuple[str | int | float, ...] | None:
+    """The app containers' memory limits as written; None when one has none (or one that is
+    no quantity's spelling: the API server will say so)."""
+    found: list[str | int | float] = []
     containers = spec.get("containers")
     for c in containers if isinstance(containers, list) else ():
         resources = c.get("resources") if is_mapping(c) else None
         limits = resources.get("limits") if is_mapping(resources) else None
         raw = limits.get("memory") if is_mapping(limits) else None
-        if raw is None:
+        if raw is None or isinstance(raw, bool) or not isinstance(raw, str | int | float):
             return None
-        try:
-            total += parse_quantity(raw)
-        except QuantityError:
-            return None
-    return total if total > 0 else None
+        found.append(raw)
+    return tuple(found) if found else None
 
 
 def format_bytes(value: Fraction) -> str:
@@ -68,15 +66,25 @@ def size_limit(rule: ShmFix, spec: Mapping[str, Any]) -> str:
     limits) is usable (k8s.io/api core/v1 EmptyDirVolumeSource.SizeLimit; kubelet
     pkg/volume/emptydir calculateEmptyDirMemorySize), so a /dev/shm as large as the limit
     would let shared memory alone get the pod OOM-killed."""
-    cap = parse_quantity(rule.size_limit)
     limits = _memory_limits(spec)
-    if limits is not None:
-        share = Fraction(
-            int(limits * Fraction(rule.memory_fraction)) // (1024 * 1024) * 1024 * 1024
-        )
-        if 0 < share < cap:
-            return format_bytes(share)
-    return rule.size_limit
+    if limits is None:
+        return rule.size_limit
+    return _sized(limits, rule.memory_fraction, rule.size_limit)
+
+
+@lru_cache(maxsize=1024)
+def _sized(limits: tuple[str | int | float, ...], fraction: float, cap_text: str) -> str:
+    """Pods of one workload carry the same limits: worked out once (quantities are exact
+    fractions, costly to add up on every review)."""
+    try:
+        total = sum((parse_quantity(raw) for raw in limits), Fraction(0))
+    except QuantityError:
+        return cap_text
+    mib = 1024 * 1024
+    share = Fraction(int(total * Fraction(fraction)) // mib * mib)
+    if 0 < share < parse_quantity(cap_text):
+        return format_bytes(share)
+    return cap_text
 
 
 def _volume_name(spec: Mapping[str, Any]) -> str:
