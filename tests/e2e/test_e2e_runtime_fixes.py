@@ -122,8 +122,9 @@ def fixing(
     namespace: str,
     policies: PolicySet,
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[None]:
-    """This module's webhook, once it knows the new namespaces' levels."""
+) -> Iterator[tuple[str, Path]]:
+    """This module's webhook (its URL and CA), once it knows the new namespaces' levels."""
+    directory = tmp_path_factory.mktemp("runtime-fixes")
     with serving(
         SETTINGS,
         cluster=cluster,
@@ -131,7 +132,7 @@ def fixing(
         scheduler=scheduler,
         namespace=namespace,
         policies=policies,
-        tmp_path=tmp_path_factory.mktemp("runtime-fixes"),
+        tmp_path=directory,
     ):
         deadline = time.monotonic() + 30
         while "IPC_LOCK" not in str(
@@ -139,7 +140,7 @@ def fixing(
         ):
             assert time.monotonic() < deadline, "the webhook never saw the namespaces' levels"
             time.sleep(0.5)
-        yield
+        yield f"https://127.0.0.1:{int(scheduler['port']) + 7}", directory / "ca.crt"
 
 
 def _pod(image: str = AMD64_ONLY, *, rdma: bool = True, restricted: bool = False) -> dict[str, Any]:
@@ -200,7 +201,7 @@ SHM = (
 
 
 def test_amd64_only_image_lands_on_amd64_and_multi_arch_on_either(
-    fixing: None, core: Any, namespaces: dict[str, str], nodes: dict[str, str]
+    fixing: tuple[str, Path], core: Any, namespaces: dict[str, str], nodes: dict[str, str]
 ) -> None:
     ns = namespaces["privileged"]
     amd = [call(core.create_namespaced_pod, ns, _pod(AMD64_ONLY))[0] for _ in range(4)]
@@ -221,7 +222,7 @@ def test_amd64_only_image_lands_on_amd64_and_multi_arch_on_either(
 
 
 def test_shm_and_ipc_lock_are_in_the_stored_pod(
-    fixing: None, core: Any, namespaces: dict[str, str]
+    fixing: tuple[str, Path], core: Any, namespaces: dict[str, str]
 ) -> None:
     ns = namespaces["privileged"]
     created, warnings = call(core.create_namespaced_pod, ns, _pod())
@@ -236,7 +237,7 @@ def test_shm_and_ipc_lock_are_in_the_stored_pod(
 
 @pytest.mark.parametrize("level", ["baseline", "restricted"])
 def test_pod_security_admits_every_pod_the_webhook_mutated(
-    fixing: None, core: Any, namespaces: dict[str, str], level: str
+    fixing: tuple[str, Path], core: Any, namespaces: dict[str, str], level: str
 ) -> None:
     from kubernetes.client.exceptions import ApiException
 
@@ -260,3 +261,20 @@ def test_pod_security_admits_every_pod_the_webhook_mutated(
             f'container "trainer": RDMA needs IPC_LOCK; not added: namespace {ns} is '
             f"Pod Security {level}"
         ) in warnings
+
+
+def test_inventory_shows_the_namespace_levels(fixing: tuple[str, Path]) -> None:
+    import json
+    import ssl
+    import urllib.request
+
+    url, ca = fixing
+    context = ssl.create_default_context(cafile=str(ca))
+    with urllib.request.urlopen(f"{url}/inventory", context=context, timeout=5) as reply:
+        document = json.load(reply)
+    levels = document["namespaceLevels"]
+    assert levels["available"] is True
+    counts = levels["podSecurityEnforce"]
+    assert all(counts.get(level, 0) >= 1 for level in ("privileged", "baseline", "restricted"))
+    assert counts.get("unlabelled", 0) >= 1  # default, kube-system, the session's namespace
+    assert document["sources"]["Namespace"]["synced"] is True
