@@ -192,7 +192,10 @@ def test_rdma_unlabelled_namespace_and_unknown_level() -> None:
     # Unlabelled: the API server's default level is not visible; baseline is assumed.
     decision = evaluate_in(rdma_pod(), {"ml": ""})
     assert decision.patch == []
-    assert decision.warnings[0].endswith("not added: namespace ml is Pod Security baseline")
+    assert decision.warnings == (
+        f'container "trainer": RDMA ({RDMA}) needs IPC_LOCK; not added: namespace ml has no '
+        "Pod Security label",
+    )
     # No snapshot (offline CLI, namespaces not readable): warn only.
     decision = evaluate_in(rdma_pod(), None)
     assert decision.patch == []

@@ -60,16 +60,17 @@ def apply_runtime_fixes(
         if opted_out:
             return
     if fixes.rdma.enabled:
-        rule, level = fixes.rdma, None
+        rule = fixes.rdma
         names = rule.resource_names
+        level: tuple[str | None, bool] | None = None
         for c, keys in containers:
             if not keys or not names.any_of(keys):
                 continue  # most containers: one set or prefix test
             key = rdma_key(rule, keys)
             if key and matches(rule, c, keys, policies, resources=False):
                 if level is None:
-                    level = namespace_level(rule, levels, namespace) or ""
-                apply_rdma(state, rule, c, key, level or None, namespace)
+                    level = namespace_level(rule, levels, namespace)
+                apply_rdma(state, rule, c, key, level[0], namespace, level[1])
     if not accelerators:
         return
     if fixes.shm.enabled:

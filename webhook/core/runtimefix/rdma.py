@@ -46,15 +46,15 @@ def level_allows(level: str, capability: str) -> bool:
 
 def namespace_level(
     rule: RdmaFix, levels: NamespaceLevels | None, namespace: str | None
-) -> str | None:
-    """The enforce level in force for `namespace`; None when it cannot be known (no snapshot,
-    no namespace, or a namespace the snapshot does not hold yet)."""
+) -> tuple[str | None, bool]:
+    """(the enforce level in force for `namespace`, whether its label says so); None when it
+    cannot be known (no snapshot, no namespace, or one the snapshot does not hold yet)."""
     if levels is None or not namespace:
-        return None
+        return None, False
     label = levels.get(namespace)
     if label is None:
-        return None
-    return label or rule.unlabelled_namespace_level
+        return None, False
+    return (label, True) if label else (rule.unlabelled_namespace_level, False)
 
 
 def _has_capability(container: Mapping[str, Any]) -> bool:
@@ -84,20 +84,23 @@ def apply_rdma(
     key: str,
     level: str | None,
     namespace: str | None,
+    labelled: bool = True,
 ) -> None:
     """Add IPC_LOCK to a container that requests RDMA resource `key`, if the namespace's Pod
-    Security level (`level`; None: unknown) allows it; warn otherwise."""
+    Security level (`level`; None: unknown; `labelled`: read from its label, else the config's
+    assumption for unlabelled namespaces) allows it; warn otherwise."""
     if _has_capability(c.container):
         return
     where = container_label(c)
     if level is None or not level_allows(level, CAPABILITY):
         # A mutation runs before Pod Security admission: adding what it forbids would turn an
         # admitted pod into a denied one (SPEC §14). Say what to do instead.
-        why = (
-            f"namespace {namespace} is Pod Security {level}"
-            if level is not None
-            else "the namespace's Pod Security level is not known"
-        )
+        if level is None:
+            why = "the namespace's Pod Security level is not known"
+        elif labelled:
+            why = f"namespace {namespace} is Pod Security {level}"
+        else:
+            why = f"namespace {namespace} has no Pod Security label"
         state.warnings.append(
             Wording(
                 (
