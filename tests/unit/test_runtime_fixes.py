@@ -424,3 +424,29 @@ def test_an_update_that_changes_the_opt_out_is_judged_again() -> None:
         copy.deepcopy(old), PolicySet.empty(), SHM_ON, operation="UPDATE", old_object=old
     )
     assert same.notes == ()
+
+
+def test_mutated_template_and_its_pods_keep_the_architecture_once() -> None:
+    # mutateTemplates: the template gets the CUDA terms (marked as the webhook's) and the
+    # architecture; a pod made from it, and the template evaluated again, change nothing.
+    config = ARCH_CONFIG.model_copy(update={"mutate_templates": True})
+    deployment = workload("Deployment", arch_pod(AMD64_ONLY))
+    decision = run(deployment, config=config, inventory=MIXED)
+    template = apply(decision)["spec"]["template"]
+    assert required({"spec": template["spec"]}) == [
+        {"matchExpressions": [*term, ARCH_EXPR]} for term in CUDA_TERMS
+    ]
+    again = run(apply(decision), config=config, inventory=MIXED)
+    assert (again.patch, again.notes) == ([], ())
+    made = {"apiVersion": "v1", "kind": "Pod", "metadata": {**template["metadata"], "name": "p",
+            "namespace": "ml"}, "spec": template["spec"]}  # fmt: skip
+    from_template = run(made, config=config, inventory=MIXED)
+    assert (from_template.patch, from_template.notes) == ([], ())
+
+
+def test_pods_bound_to_a_node_get_no_architecture_affinity() -> None:
+    bound = arch_pod(AMD64_ONLY, nodeName="n1")
+    decision = run(
+        bound, config=ARCH_CONFIG.model_copy(update={"cuda_affinity": False}), inventory=MIXED
+    )
+    assert (decision.patch, decision.notes) == ([], ())
