@@ -91,8 +91,9 @@ async def decide(
             found = await state.images.resolve(decision.unresolved_images)
             lookup_warnings = found.warnings
             failed = found.failed
-            if found.facts:
-                decision = _evaluate(state, endpoint, req, snapshots, images=found.facts)
+            if found.facts or found.platforms:
+                extra = {"image_platforms": found.platforms} if found.platforms else {}
+                decision = _evaluate(state, endpoint, req, snapshots, images=found.facts, **extra)
     except WebhookError as exc:
         # The object does not have the shape its kind requires: say so, as the API server would.
         return Outcome(denied_response(req, f"cannot evaluate {what}: {exc}"), "denied", 0, 0)

@@ -51,6 +51,7 @@ def _evaluate_spec(
     daemonset: bool = False,
     audit: bool = False,
     levels: NamespaceLevels | None = None,
+    platforms: Mapping[str, tuple[str, ...]] | None = None,
 ) -> None:
     pod = state.pod
     # Env fixes only ever add changes and warnings: a violations-only caller skips them.
@@ -104,7 +105,7 @@ def _evaluate_spec(
         )
     if not violations_only:
         apply_runtime_fixes(
-            state, gpu, keyed, policies, config, inventory, levels, namespace, daemonset
+            state, gpu, keyed, policies, config, inventory, levels, namespace, daemonset, platforms
         )
 
 
@@ -123,6 +124,7 @@ def evaluate_pod(
     images: ImageFacts | None = None,
     audit: bool = False,
     levels: NamespaceLevels | None = None,
+    platforms: Mapping[str, tuple[str, ...]] | None = None,
 ) -> Decision:
     """`ref` and `ns` are the object reference and namespace evaluate() already worked out."""
     # The places written are recorded only when a patch can be asked for: a Pod's (or a
@@ -166,6 +168,7 @@ def evaluate_pod(
             daemonset,
             audit,
             levels,
+            platforms,
         )
         templates = templates or pod.is_template
         if state.unresolved:

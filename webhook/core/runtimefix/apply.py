@@ -3,6 +3,8 @@ the per-pod opt-out, and the order (after placement, whose terms the architectur
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from webhook.core.base.annotations import parse_opt_out
 from webhook.core.config.model import WebhookConfig
 from webhook.core.config.runtime_fixes import ANNOTATION_RUNTIME_FIXES, FixMatch
@@ -46,9 +48,11 @@ def apply_runtime_fixes(
     levels: NamespaceLevels | None,
     namespace: str | None,
     daemonset: bool = False,
+    platforms: Mapping[str, tuple[str, ...]] | None = None,
 ) -> None:
     """`accelerators`: the pod's accelerator containers with their resource keys;
-    `containers`: every container with its keys (RDMA needs no accelerator)."""
+    `containers`: every container with its keys (RDMA needs no accelerator); `platforms`:
+    the architectures registry lookups read from images' indexes."""
     fixes = config.runtime_fixes
     if not fixes.any_enabled:
         return
@@ -79,4 +83,4 @@ def apply_runtime_fixes(
     if fixes.architecture.enabled and any(
         matches(fixes.architecture, c, keys, policies) for c, keys in accelerators
     ):
-        apply_architecture(state, fixes.architecture, config, inventory, daemonset)
+        apply_architecture(state, fixes.architecture, config, inventory, daemonset, platforms)

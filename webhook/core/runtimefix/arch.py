@@ -75,7 +75,10 @@ def image_archs_uncached(
 
 
 def _pod_archs(
-    rule: ArchitectureFix, containers: Iterable[ContainerRef], knowledge: ImageKnowledge | None
+    rule: ArchitectureFix,
+    containers: Iterable[ContainerRef],
+    knowledge: ImageKnowledge | None,
+    platforms: Mapping[str, tuple[str, ...]] | None,
 ) -> tuple[frozenset[str], list[tuple[str, tuple[str, ...]]]] | None:
     """(architectures every known image has, [(image, its architectures)]); None: no image of
     the pod is known."""
@@ -86,6 +89,9 @@ def _pod_archs(
         if not isinstance(image, str) or not image:
             continue
         archs = image_archs(rule, image, knowledge)
+        if archs is None and platforms:
+            # What the image's registry index lists (a lookup made for its CUDA version).
+            archs = platforms.get(image)
         if archs is None:
             continue
         known.append((image, archs))
@@ -126,6 +132,7 @@ def apply_architecture(
     config: WebhookConfig,
     inventory: NodeInventory | None,
     daemonset: bool,
+    platforms: Mapping[str, tuple[str, ...]] | None = None,
 ) -> None:
     """Require the architectures the pod's images are built for, when the inventory holds a
     node of another one; warn (or deny, `noCompatibleNode: deny`) when no node has one."""
@@ -135,7 +142,7 @@ def apply_architecture(
     if len(counts) < 1:
         return
     knowledge = config.image_rules.knowledge if config.shipped_image_knowledge else None
-    found = _pod_archs(rule, state.pod.containers, knowledge)
+    found = _pod_archs(rule, state.pod.containers, knowledge, platforms)
     if found is None:
         return
     allowed, known = found
