@@ -75,6 +75,7 @@ PODS, DEPLOYMENTS, REPLICASETS, JOBS = "pods", "deployments", "replicasets", "jo
 STATEFULSETS, DAEMONSETS, CRONJOBS = "statefulsets", "daemonsets", "cronjobs"
 PYTORCHJOBS = "pytorchjobs"
 POLICYREPORTS, OPENREPORTS = "policyreports", "reports"
+NAMESPACES = "namespaces"  # their Pod Security labels (the runtime fixes' RDMA rule)
 LEASES = "leases"  # the lease the server's audit takes, so one replica audits at a time
 _PARTIAL = "as=PartialObjectMetadata;"
 _PARTIAL_LIST = "as=PartialObjectMetadataList;"
@@ -108,6 +109,7 @@ class _Resource:
 RESOURCES = {
     CONFIGMAPS: _Resource("ConfigMap", "v1", True),
     NODES: _Resource("Node", "v1", False),
+    NAMESPACES: _Resource("Namespace", "v1", False),
     CLAIM_TEMPLATES: _Resource("ResourceClaimTemplate", "resource.k8s.io/v1", True),
     CLAIMS: _Resource("ResourceClaim", "resource.k8s.io/v1", True),
     # The audit's kinds (served through discovery, see _discovery) and the report kinds.
@@ -407,6 +409,7 @@ class FakeKube:
         app = web.Application()
         app.router.add_get("/api/v1/namespaces/{namespace}/configmaps", self._handle)
         app.router.add_get("/api/v1/nodes", self._handle)
+        app.router.add_get("/api/v1/namespaces", self._handle)
         # Every group-API resource (resource.k8s.io/v1 claim templates and claims): the
         # cluster-wide collection and the per-namespace one.
         for name, resource in RESOURCES.items():

@@ -621,7 +621,11 @@ def test_rbac_reads_configmaps_in_kube_public_only(render: Render) -> None:
         {
             "policies": {"install": True},
             "metrics": {"serviceMonitor": {"enabled": True}},
-            "config": {"nodeInventory": False, "claimTemplateCache": False},
+            "config": {
+                "nodeInventory": False,
+                "claimTemplateCache": False,
+                "runtimeFixes": {"namespaceLevels": False},
+            },
             "audit": {"enabled": False},
         }
     )

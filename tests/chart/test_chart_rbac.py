@@ -20,6 +20,16 @@ CLAIMS_RULE = {
     "resources": ["resourceclaimtemplates", "resourceclaims"],
     "verbs": READ,
 }
+# Namespaces' metadata for their Pod Security enforce label (runtime fixes, RDMA).
+NAMESPACES_RULE = {"apiGroups": [""], "resources": ["namespaces"], "verbs": READ}
+NO_NAMESPACES = {"runtimeFixes": {"namespaceLevels": False}}
+
+
+def _holds(config: Any, values: Any) -> bool:
+    """Every value set (nested mappings: every key of theirs) is in the rendered config."""
+    if isinstance(values, dict):
+        return all(_holds(config.get(k), v) for k, v in values.items())
+    return bool(config is values or config == values)
 
 
 def rendered_config(objects: list[dict[str, Any]]) -> dict[str, Any]:
@@ -35,7 +45,7 @@ def test_default_install_reads_nodes_and_dra_claims_cluster_wide_and_nothing_els
 ) -> None:
     objects = render()
     role = one(objects, "ClusterRole", FULLNAME)
-    assert role["rules"] == [NODES_RULE, CLAIMS_RULE]
+    assert role["rules"] == [NODES_RULE, CLAIMS_RULE, NAMESPACES_RULE]
     binding = one(objects, "ClusterRoleBinding", FULLNAME)
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
@@ -57,23 +67,24 @@ def test_default_install_reads_nodes_and_dra_claims_cluster_wide_and_nothing_els
 @pytest.mark.parametrize(
     ("values", "rules"),
     [
-        ({"nodeInventory": False}, [CLAIMS_RULE]),
-        ({"claimTemplateCache": False}, [NODES_RULE]),
+        ({"nodeInventory": False}, [CLAIMS_RULE, NAMESPACES_RULE]),
+        ({"claimTemplateCache": False}, [NODES_RULE, NAMESPACES_RULE]),
+        ({"runtimeFixes": {"namespaceLevels": False}}, [NODES_RULE, CLAIMS_RULE]),
+        ({"runtimeFixes": {"rdma": {"enabled": False}}}, [NODES_RULE, CLAIMS_RULE]),
     ],
-    ids=["inventory-off", "claim-cache-off"],
+    ids=["inventory-off", "claim-cache-off", "namespace-levels-off", "rdma-off"],
 )
 def test_each_switch_removes_its_permission_and_reaches_the_webhook_config(
-    render: Render, values: dict[str, bool], rules: list[dict[str, Any]]
+    render: Render, values: dict[str, Any], rules: list[dict[str, Any]]
 ) -> None:
     objects = render({"config": values})
     assert one(objects, "ClusterRole", FULLNAME)["rules"] == rules
     config = rendered_config(objects)
-    for key, value in values.items():
-        assert config[key] is value
+    assert _holds(config, values)
 
 
 def test_both_switches_off_leave_no_cluster_wide_permission(render: Render) -> None:
-    off = {"nodeInventory": False, "claimTemplateCache": False}
+    off = {"nodeInventory": False, "claimTemplateCache": False, **NO_NAMESPACES}
     objects = render({"config": off, "audit": {"enabled": False}})
     assert find(objects, "ClusterRole") == []
     assert find(objects, "ClusterRoleBinding") == []

@@ -92,7 +92,7 @@ async def inventory_when(get: Get, condition: Callable[[dict[str, Any]], bool]) 
 async def test_inventory_shows_nodes_templates_and_the_sync_state_of_each_kind(
     kube: FakeKube, get: Get
 ) -> None:
-    kinds = ("ConfigMap", "Node", "ResourceClaim", "ResourceClaimTemplate")
+    kinds = ("ConfigMap", "Namespace", "Node", "ResourceClaim", "ResourceClaimTemplate")
     document = await inventory_when(
         get, lambda d: all(d["sources"].get(k, {}).get("synced") for k in kinds)
     )
@@ -176,7 +176,13 @@ async def test_unreadable_nodes_and_missing_dra_api_are_explained_and_do_not_blo
 
 
 async def test_switched_off_kinds_are_not_watched(kube: FakeKube, tmp_path: Path) -> None:
-    config = load_config({"nodeInventory": False, "claimTemplateCache": False})
+    config = load_config(
+        {
+            "nodeInventory": False,
+            "claimTemplateCache": False,
+            "runtimeFixes": {"namespaceLevels": False},
+        }
+    )
     client, store = await started(kube, tmp_path, config)
     try:
         await eventually(lambda: store.ready, "policies synced")

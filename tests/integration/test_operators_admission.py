@@ -205,7 +205,11 @@ def test_llm_inference_service_and_knative_service(server: RunningServer) -> Non
     llm = data("kserve_llmisvc_pd-qwen2-7b-gpu.yaml")
     # requests = limits already, and `main` takes its image from the LLMInferenceServiceConfig
     response = server.review("/mutate", review_of(llm))["response"]
+    # Only the RDMA runtime fix speaks: its containers request rdma/roce_gdr without IPC_LOCK,
+    # and this server knows no namespace's Pod Security level (SPEC §14).
+    warnings = response.pop("warnings")
     assert response == {"uid": UID, "allowed": True}
+    assert warnings and all("needs IPC_LOCK; not added" in w for w in warnings)
     ksvc = data("knative_service_vllm.yaml")
     response = server.review("/mutate", review_of(ksvc))["response"]
     assert "patch" not in response

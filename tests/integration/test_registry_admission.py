@@ -507,3 +507,49 @@ async def test_metrics_say_why_a_cuda_version_is_unknown(
         'gpu_webhook_cuda_unknown_total{reason="not-known"}': 1.0,
         "gpu_webhook_gpu_containers_total": 4.0,
     }
+
+
+async def test_an_amd64_only_index_requires_amd64_nodes_in_a_mixed_cluster(
+    registry: FakeRegistry, tls: CertPaths
+) -> None:
+    # The image-architecture runtime fix (SPEC §14): the index read for the CUDA version lists
+    # only linux/amd64 (and BuildKit's attestation); the cluster has arm64 GPU nodes too.
+    from webhook.core.placement.inventory import NodeInventory
+
+    registry.push("public/x86-only", "v1", image({"amd64": CUDA_12_4}))
+    registry.push("public/both", "v1", image({"amd64": CUDA_12_4, "arm64": CUDA_12_4}))
+    client = registry_client(tls.ca_cert, registry.host)
+    config = client.config
+    store = PolicyStore()
+    store.replace(standard_policies())
+    labels = {"cuda-major-version": "12", "cuda-minor-version": "4"}
+    store.inventory = NodeInventory.build(
+        {
+            "x86": {**labels, "kubernetes.io/arch": "amd64"},
+            "gh200": {**labels, "kubernetes.io/arch": "arm64"},
+        },
+        config=config,
+    )
+    app = create_app(config, store, images=ImageResolver(client, config.registry_lookups))
+    http: TestClient[Any, Any] = TestClient(TestServer(app))
+    await http.start_server()
+    try:
+        from webhook.admission.state import STATE
+
+        resolver = app[STATE].images
+        assert resolver is not None
+        hook = Webhook(http, http, resolver)
+        stored, warnings, _ = await hook.mutate(gpu_pod(f"{registry.host}/public/x86-only:v1"))
+        arch = {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}
+        assert node_terms(stored) == [
+            {"matchExpressions": [*term["matchExpressions"], arch]} for term in REQUIRED_12_4_TERMS
+        ]
+        assert warnings[-1] == (
+            f"required nodes of architecture amd64: {registry.host}/public/x86-only:v1 has no "
+            "linux/arm64 (architecture fix)"
+        )
+        stored, warnings, _ = await hook.mutate(gpu_pod(f"{registry.host}/public/both:v1"))
+        assert node_terms(stored) == REQUIRED_12_4_TERMS
+        assert not any("architecture" in w for w in warnings)
+    finally:
+        await http.close()

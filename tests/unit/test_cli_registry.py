@@ -318,3 +318,39 @@ def test_serve_refuses_unusable_registry_files(
     )
     assert code == 2
     assert message in capsys.readouterr().err
+
+
+def test_review_places_an_amd64_only_image_by_its_index_in_a_mixed_cluster(
+    registry: FakeRegistry, tls: CertPaths, tmp_path: Path
+) -> None:
+    # The image-architecture runtime fix (SPEC §14): public/python's index lists linux/amd64
+    # only (its config names no CUDA: the lookup still read the index), public/trainer's both.
+    host = registry.host
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text(
+        yaml.safe_dump_all(
+            [
+                {"kind": "Node", "metadata": {"name": n, "labels": {"kubernetes.io/arch": a}}}
+                for n, a in (("x86", "amd64"), ("gh200", "arm64"))
+            ]
+        )
+    )
+    manifest = _manifest(tmp_path, f"{host}/public/python:3.12", f"{host}/public/trainer:v3")
+    code, out = cli(
+        "review", "-f", manifest, "--policies", str(CONFIGMAPS), "--config",
+        config_for(tmp_path, host), "--nodes", str(nodes), "-o", "json", "--resolve-images",
+        "--registry-ca", str(tls.ca_cert),
+    )  # fmt: skip
+    assert code == 0
+    python, trainer = json.loads(out)
+    terms = python["mutated"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    assert terms == [
+        {"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}
+    ]
+    assert (
+        f"required nodes of architecture amd64: {host}/public/python:3.12 has no linux/arm64 "
+        "(architecture fix)" in python["changes"]
+    )
+    assert "kubernetes.io/arch" not in json.dumps(trainer["mutated"])

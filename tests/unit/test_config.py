@@ -44,6 +44,8 @@ def test_defaults() -> None:
         "nvidia.com/cuda.runtime.minor",
         "nvidia.com/gpu.compute.major",
         "nvidia.com/gpu.compute.minor",
+        # The image-architecture runtime fix (SPEC §14): the nodes' architectures.
+        "kubernetes.io/arch",
     }
     # MIG mixed-strategy profiles and time-slicing/MPS renamed resources: pGPU rule (SPEC §4).
     assert config.gpu_resource_names == (

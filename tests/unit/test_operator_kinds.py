@@ -76,7 +76,17 @@ EXPECTED: dict[tuple[str, int], tuple[tuple[str, ...], tuple[str, ...]]] = {
             "set features.alauda.io/cuda-version",
         ),
     ),
-    ("kserve_llmisvc_pd-qwen2-7b-gpu.yaml", 0): ((), ()),
+    # Its containers request rdma/roce_gdr without IPC_LOCK (runtime fixes, SPEC §14); offline,
+    # no namespace's Pod Security level is known: the capability is warned about, not added.
+    ("kserve_llmisvc_pd-qwen2-7b-gpu.yaml", 0): (
+        (),
+        (
+            'main: container "main": RDMA (rdma/roce_gdr) needs IPC_LOCK; not added: the '
+            "namespace's Pod Security level is not known",
+            'prefill: container "main": RDMA needs IPC_LOCK; not added: the namespace\'s Pod '
+            "Security level is not known",
+        ),
+    ),
     ("kserve_llmisvc_dp-ep-deepseek-naive.yaml", 0): ((), ()),
     ("kserve_isvc_model-format-gpu.yaml", 0): ((), ()),
     ("kserve_isvc_pytorch-bert-gpu.yaml", 0): (
@@ -294,7 +304,9 @@ def test_llm_inference_service_placement_from_its_workload_annotations() -> None
         "for prefill pods: required GPU nodes with CUDA ≥ 12.4 "
         "(annotation features.alauda.io/cuda-version), preferably < 14.0",
     )
-    assert decision.warnings == () and decision.patch == []
+    assert decision.patch == []
+    # Only the RDMA runtime fix's (the level of no namespace is known offline).
+    assert [w for w in decision.warnings if "IPC_LOCK" not in w] == []
 
 
 def test_knative_service_template_gets_placement_and_a_violation_names_no_role() -> None:

@@ -25,8 +25,12 @@ NOT_LISTED_YET = NodeInventory.not_listed_yet()
 log = logging.getLogger("webhook.admission.app")
 
 
-def read_snapshots(state: WebhookState) -> tuple[Any, WebhookConfig, NodeInventory | None, Any]:
-    """What an evaluation reads besides the review: policies, config, inventory, claims."""
+Snapshots = tuple[Any, WebhookConfig, NodeInventory | None, Any, Any]
+
+
+def read_snapshots(state: WebhookState) -> Snapshots:
+    """What an evaluation reads besides the review: policies, config, inventory, claims, and
+    namespaces' Pod Security levels."""
     store = state.store
     return (
         store.current,
@@ -35,6 +39,7 @@ def read_snapshots(state: WebhookState) -> tuple[Any, WebhookConfig, NodeInvento
         # Cluster snapshots as they are now (None: not known); never fetched here.
         store.inventory if not store.inventory_pending else NOT_LISTED_YET,
         store.claims,
+        store.namespace_levels,
     )
 
 
@@ -42,10 +47,12 @@ def _evaluate(
     state: WebhookState,
     endpoint: str,
     req: AdmissionRequest,
-    snapshots: tuple[Any, WebhookConfig, NodeInventory | None, Any],
+    snapshots: Snapshots,
     **images: Any,
 ) -> Decision:
-    policies, config, inventory, claims = snapshots
+    policies, config, inventory, claims, levels = snapshots
+    if levels is not None:  # the RDMA runtime fix's input (SPEC §14)
+        images = {**images, "namespace_levels": levels}
     return state.evaluator(
         req.object,
         policies,
@@ -68,7 +75,7 @@ async def decide(
     state: WebhookState,
     endpoint: str,
     req: AdmissionRequest,
-    snapshots: tuple[Any, WebhookConfig, NodeInventory | None, Any],
+    snapshots: Snapshots,
 ) -> Outcome:
     """Evaluate and build the response; every exception becomes a denial, never an HTTP 500."""
     if req.object is None or req.operation not in ("CREATE", "UPDATE"):
@@ -84,8 +91,9 @@ async def decide(
             found = await state.images.resolve(decision.unresolved_images)
             lookup_warnings = found.warnings
             failed = found.failed
-            if found.facts:
-                decision = _evaluate(state, endpoint, req, snapshots, images=found.facts)
+            if found.facts or found.platforms:
+                extra = {"image_platforms": found.platforms} if found.platforms else {}
+                decision = _evaluate(state, endpoint, req, snapshots, images=found.facts, **extra)
     except WebhookError as exc:
         # The object does not have the shape its kind requires: say so, as the API server would.
         return Outcome(denied_response(req, f"cannot evaluate {what}: {exc}"), "denied", 0, 0)

@@ -104,6 +104,15 @@ async def inventory(request: web.Request) -> web.Response:
         "resourceClaims": claims,
         "sources": _sources(store),
     }
+    if "Namespace" in store.watched:
+        # The RDMA runtime fix's input (SPEC §14): namespaces per Pod Security enforce level.
+        levels = store.snapshot_status("Namespace")
+        if store.namespace_levels is not None:
+            counts: dict[str, int] = {}
+            for level in store.namespace_levels.values():
+                counts[level or "unlabelled"] = counts.get(level or "unlabelled", 0) + 1
+            levels["podSecurityEnforce"] = dict(sorted(counts.items()))
+        document["namespaceLevels"] = levels
     return web.Response(body=std_dumps(document), content_type="application/json")
 
 

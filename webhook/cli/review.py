@@ -107,6 +107,7 @@ def review_document(
     inventory: NodeInventory | None = None,
     claims: ClaimIndex | None = None,
     images: ImageFacts | None = None,
+    image_platforms: Mapping[str, tuple[str, ...]] | None = None,
 ) -> DocumentResult:
     if not isinstance(doc, Mapping) or not isinstance(doc.get("kind"), str):
         return DocumentResult(
@@ -124,6 +125,7 @@ def review_document(
             inventory=inventory,
             claims=claims,
             images=images,
+            image_platforms=image_platforms,
         )
     except WebhookError as exc:
         violations = [*unquoted, f"cannot evaluate: {exc}"]
@@ -366,6 +368,8 @@ def cmd_review(args: argparse.Namespace, out: TextIO) -> int:
                 inventory=context.inventory,
                 claims=context.claims,
                 images=resolution.facts,
+                # The indexes' platforms: the image-architecture runtime fix (SPEC §14).
+                image_platforms=resolution.platforms or None,
             )
             again.warnings += resolution.warnings
             results[index] = again

@@ -315,6 +315,10 @@ def _policy_source(
         reflectors.append(NodeSource(store, config, kubeconfig=args.kubeconfig))
     if config.claim_template_cache:
         reflectors.extend(claim_sources(store, kubeconfig=args.kubeconfig))
+    if config.runtime_fixes.namespace_levels and config.runtime_fixes.rdma.enabled:
+        from webhook.sources.namespaces import NamespaceLevelSource  # noqa: PLC0415
+
+        reflectors.append(NamespaceLevelSource(store, kubeconfig=args.kubeconfig))
     if config.image_cuda_table_config_map is not None:
         from webhook.sources.image_table import ImageTableSource  # noqa: PLC0415
 

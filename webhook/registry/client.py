@@ -182,6 +182,7 @@ class RegistryClient:
         top_digest = manifest.digest
         if known is not None and (cached := known(top_digest)) is not None:
             return cached
+        platforms = manifest.platforms
         if manifest.index:
             manifest = await self._manifest(ref, manifest.entry, arch)
         size = manifest.config_size
@@ -189,4 +190,6 @@ class RegistryClient:
             raise LookupFailure(INVALID, f"its config is larger than {MAX_CONFIG_BYTES >> 20} MiB")
         variables = await self._config(ref, manifest.config)
         result = config_requirement(variables, self.config)
-        return LookupResult(result.status, result.requirement, result.detail, top_digest)
+        return LookupResult(
+            result.status, result.requirement, result.detail, top_digest, platforms=platforms
+        )

@@ -69,6 +69,9 @@ class Manifest:
     entry: str = ""  # an index's entry for the platform: the manifest digest to fetch
     config: str = ""  # a manifest's config digest
     config_size: int | None = None
+    # An index's linux platforms (architectures, sorted): what the image is built for (the
+    # runtime fixes' image architecture, SPEC §14); () for a single manifest.
+    platforms: tuple[str, ...] = ()
 
 
 def digest_of(body: bytes | bytearray, algorithm: str = "sha256") -> str:
@@ -143,6 +146,25 @@ def _platform_entry(entries: list[Any], arch: str) -> Mapping[str, Any]:
     return candidates[0]
 
 
+_ARCHITECTURE = re.compile(r"[a-z0-9]{1,16}")
+
+
+def index_platforms(entries: list[Any]) -> tuple[str, ...]:
+    """The architectures of an index's linux images (image-spec image-index.md: platform.os
+    and platform.architecture, GOARCH values). Attestation manifests (BuildKit's, platform
+    unknown/unknown) and other systems are not images a Linux node runs."""
+    found = {
+        platform["architecture"]
+        for m in entries
+        if isinstance(m, Mapping)
+        and isinstance(platform := m.get("platform"), Mapping)
+        and platform.get("os") == "linux"
+        and isinstance(platform.get("architecture"), str)
+        and _ARCHITECTURE.fullmatch(platform["architecture"])
+    }
+    return tuple(sorted(found))
+
+
 def read_manifest(
     body: bytes | bytearray, content_type: str, expected: str, arch: str, top: bool
 ) -> Manifest:
@@ -171,7 +193,7 @@ def read_manifest(
         entry = _platform_entry(entries, arch).get("digest")
         if not isinstance(entry, str) or not DIGEST.fullmatch(entry):
             raise LookupFailure(INVALID, f"its linux/{arch} entry has no valid digest")
-        return Manifest(digest, True, entry=entry)
+        return Manifest(digest, True, entry=entry, platforms=index_platforms(entries))
     if media not in MANIFEST_TYPES:
         raise LookupFailure(INVALID, f"unsupported manifest type {media[:60]}")
     if not top and "manifests" in document:

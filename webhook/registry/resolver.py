@@ -67,6 +67,9 @@ class Resolution:
     # Why an image's CUDA is still unknown (the first failure of its architectures): a
     # LookupResult status, or SLOW (no answer within the budget).
     failed: dict[str, str] = field(default_factory=dict)
+    # image -> the linux architectures its index lists (read on the way to its config), for
+    # evaluate(image_platforms=...): the image-architecture runtime fix (SPEC §14).
+    platforms: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 # Resolution.failed: the lookup is running and did not answer within the budget.
@@ -283,6 +286,8 @@ class ImageResolver:
     def _apply(
         self, out: Resolution, query: ImageQuery, result: LookupResult, cached: bool
     ) -> None:
+        if result.platforms:
+            out.platforms[query.image] = result.platforms
         if result.status == FOUND and result.requirement is not None:
             out.facts[query] = result.requirement
             return

@@ -39,6 +39,8 @@ class LookupResult:
     detail: str = ""  # why it failed, or the env entry the version came from
     digest: str = ""  # the digest the reference resolved to (index or manifest)
     seconds: float = 0.0
+    # The index's linux architectures, when the reference named an index (SPEC §14).
+    platforms: tuple[str, ...] = ()
 
     @property
     def cacheable_long(self) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -111,6 +112,7 @@ _WITHOUT = {
     "Node": "CUDA placement uses the first label scheme, as without a node inventory",
     "ResourceClaimTemplate": "pods are evaluated as if their DRA claims requested no GPU",
     "ResourceClaim": "pods naming a ResourceClaim are evaluated as if it requested no GPU",
+    "Namespace": "IPC_LOCK for RDMA is warned about, never added",
 }
 
 _NOT_LISTED_YET = (
@@ -136,6 +138,9 @@ class PolicyStore:
     # not readable). They never affect readiness.
     inventory: NodeInventory | None = None
     claims: ClaimIndex | None = None
+    # Namespace -> its pod-security.kubernetes.io/enforce label ("" when unlabelled), for the
+    # RDMA runtime fix (SPEC §14).
+    namespace_levels: Mapping[str, str] | None = None
     # The webhook config with a watched ConfigMap's image table (None: the config as loaded).
     config: WebhookConfig | None = None
     # Every kind a reflector watches, by kind ("ConfigMap", "Node", "ResourceClaimTemplate"):
@@ -181,10 +186,18 @@ class PolicyStore:
     def snapshot_status(self, kind: str) -> dict[str, Any]:
         """Whether the snapshot of a watched kind ("Node", "ResourceClaimTemplate", ...) is in
         force, and if not, why: for /inventory and /policies."""
-        snapshot = self.inventory if kind == "Node" else self.claims
+        snapshot: object = (
+            self.inventory
+            if kind == "Node"
+            else self.namespace_levels
+            if kind == "Namespace"
+            else self.claims
+        )
         stats = self.watched.get(kind)
         # Both DRA kinds fill the one ClaimIndex: a watched kind is in force once it listed.
-        if snapshot is not None and (stats is None or kind == "Node" or stats.synced):
+        if snapshot is not None and (
+            stats is None or kind in ("Node", "Namespace") or stats.synced
+        ):
             return {"available": True}
         if stats is None:
             reason = (

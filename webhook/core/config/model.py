@@ -44,6 +44,7 @@ from webhook.core.config.labels import (
     NodeSelectorTerm,
 )
 from webhook.core.config.registry import PUBLIC_REGISTRIES, RegistryLookups
+from webhook.core.config.runtime_fixes import RuntimeFixes
 from webhook.core.config.workload_kinds import WorkloadEntry, WorkloadTemplate
 from webhook.core.images.knowledge import shipped_knowledge
 
@@ -186,6 +187,8 @@ class WebhookConfig(ConfigModel):
     registry_lookups: RegistryLookups = RegistryLookups()
     # GPU access control (SPEC §12): GPUs only through the resources and claims that count them.
     gpu_access: GpuAccess = GpuAccess()
+    # Runtime fixes (SPEC §14): /dev/shm, IPC_LOCK for RDMA, image architecture.
+    runtime_fixes: RuntimeFixes = RuntimeFixes()
 
     # cached_property: derived once per config, read by every GPU pod's review (a pydantic
     # private attribute would go through BaseModel.__getattr__ on every read).
@@ -206,7 +209,14 @@ class WebhookConfig(ConfigModel):
     @cached_property
     def inventory_label_keys(self) -> frozenset[str]:
         """Node label keys the node inventory keeps: everything placement reads, nothing else."""
-        return self.cuda_label_keys | self.compute_label_keys | self.forward_label_keys
+        keys = self.cuda_label_keys | self.compute_label_keys | self.forward_label_keys
+        arch = self.runtime_fixes.architecture
+        if arch.enabled and (arch.images or self.shipped_image_knowledge):
+            # When some image's architectures can be known (the fix's table, the shipped
+            # knowledge's single-architecture tags): kubernetes.io/arch (k8s.io/api core/v1
+            # well_known_labels.go LabelArchStable).
+            keys |= {"kubernetes.io/arch"}
+        return keys
 
     @cached_property
     def forward_label_keys(self) -> frozenset[str]:

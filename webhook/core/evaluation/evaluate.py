@@ -55,6 +55,8 @@ def evaluate(
     violations_only: bool = False,
     images: ImageFacts | None = None,
     audit: bool = False,
+    namespace_levels: Mapping[str, str] | None = None,
+    image_platforms: Mapping[str, tuple[str, ...]] | None = None,
 ) -> Decision:
     """Evaluate one admitted object. Raises only WebhookError subclasses on malformed input.
 
@@ -69,6 +71,10 @@ def evaluate(
     evaluation listed in `Decision.unresolved_images` (SPEC §4 step 6). `audit=True` also
     lists, in `Decision.access`, the containers `gpuAccess: enforce` would give
     NVIDIA_VISIBLE_DEVICES=void (what the audit reports, never a warning).
+    `namespace_levels`: namespace -> its pod-security.kubernetes.io/enforce label ("" when
+    unlabelled), the snapshot the RDMA fix reads (None: not known, SPEC §14);
+    `image_platforms`: image -> the linux architectures its registry index lists, what the
+    lookups of `images` read on the way (the image-architecture fix's last source).
     """
     if not isinstance(obj, Mapping):
         raise ObjectShapeError(f"the object must be a JSON object, got {type(obj).__name__}")
@@ -129,6 +135,8 @@ def evaluate(
         violations_only=violations_only,
         images=images,
         audit=audit,
+        levels=namespace_levels,
+        platforms=image_platforms,
     )
 
 

@@ -30,6 +30,8 @@ from webhook.core.placement.inventory import NodeInventory
 from webhook.core.placement.place import place
 from webhook.core.policies.gpu_keys import unknown_gpu_warning
 from webhook.core.policies.policyset import PolicySet
+from webhook.core.runtimefix.apply import apply_runtime_fixes
+from webhook.core.runtimefix.rdma import NamespaceLevels
 from webhook.core.workloads.claims import ClaimIndex, pod_claims
 from webhook.core.workloads.pods import (
     ContainerRef,
@@ -63,6 +65,8 @@ def _evaluate_spec(
     images: ImageFacts | None = None,
     daemonset: bool = False,
     audit: bool = False,
+    levels: NamespaceLevels | None = None,
+    platforms: Mapping[str, tuple[str, ...]] | None = None,
 ) -> None:
     pod = state.pod
     # Env fixes only ever add changes and warnings: a violations-only caller skips them.
@@ -82,8 +86,10 @@ def _evaluate_spec(
     # id(container) -> the device families it requests (GPU access control). A claim the
     # cache does not know yet makes no device container: its container is judged like any.
     devices: dict[int, frozenset[str]] = {}
+    keyed: list[tuple[ContainerRef, set[str]]] = []  # every container's keys (runtime fixes)
     for c in pod.containers:
         keys = apply_resources(state, c, policies, config)
+        keyed.append((c, keys.asked))
         # CRL rules govern extended resources only; a DRA claim on a GPU device class makes a
         # GPU container for placement and env fixes (SPEC §6).
         # Only the claims' requests it names (resources.claims[].request) count.
@@ -116,6 +122,10 @@ def _evaluate_spec(
             images=images,
             daemonset=daemonset,
         )
+    if not violations_only:
+        apply_runtime_fixes(
+            state, gpu, keyed, policies, config, inventory, levels, namespace, daemonset, platforms
+        )
 
 
 def evaluate_pod(
@@ -132,6 +142,8 @@ def evaluate_pod(
     violations_only: bool = False,
     images: ImageFacts | None = None,
     audit: bool = False,
+    levels: NamespaceLevels | None = None,
+    platforms: Mapping[str, tuple[str, ...]] | None = None,
 ) -> Decision:
     """`ref` and `ns` are the object reference and namespace evaluate() already worked out."""
     # The places written are recorded only when a patch can be asked for: a Pod's (or a
@@ -174,6 +186,8 @@ def evaluate_pod(
             images,
             daemonset,
             audit,
+            levels,
+            platforms,
         )
         templates = templates or pod.is_template
         if state.unresolved:

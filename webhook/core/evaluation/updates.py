@@ -87,6 +87,7 @@ _READ_ANNOTATIONS = (
     "features.alauda.io/env-fixes",
     "features.alauda.io/min-compute-capability",
     "features.alauda.io/cuda-compatibility",
+    "features.alauda.io/runtime-fixes",
 )
 # What GPU access control reads (SPEC §12, access/control.py), compared when it is on: the device
 # env names, a container's privileged flag and mounts, the pod's hostPath volumes, its

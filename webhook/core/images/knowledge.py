@@ -260,6 +260,18 @@ class ImageKnowledge:
                     return known
         return None
 
+    def tag_architecture(self, repository: str, tag: str) -> str | None:
+        """The one architecture a single-architecture tag names (`vllm/vllm-openai:
+        v0.11.0-aarch64`: arm64), for a release the knowledge lists; None for any other tag
+        (a plain tag may name a multi-platform index: its platforms are not known here)."""
+        for tag_re, releases, arches, _ in self._index.get(repository, ()):
+            match = tag_re.fullmatch(tag)
+            if match and arches and match["release"] in releases:
+                spelled = match["arch"]
+                if spelled is not None and spelled in arches:
+                    return arches[spelled]
+        return None
+
     @classmethod
     def from_mapping(cls, data: Any, where: str) -> ImageKnowledge:
         if not isinstance(data, Mapping):

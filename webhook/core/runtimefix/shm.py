@@ -1,0 +1,121 @@
+"""The /dev/shm fix (SPEC §14): a memory-backed emptyDir for accelerator pods that mount nothing
+at /dev/shm, because a container runtime's 64 MiB make PyTorch DataLoader workers and NCCL fail
+with "Bus error"."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from fractions import Fraction
+from functools import lru_cache
+from typing import Any
+
+from webhook.core.base.errors import ObjectShapeError, QuantityError
+from webhook.core.base.quantity import parse_quantity
+from webhook.core.base.shapes import is_mapping
+from webhook.core.config.runtime_fixes import ShmFix
+from webhook.core.outcome.decision import PodState, container_label
+from webhook.core.workloads.pods import ContainerRef
+
+SHM_PATH = "/dev/shm"
+VOLUME_NAME = "dshm"  # what Kubeflow's notebook spawner and most GPU examples call it
+_LISTS = ("containers", "initContainers", "ephemeralContainers")
+_BINARY = (("Ti", 1024**4), ("Gi", 1024**3), ("Mi", 1024**2), ("Ki", 1024))
+
+
+def _mounts_shm(spec: Mapping[str, Any]) -> bool:
+    """Whether any container of the spec mounts something at /dev/shm (any volume type)."""
+    for list_name in _LISTS:
+        containers = spec.get(list_name)
+        for c in containers if isinstance(containers, list) else ():
+            mounts = c.get("volumeMounts") if is_mapping(c) else None
+            for m in mounts if isinstance(mounts, list) else ():
+                path = m.get("mountPath") if is_mapping(m) else None
+                if isinstance(path, str) and path.rstrip("/") == SHM_PATH:
+                    return True
+    return False
+
+
+def _memory_limits(spec: Mapping[str, Any]) -> tuple[str | int | float, ...] | None:
+    """The app containers' memory limits as written; None when one has none (or one that is
+    no quantity's spelling: the API server will say so)."""
+    found: list[str | int | float] = []
+    containers = spec.get("containers")
+    for c in containers if isinstance(containers, list) else ():
+        resources = c.get("resources") if is_mapping(c) else None
+        limits = resources.get("limits") if is_mapping(resources) else None
+        raw = limits.get("memory") if is_mapping(limits) else None
+        if raw is None or isinstance(raw, bool) or not isinstance(raw, str | int | float):
+            return None
+        found.append(raw)
+    return tuple(found) if found else None
+
+
+def format_bytes(value: Fraction) -> str:
+    """Whole bytes in the largest binary unit that divides them (`8Gi`, `1536Mi`)."""
+    whole = int(value)
+    for suffix, size in _BINARY:
+        if whole >= size and whole % size == 0:
+            return f"{whole // size}{suffix}"
+    return str(whole)
+
+
+def size_limit(rule: ShmFix, spec: Mapping[str, Any]) -> str:
+    """The sizeLimit written: `sizeLimit`, or the configured fraction of the pod's memory
+    limits when every app container has one and that is smaller. A memory-backed emptyDir
+    counts against the pod's memory: at most min(sizeLimit, sum of the containers' memory
+    limits) is usable (k8s.io/api core/v1 EmptyDirVolumeSource.SizeLimit; kubelet
+    pkg/volume/emptydir calculateEmptyDirMemorySize), so a /dev/shm as large as the limit
+    would let shared memory alone get the pod OOM-killed."""
+    limits = _memory_limits(spec)
+    if limits is None:
+        return rule.size_limit
+    return _sized(limits, rule.memory_fraction, rule.size_limit)
+
+
+@lru_cache(maxsize=1024)
+def _sized(limits: tuple[str | int | float, ...], fraction: float, cap_text: str) -> str:
+    """Pods of one workload carry the same limits: worked out once (quantities are exact
+    fractions, costly to add up on every review)."""
+    try:
+        total = sum((parse_quantity(raw) for raw in limits), Fraction(0))
+    except QuantityError:
+        return cap_text
+    mib = 1024 * 1024
+    share = Fraction(int(total * Fraction(fraction)) // mib * mib)
+    if 0 < share < parse_quantity(cap_text):
+        return format_bytes(share)
+    return cap_text
+
+
+def _volume_name(spec: Mapping[str, Any]) -> str:
+    volumes = spec.get("volumes")
+    taken = {v.get("name") for v in (volumes if isinstance(volumes, list) else ()) if is_mapping(v)}
+    name, n = VOLUME_NAME, 1
+    while name in taken:
+        n += 1
+        name = f"{VOLUME_NAME}-{n}"
+    return name
+
+
+def apply_shm(state: PodState, rule: ShmFix, containers: list[ContainerRef]) -> None:
+    """Mount a memory-backed emptyDir at /dev/shm in `containers` (the accelerator containers
+    the rule matches), unless the pod shares the host's IPC namespace (its /dev/shm is the
+    host's) or any of its containers already mounts something there."""
+    spec = state.pod.spec
+    if not containers or spec.get("hostIPC") is True or _mounts_shm(spec):
+        return
+    volumes = spec.get("volumes")
+    if volumes is not None and not isinstance(volumes, list):
+        raise ObjectShapeError(f"{state.ref}: volumes must be a list")
+    name, size = _volume_name(spec), size_limit(rule, spec)
+    volume = {"name": name, "emptyDir": {"medium": "Memory", "sizeLimit": size}}
+    state.draft.extend(state.pod.spec_path, "volumes", [volume])
+    for c in containers:
+        mounts = c.container.get("volumeMounts")
+        if mounts is not None and not isinstance(mounts, list):
+            raise ObjectShapeError(f"{state.ref} {container_label(c)}: volumeMounts must be a list")
+        state.draft.extend(
+            state.container_path(c), "volumeMounts", [{"name": name, "mountPath": SHM_PATH}]
+        )
+    where = ", ".join(container_label(c) for c in containers)
+    state.note("shm", f"mounted a {size} memory-backed /dev/shm in {where} (shm fix)")
