@@ -230,7 +230,17 @@ def test_rdma_unlabelled_namespace_and_unknown_level() -> None:
 def test_rdma_container_that_has_the_capability_is_left_alone(context: dict[str, Any]) -> None:
     for levels in ({"ml": "privileged"}, {"ml": "restricted"}):
         decision = evaluate_in(rdma_pod(securityContext=context), levels)
-        assert (decision.patch, decision.notes, decision.warnings) == ([], (), ())
+        # A privileged device container is GPU access control's finding (SPEC §12), not the
+        # RDMA fix's: the fix adds nothing and says nothing.
+        access = (
+            (
+                'container "trainer" is privileged: drop privileged: a privileged container sees '
+                "every device of its node",
+            )
+            if context.get("privileged")
+            else ()
+        )
+        assert (decision.patch, decision.notes, decision.warnings) == ([], (), access)
 
 
 def test_rdma_appends_to_the_users_capabilities_and_needs_no_gpu() -> None:
