@@ -11,8 +11,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhook.core.base.nodeaffinity import required_terms
-from webhook.core.base.versions import CudaVersion
+from webhook.core.base.versions import CudaVersion, label_int
 from webhook.core.base.wording import Message, Wording
+from webhook.core.config.model import WebhookConfig
+from webhook.core.images.requires import Branches, holds
 from webhook.core.placement.cuda import Range
 from webhook.core.placement.inventory import InventoryFacts
 
@@ -200,3 +202,17 @@ def pinned_problems(
             )
         )
     return problems
+
+
+def forward_node(
+    labels: Mapping[str, str] | None, config: WebhookConfig, forward: Branches
+) -> bool:
+    """Whether a node (its kept labels) runs the pod through forward compatibility: it matches
+    forwardCompatibleNodes and its driver branch is one the pod's images declare (`forward`).
+    The same condition as the term ranges.cuda_terms injects, so a node pinned pods land on is
+    judged as the scheduler would judge an unpinned one (SPEC §4, issue 37 defect 4)."""
+    term = config.forward_compatible_nodes
+    if term is None or not forward or labels is None:
+        return False
+    branch = label_int(labels.get(config.driver_branch_label))
+    return branch is not None and holds(forward, branch) and term.matches(labels)

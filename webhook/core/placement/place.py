@@ -24,6 +24,7 @@ from webhook.core.placement.needs import (
     Need,
     container_env,
     container_needs,
+    forward_branches,
     meta,
     record_problem,
 )
@@ -248,6 +249,11 @@ def place(
         # selects: an affinity would only leave the pods on unfit nodes Pending.
         if facts is not None and pinned:
             low = compute.version if compute is not None else None
+            assert inventory is not None  # facts come from it
+            if fit.forward_node(
+                inventory.nodes.get(pinned), config, forward_branches(needs, config)
+            ):
+                rng = None  # its driver branch runs the images (forward compatibility)
             for text, rule in fit.pinned_problems(facts, pinned, rng, low, who):
                 if record_problem(state, config, text, rule):
                     break

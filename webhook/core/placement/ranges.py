@@ -11,7 +11,7 @@ from webhook.core.config.model import (
     WebhookConfig,
 )
 from webhook.core.images.references import image_repository, shown_image
-from webhook.core.images.requires import branch_list
+from webhook.core.images.requires import Branches, branch_count, branch_list, holds, only
 from webhook.core.outcome.decision import PodState, Violation, container_label, short
 from webhook.core.placement import cuda, fit
 from webhook.core.placement.injection import Plan
@@ -76,6 +76,31 @@ def _preference(
     return recommended if recommended.max_major != rng.max_major else None
 
 
+# At most this many driver branches are listed in the forward-compatibility term: NVIDIA's own
+# images declare five or six (nvidia/cuda 12.8.1: 470, 535, 550, 560, 565), so a pod declaring
+# more is not asking for forward compatibility as NVIDIA's images do. With an inventory the
+# branches its forward-compatible nodes have are listed instead; otherwise none.
+MAX_LISTED_BRANCHES = 32
+
+
+def _listed(state: PodState, forward: Branches, facts: InventoryFacts | None) -> Branches:
+    """The declared branches the forward-compatibility term may list (SPEC §4; issue 37
+    defect 1: what a pod writes must not set the size of its patch). Counted before any list
+    is built; `forward` is already below requires.MAX_DRIVER_BRANCH."""
+    count = branch_count(forward)
+    if count <= MAX_LISTED_BRANCHES:
+        return forward
+    if facts is not None:
+        present = only(forward, facts.forward)
+        if branch_count(present) <= MAX_LISTED_BRANCHES:
+            return present
+    state.warnings.append(
+        "forward compatibility not used: the image declares more than "
+        f"{MAX_LISTED_BRANCHES} driver branches"
+    )
+    return ()
+
+
 def cuda_terms(
     state: PodState,
     needs: list[Need],
@@ -100,14 +125,14 @@ def cuda_terms(
     full = max((n.full for n in needs if n.full is not None), default=None)
     if full is not None and full <= rng.low:
         full = None
-    forward = forward_branches(needs, config)
+    forward = _listed(state, forward_branches(needs, config), facts)
     if facts is not None:
         if not facts.labelled:
             state.warnings.append(
                 "CUDA placement is not enforced: no node advertises its CUDA version"
             )
             return True
-        if forward and not any(b in branch_list(forward) for b in facts.forward):
+        if forward and not any(holds(forward, b) for b in facts.forward):
             forward = ()  # no forward-compatible node with a branch the image lists
         wanted = ""
         if full is not None:
