@@ -271,3 +271,21 @@ def test_reinvocation_with_the_users_affinity_on_a_forward_compatible_nodes_key(
         reinvoked = review_fc(again, FC)
         assert reinvoked.warnings == ()
         assert reinvoked.patch == []
+
+
+def test_set_image_under_minor_version_replaces_the_multi_expression_preference() -> None:
+    """minorVersion prefers "12.x with x ≥ 4": a preferred term of three expressions, which is
+    the webhook's own too (it was taken for the user's: "kept as is" after the image change)."""
+    config = load_config({"mutateTemplates": True, "cudaCompatibility": "minorVersion"})
+    created = apply(review(deployment("nvidia/cuda:12.4.1"), config))
+    updated = set_image(created, "nvidia/cuda:12.8.0")
+    decision = review(updated, config, old=created)
+    assert decision.warnings == ()
+    stored = apply(decision)
+    assert node_terms(stored, *TPL) == [{"matchExpressions": [expr(MAJOR, "Gt", 11)]}]
+    assert preferred_terms(stored, *TPL)[0]["preference"]["matchExpressions"] == [
+        expr(MAJOR, "Gt", 11),
+        expr(MAJOR, "Lt", 13),
+        expr(MINOR, "Gt", 7),
+    ]
+    assert review(made_pod(stored), config).patch == []

@@ -40,6 +40,7 @@ from webhook.core.config.labels import (
     ANNOTATION_MIN_COMPUTE,
     DEFAULT_COMPUTE_LABELS,
     DEFAULT_CUDA_SCHEMES,
+    DRIVER_VERSION_LABELS,
     CudaLabels,
     NodeSelectorTerm,
 )
@@ -206,7 +207,16 @@ class WebhookConfig(ConfigModel):
     @cached_property
     def inventory_label_keys(self) -> frozenset[str]:
         """Node label keys the node inventory keeps: everything placement reads, nothing else."""
-        return self.cuda_label_keys | self.compute_label_keys | self.forward_label_keys
+        keys = self.cuda_label_keys | self.compute_label_keys | self.forward_label_keys
+        return keys | self.driver_version_keys
+
+    @cached_property
+    def driver_version_keys(self) -> frozenset[str]:
+        """GFD's driver version labels, read under minorVersion (a CUDA 11.0 node runs 11.x
+        only with driver ≥ 450.80.02: placement/cuda.py); none under backward."""
+        if self.cuda_compatibility != "minorVersion":
+            return frozenset()
+        return frozenset(DRIVER_VERSION_LABELS)
 
     @cached_property
     def forward_label_keys(self) -> frozenset[str]:

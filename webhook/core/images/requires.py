@@ -163,10 +163,15 @@ def _variable(value: str) -> Branches:
     return _normalise(found)
 
 
+def requirements_disabled(env: Mapping[str, str | None]) -> bool:
+    """NVIDIA_DISABLE_REQUIRE set to a true value: the toolkit checks no requirement."""
+    disable = env.get("NVIDIA_DISABLE_REQUIRE")
+    return disable is not None and disable in _TRUE
+
+
 def requirement_variables(env: Mapping[str, str | None]) -> list[str] | None:
     """The values of the requirement variables the toolkit reads (None: disabled)."""
-    disable = env.get("NVIDIA_DISABLE_REQUIRE")
-    if disable is not None and disable in _TRUE:
+    if requirements_disabled(env):
         return None
     return [
         value

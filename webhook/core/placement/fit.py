@@ -15,7 +15,7 @@ from webhook.core.base.versions import CudaVersion, label_int
 from webhook.core.base.wording import Message, Wording
 from webhook.core.config.model import WebhookConfig
 from webhook.core.images.requires import Branches, holds
-from webhook.core.placement.cuda import Range
+from webhook.core.placement.cuda import CUDA_11_0, Range, driver_11_0
 from webhook.core.placement.inventory import InventoryFacts
 
 
@@ -216,3 +216,12 @@ def forward_node(
         return False
     branch = label_int(labels.get(config.driver_branch_label))
     return branch is not None and holds(forward, branch) and term.matches(labels)
+
+
+def driver_11_0_node(facts: InventoryFacts, node: str, labels: Mapping[str, str] | None) -> bool:
+    """Whether a node advertises CUDA 11.0 with a driver ≥ 450.80.02 (cuda.driver_11_0): one
+    that runs an 11.x image under minorVersion."""
+    pinned = facts.nodes.get(node)
+    if pinned is None or not any(v == CUDA_11_0 for _, v in pinned.cuda):
+        return False
+    return driver_11_0(labels) is True

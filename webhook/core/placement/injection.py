@@ -54,6 +54,9 @@ class Plan:
     fits: Range | None = None  # set when some inventory node meets it (or no inventory)
     # Forward compatibility: the label keys its terms (part of `cuda`) use, and its note.
     forward_keys: frozenset[str] = frozenset()
+    # minorVersion on CUDA 11.0 nodes: the driver version label keys its terms (part of
+    # `cuda`) use (terms.driver_11_0_terms).
+    driver_keys: frozenset[str] = frozenset()
     forward_note: Message = ""
     # The rule that set each part's range (Decision.placements): "backward" or "minorVersion"
     # for the CUDA part, "compute" or "architecture-floor" for the compute capability part.
@@ -81,7 +84,7 @@ def _own(state: PodState, config: WebhookConfig) -> Own | None:
     if not mark:
         return None
     forward = _forward(config)
-    cuda, compute = config.cuda_label_keys, config.compute_label_keys
+    cuda, compute = config.cuda_label_keys | config.driver_version_keys, config.compute_label_keys
     if forward is not None:
         cuda = cuda | {forward.anchor}
     key_sets = ((cuda | compute, cuda), (cuda, cuda), (compute, _NO_KEYS))
@@ -117,7 +120,7 @@ def _injected_before(
         keys: frozenset[str] = frozenset()
         forward = _forward(config) if with_cuda and plan.forward_keys else None
         if with_cuda:
-            keys |= config.cuda_label_keys
+            keys |= config.cuda_label_keys | plan.driver_keys
         if forward is not None:
             keys |= {forward.anchor}
         if with_compute:

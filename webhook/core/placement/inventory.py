@@ -21,6 +21,7 @@ from typing import Any
 
 from webhook.core.base.versions import CudaVersion, label_int
 from webhook.core.config.model import CudaLabels, NodeSelectorTerm, WebhookConfig
+from webhook.core.placement.cuda import CUDA_11_0, driver_11_0
 
 _DEFAULT_CONFIG = WebhookConfig()
 
@@ -53,6 +54,10 @@ class InventoryFacts:
     # Forward compatibility: driver branch -> how many nodes match forwardCompatibleNodes and
     # advertise that branch (empty when the config names no such nodes).
     forward: Mapping[int, int] = field(default_factory=lambda: MappingProxyType({}))
+    # minorVersion on CUDA 11.0 nodes (cuda.driver_11_0): how many nodes advertising CUDA 11.0
+    # have a driver ≥ 450.80.02 by their labels, and how many do not label their driver.
+    driver_11_0: int = 0
+    unlabelled_11_0: int = 0
 
 
 def _version(labels: Mapping[str, str], scheme: CudaLabels) -> CudaVersion | None:
@@ -86,6 +91,7 @@ def _facts(
     # One shared NodeFacts per distinct combination: 10,000 nodes hold a handful of objects.
     shared: dict[tuple[tuple[tuple[int, CudaVersion], ...], CudaVersion | None], NodeFacts] = {}
     combos: Counter[tuple[tuple[tuple[int, CudaVersion], ...], CudaVersion | None]] = Counter()
+    drivers_11_0: Counter[bool | None] = Counter()
     for name, labels in nodes.items():
         found: list[tuple[int, CudaVersion]] = []
         for index, scheme in enumerate(schemes):
@@ -95,6 +101,8 @@ def _facts(
                 by_scheme[index][version] += 1
         if found:
             per_node_cuda[found[0][1]] += 1
+            if any(v == CUDA_11_0 for _, v in found):
+                drivers_11_0[driver_11_0(labels)] += 1
         capability = _version(labels, compute)
         if capability is not None:
             compute_counts[capability] += 1
@@ -115,6 +123,8 @@ def _facts(
         compute=MappingProxyType(dict(compute_counts)),
         nodes=MappingProxyType(facts),
         combos=MappingProxyType(dict(combos)),
+        driver_11_0=drivers_11_0[True],
+        unlabelled_11_0=drivers_11_0[None],
     )
 
 

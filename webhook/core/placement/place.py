@@ -250,10 +250,14 @@ def place(
         if facts is not None and pinned:
             low = compute.version if compute is not None else None
             assert inventory is not None  # facts come from it
-            if fit.forward_node(
-                inventory.nodes.get(pinned), config, forward_branches(needs, config)
+            labels = inventory.nodes.get(pinned)
+            on_11_0 = bool(needs) and all(n.driver_11_0 for n in needs)
+            if fit.forward_node(labels, config, forward_branches(needs, config)) or (
+                on_11_0 and fit.driver_11_0_node(facts, pinned, labels)
             ):
-                rng = None  # its driver branch runs the images (forward compatibility)
+                # Its driver runs the images: forward compatibility, or minorVersion on a
+                # CUDA 11.0 node with a driver ≥ 450.80.02 (the rules the terms carry).
+                rng = None
             for text, rule in fit.pinned_problems(facts, pinned, rng, low, who):
                 if record_problem(state, config, text, rule):
                     break

@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 from webhook.core.base.nodeaffinity import is_empty_term, required_terms
 from webhook.core.base.shapes import is_mapping
 from webhook.core.base.versions import CudaVersion
+from webhook.core.config.labels import DRIVER_VERSION_LABELS
 from webhook.core.config.model import CudaLabels
 
 Term = list[dict[str, Any]]  # the matchExpressions of one term
@@ -45,6 +46,32 @@ def range_terms(scheme: CudaLabels, low: CudaVersion, max_major: int | None) -> 
     if max_major is not None and max_major <= low.major:
         return [same_major]
     return [same_major, [_expr(major, "Gt", low.major), *upper]]
+
+
+def driver_11_0_terms(schemes: Iterable[CudaLabels]) -> list[Term]:
+    """Terms selecting the CUDA 11.0 nodes whose driver is ≥ 450.80.02 on GFD's driver version
+    labels (cuda.driver_11_0: branch 450 with a minor above 80, or 80 with a revision above
+    1), one pair per scheme: what minorVersion adds for an 11.x image (SPEC §4)."""
+    major, minor, revision = DRIVER_VERSION_LABELS
+    branch = [_expr(major, "Gt", 449), _expr(major, "Lt", 451)]
+    terms: list[Term] = []
+    for scheme in schemes:
+        node = [
+            _expr(scheme.major, "Gt", 10),
+            _expr(scheme.major, "Lt", 12),
+            _expr(scheme.minor, "Lt", 1),
+        ]
+        terms.append([*node, *branch, _expr(minor, "Gt", 80)])
+        terms.append(
+            [
+                *node,
+                *branch,
+                _expr(minor, "Gt", 79),
+                _expr(minor, "Lt", 81),
+                _expr(revision, "Gt", 1),
+            ]
+        )
+    return terms
 
 
 def union_terms(
@@ -273,12 +300,13 @@ class Own(NamedTuple):
 
 
 def _our_preference(term: Any, keys: frozenset[str]) -> bool:
-    """A preferred term of the shape preferred_terms() writes, on one of `keys`."""
+    """A preferred term of the shape preferred_terms() or preferred_range_terms() (minorVersion:
+    "12.x with x ≥ 4" has three expressions) writes: every expression on one of `keys`."""
     if not is_mapping(term) or term.get("weight") != PREFERRED_WEIGHT:
         return False
     preference = term.get("preference")
     exprs = preference.get("matchExpressions") if is_mapping(preference) else None
-    return isinstance(exprs, list) and len(exprs) == 1 and _on(exprs[0], keys)
+    return isinstance(exprs, list) and bool(exprs) and all(_on(e, keys) for e in exprs)
 
 
 def own_terms(
