@@ -35,9 +35,11 @@ from tests.helpers import (
 from tests.helpers import preferred_terms as preferred_of
 from tests.unit.test_cuda_rules import AT_LEAST_12_4, MAJ, MIN, MV, REQUIRE_12_8, terms
 from tests.unit.test_placement_inventory import GMAJ, GMIN, gfd, gpu_pod, nodes
+from tests.unit.test_terms_bruteforce import selects
 from webhook.core.config.model import WebhookConfig
 from webhook.core.evaluation.evaluate import Decision, evaluate
 from webhook.core.images.facts import ImageQuery
+from webhook.core.placement.cuda import driver_11_0 as cuda_driver_11_0
 from webhook.registry.client import config_requirement
 from webhook.registry.documents import read_config
 
@@ -250,3 +252,27 @@ def test_a_template_keeps_recognising_its_11_0_terms_after_an_image_change() -> 
     assert node_terms(stored, "spec", "template", "spec") == terms(
         *AT_LEAST_11_1, *driver_11_0(MAJ, MIN)
     )
+
+
+def test_the_terms_select_exactly_the_nodes_the_rule_names() -> None:
+    """Brute force over CUDA and driver label values: the injected terms select a node iff it
+    advertises CUDA ≥ 11.1, or 11.0 with a driver ≥ 450.80.02 by its labels (and the inventory's
+    reading, cuda.driver_11_0, agrees with the terms)."""
+    required = node_terms(apply(run(gpu_pod(IMAGE_11_8), config=MV)))
+    for cuda in ("10.2", "11.0", "11.00", "11.1", "11.8", "12.0"):
+        major, minor = cuda.split(".")
+        for version in (
+            "450.36.06", "450.51.06", "450.66.01", "450.80.01", "450.80.02", "450.80.2",
+            "450.81.00", "450.102.04", "455.23.05", "450.80", "450.80.", None,
+        ):  # fmt: skip
+            labels = {MAJ: major, MIN: minor}
+            if version is not None:
+                dmajor, dminor, *rest = version.split(".")
+                labels |= {DMAJ: dmajor, DMIN: dminor, DREV: rest[0] if rest else ""}
+            by_labels = cuda_driver_11_0(labels)
+            on_11_0 = (int(major), int(minor)) == (11, 0)
+            want = (int(major), int(minor)) >= (11, 1) or (on_11_0 and by_labels is True)
+            assert selects(required, labels) is want, (cuda, version)
+            if version is not None:
+                numbers = tuple(int(p) for p in version.split(".") if p)
+                assert by_labels is (numbers[0] == 450 and numbers >= (450, 80, 2)), version

@@ -207,7 +207,7 @@ def container_needs(
             # R.major.0 on; D ≥ R, the full feature set, is preferred. GFD and the manual
             # labels carry the driver's own CUDA version, so a node labelled R.major.x has a
             # driver of that family, at or above its minimum (release notes, Table 2) — but
-            # for 11.0, see MIN_MINOR_VERSION_DRIVER_11.
+            # for 11.0, see cuda.MINOR_VERSION_DRIVER_11.
             floor = CudaVersion(runtime.major, 0)
             if floor == _V11_0 and runtime > _V11_0:
                 floor, driver_11_0 = _V11_1, True
