@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import apply, node_terms, pod, run
+from tests.helpers import apply, node_terms, pod, run, workload
 from tests.unit.test_cuda_rules import (
     A100,
     AT_LEAST_12_8_GFD,
@@ -150,3 +150,37 @@ def test_a_pinned_pod_on_a_node_forward_compatibility_does_not_cover_is_denied(h
         inventory=inventory,
     )
     assert not off.allowed
+
+
+def ds_template(**extra: Any) -> dict[str, Any]:
+    return workload("DaemonSet", pod(fc_container(**extra)), name="agent")
+
+
+def test_a_daemonsets_template_counts_forward_compatible_nodes_as_fit() -> None:
+    inventory = nodes(R535_A100, R535_T4, R525_A100)
+    decision = run(ds_template(), config=FC, inventory=inventory)
+    # The A100 on R535 runs its pod; the T4 (not forward compatible) and R525 do not.
+    assert decision.warnings == (
+        "2 of 3 CUDA nodes cannot run these DaemonSet pods: they need CUDA ≥ 12.8",
+    )
+    assert decision.notes == (
+        "will apply to pods: no CUDA affinity (DaemonSet pods are pinned to their node); nodes "
+        "below CUDA 12.8 cannot run them",
+        "will apply to pods: forwardCompatibleNodes with driver 470, 535, 550, 560, 565 run them "
+        "too",
+    )
+    assert decision.patch == []
+    # Without the image's declaration, or where no such node has a listed branch: as before.
+    plain = run(ds_template(require="cuda>=12.8"), config=FC, inventory=inventory)
+    assert plain.warnings == (
+        "3 of 3 CUDA nodes cannot run these DaemonSet pods: they need CUDA ≥ 12.8",
+    )
+    assert plain.notes == (
+        "will apply to pods: no CUDA affinity (DaemonSet pods are pinned to their node); nodes "
+        "below CUDA 12.8 cannot run them",
+    )
+    only_t4 = run(ds_template(), config=FC, inventory=nodes(R535_T4))
+    assert only_t4.notes == plain.notes
+    # A pod declaring more branches than are ever listed: nothing of them in the note.
+    wide_one = run(ds_template(require=wide(10**9)), config=FC, inventory=inventory)
+    assert wide_one.notes == plain.notes

@@ -72,9 +72,10 @@ def skew_warning(
     )
 
 
-def daemonset_notes(rng: Range | None, low: CudaVersion | None) -> list[Message]:
+def daemonset_notes(rng: Range | None, low: CudaVersion | None, listed: str = "") -> list[Message]:
     """What a DaemonSet's (unmutated) template says its pods will get: no affinity, and the
-    nodes that cannot run them."""
+    nodes that cannot run them. `listed`: the driver branches on forwardCompatibleNodes that
+    run them too ("535, 550"; "" for none)."""
     notes: list[Message] = []
     if rng is not None:
         unfit = f"below CUDA {rng.low}" if rng.max_major is None else f"outside CUDA {rng.text()}"
@@ -87,6 +88,16 @@ def daemonset_notes(rng: Range | None, low: CudaVersion | None) -> list[Message]
                 )
             )
         )
+        if listed:
+            notes.append(
+                Wording(
+                    (
+                        f"forwardCompatibleNodes with driver {listed} run them too "
+                        "(forward compatibility the image declares)",
+                        f"forwardCompatibleNodes with driver {listed} run them too",
+                    )
+                )
+            )
     if low is not None:
         notes.append(
             "no compute capability affinity (DaemonSet pods are pinned); "
@@ -95,9 +106,12 @@ def daemonset_notes(rng: Range | None, low: CudaVersion | None) -> list[Message]
     return notes
 
 
-def daemonset_unfit(facts: InventoryFacts, rng: Range | None, low: CudaVersion | None) -> list[str]:
+def daemonset_unfit(
+    facts: InventoryFacts, rng: Range | None, low: CudaVersion | None, forward: Branches = ()
+) -> list[str]:
     """How many of the nodes that advertise a version cannot run a DaemonSet's pods (its
-    template: the pods get no affinity, so each lands on its node whatever that node has)."""
+    template: the pods get no affinity, so each lands on its node whatever that node has).
+    `forward`: the branches the images declare; forwardCompatibleNodes with one run them."""
     problems = []
     if rng is not None and facts.labelled:
         unfit = sum(
@@ -105,6 +119,12 @@ def daemonset_unfit(facts: InventoryFacts, rng: Range | None, low: CudaVersion |
             for (cuda, _), n in facts.combos.items()
             if cuda and not any(rng.holds(v) for _, v in cuda)
         )
+        if forward:
+            unfit -= sum(
+                n
+                for (branch, cuda), n in facts.forward_nodes.items()
+                if cuda and holds(forward, branch) and not any(rng.holds(v) for _, v in cuda)
+            )
         if unfit:
             problems.append(
                 f"{unfit} of {facts.labelled} CUDA nodes cannot run these DaemonSet pods: "

@@ -54,6 +54,11 @@ class InventoryFacts:
     # Forward compatibility: driver branch -> how many nodes match forwardCompatibleNodes and
     # advertise that branch (empty when the config names no such nodes).
     forward: Mapping[int, int] = field(default_factory=lambda: MappingProxyType({}))
+    # The same nodes by (driver branch, CUDA versions per scheme), for how many of a
+    # DaemonSet's nodes forward compatibility lets run its pods.
+    forward_nodes: Mapping[tuple[int, tuple[tuple[int, CudaVersion], ...]], int] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
     # minorVersion on CUDA 11.0 nodes (cuda.driver_11_0): how many nodes advertising CUDA 11.0
     # have a driver ≥ 450.80.02 by their labels, and how many do not label their driver.
     driver_11_0: int = 0
@@ -70,15 +75,21 @@ def _version(labels: Mapping[str, str], scheme: CudaLabels) -> CudaVersion | Non
 
 
 def _forward(
-    nodes: Mapping[str, Mapping[str, str]], term: NodeSelectorTerm | None, label: str
-) -> Mapping[int, int]:
+    nodes: Mapping[str, Mapping[str, str]],
+    term: NodeSelectorTerm | None,
+    label: str,
+    schemes: tuple[CudaLabels, ...],
+) -> tuple[Mapping[int, int], Mapping[tuple[int, tuple[tuple[int, CudaVersion], ...]], int]]:
     counts: Counter[int] = Counter()
+    by_cuda: Counter[tuple[int, tuple[tuple[int, CudaVersion], ...]]] = Counter()
     if term is not None:
         for labels in nodes.values():
             branch = label_int(labels.get(label))
             if branch is not None and term.matches(labels):
                 counts[branch] += 1
-    return MappingProxyType(dict(counts))
+                found = ((i, _version(labels, s)) for i, s in enumerate(schemes))
+                by_cuda[branch, tuple((i, v) for i, v in found if v is not None)] += 1
+    return MappingProxyType(dict(counts)), MappingProxyType(dict(by_cuda))
 
 
 def _facts(
@@ -215,7 +226,8 @@ class NodeInventory:
         if facts is None:
             facts = _facts(self.nodes, config.schemes, config.compute_capability_labels)
             if forward[0] is not None:
-                facts = dataclasses.replace(facts, forward=_forward(self.nodes, *forward))
+                counts, by_cuda = _forward(self.nodes, *forward, config.schemes)
+                facts = dataclasses.replace(facts, forward=counts, forward_nodes=by_cuda)
             self._facts[key] = facts
         self._last = (config, facts)
         return facts

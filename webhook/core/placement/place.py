@@ -14,6 +14,7 @@ from webhook.core.config.model import (
 )
 from webhook.core.images.facts import ImageFacts, ImageQuery, facts_for_archs, pod_archs
 from webhook.core.images.references import shown_image
+from webhook.core.images.requires import Branches, branch_count, branch_list, holds
 from webhook.core.outcome.decision import PodState, container_label, short
 from webhook.core.placement import cuda, fit
 from webhook.core.placement.injection import Plan, inject
@@ -29,6 +30,7 @@ from webhook.core.placement.needs import (
     record_problem,
 )
 from webhook.core.placement.ranges import (
+    MAX_LISTED_BRANCHES,
     cuda_terms,
     intersect_ranges,
     intersection_violation,
@@ -145,14 +147,21 @@ def _daemonset_template(
     rng: cuda.Range | None,
     compute: cuda.Requirement | None,
     facts: InventoryFacts | None,
+    forward: Branches,
 ) -> None:
     """A DaemonSet's template (SPEC §4 "DaemonSet pods"): its pods are pinned to their nodes
-    and get no affinity, so say that, and which nodes cannot run them. Notes, not mutations:
-    nothing is written into the template."""
+    and get no affinity, so say that, and which nodes cannot run them (forward compatibility
+    counted, as for each pod: issue 37 defect 4). Notes, not mutations: nothing is written
+    into the template."""
     low = compute.version if compute is not None else None
-    state.notes += fit.daemonset_notes(rng, low)
+    if branch_count(forward) > MAX_LISTED_BRANCHES:
+        forward = ()  # what a pod's text declares never sets the size of a message
+    if facts is not None and not any(holds(forward, b) for b in facts.forward):
+        forward = ()  # no forward-compatible node has a branch the images declare
+    listed = ", ".join(str(b) for b in branch_list(forward))
+    state.notes += fit.daemonset_notes(rng, low, listed)
     if facts is not None:
-        state.warnings += [short(w) for w in fit.daemonset_unfit(facts, rng, low)]
+        state.warnings += [short(w) for w in fit.daemonset_unfit(facts, rng, low, forward)]
 
 
 def place(
@@ -235,7 +244,7 @@ def place(
     compute = _stricter(asked, floor)
     if state.pod.is_template:
         if daemonset:
-            _daemonset_template(state, rng, compute, facts)
+            _daemonset_template(state, rng, compute, facts, forward_branches(needs, config))
             return
         pinned = None
     else:
