@@ -276,3 +276,20 @@ def test_the_terms_select_exactly_the_nodes_the_rule_names() -> None:
             if version is not None:
                 numbers = tuple(int(p) for p in version.split(".") if p)
                 assert by_labels is (numbers[0] == 450 and numbers >= (450, 80, 2)), version
+
+
+def test_a_daemonsets_template_counts_11_0_nodes_with_the_driver_as_fit() -> None:
+    c = container(image=IMAGE_11_8, limits={GPU: "1"})
+    template = workload("DaemonSet", pod(c), name="agent")
+    decision = run(template, config=MV, inventory=nodes(R450_80, GA, BARE_11_0))
+    assert decision.warnings == (
+        "2 of 3 CUDA nodes cannot run these DaemonSet pods: they need CUDA ≥ 11.1",
+    )
+    assert decision.notes[-1] == (
+        "will apply to pods: CUDA 11.0 nodes with driver ≥ 450.80.02 run them too (minorVersion)"
+    )
+    without = run(template, config=MV, inventory=nodes(GA, BARE_11_0))
+    assert without.warnings == (
+        "2 of 2 CUDA nodes cannot run these DaemonSet pods: they need CUDA ≥ 11.1",
+    )
+    assert not any("450.80.02" in n for n in without.notes)

@@ -72,10 +72,13 @@ def skew_warning(
     )
 
 
-def daemonset_notes(rng: Range | None, low: CudaVersion | None, listed: str = "") -> list[Message]:
+def daemonset_notes(
+    rng: Range | None, low: CudaVersion | None, listed: str = "", on_11_0: bool = False
+) -> list[Message]:
     """What a DaemonSet's (unmutated) template says its pods will get: no affinity, and the
     nodes that cannot run them. `listed`: the driver branches on forwardCompatibleNodes that
-    run them too ("535, 550"; "" for none)."""
+    run them too ("535, 550"; "" for none); `on_11_0`: minorVersion's CUDA 11.0 nodes with a
+    driver ≥ 450.80.02 run them too."""
     notes: list[Message] = []
     if rng is not None:
         unfit = f"below CUDA {rng.low}" if rng.max_major is None else f"outside CUDA {rng.text()}"
@@ -88,6 +91,8 @@ def daemonset_notes(rng: Range | None, low: CudaVersion | None, listed: str = ""
                 )
             )
         )
+        if on_11_0:
+            notes.append("CUDA 11.0 nodes with driver ≥ 450.80.02 run them too (minorVersion)")
         if listed:
             notes.append(
                 Wording(
@@ -107,11 +112,17 @@ def daemonset_notes(rng: Range | None, low: CudaVersion | None, listed: str = ""
 
 
 def daemonset_unfit(
-    facts: InventoryFacts, rng: Range | None, low: CudaVersion | None, forward: Branches = ()
+    facts: InventoryFacts,
+    rng: Range | None,
+    low: CudaVersion | None,
+    forward: Branches = (),
+    on_11_0: bool = False,
 ) -> list[str]:
     """How many of the nodes that advertise a version cannot run a DaemonSet's pods (its
     template: the pods get no affinity, so each lands on its node whatever that node has).
-    `forward`: the branches the images declare; forwardCompatibleNodes with one run them."""
+    `forward`: the branches the images declare; forwardCompatibleNodes with one run them.
+    `on_11_0`: so do CUDA 11.0 nodes with a driver ≥ 450.80.02 (minorVersion, `rng` from 11.1:
+    each of them is outside it)."""
     problems = []
     if rng is not None and facts.labelled:
         unfit = sum(
@@ -119,6 +130,8 @@ def daemonset_unfit(
             for (cuda, _), n in facts.combos.items()
             if cuda and not any(rng.holds(v) for _, v in cuda)
         )
+        if on_11_0:
+            unfit -= facts.driver_11_0
         if forward:
             unfit -= sum(
                 n

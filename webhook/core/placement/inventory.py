@@ -60,7 +60,8 @@ class InventoryFacts:
         default_factory=lambda: MappingProxyType({})
     )
     # minorVersion on CUDA 11.0 nodes (cuda.driver_11_0): how many nodes advertising CUDA 11.0
-    # have a driver ≥ 450.80.02 by their labels, and how many do not label their driver.
+    # (on every scheme they carry) have a driver ≥ 450.80.02 by their labels, and how many do
+    # not label their driver.
     driver_11_0: int = 0
     unlabelled_11_0: int = 0
 
@@ -112,7 +113,7 @@ def _facts(
                 by_scheme[index][version] += 1
         if found:
             per_node_cuda[found[0][1]] += 1
-            if any(v == CUDA_11_0 for _, v in found):
+            if all(v == CUDA_11_0 for _, v in found):
                 drivers_11_0[driver_11_0(labels)] += 1
         capability = _version(labels, compute)
         if capability is not None:

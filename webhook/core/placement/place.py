@@ -148,6 +148,7 @@ def _daemonset_template(
     compute: cuda.Requirement | None,
     facts: InventoryFacts | None,
     forward: Branches,
+    on_11_0: bool,
 ) -> None:
     """A DaemonSet's template (SPEC §4 "DaemonSet pods"): its pods are pinned to their nodes
     and get no affinity, so say that, and which nodes cannot run them (forward compatibility
@@ -159,9 +160,12 @@ def _daemonset_template(
     if facts is not None and not any(holds(forward, b) for b in facts.forward):
         forward = ()  # no forward-compatible node has a branch the images declare
     listed = ", ".join(str(b) for b in branch_list(forward))
-    state.notes += fit.daemonset_notes(rng, low, listed)
+    if facts is not None and not facts.driver_11_0:
+        on_11_0 = False  # no node has such a driver
+    state.notes += fit.daemonset_notes(rng, low, listed, on_11_0)
     if facts is not None:
-        state.warnings += [short(w) for w in fit.daemonset_unfit(facts, rng, low, forward)]
+        unfit = fit.daemonset_unfit(facts, rng, low, forward, on_11_0)
+        state.warnings += [short(w) for w in unfit]
 
 
 def place(
@@ -244,7 +248,9 @@ def place(
     compute = _stricter(asked, floor)
     if state.pod.is_template:
         if daemonset:
-            _daemonset_template(state, rng, compute, facts, forward_branches(needs, config))
+            on_11_0 = bool(needs) and all(n.driver_11_0 for n in needs)
+            forward = forward_branches(needs, config)
+            _daemonset_template(state, rng, compute, facts, forward, on_11_0)
             return
         pinned = None
     else:
