@@ -34,7 +34,7 @@ from webhook.core.evaluation.evaluate import evaluate
 from webhook.core.policies.policyset import PolicySet
 
 from .conftest import ROOT, Cluster, cluster_inventory
-from .test_e2e_admission import admitted_pod, call, expected_for
+from .test_e2e_admission import admitted_pod, call, denial, expected_for
 
 pytestmark = pytest.mark.e2e
 
@@ -47,6 +47,10 @@ TAINT_KEY = "gaw-sched-only"
 GMAJ, GMIN = "nvidia.com/cuda.runtime-version.major", "nvidia.com/cuda.runtime-version.minor"
 CMAJ, CMIN = "nvidia.com/gpu.compute.major", "nvidia.com/gpu.compute.minor"
 DRIVER, PRODUCT = "nvidia.com/cuda.driver-version.major", "nvidia.com/gpu.product"
+DRIVER_MINOR, DRIVER_REVISION = (
+    "nvidia.com/cuda.driver-version.minor",
+    "nvidia.com/cuda.driver-version.revision",
+)
 
 
 def _gfd(cuda: str, compute: str, driver: str, product: str) -> dict[str, str]:
@@ -71,6 +75,12 @@ NODES: dict[str, dict[str, str]] = {
     "a100": _gfd("12.2", "8.0", "535", "NVIDIA-A100-SXM4-80GB"),
     "manual": {"cuda-major-version": "12", "cuda-minor-version": "4"},
     "plain": {},
+    # CUDA 11.0 nodes (issue 37 defect 5): an 11.0 GA driver, and 450.80.02, the first driver
+    # with 11.x minor-version compatibility; both report CUDA 11.0.
+    "r450ga": _gfd("11.0", "7.0", "450", "Tesla-V100-SXM2-32GB")
+    | {DRIVER_MINOR: "51", DRIVER_REVISION: "06"},
+    "r450": _gfd("11.0", "7.0", "450", "Tesla-V100-SXM2-32GB")
+    | {DRIVER_MINOR: "80", DRIVER_REVISION: "02"},
 }
 
 BACKWARD: dict[str, Any] = {}
@@ -170,9 +180,16 @@ def _register(cluster: Cluster, url: str, ca: str, config: str | None) -> None:
     )  # fmt: skip
 
 
-PROBE_ENV = [
+ENV_12_8 = [
     {"name": "CUDA_VERSION", "value": "12.8.1"},
     {"name": "NVIDIA_REQUIRE_CUDA", "value": REQUIRE_12_8},
+]
+# NVIDIA's 12.8.1 declaration with `cuda>=12.0` in place of `cuda>=12.8`: minorVersion never
+# places below what an image declares (issue 37 defect 5), so with the real declaration its
+# affinity would be backward's and the modes could not be told apart by the probe.
+PROBE_ENV = [
+    ENV_12_8[0],
+    {"name": "NVIDIA_REQUIRE_CUDA", "value": REQUIRE_12_8.replace("cuda>=12.8", "cuda>=12.0", 1)},
 ]
 
 
@@ -417,7 +434,7 @@ CUDA13 = "nvidia/cuda:13.0.0-base-ubuntu24.04"
 CUDA129 = "nvidia/cuda:12.9.1-base-ubuntu22.04"
 CUDA124 = "nvidia/cuda:12.4.1-base-ubuntu22.04"
 CUDA128 = "nvidia/cuda:12.8.1-base-ubuntu22.04"
-ENV_12_8 = PROBE_ENV
+CUDA118 = "nvidia/cuda:11.8.0-base-ubuntu22.04"
 ENV_13_0 = [
     {"name": "CUDA_VERSION", "value": "13.0.0"},
     {"name": "NVIDIA_REQUIRE_CUDA", "value": REQUIRE_13_0},
@@ -476,7 +493,14 @@ def test_minor_version_rule(workloads: Any) -> None:
     with serve(MINOR_VERSION):
         # same major family: required; the 12.8 driver takes a 12.9 image
         assert run("Deployment", CUDA129, node="l4") == "l4"
-        assert run("Job", CUDA128, node="a100", env=ENV_12_8) == "a100"
+        # ... but never below what the image declares: NVIDIA_REQUIRE_CUDA cuda>=12.8, which
+        # the toolkit's legacy mode checks, keeps it off the 12.2 driver (issue 37 defect 5)
+        assert run("Job", CUDA128, node="a100", env=ENV_12_8) is None
+        disabled = [*ENV_12_8, {"name": "NVIDIA_DISABLE_REQUIRE", "value": "true"}]
+        assert run("Job", CUDA128, node="a100", env=disabled) == "a100"
+        # CUDA 11.x: an 11.0 node only with driver ≥ 450.80.02, by GFD's driver labels
+        assert run("Job", CUDA118, node="r450") == "r450"
+        assert run("Job", CUDA118, node="r450ga") is None
         # unpinned: D ≥ 12.9 is preferred with weight 100, so a 13.0 node wins
         assert run("Deployment", CUDA129) in ("v100", "h100")
         # the pod asks for backward: the 12.8 node is no longer compatible
@@ -492,8 +516,10 @@ def test_minor_version_rule(workloads: Any) -> None:
         # the floor still holds: no 13.x image on the V100
         assert run("Job", CUDA13, node="v100") is None
         assert run("StatefulSet", CUDA129, node="l4") == "l4"
-        assert run("CronJob", CUDA128, node="a100", env=ENV_12_8) == "a100"
+        assert run("CronJob", CUDA128, node="a100", env=ENV_12_8) is None
         assert run("Job", CUDA129, node="l4", kueue=True) == "l4"
+    with serve(BACKWARD):
+        assert run("Job", CUDA118, node="r450") is None  # 11.8 needs an 11.8 driver
 
 
 def test_forward_compatibility_on_the_named_nodes(workloads: Any) -> None:
@@ -511,6 +537,93 @@ def test_forward_compatibility_on_the_named_nodes(workloads: Any) -> None:
         assert run("Job", CUDA128, node="a100", env=ENV_12_8, kueue=True) == "a100"
         assert run("CronJob", CUDA13, node="a100", env=ENV_13_0) == "a100"
         assert run("StatefulSet", CUDA128, node="a100") is None
+
+
+def _pinned_pod(node: str, env: list[dict[str, str]] | None) -> dict[str, Any]:
+    """A pod bound with spec.nodeName (it skips the scheduler)."""
+    toleration = {"key": TAINT_KEY, "operator": "Equal", "value": RUN, "effect": "NoSchedule"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"pinned-{uuid.uuid4().hex[:6]}"},
+        "spec": {
+            "nodeName": node,
+            "tolerations": [toleration],
+            "containers": [_container(CUDA128, env)],
+        },
+    }
+
+
+def test_pinned_pods_under_forward_compatibility_and_deny(
+    workloads: Any, apps: Any, batch: Any, core: Any, namespace: str, gpu_nodes: dict[str, str],
+) -> None:  # fmt: skip
+    """Issue 37 defect 4: a pod pinned to a forward-compatible node (the R535 A100 for NVIDIA's
+    12.8.1 image) is checked with forward compatibility, as the scheduler would place an
+    unpinned one there: the DaemonSet controller's pod is admitted and bound (it was denied
+    with `noCompatibleNode: deny`, the CUDA rule alone), and so is a spec.nodeName pod."""
+    serve, _ = workloads
+    app = f"daemonset-{uuid.uuid4().hex[:6]}"
+    daemonset = workload("DaemonSet", app, _template(app, CUDA128, "a100", ENV_12_8, None))
+    kw = {"apps": apps, "batch": batch, "namespace": namespace}
+    with serve({**FORWARD, "noCompatibleNode": "deny"}):
+        create("DaemonSet", daemonset, **kw)
+        try:
+            assert list(scheduled(core, namespace, app).values()) == [gpu_nodes["a100"]]
+        finally:
+            apps.delete_namespaced_daemon_set(app, namespace)
+        create_pod = core.create_namespaced_pod
+        created, shown = call(create_pod, namespace, _pinned_pod(gpu_nodes["a100"], ENV_12_8))
+        assert created["spec"]["nodeName"] == gpu_nodes["a100"] and shown == []
+        core.delete_namespaced_pod(created["metadata"]["name"], namespace, grace_period_seconds=0)
+        # Without the image's declaration: the CUDA rule alone, and the 12.2 driver is denied.
+        message = denial(create_pod, namespace, _pinned_pod(gpu_nodes["a100"], None), dry_run="All")
+        assert message.endswith(
+            f"node {gpu_nodes['a100']} supports CUDA 12.2; this pod needs CUDA ≥ 12.8."
+        )
+
+
+def test_an_image_change_replaces_the_forward_compatibility_term(
+    workloads: Any, apps: Any, core: Any, namespace: str, gpu_nodes: dict[str, str],
+) -> None:  # fmt: skip
+    """Issue 37 defect 2: with `mutateTemplates`, a Deployment's template changed from a CUDA
+    12.4 image to a 12.8 one gets the 12.8 terms, forward-compatibility term included. It kept
+    the 12.4 terms ("kept as is"), and its new pod was bound to the 12.4 driver, which cannot
+    run 12.8."""
+    serve, _ = workloads
+    require = "cuda>=12.4 brand=tesla,driver>=470,driver<471 brand=tesla,driver>=535,driver<536"
+    env_12_4 = [
+        {"name": "CUDA_VERSION", "value": "12.4.1"},
+        {"name": "NVIDIA_REQUIRE_CUDA", "value": require},
+    ]
+    app = f"deployment-{uuid.uuid4().hex[:6]}"
+    template = _template(app, CUDA124, "manual", env_12_4, None)
+    with serve({**FORWARD, "mutateTemplates": True}):
+        call(apps.create_namespaced_deployment, namespace, workload("Deployment", app, template))
+        try:
+            (first,) = scheduled(core, namespace, app).items()
+            assert first[1] == gpu_nodes["manual"]  # 12.4 on the 12.4 node
+            change = {"spec": {"template": {"spec": {"containers": [
+                {"name": "main", "image": CUDA128, "env": ENV_12_8}]}}}}  # fmt: skip
+            updated, shown = call(apps.patch_namespaced_deployment, app, namespace, change)
+            assert not any("kept as is" in w for w in shown), shown
+            terms = updated["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+                "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]  # fmt: skip
+            drivers = [
+                e["values"] for t in terms for e in t["matchExpressions"] if e["key"] == DRIVER
+            ]
+            assert drivers == [["470", "535", "550", "560", "565"]]
+            # The new ReplicaSet's pod needs 12.8: not on the 12.4 node.
+            deadline = time.monotonic() + BIND_SECONDS
+            new: str | None = None
+            while new is None:
+                assert time.monotonic() < deadline, "the rollout's new pod never appeared"
+                pods = core.list_namespaced_pod(namespace, label_selector=f"app={app}").items
+                new = next((p.metadata.name for p in pods if p.metadata.name != first[0]), None)
+                time.sleep(0.5)
+            decided = scheduled(core, namespace, app, pods=2)
+            assert decided[new] is None
+        finally:
+            apps.delete_namespaced_deployment(app, namespace)
 
 
 def test_daemonset_pods_are_pinned_and_warned_about(

@@ -12,6 +12,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
+
 from tests.helpers import (
     GPU,
     PREFERRED_12_4_TERMS,
@@ -25,8 +27,20 @@ from tests.helpers import (
     preferred_terms,
     workload,
 )
+from tests.unit.test_cuda_rules import (
+    AT_LEAST_12_4,
+    FC,
+    FC_EXPR,
+    PRODUCT,
+    REQUIRE_12_8,
+    fc_term,
+    terms,
+)
+from webhook.core.base.versions import CudaVersion
 from webhook.core.config.model import WebhookConfig, load_config
 from webhook.core.evaluation.evaluate import Decision, evaluate
+from webhook.core.images.facts import ImageQuery, Requirement
+from webhook.core.images.requires import forward_branches
 from webhook.core.policies.policyset import PolicySet
 
 MUTATING = load_config({"mutateTemplates": True})
@@ -162,3 +176,116 @@ def test_reinvocation_on_a_mutated_template_after_another_webhook() -> None:
     reinvoked = review(with_pool(created, *TPL))
     assert reinvoked.warnings == ()
     assert reinvoked.patch == []
+
+
+# --- the forward-compatibility term is the webhook's own too (issue 37 defect 2) --------------
+
+FC_MUTATING = FC.model_copy(update={"mutate_templates": True})
+REQUIRE_12_4 = (
+    "cuda>=12.4 brand=tesla,driver>=470,driver<471 brand=tesla,driver>=525,driver<526 "
+    "brand=tesla,driver>=535,driver<536"
+)
+APP = "registry.example/team/app"
+# What the images' registries say (SPEC §4 step 6): v1 is built on CUDA 12.4, v2 on 12.8.
+IMAGES = {
+    ImageQuery(f"{APP}:v1"): Requirement(
+        CudaVersion(12, 4),
+        "image config CUDA_VERSION=12.4.1",
+        forward_branches({"NVIDIA_REQUIRE_CUDA": REQUIRE_12_4}),
+    ),
+    ImageQuery(f"{APP}:v2"): Requirement(
+        CudaVersion(12, 8),
+        "image config CUDA_VERSION=12.8.1",
+        forward_branches({"NVIDIA_REQUIRE_CUDA": REQUIRE_12_8}),
+    ),
+}
+PRODUCT_A100 = expr(PRODUCT, "In", "NVIDIA-A100-SXM4-80GB")  # a user's, on a key FC uses
+
+
+def review_fc(
+    obj: dict[str, Any], config: WebhookConfig = FC_MUTATING, old: dict[str, Any] | None = None
+) -> Decision:
+    return evaluate(
+        obj,
+        PolicySet.empty(),
+        config,
+        operation="UPDATE" if old is not None else "CREATE",
+        old_object=old,
+        images=IMAGES,
+    )
+
+
+def fc_deployment(image: str, **spec: Any) -> dict[str, Any]:
+    c = container(image=image, limits={GPU: "1"})
+    return workload("Deployment", pod(c, **spec), name="serve")
+
+
+@pytest.mark.parametrize("user", [None, [PRODUCT_A100], [ZONE]])
+def test_set_image_replaces_the_forward_compatibility_term_too(user: list[Any] | None) -> None:
+    affinity = None
+    if user is not None:
+        affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": user}]}}}  # fmt: skip
+    spec = {"affinity": affinity} if affinity else {}
+    created = apply(review_fc(fc_deployment(f"{APP}:v1", **spec)))
+    ours_12_4 = [*terms(*AT_LEAST_12_4), {"matchExpressions": fc_term(470, 525, 535)}]
+    user_exprs = user or []
+    assert node_terms(created, *TPL) == [
+        {"matchExpressions": [*user_exprs, *t["matchExpressions"]]} for t in ours_12_4
+    ]
+
+    updated = set_image(created, f"{APP}:v2")
+    decision = review_fc(updated, old=created)
+    assert decision.warnings == ()
+    assert decision.notes == (
+        "required GPU nodes with CUDA ≥ 12.8 (image config CUDA_VERSION=12.8.1), preferably < 14.0",
+        "or driver 470, 535, 550, 560, 565 on forwardCompatibleNodes (forward compatibility the "
+        "image declares)",
+    )
+    stored = apply(decision)
+    ours_12_8 = [*REQUIRED_12_8_TERMS, {"matchExpressions": fc_term(470, 535, 550, 560, 565)}]
+    assert node_terms(stored, *TPL) == [
+        {"matchExpressions": [*user_exprs, *t["matchExpressions"]]} for t in ours_12_8
+    ]
+    # The pods made from it keep exactly those terms; applying it again changes nothing.
+    again = review_fc(made_pod(stored))
+    assert again.patch == [] and again.warnings == ()
+    assert review_fc(stored, old=updated).patch == []
+
+
+@pytest.mark.parametrize("user", [[PRODUCT_A100], [expr(PRODUCT, "In", *FC_EXPR["values"])]])
+def test_reinvocation_with_the_users_affinity_on_a_forward_compatible_nodes_key(
+    user: list[Any],
+) -> None:
+    """A user's expression on nvidia.com/gpu.product (even one equal to forwardCompatibleNodes'
+    own) is the user's: no "kept as is" when the webhook is invoked again."""
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": user}]}}}  # fmt: skip
+    c = container(image=f"{APP}:v2", limits={GPU: "1"})
+    first = review_fc(pod(c, affinity=affinity), FC)
+    mutated = apply(first)
+    assert node_terms(mutated)[-1] == {
+        "matchExpressions": [*user, *fc_term(470, 535, 550, 560, 565)]
+    }
+    for again in (mutated, with_pool(mutated)):
+        reinvoked = review_fc(again, FC)
+        assert reinvoked.warnings == ()
+        assert reinvoked.patch == []
+
+
+def test_set_image_under_minor_version_replaces_the_multi_expression_preference() -> None:
+    """minorVersion prefers "12.x with x ≥ 4": a preferred term of three expressions, which is
+    the webhook's own too (it was taken for the user's: "kept as is" after the image change)."""
+    config = load_config({"mutateTemplates": True, "cudaCompatibility": "minorVersion"})
+    created = apply(review(deployment("nvidia/cuda:12.4.1"), config))
+    updated = set_image(created, "nvidia/cuda:12.8.0")
+    decision = review(updated, config, old=created)
+    assert decision.warnings == ()
+    stored = apply(decision)
+    assert node_terms(stored, *TPL) == [{"matchExpressions": [expr(MAJOR, "Gt", 11)]}]
+    assert preferred_terms(stored, *TPL)[0]["preference"]["matchExpressions"] == [
+        expr(MAJOR, "Gt", 11),
+        expr(MAJOR, "Lt", 13),
+        expr(MINOR, "Gt", 7),
+    ]
+    assert review(made_pod(stored), config).patch == []

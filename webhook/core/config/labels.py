@@ -23,6 +23,17 @@ ANNOTATION_CUDA_COMPATIBILITY = "features.alauda.io/cuda-compatibility"
 ANNOTATION_INJECTED_AFFINITY = "features.alauda.io/injected-node-affinity"
 
 
+# GFD's labels for the driver's own version, e.g. 450.80.02 -> "450", "80", "02" (NVIDIA
+# k8s-device-plugin internal/lm/nvml.go newVersionLabeler: the "new labels"; the deprecated
+# nvidia.com/cuda.driver.major/minor/rev carry the same values). The major is also the default
+# driverBranchLabel. Read for minorVersion on CUDA 11.0 nodes (placement/cuda.py).
+DRIVER_VERSION_LABELS = (
+    "nvidia.com/cuda.driver-version.major",
+    "nvidia.com/cuda.driver-version.minor",
+    "nvidia.com/cuda.driver-version.revision",
+)
+
+
 class CudaLabels(ConfigModel):
     """A label scheme: node label keys carrying a version's major and minor number."""
 

@@ -40,6 +40,7 @@ from webhook.core.config.labels import (
     ANNOTATION_MIN_COMPUTE,
     DEFAULT_COMPUTE_LABELS,
     DEFAULT_CUDA_SCHEMES,
+    DRIVER_VERSION_LABELS,
     CudaLabels,
     NodeSelectorTerm,
 )
@@ -216,7 +217,15 @@ class WebhookConfig(ConfigModel):
             # knowledge's single-architecture tags): kubernetes.io/arch (k8s.io/api core/v1
             # well_known_labels.go LabelArchStable).
             keys |= {"kubernetes.io/arch"}
-        return keys
+        return keys | self.driver_version_keys
+
+    @cached_property
+    def driver_version_keys(self) -> frozenset[str]:
+        """GFD's driver version labels, read under minorVersion (a CUDA 11.0 node runs 11.x
+        only with driver ≥ 450.80.02: placement/cuda.py); none under backward."""
+        if self.cuda_compatibility != "minorVersion":
+            return frozenset()
+        return frozenset(DRIVER_VERSION_LABELS)
 
     @cached_property
     def forward_label_keys(self) -> frozenset[str]:

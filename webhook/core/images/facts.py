@@ -46,6 +46,12 @@ class Requirement(NamedTuple):
     # Driver branches the image declares it runs on through forward compatibility (its
     # NVIDIA_REQUIRE_* variables, requires.forward_branches): () when it declares none.
     forward: Branches = ()
+    # The CUDA version NVIDIA's toolkit checks the driver against in legacy mode: the
+    # `cuda>=X` of NVIDIA_REQUIRE_CUDA, or CUDA_VERSION's major.minor when that variable is
+    # unset (nvidia-container-toolkit internal/config/image/cuda_image.go GetRequirements,
+    # IsLegacy); None when the env declares none or NVIDIA_DISABLE_REQUIRE turns checks off.
+    # minorVersion never places the container below it (SPEC §4, issue 37 defect 5).
+    declared: CudaVersion | None = None
 
 
 class ImageQuery(NamedTuple):

@@ -33,7 +33,7 @@ where forward compatibility holds, and no node label carries NVML's brand.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 # Half-open ranges of driver branches [low, high), high None for unbounded, sorted and disjoint.
 Branches = tuple[tuple[int, int | None], ...]
@@ -46,6 +46,14 @@ _VERSION = re.compile(r"[0-9.]{1,64}")
 _TRUE = frozenset(("1", "t", "T", "TRUE", "true", "True"))
 # A value longer than any real one (nvidia/cuda 12.8.1's is ~2.7 kB) is not read at all.
 MAX_VALUE_LENGTH = 16384
+# The driver branches a node can have: a documented ceiling, not NVIDIA's rule. NVIDIA's Linux
+# driver branches are three-digit numbers (R450 … R580: the CUDA Toolkit release notes' driver
+# table; GFD's nvidia.com/cuda.driver-version.major carries it), so a branch from 1000 on is
+# one no node has. What an image declares is read within it: a pod writing
+# `driver>=1,driver<999999999` costs as much as one writing `driver>=1,driver<1000`, and the
+# webhook never lists more than MAX_DRIVER_BRANCH values (SPEC §4, issue 37 defect 1).
+MAX_DRIVER_BRANCH = 1000
+_CEILING: Branches = ((0, MAX_DRIVER_BRANCH),)
 
 
 def _version(text: str) -> tuple[int, ...] | None:
@@ -78,16 +86,23 @@ def _constraint_branches(operator: str, value: tuple[int, ...]) -> Branches:
 
 
 def intersect(a: Branches, b: Branches) -> Branches:
-    """The branches in both."""
+    """The branches in both. Both are sorted and disjoint (_normalise): one merge pass, so an
+    image's text costs time linear in its length, never its square."""
     out: list[tuple[int, int | None]] = []
-    for low_a, high_a in a:
-        for low_b, high_b in b:
-            low = max(low_a, low_b)
-            highs = [h for h in (high_a, high_b) if h is not None]
-            high = min(highs) if highs else None
-            if high is None or low < high:
-                out.append((low, high))
-    return _normalise(out)
+    i = j = 0
+    while i < len(a) and j < len(b):
+        (low_a, high_a), (low_b, high_b) = a[i], b[j]
+        low = max(low_a, low_b)
+        highs = [h for h in (high_a, high_b) if h is not None]
+        high = min(highs) if highs else None
+        if high is None or low < high:
+            out.append((low, high))
+        # The range that ends first meets nothing further on the other side.
+        if high_a is not None and (high_b is None or high_a <= high_b):
+            i += 1
+        else:
+            j += 1
+    return tuple(out)
 
 
 def _normalise(ranges: list[tuple[int, int | None]]) -> Branches:
@@ -148,10 +163,15 @@ def _variable(value: str) -> Branches:
     return _normalise(found)
 
 
+def requirements_disabled(env: Mapping[str, str | None]) -> bool:
+    """NVIDIA_DISABLE_REQUIRE set to a true value: the toolkit checks no requirement."""
+    disable = env.get("NVIDIA_DISABLE_REQUIRE")
+    return disable is not None and disable in _TRUE
+
+
 def requirement_variables(env: Mapping[str, str | None]) -> list[str] | None:
     """The values of the requirement variables the toolkit reads (None: disabled)."""
-    disable = env.get("NVIDIA_DISABLE_REQUIRE")
-    if disable is not None and disable in _TRUE:
+    if requirements_disabled(env):
         return None
     return [
         value
@@ -176,10 +196,27 @@ def forward_branches(env: Mapping[str, str | None]) -> Branches:
         if not result:
             return ()
     # Only finite sets: "driver>=535" alone on a variable is a branch floor, not forward
-    # compatibility (any newer driver is the native rule's business anyway).
-    return tuple(r for r in result if r[1] is not None)
+    # compatibility (any newer driver is the native rule's business anyway). Then only the
+    # branches a node can have (MAX_DRIVER_BRANCH): narrower than declared, never wider.
+    return intersect(tuple(r for r in result if r[1] is not None), _CEILING)
+
+
+def branch_count(branches: Branches) -> int:
+    """How many branches `branches` holds (all finite), without listing them."""
+    return sum(high - low for low, high in branches if high is not None)
+
+
+def holds(branches: Branches, branch: int) -> bool:
+    """Whether `branch` is one of `branches`."""
+    return any(low <= branch and (high is None or branch < high) for low, high in branches)
+
+
+def only(branches: Branches, wanted: Iterable[int]) -> Branches:
+    """The branches of `branches` that are in `wanted` (e.g. those the inventory's nodes have)."""
+    return _normalise([(b, b + 1) for b in sorted(set(wanted)) if holds(branches, b)])
 
 
 def branch_list(branches: Branches) -> list[int]:
-    """Every branch in `branches` (all finite), ascending."""
+    """Every branch in `branches` (all finite), ascending. Bounded: forward_branches keeps
+    them below MAX_DRIVER_BRANCH."""
     return [b for low, high in branches if high is not None for b in range(low, high)]

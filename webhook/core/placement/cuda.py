@@ -9,8 +9,9 @@ from functools import lru_cache
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from webhook.core.base.versions import CudaVersion
+from webhook.core.base.versions import CudaVersion, label_int
 from webhook.core.base.wording import Message
+from webhook.core.config.labels import DRIVER_VERSION_LABELS
 from webhook.core.config.model import (
     ANNOTATION_CUDA_VERSION,
     ANNOTATION_MIN_COMPUTE,
@@ -25,7 +26,7 @@ from webhook.core.images.references import (
     image_version,
     strip_digest,
 )
-from webhook.core.images.requires import forward_branches
+from webhook.core.images.requires import forward_branches, requirements_disabled
 
 __all__ = [
     "CudaVersion",
@@ -72,6 +73,38 @@ ARCHITECTURE_FLOORS: Mapping[int, CudaVersion] = MappingProxyType(
     {11: CudaVersion(3, 5), 12: CudaVersion(5, 0), 13: CudaVersion(7, 5)}
 )
 _NEWEST_FLOOR = max(ARCHITECTURE_FLOORS)
+
+
+# NVIDIA's minor-version compatibility (CUDA Compatibility guide, "Minor Version
+# Compatibility", docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html)
+# holds "on systems having at least the minimum required driver version": for CUDA 11.x that is
+# 450.80.02 ("CUDA 11.0 was released with an earlier driver version, but by upgrading to Tesla
+# Recommended Drivers 450.80.02 (Linux) / 452.39 (Windows) as indicated, minor version
+# compatibility is possible across the CUDA 11.x family of toolkits"). The 11.0 GA drivers
+# (450.36.06, 450.51.06: the release notes' toolkit/driver table) report CUDA 11.0 as 450.80.02
+# does, so a node advertising CUDA 11.0 runs an 11.x (x ≥ 1) image under minorVersion only
+# where its driver version labels say ≥ 450.80.02; every driver reporting 11.1 or newer is
+# ≥ 455.23 and qualifies.
+MINOR_VERSION_DRIVER_11 = (450, 80, 2)
+CUDA_11_0 = CudaVersion(11, 0)
+
+
+def driver_11_0(labels: Mapping[str, str] | None) -> bool | None:
+    """Whether a CUDA 11.0 node's driver runs 11.x images under minorVersion, read on GFD's
+    driver version labels exactly as minor_version_11_0_terms select it: branch 450 with a
+    minor above 80, or 80 with a revision above 1. None when the node does not label its
+    driver version (major and minor)."""
+    major_key, minor_key, revision_key = DRIVER_VERSION_LABELS
+    labels = labels or {}
+    major, minor = label_int(labels.get(major_key)), label_int(labels.get(minor_key))
+    if major is None or minor is None:
+        return None
+    revision = label_int(labels.get(revision_key))
+    floor_major, floor_minor, floor_revision = MINOR_VERSION_DRIVER_11
+    return major == floor_major and (
+        minor > floor_minor
+        or (minor == floor_minor and revision is not None and revision >= floor_revision)
+    )
 
 
 def architecture_floor(runtime: CudaVersion) -> CudaVersion | None:
@@ -168,16 +201,32 @@ def detect(
     cuda_env = env.get("CUDA_VERSION")
     version = CudaVersion.parse(cuda_env)
     require = env.get("NVIDIA_REQUIRE_CUDA")
+    match = _REQUIRE_CUDA.search(require) if require else None
+    checked = not requirements_disabled(env)
     if version is not None:
         if version.plausible:
             forward = forward_branches(env) if require else ()
-            return Detection(Requirement(version, f"env CUDA_VERSION={cuda_env}", forward))
+            # What the toolkit's legacy mode checks (cuda_image.go): NVIDIA_REQUIRE_CUDA when
+            # set, else `cuda>=` CUDA_VERSION's major.minor (IsLegacy).
+            declared = _declared(match) if require else version
+            return Detection(
+                Requirement(
+                    version,
+                    f"env CUDA_VERSION={cuda_env}",
+                    forward,
+                    declared if checked else None,
+                )
+            )
         warnings.append(_implausible("env CUDA_VERSION", version))
-    match = _REQUIRE_CUDA.search(require) if require else None
     if match:
         version = CudaVersion(int(match[1]), int(match[2] or 0))
         if version.plausible:
-            requirement = Requirement(version, "env NVIDIA_REQUIRE_CUDA", forward_branches(env))
+            requirement = Requirement(
+                version,
+                "env NVIDIA_REQUIRE_CUDA",
+                forward_branches(env),
+                version if checked else None,
+            )
             return Detection(requirement, tuple(warnings))
         warnings.append(_implausible("env NVIDIA_REQUIRE_CUDA", version))
     image = container.get("image")
@@ -192,6 +241,14 @@ def detect(
             return found
         return Detection(found.requirement, (*warnings, *found.warnings), found.by_arch)
     return Detection(None, tuple(warnings))
+
+
+def _declared(match: re.Match[str] | None) -> CudaVersion | None:
+    """The `cuda>=X` NVIDIA_REQUIRE_CUDA declares (None: none, or not a plausible version)."""
+    if match is None:
+        return None
+    version = CudaVersion(int(match[1]), int(match[2] or 0))
+    return version if version.plausible else None
 
 
 def _for_archs(found: Detection, archs: tuple[str, ...]) -> Detection:

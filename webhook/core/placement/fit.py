@@ -11,9 +11,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhook.core.base.nodeaffinity import required_terms
-from webhook.core.base.versions import CudaVersion
+from webhook.core.base.versions import CudaVersion, label_int
 from webhook.core.base.wording import Message, Wording
-from webhook.core.placement.cuda import Range
+from webhook.core.config.model import WebhookConfig
+from webhook.core.images.requires import Branches, holds
+from webhook.core.placement.cuda import CUDA_11_0, Range, driver_11_0
 from webhook.core.placement.inventory import InventoryFacts
 
 
@@ -70,9 +72,13 @@ def skew_warning(
     )
 
 
-def daemonset_notes(rng: Range | None, low: CudaVersion | None) -> list[Message]:
+def daemonset_notes(
+    rng: Range | None, low: CudaVersion | None, listed: str = "", on_11_0: bool = False
+) -> list[Message]:
     """What a DaemonSet's (unmutated) template says its pods will get: no affinity, and the
-    nodes that cannot run them."""
+    nodes that cannot run them. `listed`: the driver branches on forwardCompatibleNodes that
+    run them too ("535, 550"; "" for none); `on_11_0`: minorVersion's CUDA 11.0 nodes with a
+    driver ≥ 450.80.02 run them too."""
     notes: list[Message] = []
     if rng is not None:
         unfit = f"below CUDA {rng.low}" if rng.max_major is None else f"outside CUDA {rng.text()}"
@@ -85,6 +91,18 @@ def daemonset_notes(rng: Range | None, low: CudaVersion | None) -> list[Message]
                 )
             )
         )
+        if on_11_0:
+            notes.append("CUDA 11.0 nodes with driver ≥ 450.80.02 run them too (minorVersion)")
+        if listed:
+            notes.append(
+                Wording(
+                    (
+                        f"forwardCompatibleNodes with driver {listed} run them too "
+                        "(forward compatibility the image declares)",
+                        f"forwardCompatibleNodes with driver {listed} run them too",
+                    )
+                )
+            )
     if low is not None:
         notes.append(
             "no compute capability affinity (DaemonSet pods are pinned); "
@@ -93,9 +111,18 @@ def daemonset_notes(rng: Range | None, low: CudaVersion | None) -> list[Message]
     return notes
 
 
-def daemonset_unfit(facts: InventoryFacts, rng: Range | None, low: CudaVersion | None) -> list[str]:
+def daemonset_unfit(
+    facts: InventoryFacts,
+    rng: Range | None,
+    low: CudaVersion | None,
+    forward: Branches = (),
+    on_11_0: bool = False,
+) -> list[str]:
     """How many of the nodes that advertise a version cannot run a DaemonSet's pods (its
-    template: the pods get no affinity, so each lands on its node whatever that node has)."""
+    template: the pods get no affinity, so each lands on its node whatever that node has).
+    `forward`: the branches the images declare; forwardCompatibleNodes with one run them.
+    `on_11_0`: so do CUDA 11.0 nodes with a driver ≥ 450.80.02 (minorVersion, `rng` from 11.1:
+    each of them is outside it)."""
     problems = []
     if rng is not None and facts.labelled:
         unfit = sum(
@@ -103,6 +130,14 @@ def daemonset_unfit(facts: InventoryFacts, rng: Range | None, low: CudaVersion |
             for (cuda, _), n in facts.combos.items()
             if cuda and not any(rng.holds(v) for _, v in cuda)
         )
+        if on_11_0:
+            unfit -= facts.driver_11_0
+        if forward:
+            unfit -= sum(
+                n
+                for (branch, cuda), n in facts.forward_nodes.items()
+                if cuda and holds(forward, branch) and not any(rng.holds(v) for _, v in cuda)
+            )
         if unfit:
             problems.append(
                 f"{unfit} of {facts.labelled} CUDA nodes cannot run these DaemonSet pods: "
@@ -200,3 +235,26 @@ def pinned_problems(
             )
         )
     return problems
+
+
+def forward_node(
+    labels: Mapping[str, str] | None, config: WebhookConfig, forward: Branches
+) -> bool:
+    """Whether a node (its kept labels) runs the pod through forward compatibility: it matches
+    forwardCompatibleNodes and its driver branch is one the pod's images declare (`forward`).
+    The same condition as the term ranges.cuda_terms injects, so a node pinned pods land on is
+    judged as the scheduler would judge an unpinned one (SPEC §4, issue 37 defect 4)."""
+    term = config.forward_compatible_nodes
+    if term is None or not forward or labels is None:
+        return False
+    branch = label_int(labels.get(config.driver_branch_label))
+    return branch is not None and holds(forward, branch) and term.matches(labels)
+
+
+def driver_11_0_node(facts: InventoryFacts, node: str, labels: Mapping[str, str] | None) -> bool:
+    """Whether a node advertises CUDA 11.0 with a driver ≥ 450.80.02 (cuda.driver_11_0): one
+    that runs an 11.x image under minorVersion."""
+    pinned = facts.nodes.get(node)
+    if pinned is None or not any(v == CUDA_11_0 for _, v in pinned.cuda):
+        return False
+    return driver_11_0(labels) is True

@@ -5,6 +5,7 @@ nothing written twice (an object we mutated before gives no patch)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +17,7 @@ from webhook.core.config.model import ANNOTATION_INJECTED_AFFINITY, WebhookConfi
 from webhook.core.outcome.decision import PodState, short
 from webhook.core.placement.cuda import Range
 from webhook.core.placement.terms import (
+    Forward,
     Own,
     Term,
     already_injected,
@@ -52,6 +54,9 @@ class Plan:
     fits: Range | None = None  # set when some inventory node meets it (or no inventory)
     # Forward compatibility: the label keys its terms (part of `cuda`) use, and its note.
     forward_keys: frozenset[str] = frozenset()
+    # minorVersion on CUDA 11.0 nodes: the driver version label keys its terms (part of
+    # `cuda`) use (terms.driver_11_0_terms).
+    driver_keys: frozenset[str] = frozenset()
     forward_note: Message = ""
     # The rule that set each part's range (Decision.placements): "backward" or "minorVersion"
     # for the CUDA part, "compute" or "architecture-floor" for the compute capability part.
@@ -78,9 +83,22 @@ def _own(state: PodState, config: WebhookConfig) -> Own | None:
     mark = state.pod.annotations.get(ANNOTATION_INJECTED_AFFINITY)
     if not mark:
         return None
-    cuda, compute = config.cuda_label_keys, config.compute_label_keys
+    forward = _forward(config)
+    cuda, compute = config.cuda_label_keys | config.driver_version_keys, config.compute_label_keys
+    if forward is not None:
+        cuda = cuda | {forward.anchor}
     key_sets = ((cuda | compute, cuda), (cuda, cuda), (compute, _NO_KEYS))
-    return own_terms(state.pod.spec, mark, key_sets)
+    return own_terms(state.pod.spec, mark, key_sets, forward)
+
+
+def _forward(config: WebhookConfig) -> Forward | None:
+    """How the forward-compatibility term ranges.cuda_terms writes is recognised (None: the
+    config names no forward-compatible nodes, so no such term is ever written)."""
+    term = config.forward_compatible_nodes
+    if term is None:
+        return None
+    fixed = tuple(json.dumps(e.as_expression(), sort_keys=True) for e in term.match_expressions)
+    return Forward(config.driver_branch_label, fixed)
 
 
 def _without_own(spec: Mapping[str, Any], own: Own) -> dict[str, Any]:
@@ -100,13 +118,16 @@ def _injected_before(
     injects: our own earlier mutation (reinvocation, an object applied again)."""
     for with_cuda, with_compute in options:
         keys: frozenset[str] = frozenset()
+        forward = _forward(config) if with_cuda and plan.forward_keys else None
         if with_cuda:
-            keys |= config.cuda_label_keys | plan.forward_keys
+            keys |= config.cuda_label_keys | plan.driver_keys
+        if forward is not None:
+            keys |= {forward.anchor}
         if with_compute:
             keys |= config.compute_label_keys
         required = cross(plan.cuda if with_cuda else [], plan.compute if with_compute else [])
         preferred = plan.preferred if with_cuda else None
-        if required and already_injected(state.pod.spec, keys, required, preferred):
+        if required and already_injected(state.pod.spec, keys, required, preferred, forward):
             return True
     return False
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from webhook.core.base.versions import CudaVersion, label_int
 from webhook.core.config.model import CudaLabels, NodeSelectorTerm, WebhookConfig
+from webhook.core.placement.cuda import CUDA_11_0, driver_11_0
 
 _DEFAULT_CONFIG = WebhookConfig()
 
@@ -53,6 +54,16 @@ class InventoryFacts:
     # Forward compatibility: driver branch -> how many nodes match forwardCompatibleNodes and
     # advertise that branch (empty when the config names no such nodes).
     forward: Mapping[int, int] = field(default_factory=lambda: MappingProxyType({}))
+    # The same nodes by (driver branch, CUDA versions per scheme), for how many of a
+    # DaemonSet's nodes forward compatibility lets run its pods.
+    forward_nodes: Mapping[tuple[int, tuple[tuple[int, CudaVersion], ...]], int] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    # minorVersion on CUDA 11.0 nodes (cuda.driver_11_0): how many nodes advertising CUDA 11.0
+    # (on every scheme they carry) have a driver ≥ 450.80.02 by their labels, and how many do
+    # not label their driver.
+    driver_11_0: int = 0
+    unlabelled_11_0: int = 0
 
 
 def _version(labels: Mapping[str, str], scheme: CudaLabels) -> CudaVersion | None:
@@ -65,15 +76,21 @@ def _version(labels: Mapping[str, str], scheme: CudaLabels) -> CudaVersion | Non
 
 
 def _forward(
-    nodes: Mapping[str, Mapping[str, str]], term: NodeSelectorTerm | None, label: str
-) -> Mapping[int, int]:
+    nodes: Mapping[str, Mapping[str, str]],
+    term: NodeSelectorTerm | None,
+    label: str,
+    schemes: tuple[CudaLabels, ...],
+) -> tuple[Mapping[int, int], Mapping[tuple[int, tuple[tuple[int, CudaVersion], ...]], int]]:
     counts: Counter[int] = Counter()
+    by_cuda: Counter[tuple[int, tuple[tuple[int, CudaVersion], ...]]] = Counter()
     if term is not None:
         for labels in nodes.values():
             branch = label_int(labels.get(label))
             if branch is not None and term.matches(labels):
                 counts[branch] += 1
-    return MappingProxyType(dict(counts))
+                found = ((i, _version(labels, s)) for i, s in enumerate(schemes))
+                by_cuda[branch, tuple((i, v) for i, v in found if v is not None)] += 1
+    return MappingProxyType(dict(counts)), MappingProxyType(dict(by_cuda))
 
 
 def _facts(
@@ -86,6 +103,7 @@ def _facts(
     # One shared NodeFacts per distinct combination: 10,000 nodes hold a handful of objects.
     shared: dict[tuple[tuple[tuple[int, CudaVersion], ...], CudaVersion | None], NodeFacts] = {}
     combos: Counter[tuple[tuple[tuple[int, CudaVersion], ...], CudaVersion | None]] = Counter()
+    drivers_11_0: Counter[bool | None] = Counter()
     for name, labels in nodes.items():
         found: list[tuple[int, CudaVersion]] = []
         for index, scheme in enumerate(schemes):
@@ -95,6 +113,8 @@ def _facts(
                 by_scheme[index][version] += 1
         if found:
             per_node_cuda[found[0][1]] += 1
+            if all(v == CUDA_11_0 for _, v in found):
+                drivers_11_0[driver_11_0(labels)] += 1
         capability = _version(labels, compute)
         if capability is not None:
             compute_counts[capability] += 1
@@ -115,6 +135,8 @@ def _facts(
         compute=MappingProxyType(dict(compute_counts)),
         nodes=MappingProxyType(facts),
         combos=MappingProxyType(dict(combos)),
+        driver_11_0=drivers_11_0[True],
+        unlabelled_11_0=drivers_11_0[None],
     )
 
 
@@ -205,7 +227,8 @@ class NodeInventory:
         if facts is None:
             facts = _facts(self.nodes, config.schemes, config.compute_capability_labels)
             if forward[0] is not None:
-                facts = dataclasses.replace(facts, forward=_forward(self.nodes, *forward))
+                counts, by_cuda = _forward(self.nodes, *forward, config.schemes)
+                facts = dataclasses.replace(facts, forward=counts, forward_nodes=by_cuda)
             self._facts[key] = facts
         self._last = (config, facts)
         return facts

@@ -19,7 +19,7 @@ from webhook.core.config.model import (
 )
 from webhook.core.images.facts import pod_archs
 from webhook.core.images.references import shown_image
-from webhook.core.images.requires import Branches, intersect
+from webhook.core.images.requires import Branches, intersect, requirements_disabled
 from webhook.core.outcome.decision import PodState, Violation, container_label, short
 from webhook.core.placement import cuda
 from webhook.core.policies.policyset import PolicySet
@@ -41,11 +41,20 @@ class Need(NamedTuple):
     # Under minor-version compatibility: the version the full feature set needs (D ≥ R),
     # preferred; None when the required range already asks for it.
     full: CudaVersion | None = None
+    # minorVersion was in force but the image's own requirement (Requirement.declared, which
+    # NVIDIA's toolkit checks in legacy mode) kept the container at D ≥ R.
+    checked: bool = False
+    # minorVersion for CUDA 11.x: nodes advertising CUDA 11.0 run it too when their driver
+    # labels say ≥ 450.80.02 (cuda.MINOR_VERSION_DRIVER_11); the range starts at 11.1.
+    driver_11_0: bool = False
 
 
 # NVIDIA's minor-version compatibility holds "from CUDA 11 onwards" (CUDA Compatibility guide,
 # "Minor Version Compatibility": "CUDA 11 and Later Defaults to Minor Version Compatibility").
 _MINOR_VERSION_FROM = 11
+# For 11.x the family's drivers start at 11.1; a CUDA 11.0 node counts only with a driver
+# ≥ 450.80.02 (cuda.MINOR_VERSION_DRIVER_11).
+_V11_0, _V11_1 = cuda.CUDA_11_0, CudaVersion(11, 1)
 _COMPATIBILITY_VALUES = ("backward", "minorVersion")
 
 
@@ -192,19 +201,37 @@ def container_needs(
                     "MPS memory limits need CUDA ≥ 11.4"
                 )
             )
-        runtime, full = req.version, None
+        runtime, full, checked, driver_11_0 = req.version, None, False, False
         if minor_version and not vgpu and runtime.major >= _MINOR_VERSION_FROM:
             # Any driver of R's major family runs it (limited feature-set): required from
             # R.major.0 on; D ≥ R, the full feature set, is preferred. GFD and the manual
             # labels carry the driver's own CUDA version, so a node labelled R.major.x has a
-            # driver of that family, at or above its minimum (release notes, Table 2).
-            runtime, full = CudaVersion(runtime.major, 0), (runtime if runtime.minor else None)
+            # driver of that family, at or above its minimum (release notes, Table 2) — but
+            # for 11.0, see cuda.MINOR_VERSION_DRIVER_11.
+            floor = CudaVersion(runtime.major, 0)
+            if floor == _V11_0 and runtime > _V11_0:
+                floor, driver_11_0 = _V11_1, True
+            # Not below what the image declares: NVIDIA's toolkit refuses the container on
+            # an older driver in legacy mode (Requirement.declared), whatever the rule says.
+            declared = req.declared
+            if declared is not None and _disabled(c, envs):
+                declared = None  # the pod's own NVIDIA_DISABLE_REQUIRE turns the check off
+            if declared is not None and declared > floor:
+                floor, checked, driver_11_0 = min(declared, runtime), True, False
+            if floor < runtime:
+                runtime, full = floor, runtime
         recommended = cuda.cuda_range(runtime, vgpu=vgpu, skew=skew)
         required = (
             recommended if vgpu or require else cuda.cuda_range(runtime, vgpu=False, skew=None)
         )
-        needs.append(Need(c, req, vgpu, required, recommended, full))
+        needs.append(Need(c, req, vgpu, required, recommended, full, checked, driver_11_0))
     return needs, unknown, compatibility
+
+
+def _disabled(c: ContainerRef, envs: Envs) -> bool:
+    """The container's spec env sets NVIDIA_DISABLE_REQUIRE to true: it overrides the image's
+    configuration (the runtime appends the spec's env after the image's)."""
+    return requirements_disabled(container_env(envs, c))
 
 
 def forward_branches(needs: list[Need], config: WebhookConfig) -> Branches:

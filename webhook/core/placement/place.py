@@ -14,6 +14,7 @@ from webhook.core.config.model import (
 )
 from webhook.core.images.facts import ImageFacts, ImageQuery, facts_for_archs, pod_archs
 from webhook.core.images.references import shown_image
+from webhook.core.images.requires import Branches, branch_count, branch_list, holds
 from webhook.core.outcome.decision import PodState, container_label, short
 from webhook.core.placement import cuda, fit
 from webhook.core.placement.injection import Plan, inject
@@ -24,10 +25,12 @@ from webhook.core.placement.needs import (
     Need,
     container_env,
     container_needs,
+    forward_branches,
     meta,
     record_problem,
 )
 from webhook.core.placement.ranges import (
+    MAX_LISTED_BRANCHES,
     cuda_terms,
     intersect_ranges,
     intersection_violation,
@@ -144,14 +147,25 @@ def _daemonset_template(
     rng: cuda.Range | None,
     compute: cuda.Requirement | None,
     facts: InventoryFacts | None,
+    forward: Branches,
+    on_11_0: bool,
 ) -> None:
     """A DaemonSet's template (SPEC §4 "DaemonSet pods"): its pods are pinned to their nodes
-    and get no affinity, so say that, and which nodes cannot run them. Notes, not mutations:
-    nothing is written into the template."""
+    and get no affinity, so say that, and which nodes cannot run them (forward compatibility
+    counted, as for each pod: issue 37 defect 4). Notes, not mutations: nothing is written
+    into the template."""
     low = compute.version if compute is not None else None
-    state.notes += fit.daemonset_notes(rng, low)
+    if branch_count(forward) > MAX_LISTED_BRANCHES:
+        forward = ()  # what a pod's text declares never sets the size of a message
+    if facts is not None and not any(holds(forward, b) for b in facts.forward):
+        forward = ()  # no forward-compatible node has a branch the images declare
+    listed = ", ".join(str(b) for b in branch_list(forward))
+    if facts is not None and not facts.driver_11_0:
+        on_11_0 = False  # no node has such a driver
+    state.notes += fit.daemonset_notes(rng, low, listed, on_11_0)
     if facts is not None:
-        state.warnings += [short(w) for w in fit.daemonset_unfit(facts, rng, low)]
+        unfit = fit.daemonset_unfit(facts, rng, low, forward, on_11_0)
+        state.warnings += [short(w) for w in unfit]
 
 
 def place(
@@ -234,7 +248,9 @@ def place(
     compute = _stricter(asked, floor)
     if state.pod.is_template:
         if daemonset:
-            _daemonset_template(state, rng, compute, facts)
+            on_11_0 = bool(needs) and all(n.driver_11_0 for n in needs)
+            forward = forward_branches(needs, config)
+            _daemonset_template(state, rng, compute, facts, forward, on_11_0)
             return
         pinned = None
     else:
@@ -248,6 +264,15 @@ def place(
         # selects: an affinity would only leave the pods on unfit nodes Pending.
         if facts is not None and pinned:
             low = compute.version if compute is not None else None
+            assert inventory is not None  # facts come from it
+            labels = inventory.nodes.get(pinned)
+            on_11_0 = bool(needs) and all(n.driver_11_0 for n in needs)
+            if fit.forward_node(labels, config, forward_branches(needs, config)) or (
+                on_11_0 and fit.driver_11_0_node(facts, pinned, labels)
+            ):
+                # Its driver runs the images: forward compatibility, or minorVersion on a
+                # CUDA 11.0 node with a driver ≥ 450.80.02 (the rules the terms carry).
+                rng = None
             for text, rule in fit.pinned_problems(facts, pinned, rng, low, who):
                 if record_problem(state, config, text, rule):
                     break

@@ -6,18 +6,20 @@ from __future__ import annotations
 from functools import reduce
 
 from webhook.core.base.wording import Wording
+from webhook.core.config.labels import DRIVER_VERSION_LABELS
 from webhook.core.config.model import (
     ANNOTATION_CUDA_VERSION,
     WebhookConfig,
 )
 from webhook.core.images.references import image_repository, shown_image
-from webhook.core.images.requires import branch_list
+from webhook.core.images.requires import Branches, branch_count, branch_list, holds, only
 from webhook.core.outcome.decision import PodState, Violation, container_label, short
 from webhook.core.placement import cuda, fit
 from webhook.core.placement.injection import Plan
 from webhook.core.placement.inventory import InventoryFacts
 from webhook.core.placement.needs import Need, forward_branches, record_problem, unknown_warning
 from webhook.core.placement.terms import (
+    driver_11_0_terms,
     preferred_range_terms,
     preferred_terms,
     union_terms,
@@ -76,6 +78,52 @@ def _preference(
     return recommended if recommended.max_major != rng.max_major else None
 
 
+# At most this many driver branches are listed in the forward-compatibility term: NVIDIA's own
+# images declare five or six (nvidia/cuda 12.8.1: 470, 535, 550, 560, 565), so a pod declaring
+# more is not asking for forward compatibility as NVIDIA's images do. With an inventory the
+# branches its forward-compatible nodes have are listed instead; otherwise none.
+MAX_LISTED_BRANCHES = 32
+
+
+def _listed(state: PodState, forward: Branches, facts: InventoryFacts | None) -> Branches:
+    """The declared branches the forward-compatibility term may list (SPEC §4; issue 37
+    defect 1: what a pod writes must not set the size of its patch). Counted before any list
+    is built; `forward` is already below requires.MAX_DRIVER_BRANCH."""
+    count = branch_count(forward)
+    if count <= MAX_LISTED_BRANCHES:
+        return forward
+    if facts is not None:
+        present = only(forward, facts.forward)
+        if branch_count(present) <= MAX_LISTED_BRANCHES:
+            return present
+    state.warnings.append(
+        "forward compatibility not used: the image declares more than "
+        f"{MAX_LISTED_BRANCHES} driver branches"
+    )
+    return ()
+
+
+def _warn_11_0(
+    state: PodState, facts: InventoryFacts, rng: cuda.Range, full: cuda.CudaVersion | None
+) -> None:
+    """minorVersion for an 11.x image, where no node has the full version: say which CUDA 11.0
+    nodes it cannot use (no driver version labels) and where it lands (limited feature-set)."""
+    want = full or rng.low
+    if any(v >= want for counts in facts.by_scheme for v in counts):
+        return
+    if facts.unlabelled_11_0:
+        n = facts.unlabelled_11_0
+        state.warnings.append(
+            f"{n} CUDA 11.0 node{'s' if n != 1 else ''} do{'es' if n == 1 else ''} not label "
+            "the driver version: minorVersion uses them only with driver ≥ 450.80.02"
+        )
+    if facts.driver_11_0 and not any(rng.holds(v) for counts in facts.by_scheme for v in counts):
+        state.warnings.append(
+            f"no node has CUDA ≥ {want}: minorVersion places it on CUDA 11.0 nodes with driver "
+            "≥ 450.80.02, with a limited feature-set"
+        )
+
+
 def cuda_terms(
     state: PodState,
     needs: list[Need],
@@ -100,21 +148,27 @@ def cuda_terms(
     full = max((n.full for n in needs if n.full is not None), default=None)
     if full is not None and full <= rng.low:
         full = None
-    forward = forward_branches(needs, config)
+    forward = _listed(state, forward_branches(needs, config), facts)
+    # minorVersion for CUDA 11.x: CUDA 11.0 nodes with a driver ≥ 450.80.02 too (cuda.py).
+    on_11_0 = all(n.driver_11_0 for n in needs)
     if facts is not None:
         if not facts.labelled:
             state.warnings.append(
                 "CUDA placement is not enforced: no node advertises its CUDA version"
             )
             return True
-        if forward and not any(b in branch_list(forward) for b in facts.forward):
+        if forward and not any(holds(forward, b) for b in facts.forward):
             forward = ()  # no forward-compatible node with a branch the image lists
         wanted = ""
         if full is not None:
             wanted = f"{rng.low.major}.x (minorVersion, for {full})"
         text = fit.cuda_problem(facts, rng, vgpu, wanted)
-        if text and forward:
-            # None by the CUDA rule, but forward-compatible nodes with a listed branch exist.
+        if on_11_0:
+            on_11_0 = bool(facts.driver_11_0)  # terms only where some node has such a driver
+            _warn_11_0(state, facts, rng, full)
+        if text and (forward or on_11_0):
+            # None by the CUDA rule, but forward-compatible nodes with a listed branch exist,
+            # or (minorVersion) CUDA 11.0 nodes with a driver ≥ 450.80.02.
             text, plan.fits = "", None
         elif text and record_problem(state, config, text, "cuda"):
             return False
@@ -131,6 +185,11 @@ def cuda_terms(
                 state.warnings.append(short(warning))
     schemes = config.schemes[:1] if facts is None else facts.carried
     plan.cuda = union_terms(schemes, rng.low, rng.max_major)
+    or_11_0 = ""
+    if on_11_0:
+        plan.cuda += driver_11_0_terms(schemes)
+        plan.driver_keys = frozenset(DRIVER_VERSION_LABELS)
+        or_11_0 = ", or 11.0 with driver ≥ 450.80.02"
     if forward and config.forward_compatible_nodes is not None:
         branches = [str(b) for b in branch_list(forward)]
         plan.cuda.append(
@@ -163,13 +222,17 @@ def cuda_terms(
         bound = f" and < {rng.max_major + 1}.0"
     mode, source = "vGPU" if vgpu else "GPU", top.requirement.source  # source: the image whole
     # Which rule placed the pod (SPEC §4), said when the cluster is not on the default one.
-    if compatibility == "minorVersion" and rng.low < top.requirement.version:
+    if compatibility == "minorVersion" and (rng.low < top.requirement.version or on_11_0):
         source = f"minorVersion: {source}"
         plan.cuda_rule = "minorVersion"
+    elif compatibility == "minorVersion" and top.checked:
+        # The image's own requirement, which NVIDIA's toolkit checks (Requirement.declared).
+        source = f"backward, as the image requires: {source}"
     elif config.cuda_compatibility == "minorVersion" and compatibility == "backward":
         source = f"backward, as annotated: {source}"
     # The preference goes last and goes first when a wording must be shorter (a long image, a
     # template's "will apply to replica Worker pods: "): never the version's source.
+    bound += or_11_0
     wordings: tuple[str, ...] = (
         f"required {mode} nodes with CUDA ≥ {rng.low}{bound} ({source})",
         f"required CUDA ≥ {rng.low}{bound} ({source})",

@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 from webhook.core.base.nodeaffinity import is_empty_term, required_terms
 from webhook.core.base.shapes import is_mapping
 from webhook.core.base.versions import CudaVersion
+from webhook.core.config.labels import DRIVER_VERSION_LABELS
 from webhook.core.config.model import CudaLabels
 
 Term = list[dict[str, Any]]  # the matchExpressions of one term
@@ -45,6 +46,32 @@ def range_terms(scheme: CudaLabels, low: CudaVersion, max_major: int | None) -> 
     if max_major is not None and max_major <= low.major:
         return [same_major]
     return [same_major, [_expr(major, "Gt", low.major), *upper]]
+
+
+def driver_11_0_terms(schemes: Iterable[CudaLabels]) -> list[Term]:
+    """Terms selecting the CUDA 11.0 nodes whose driver is ≥ 450.80.02 on GFD's driver version
+    labels (cuda.driver_11_0: branch 450 with a minor above 80, or 80 with a revision above
+    1), one pair per scheme: what minorVersion adds for an 11.x image (SPEC §4)."""
+    major, minor, revision = DRIVER_VERSION_LABELS
+    branch = [_expr(major, "Gt", 449), _expr(major, "Lt", 451)]
+    terms: list[Term] = []
+    for scheme in schemes:
+        node = [
+            _expr(scheme.major, "Gt", 10),
+            _expr(scheme.major, "Lt", 12),
+            _expr(scheme.minor, "Lt", 1),
+        ]
+        terms.append([*node, *branch, _expr(minor, "Gt", 80)])
+        terms.append(
+            [
+                *node,
+                *branch,
+                _expr(minor, "Gt", 79),
+                _expr(minor, "Lt", 81),
+                _expr(revision, "Gt", 1),
+            ]
+        )
+    return terms
 
 
 def union_terms(
@@ -136,14 +163,41 @@ def _mentions(term: Any, keys: frozenset[str]) -> bool:
     return any(is_mapping(e) and isinstance(e.get("key"), str) and e["key"] in keys for e in exprs)
 
 
-def _without(term: Any, keys: frozenset[str]) -> dict[str, Any] | None:
+class Forward(NamedTuple):
+    """How the forward-compatibility term (SPEC §4) is told apart from a user's expressions:
+    it holds an expression on `anchor` (the driver branch label) and a copy of each of
+    forwardCompatibleNodes' expressions (`fixed`, as canonical JSON). Those copies are on keys
+    a user may use too (`nvidia.com/gpu.product`), so they are the webhook's only in a term
+    that holds the anchor, and only one copy of each (issue 37 defect 2)."""
+
+    anchor: str
+    fixed: tuple[str, ...]
+
+
+def _parts(
+    exprs: list[Any], keys: frozenset[str], forward: Forward | None
+) -> tuple[list[Any], list[Any]]:
+    """(ours, the user's) of one term's expressions: ours are those on `keys`, and in the
+    forward-compatibility term (`forward`), one copy of each of its fixed expressions."""
+    ours = [e for e in exprs if _on(e, keys)]
+    rest = [e for e in exprs if not _on(e, keys)]
+    if (
+        forward is not None
+        and forward.anchor in keys
+        and any(e["key"] == forward.anchor for e in ours)
+    ):
+        for fixed in forward.fixed:
+            for i, e in enumerate(rest):
+                if json.dumps(e, sort_keys=True) == fixed:
+                    ours.append(rest.pop(i))
+                    break
+    return ours, rest
+
+
+def _without(term: Any, keys: frozenset[str], forward: Forward | None) -> dict[str, Any] | None:
     """The term with our expressions removed; None when nothing of the user's is left."""
     assert isinstance(term, Mapping)
-    exprs = [
-        e
-        for e in term["matchExpressions"]
-        if not (isinstance(e, Mapping) and isinstance(e.get("key"), str) and e["key"] in keys)
-    ]
+    _, exprs = _parts(term["matchExpressions"], keys, forward)
     rest = {**term, "matchExpressions": exprs}
     if not exprs:
         del rest["matchExpressions"]
@@ -203,10 +257,13 @@ def _on(expr: Any, keys: frozenset[str]) -> bool:
     return is_mapping(expr) and isinstance(expr.get("key"), str) and expr["key"] in keys
 
 
-def _split(terms: Sequence[Any], keys: frozenset[str]) -> tuple[list[Any], list[Term]] | None:
+def _split(
+    terms: Sequence[Any], keys: frozenset[str], forward: Forward | None = None
+) -> tuple[list[Any], list[Term]] | None:
     """(the user's terms, our terms) when `terms` is what merge_terms(user's, ours) makes, our
-    terms being each term's expressions on `keys` (in any order: see canonical); None when it is
-    not (a term without such expressions, or user terms crossed with different lists)."""
+    terms being each term's expressions on `keys` (and the forward-compatibility term's fixed
+    expressions: _parts), in any order (see canonical); None when it is not (a term without
+    such expressions, or user terms crossed with different lists)."""
     groups: dict[str, tuple[Any, list[Term]]] = {}
     empty: list[Any] = []
     for term in terms:
@@ -215,10 +272,10 @@ def _split(terms: Sequence[Any], keys: frozenset[str]) -> tuple[list[Any], list[
             continue
         exprs = term.get("matchExpressions")
         exprs = exprs if isinstance(exprs, list) else []
-        ours = [e for e in exprs if _on(e, keys)]
+        ours, users = _parts(exprs, keys, forward)
         if not ours:
             return None
-        rest = {**term, "matchExpressions": [e for e in exprs if not _on(e, keys)]}
+        rest = {**term, "matchExpressions": users}
         if not rest["matchExpressions"]:
             del rest["matchExpressions"]
         groups.setdefault(canonical(rest), (rest, []))[1].append(ours)
@@ -243,30 +300,35 @@ class Own(NamedTuple):
 
 
 def _our_preference(term: Any, keys: frozenset[str]) -> bool:
-    """A preferred term of the shape preferred_terms() writes, on one of `keys`."""
+    """A preferred term of the shape preferred_terms() or preferred_range_terms() (minorVersion:
+    "12.x with x ≥ 4" has three expressions) writes: every expression on one of `keys`."""
     if not is_mapping(term) or term.get("weight") != PREFERRED_WEIGHT:
         return False
     preference = term.get("preference")
     exprs = preference.get("matchExpressions") if is_mapping(preference) else None
-    return isinstance(exprs, list) and len(exprs) == 1 and _on(exprs[0], keys)
+    return isinstance(exprs, list) and bool(exprs) and all(_on(e, keys) for e in exprs)
 
 
 def own_terms(
-    spec: Mapping[str, Any], mark: str, key_sets: Sequence[tuple[frozenset[str], frozenset[str]]]
+    spec: Mapping[str, Any],
+    mark: str,
+    key_sets: Sequence[tuple[frozenset[str], frozenset[str]]],
+    forward: Forward | None = None,
 ) -> Own | None:
     """The spec without the terms the webhook injected when it wrote `mark` (digest()), or
     None when its affinity is not the user's terms crossed with exactly those.
 
     `key_sets`: (label keys of the required part, label keys of the preferred part) of each
     shape an injection may have had (CUDA and compute capability, either alone): a user's own
-    expression on one of those keys is never ours, and the digest then tells which it was."""
+    expression on one of those keys is never ours, and the digest then tells which it was.
+    `forward`: the forward-compatibility term's marks, for the key sets holding its anchor."""
     terms = required_terms(spec)
     if not terms:
         return None
     current = preferred_of(spec)
     preferred = current if isinstance(current, list) else []
     for keys, preferred_keys in key_sets:
-        split = _split(terms, keys)
+        split = _split(terms, keys, forward)
         if split is None:
             continue
         user, ours = split
@@ -283,11 +345,13 @@ def already_injected(
     keys: frozenset[str],
     injected: list[Term],
     preferred: list[dict[str, Any]] | None = None,
+    forward: Forward | None = None,
 ) -> bool:
     """True when the pod's terms are what merging `injected` into the user's own terms gives
     (expressions in any order: another webhook may have appended its own), and its preferred
     terms hold `preferred`: the object was mutated by us already (idempotence,
-    reinvocation). `keys`: the label keys of what `injected` holds."""
+    reinvocation). `keys`: the label keys of what `injected` holds (with the driver branch
+    label, when `forward` says how its forward-compatibility term is told apart)."""
     if preferred:
         current = preferred_of(spec)
         if not isinstance(current, list) or any(p not in current for p in preferred):
@@ -297,7 +361,7 @@ def already_injected(
         return False
     base: list[Any] = []
     for term in terms:
-        stripped = _without(term, keys) if _mentions(term, keys) else term
+        stripped = _without(term, keys, forward) if _mentions(term, keys) else term
         if stripped not in base:
             base.append(stripped)
     if base == [None]:
