@@ -22,6 +22,7 @@ from tests.fakekube import (
     CLAIMS,
     CONFIGMAPS,
     NODES,
+    SLICES,
     FakeKube,
     claim_template,
     node,
@@ -98,6 +99,7 @@ async def test_review_against_the_cluster_lists_each_kind_once_and_never_watches
     assert [(r.resource, r.accept) for r in cluster.lists()] == [
         (CONFIGMAPS, "application/json"),
         (NODES, METADATA_LIST_ACCEPT),
+        (SLICES, "application/json"),
         (CLAIM_TEMPLATES, "application/json"),
         (CLAIMS, "application/json"),
     ]
@@ -134,6 +136,7 @@ async def test_unreadable_nodes_and_templates_are_notes_and_evaluation_goes_on(
     # A cluster without resource.k8s.io/v1 serves neither DRA kind.
     cluster.not_served(CLAIM_TEMPLATES)
     cluster.not_served(CLAIMS)
+    cluster.not_served(SLICES)
     kubeconfig = cluster.write_kubeconfig(tmp_path)
     manifest = write_yaml(
         tmp_path / "pod.yaml", pod(container(image="nvidia/cuda:12.6.1", limits={GPU: "1"}))
@@ -150,6 +153,9 @@ async def test_unreadable_nodes_and_templates_are_notes_and_evaluation_goes_on(
     assert capsys.readouterr().err == (
         f"gpu-webhook review: note: {server} refused to list Nodes: 403 Forbidden: nodes is "
         'forbidden: User "ci" cannot list resource "nodes"; evaluating without a node inventory\n'
+        f"gpu-webhook review: note: {server} does not serve ResourceSlices "
+        "(resource.k8s.io/v1): 404 NotFound: the server could not find the requested resource; "
+        "evaluating without the DRA ResourceSlices' node facts\n"
         f"gpu-webhook review: note: {server} does not serve ResourceClaimTemplates "
         "(resource.k8s.io/v1): 404 NotFound: the server could not find the requested resource; "
         "evaluating without the cluster's claim templates\n"

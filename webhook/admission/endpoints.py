@@ -102,6 +102,7 @@ async def inventory(request: web.Request) -> web.Response:
         "nodeInventory": nodes,
         "claimTemplates": templates,
         "resourceClaims": claims,
+        "resourceSlices": store.snapshot_status("ResourceSlice"),
         "sources": _sources(store),
     }
     return web.Response(body=std_dumps(document), content_type="application/json")

@@ -111,6 +111,7 @@ _WITHOUT = {
     "Node": "CUDA placement uses the first label scheme, as without a node inventory",
     "ResourceClaimTemplate": "pods are evaluated as if their DRA claims requested no GPU",
     "ResourceClaim": "pods naming a ResourceClaim are evaluated as if it requested no GPU",
+    "ResourceSlice": "nodes that only DRA ResourceSlices describe get no placement",
 }
 
 _NOT_LISTED_YET = (
@@ -181,7 +182,8 @@ class PolicyStore:
     def snapshot_status(self, kind: str) -> dict[str, Any]:
         """Whether the snapshot of a watched kind ("Node", "ResourceClaimTemplate", ...) is in
         force, and if not, why: for /inventory and /policies."""
-        snapshot = self.inventory if kind == "Node" else self.claims
+        # ResourceSlices feed the node inventory (SPEC §13), in force once they listed.
+        snapshot = self.inventory if kind in ("Node", "ResourceSlice") else self.claims
         stats = self.watched.get(kind)
         # Both DRA kinds fill the one ClaimIndex: a watched kind is in force once it listed.
         if snapshot is not None and (stats is None or kind == "Node" or stats.synced):

@@ -16,6 +16,7 @@ from webhook.core.config.model import ANNOTATION_INJECTED_AFFINITY, WebhookConfi
 from webhook.core.outcome.decision import PodState, short
 from webhook.core.placement.cuda import Range
 from webhook.core.placement.terms import (
+    FIELD,
     Own,
     Term,
     already_injected,
@@ -30,6 +31,7 @@ from webhook.core.placement.terms import (
 )
 
 _NO_KEYS: frozenset[str] = frozenset()
+_FIELDS = frozenset({FIELD})
 _REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 _PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 
@@ -65,10 +67,18 @@ def _mentions(spec: Mapping[str, Any], config: WebhookConfig, plan: Plan) -> tup
     # Most pods carry no node constraints at all: skip the inspection of their terms.
     if not (spec.get("affinity") or spec.get("nodeSelector")):
         return "", ""
+    # A term naming nodes (DRA-described ones) is on metadata.name: one already there is ours
+    # from before (reinvocation) or the user's own choice of nodes, kept either way.
+    cuda = config.cuda_label_keys | (_FIELDS if _names_nodes(plan.cuda) else _NO_KEYS)
+    compute = config.compute_label_keys | (_FIELDS if _names_nodes(plan.compute) else _NO_KEYS)
     return (
-        mentioned_key(spec, config.cuda_label_keys) if plan.cuda else "",
-        mentioned_key(spec, config.compute_label_keys) if plan.compute else "",
+        mentioned_key(spec, cuda) if plan.cuda else "",
+        mentioned_key(spec, compute) if plan.compute else "",
     )
+
+
+def _names_nodes(terms: list[Term]) -> bool:
+    return any(e.get("key") == FIELD for term in terms for e in term)
 
 
 def _own(state: PodState, config: WebhookConfig) -> Own | None:
@@ -79,7 +89,14 @@ def _own(state: PodState, config: WebhookConfig) -> Own | None:
     if not mark:
         return None
     cuda, compute = config.cuda_label_keys, config.compute_label_keys
-    key_sets = ((cuda | compute, cuda), (cuda, cuda), (compute, _NO_KEYS))
+    key_sets: tuple[tuple[frozenset[str], frozenset[str]], ...] = (
+        (cuda | compute, cuda),
+        (cuda, cuda),
+        (compute, _NO_KEYS),
+    )
+    # Terms naming DRA-described nodes are on metadata.name (matchFields); a user's own
+    # expression on it is not ours, and the digest tells which shape it was.
+    key_sets += tuple((keys | _FIELDS, preferred) for keys, preferred in key_sets)
     return own_terms(state.pod.spec, mark, key_sets)
 
 
@@ -105,6 +122,8 @@ def _injected_before(
         if with_compute:
             keys |= config.compute_label_keys
         required = cross(plan.cuda if with_cuda else [], plan.compute if with_compute else [])
+        if _names_nodes(required):
+            keys |= _FIELDS
         preferred = plan.preferred if with_cuda else None
         if required and already_injected(state.pod.spec, keys, required, preferred):
             return True

@@ -21,8 +21,19 @@ from typing import Any
 
 from webhook.core.base.versions import CudaVersion, label_int
 from webhook.core.config.model import CudaLabels, NodeSelectorTerm, WebhookConfig
+from webhook.core.placement.dra import DraNode
 
 _DEFAULT_CONFIG = WebhookConfig()
+
+# The pseudo-scheme of nodes whose CUDA version comes from their DRA ResourceSlices (SPEC §13
+# "DRA inventory"): such nodes carry no label to select them by, so its terms name the nodes
+# (matchFields metadata.name, terms.py). It is appended to a config's schemes only when some
+# node without CUDA labels has one. Its keys are never written into a pod.
+DRA_SCHEME = CudaLabels(
+    name="DRA ResourceSlices (gpu.nvidia.com)",
+    major="gpu.nvidia.com/cudaDriverVersion",
+    minor="gpu.nvidia.com/cudaDriverVersion",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +64,14 @@ class InventoryFacts:
     # Forward compatibility: driver branch -> how many nodes match forwardCompatibleNodes and
     # advertise that branch (empty when the config names no such nodes).
     forward: Mapping[int, int] = field(default_factory=lambda: MappingProxyType({}))
+    # Nodes described only by DRA ResourceSlices, by version (sorted names): what the terms of
+    # DRA_SCHEME and of the compute capability of such nodes select.
+    dra_cuda: Mapping[CudaVersion, tuple[str, ...]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    dra_compute: Mapping[CudaVersion, tuple[str, ...]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
 
 
 def _version(labels: Mapping[str, str], scheme: CudaLabels) -> CudaVersion | None:
@@ -76,9 +95,23 @@ def _forward(
     return MappingProxyType(dict(counts))
 
 
+def _names(found: Mapping[CudaVersion, list[str]]) -> Mapping[CudaVersion, tuple[str, ...]]:
+    return MappingProxyType({v: tuple(sorted(names)) for v, names in found.items()})
+
+
 def _facts(
-    nodes: Mapping[str, Mapping[str, str]], schemes: tuple[CudaLabels, ...], compute: CudaLabels
+    nodes: Mapping[str, Mapping[str, str]],
+    schemes: tuple[CudaLabels, ...],
+    compute: CudaLabels,
+    dra: Mapping[str, DraNode],
 ) -> InventoryFacts:
+    # A node's labels win; its ResourceSlices are read only for what it does not label, so a
+    # labelled cluster's facts (and terms) are exactly as without DRA.
+    dra_cuda: dict[CudaVersion, list[str]] = {}
+    dra_compute: dict[CudaVersion, list[str]] = {}
+    if dra:
+        schemes = (*schemes, DRA_SCHEME)
+    dra_index = len(schemes) - 1
     by_scheme: list[Counter[CudaVersion]] = [Counter() for _ in schemes]
     per_node_cuda: Counter[CudaVersion] = Counter()
     compute_counts: Counter[CudaVersion] = Counter()
@@ -87,15 +120,26 @@ def _facts(
     shared: dict[tuple[tuple[tuple[int, CudaVersion], ...], CudaVersion | None], NodeFacts] = {}
     combos: Counter[tuple[tuple[tuple[int, CudaVersion], ...], CudaVersion | None]] = Counter()
     for name, labels in nodes.items():
+        # A slice of a node that is not (or no longer) a Node places nothing.
+        published = dra.get(name) if dra else None
         found: list[tuple[int, CudaVersion]] = []
         for index, scheme in enumerate(schemes):
-            version = _version(labels, scheme)
+            version = (
+                _version(labels, scheme)
+                if scheme is not DRA_SCHEME
+                else (published.cuda if published is not None and not found else None)
+            )
             if version is not None:
                 found.append((index, version))
                 by_scheme[index][version] += 1
+                if index == dra_index and published is not None:
+                    dra_cuda.setdefault(version, []).append(name)
         if found:
             per_node_cuda[found[0][1]] += 1
         capability = _version(labels, compute)
+        if capability is None and published is not None and published.compute is not None:
+            capability = published.compute
+            dra_compute.setdefault(capability, []).append(name)
         if capability is not None:
             compute_counts[capability] += 1
         if found or capability is not None:
@@ -115,6 +159,8 @@ def _facts(
         compute=MappingProxyType(dict(compute_counts)),
         nodes=MappingProxyType(facts),
         combos=MappingProxyType(dict(combos)),
+        dra_cuda=_names(dra_cuda),
+        dra_compute=_names(dra_compute),
     )
 
 
@@ -136,7 +182,7 @@ def kept_labels(obj: Mapping[str, Any], keys: frozenset[str]) -> dict[str, str]:
 class NodeInventory:
     """Per node name, the kept labels ({key: value}); built once per change, read per review."""
 
-    __slots__ = ("_facts", "_last", "nodes", "pending")
+    __slots__ = ("_facts", "_last", "dra", "nodes", "pending")
 
     def __init__(
         self,
@@ -144,6 +190,7 @@ class NodeInventory:
         *,
         config: WebhookConfig | None = None,
         pending: bool = False,
+        dra: Mapping[str, DraNode] | None = None,
     ) -> None:
         # pending: the inventory is switched on but its first list has not arrived (SPEC §4):
         # not "no inventory", so placement injects nothing rather than guess a label scheme.
@@ -154,6 +201,8 @@ class NodeInventory:
                 for name, labels in (nodes or {}).items()
             }
         )
+        # What DRA ResourceSlices publish per node (SPEC §13), read for nodes without labels.
+        self.dra: Mapping[str, DraNode] = MappingProxyType(dict(dra or {}))
         self._facts: dict[tuple[Any, ...], InventoryFacts] = {}
         self._last: tuple[WebhookConfig, InventoryFacts] | None = None
         self.facts(config or _DEFAULT_CONFIG)  # precompute now, off the request path
@@ -165,7 +214,11 @@ class NodeInventory:
 
     @classmethod
     def from_objects(
-        cls, objs: Iterable[Mapping[str, Any]], config: WebhookConfig | None = None
+        cls,
+        objs: Iterable[Mapping[str, Any]],
+        config: WebhookConfig | None = None,
+        *,
+        dra: Mapping[str, DraNode] | None = None,
     ) -> NodeInventory:
         """The snapshot of Node objects (`kubectl get nodes -o yaml` items, or the metadata-only
         PartialObjectMetadata a list returns): only `config.inventory_label_keys` are kept.
@@ -181,15 +234,21 @@ class NodeInventory:
                 if isinstance(name := _node_name(obj), str)
             },
             config=config,
+            dra=dra,
         )
 
     @classmethod
     def build(
-        cls, nodes: Mapping[str, Mapping[str, str]], *, config: WebhookConfig | None = None
+        cls,
+        nodes: Mapping[str, Mapping[str, str]],
+        *,
+        config: WebhookConfig | None = None,
+        dra: Mapping[str, DraNode] | None = None,
     ) -> NodeInventory:
-        """The snapshot for `nodes` (name -> labels). Pass the webhook's config when it has
-        non-default label schemes, so the precomputation is done here and not by a review."""
-        return cls(nodes, config=config)
+        """The snapshot for `nodes` (name -> labels) and what DRA ResourceSlices publish for
+        them (`dra`). Pass the webhook's config when it has non-default label schemes, so the
+        precomputation is done here and not by a review."""
+        return cls(nodes, config=config, dra=dra)
 
     def facts(self, config: WebhookConfig) -> InventoryFacts:
         """The precomputed view for `config`'s schemes (computed once per distinct schemes)."""
@@ -203,7 +262,7 @@ class NodeInventory:
         key = (config.schemes, config.compute_capability_labels, *forward)
         facts = self._facts.get(key)
         if facts is None:
-            facts = _facts(self.nodes, config.schemes, config.compute_capability_labels)
+            facts = _facts(self.nodes, config.schemes, config.compute_capability_labels, self.dra)
             if forward[0] is not None:
                 facts = dataclasses.replace(facts, forward=_forward(self.nodes, *forward))
             self._facts[key] = facts
@@ -221,6 +280,7 @@ class NodeInventory:
             "computeCapability": {
                 str(v): n for v, n in sorted(facts.compute.items(), reverse=True)
             },
+            **({"draNodes": sum(map(len, facts.dra_cuda.values()))} if facts.dra_cuda else {}),
             **(
                 {
                     "forwardCompatibleDriverBranches": {

@@ -3,8 +3,10 @@ range under majorSkew, its node terms, and what a tag-only image may pin."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import reduce
 
+from webhook.core.base.versions import CudaVersion
 from webhook.core.base.wording import Wording
 from webhook.core.config.model import (
     ANNOTATION_CUDA_VERSION,
@@ -15,14 +17,23 @@ from webhook.core.images.requires import branch_list
 from webhook.core.outcome.decision import PodState, Violation, container_label, short
 from webhook.core.placement import cuda, fit
 from webhook.core.placement.injection import Plan
-from webhook.core.placement.inventory import InventoryFacts
+from webhook.core.placement.inventory import DRA_SCHEME, InventoryFacts
 from webhook.core.placement.needs import Need, forward_branches, record_problem, unknown_warning
 from webhook.core.placement.terms import (
+    Term,
+    names_term,
     preferred_range_terms,
     preferred_terms,
     union_terms,
 )
 from webhook.core.workloads.pods import ContainerRef
+
+
+def dra_terms(names: Mapping[CudaVersion, tuple[str, ...]], rng: cuda.Range) -> list[Term]:
+    """The term naming the DRA-described nodes (no labels to select them by) whose version is in
+    `rng`; none when no such node fits (an empty `In` list is invalid)."""
+    fitting = sorted(n for v, listed in names.items() if rng.holds(v) for n in listed)
+    return [names_term(fitting)] if fitting else []
 
 
 def intersect_ranges(ranges: list[cuda.Range]) -> cuda.Range:
@@ -130,7 +141,16 @@ def cuda_terms(
             if warning:
                 state.warnings.append(short(warning))
     schemes = config.schemes[:1] if facts is None else facts.carried
+    dra = facts is not None and DRA_SCHEME in schemes
+    if dra:
+        schemes = tuple(s for s in schemes if s is not DRA_SCHEME)
     plan.cuda = union_terms(schemes, rng.low, rng.max_major)
+    if dra and facts is not None:
+        plan.cuda += dra_terms(facts.dra_cuda, rng)
+        if not plan.cuda:
+            # No DRA-described node fits and no node is labelled: terms no node meets (the
+            # pod waits, as on a labelled cluster; the warning above says why).
+            plan.cuda = union_terms(config.schemes[:1], rng.low, rng.max_major)
     if forward and config.forward_compatible_nodes is not None:
         branches = [str(b) for b in branch_list(forward)]
         plan.cuda.append(

@@ -23,7 +23,36 @@ from webhook.core.base.shapes import is_mapping
 from webhook.core.base.versions import CudaVersion
 from webhook.core.config.model import CudaLabels
 
-Term = list[dict[str, Any]]  # the matchExpressions of one term
+Term = list[dict[str, Any]]  # the expressions of one term (matchExpressions, and FIELD's)
+
+# The one field a node selector term may select on (k8s.io/api core/v1 NodeSelectorTerm
+# MatchFields: "A list of node selector requirements by node's fields"; the scheduler's
+# nodeaffinity reads only metadata.name, pkg/apis/core/validation validateNodeFieldSelector-
+# Requirement accepts only it). An expression on it in a Term is written into `matchFields`:
+# how nodes that no label describes (DRA-only, SPEC §13) are selected, by name.
+FIELD = "metadata.name"
+_LISTS = ("matchExpressions", "matchFields")
+
+
+def names_term(names: Iterable[str]) -> Term:
+    """A term selecting exactly the nodes named (their names sorted by the caller)."""
+    return [{"key": FIELD, "operator": "In", "values": list(names)}]
+
+
+def selector_term(term: Term, base: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The NodeSelectorTerm of `term` ANDed with `base` (a user's term): label expressions
+    after the user's matchExpressions, FIELD's after the user's matchFields."""
+    fields = [e for e in term if e.get("key") == FIELD]
+    labels = [e for e in term if e.get("key") != FIELD] if fields else list(term)
+    out = dict(base or {})
+    user = out.get("matchExpressions")
+    user = list(user) if isinstance(user, list) else []
+    if labels or not fields:
+        out["matchExpressions"] = user + labels
+    if fields:
+        own = out.get("matchFields")
+        out["matchFields"] = (list(own) if isinstance(own, list) else []) + fields
+    return out
 
 
 def _expr(key: str, operator: str, value: int) -> dict[str, Any]:
@@ -114,39 +143,45 @@ def merge_terms(existing: Sequence[Any] | None, injected: list[Term]) -> list[di
     would make it match nodes and widen the user's placement.
     """
     if not existing:
-        return [{"matchExpressions": list(term)} for term in injected]
+        return [selector_term(term) for term in injected]
     merged: list[dict[str, Any]] = []
     for user_term in existing:
         if is_empty_term(user_term):
             merged.append(user_term)
             continue
-        base = dict(user_term)
-        user_exprs = base.get("matchExpressions")
-        user_exprs = list(user_exprs) if isinstance(user_exprs, list) else []
         for term in injected:
-            merged.append({**base, "matchExpressions": user_exprs + list(term)})
+            merged.append(selector_term(term, user_term))
     return merged
 
 
 def _mentions(term: Any, keys: frozenset[str]) -> bool:
-    exprs = term.get("matchExpressions") if is_mapping(term) else None
-    if not isinstance(exprs, list):
+    if not is_mapping(term):
         return False
-    # A malformed key (e.g. a list) is not hashable: test the type before the set lookup.
-    return any(is_mapping(e) and isinstance(e.get("key"), str) and e["key"] in keys for e in exprs)
+    for name in _LISTS:
+        exprs = term.get(name)
+        # A malformed key (e.g. a list) is not hashable: test the type before the set lookup.
+        if isinstance(exprs, list) and any(
+            is_mapping(e) and isinstance(e.get("key"), str) and e["key"] in keys for e in exprs
+        ):
+            return True
+    return False
 
 
 def _without(term: Any, keys: frozenset[str]) -> dict[str, Any] | None:
     """The term with our expressions removed; None when nothing of the user's is left."""
     assert isinstance(term, Mapping)
-    exprs = [
-        e
-        for e in term["matchExpressions"]
-        if not (isinstance(e, Mapping) and isinstance(e.get("key"), str) and e["key"] in keys)
-    ]
-    rest = {**term, "matchExpressions": exprs}
-    if not exprs:
-        del rest["matchExpressions"]
+    rest = dict(term)
+    for name in _LISTS:
+        if not isinstance(term.get(name), list):
+            continue
+        exprs = [
+            e
+            for e in term[name]
+            if not (isinstance(e, Mapping) and isinstance(e.get("key"), str) and e["key"] in keys)
+        ]
+        rest[name] = exprs
+        if not exprs:
+            del rest[name]
     return rest or None
 
 
@@ -159,9 +194,11 @@ def mentioned_key(spec: Mapping[str, Any], keys: frozenset[str]) -> str:
                 return str(key)
     for term in required_terms(spec) or ():
         if _mentions(term, keys):
-            for e in term["matchExpressions"]:
-                if isinstance(e, Mapping) and isinstance(e.get("key"), str) and e["key"] in keys:
-                    return str(e["key"])
+            for name in _LISTS:
+                exprs = term.get(name)
+                for e in exprs if isinstance(exprs, list) else ():
+                    if is_mapping(e) and isinstance(e.get("key"), str) and e["key"] in keys:
+                        return str(e["key"])
     return ""
 
 
@@ -213,14 +250,20 @@ def _split(terms: Sequence[Any], keys: frozenset[str]) -> tuple[list[Any], list[
         if is_empty_term(term):
             empty.append(term)  # merge_terms keeps an empty user term as it is
             continue
-        exprs = term.get("matchExpressions")
-        exprs = exprs if isinstance(exprs, list) else []
-        ours = [e for e in exprs if _on(e, keys)]
+        rest = dict(term)
+        ours = []
+        for name in _LISTS:
+            exprs = term.get(name)
+            if not isinstance(exprs, list):
+                continue
+            # Our FIELD expressions are in matchFields, our label ones in matchExpressions.
+            mine = [e for e in exprs if _on(e, keys) and (e["key"] == FIELD) == (name != _LISTS[0])]
+            ours += mine
+            rest[name] = [e for e in exprs if not any(e is m for m in mine)]
+            if not rest[name]:
+                del rest[name]
         if not ours:
             return None
-        rest = {**term, "matchExpressions": [e for e in exprs if not _on(e, keys)]}
-        if not rest["matchExpressions"]:
-            del rest["matchExpressions"]
         groups.setdefault(canonical(rest), (rest, []))[1].append(ours)
     if not groups:
         return None
