@@ -92,8 +92,8 @@ def gpu_pod(image: str = "nvidia/cuda:12.4.1", **annotations: str) -> dict[str, 
     )
 
 
-def names(*listed: str) -> dict[str, Any]:
-    return {"matchFields": [{"key": "metadata.name", "operator": "In", "values": list(listed)}]}
+def names(name: str) -> dict[str, Any]:
+    return {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [name]}]}
 
 
 def cuda_12_4() -> list[dict[str, Any]]:
@@ -216,18 +216,26 @@ def test_compute_capability_of_dra_only_nodes_is_placed_by_name_too() -> None:
     decision = run(gpu_pod(**{"features.alauda.io/min-compute-capability": "8.0"}), inventory=inv)
     assert decision.allowed
     terms = node_terms(apply(decision))
-    # Every CUDA term ANDed with every compute term; only both-by-name selects a DRA node, and
-    # its two matchFields requirements are ANDed: dra-a100 alone.
-    assert len(terms) == 6  # (2 label terms + 1 named) x (1 label term + 1 named)
-    both = [t for t in terms if "matchExpressions" not in t]
-    assert both == [
-        {
-            "matchFields": [
-                {"key": "metadata.name", "operator": "In", "values": ["dra-a100", "dra-v100"]},
-                {"key": "metadata.name", "operator": "In", "values": ["dra-a100"]},
-            ]
-        }
-    ]
+    # Every CUDA term ANDed with every compute term, except two different nodes' names (a term
+    # no node matches): the CUDA part names dra-a100 and dra-v100, the compute part dra-a100.
+    named = [t for t in terms if "matchFields" in t]
+    # dra-a100 by name alone (both parts name it: one expression).
+    assert [t for t in named if "matchExpressions" not in t] == [names("dra-a100")]
+    # dra-v100 only with compute labels it does not carry: no term selects it.
+    compute = {"matchExpressions": [expr(CMAJ, "Gt", 7)]}
+    v100 = [t for t in named if t["matchFields"] == names("dra-v100")["matchFields"]]
+    assert v100 == [{**compute, **names("dra-v100")}]
+    # (2 label terms + 2 named) x (label term + named), less dra-v100 x dra-a100
+    assert len(terms) == 4 * 2 - 1
+    assert_idempotent(decision, inventory=inv)
+
+
+def test_one_term_per_named_node() -> None:
+    # The API server accepts one value in a node field selector's In (kube-apiserver 1.36.2
+    # refused a Job's pods whose term listed two).
+    inv = inventory(**{"dra-a": ("12.8.0", "9.0.0"), "dra-b": ("13.0.0", "9.0.0")})
+    decision = run(gpu_pod(), inventory=inv)
+    assert node_terms(apply(decision)) == [*cuda_12_4(), names("dra-a"), names("dra-b")]
     assert_idempotent(decision, inventory=inv)
 
 

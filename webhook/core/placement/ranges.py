@@ -21,7 +21,7 @@ from webhook.core.placement.inventory import DRA_SCHEME, InventoryFacts
 from webhook.core.placement.needs import Need, forward_branches, record_problem, unknown_warning
 from webhook.core.placement.terms import (
     Term,
-    names_term,
+    name_term,
     preferred_range_terms,
     preferred_terms,
     union_terms,
@@ -30,10 +30,10 @@ from webhook.core.workloads.pods import ContainerRef
 
 
 def dra_terms(names: Mapping[CudaVersion, tuple[str, ...]], rng: cuda.Range) -> list[Term]:
-    """The term naming the DRA-described nodes (no labels to select them by) whose version is in
-    `rng`; none when no such node fits (an empty `In` list is invalid)."""
-    fitting = sorted(n for v, listed in names.items() if rng.holds(v) for n in listed)
-    return [names_term(fitting)] if fitting else []
+    """A term per DRA-described node (no labels to select it by) whose version is in `rng`: a
+    pod's affinity grows with the number of such nodes, which labels (GFD, the manual scheme)
+    avoid on large clusters."""
+    return [name_term(n) for n in sorted(n for v, ns in names.items() if rng.holds(v) for n in ns)]
 
 
 def intersect_ranges(ranges: list[cuda.Range]) -> cuda.Range:

@@ -34,9 +34,20 @@ FIELD = "metadata.name"
 _LISTS = ("matchExpressions", "matchFields")
 
 
-def names_term(names: Iterable[str]) -> Term:
-    """A term selecting exactly the nodes named (their names sorted by the caller)."""
-    return [{"key": FIELD, "operator": "In", "values": list(names)}]
+def name_term(name: str) -> Term:
+    """A term selecting the one node named. One term per node: the API server accepts exactly
+    one value in a node field selector's `In` (pkg/apis/core/validation
+    validateNodeFieldSelectorRequirement: "must be only one value when `operator` is 'In' or
+    'NotIn' for node field selector"; seen on kube-apiserver 1.36.2 as a Job's pods failing to
+    be created)."""
+    return [{"key": FIELD, "operator": "In", "values": [name]}]
+
+
+def _named(term: Term) -> str | None:
+    for e in term:
+        if e.get("key") == FIELD:
+            return str(e["values"][0])
+    return None
 
 
 def selector_term(term: Term, base: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -133,7 +144,18 @@ def cross(left: list[Term], right: list[Term]) -> list[Term]:
         return right
     if not right:
         return left
-    return [[*a, *b] for a in left for b in right]
+    crossed = []
+    for a in left:
+        one = _named(a)
+        for b in right:
+            other = _named(b)
+            if one is None or other is None:
+                crossed.append([*a, *b])
+            elif one == other:
+                # The same node on both sides: one expression naming it.
+                crossed.append([*a, *(e for e in b if e.get("key") != FIELD)])
+            # Two different nodes: a term no node matches, left out.
+    return crossed
 
 
 def merge_terms(existing: Sequence[Any] | None, injected: list[Term]) -> list[dict[str, Any]]:
