@@ -36,7 +36,7 @@ from bench.harness.core import WebhookConfig  # noqa: E402
 from bench.harness.proc import rss_kib  # noqa: E402
 from bench.harness.servers import KubeProcess  # noqa: E402
 from tests.fakekube import TOKEN, FakeKube, node  # noqa: E402
-from webhook.sources.nodes import NodeSource, inventory_sources  # noqa: E402
+from webhook.sources.nodes import SLICE_PAGE_SIZE, NodeSource, inventory_sources  # noqa: E402
 from webhook.sources.store import PolicyStore  # noqa: E402
 
 CUDA = [("12", "4"), ("12", "2"), ("11", "8"), ("12", "8")]
@@ -172,7 +172,9 @@ def populate_dra(kube: FakeKube, count: int) -> None:
         kube.put(gpu_slice(index))
 
 
-async def measure(port: int, count: int, page_size: int, dra: bool) -> dict[str, float]:
+async def measure(
+    port: int, count: int, page_size: int, dra: bool, slice_page_size: int = SLICE_PAGE_SIZE
+) -> dict[str, float]:
     store = PolicyStore()
 
     async def client() -> ApiClient:
@@ -184,7 +186,7 @@ async def measure(port: int, count: int, page_size: int, dra: bool) -> dict[str,
 
     options: dict[str, Any] = {"api_factory": client, "page_size": page_size}
     sources = (
-        inventory_sources(store, WebhookConfig(), **options)
+        inventory_sources(store, WebhookConfig(), slice_page_size=slice_page_size, **options)
         if dra
         else [NodeSource(store, WebhookConfig(), **options)]
     )
@@ -229,13 +231,18 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=10_000)
     parser.add_argument("--page-size", type=int, default=500, help="list page size (limit)")
     parser.add_argument(
+        "--slice-page-size", type=int, default=SLICE_PAGE_SIZE, help="ResourceSlice page size"
+    )
+    parser.add_argument(
         "--dra", action="store_true", help="unlabelled nodes described by ResourceSlices"
     )
     cli.add_json(parser, help="print one JSON object")
     args = parser.parse_args()
     fill = populate_dra if args.dra else populate
     with KubeProcess(fill, args.nodes, timeout=300) as kube:
-        result = asyncio.run(measure(kube.port, args.nodes, args.page_size, args.dra))
+        result = asyncio.run(
+            measure(kube.port, args.nodes, args.page_size, args.dra, args.slice_page_size)
+        )
     if args.json:
         print(json.dumps(result))
     else:
