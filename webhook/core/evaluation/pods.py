@@ -19,8 +19,10 @@ from webhook.core.outcome.decision import (
     Violation,
     short,
 )
+from webhook.core.placement.gate import place_vendor
 from webhook.core.placement.inventory import NodeInventory
 from webhook.core.placement.place import place
+from webhook.core.placement.vendors import Vendor, vendor_of
 from webhook.core.policies.gpu_keys import unknown_gpu_warning
 from webhook.core.policies.policyset import PolicySet
 from webhook.core.workloads.claims import ClaimIndex, pod_claims
@@ -66,6 +68,8 @@ def _evaluate_spec(
     unknown: list[str] = []
     # Containers that request GPUs (or may, through a claim the cache does not know yet).
     devices: list[ContainerRef] = []
+    # Containers on other vendors' devices (SPEC §13), by vendor: their driver-release gate.
+    vendors: dict[str, tuple[Vendor, list[ContainerRef]]] = {}
     for c in pod.containers:
         keys = apply_resources(state, c, policies, config)
         # CRL rules govern extended resources only; a DRA claim on a GPU device class makes a
@@ -79,6 +83,8 @@ def _evaluate_spec(
                 apply_fixes(state, c, keys.asked, config)
         elif dra.unknown and dra.may_use_gpu(c.container):
             devices.append(c)
+        elif keys.asked and (vendor := vendor_of(keys.asked, c.container, config.accelerators)):
+            vendors.setdefault(vendor.name, (vendor, []))[1].append(c)
         if keys.unknown:
             unknown += [key for key in keys.unknown if key not in unknown]
     if unknown and not violations_only:
@@ -97,6 +103,22 @@ def _evaluate_spec(
             images=images,
             daemonset=daemonset,
         )
+    if vendors and not gpu:
+        if len(vendors) > 1:
+            state.warnings.append(
+                short("containers of different accelerator vendors: no node runs them all")
+            )
+        else:
+            vendor, containers = next(iter(vendors.values()))
+            place_vendor(
+                state,
+                vendor,
+                containers,
+                config,
+                inventory,
+                violations_only=violations_only,
+                daemonset=daemonset,
+            )
 
 
 def evaluate_pod(

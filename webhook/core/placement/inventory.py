@@ -14,15 +14,16 @@ from __future__ import annotations
 import dataclasses
 import sys
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from webhook.core.base.versions import CudaVersion, label_int
 from webhook.core.config.model import CudaLabels, NodeSelectorTerm, WebhookConfig
 
 _DEFAULT_CONFIG = WebhookConfig()
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +137,7 @@ def kept_labels(obj: Mapping[str, Any], keys: frozenset[str]) -> dict[str, str]:
 class NodeInventory:
     """Per node name, the kept labels ({key: value}); built once per change, read per review."""
 
-    __slots__ = ("_facts", "_last", "nodes", "pending")
+    __slots__ = ("_facts", "_last", "_memo", "nodes", "pending")
 
     def __init__(
         self,
@@ -156,6 +157,7 @@ class NodeInventory:
         )
         self._facts: dict[tuple[Any, ...], InventoryFacts] = {}
         self._last: tuple[WebhookConfig, InventoryFacts] | None = None
+        self._memo: dict[Hashable, Any] = {}
         self.facts(config or _DEFAULT_CONFIG)  # precompute now, off the request path
 
     @classmethod
@@ -209,6 +211,14 @@ class NodeInventory:
             self._facts[key] = facts
         self._last = (config, facts)
         return facts
+
+    def memo(self, key: Hashable, build: Callable[[Mapping[str, Mapping[str, str]]], T]) -> T:
+        """What `build` makes of this snapshot's nodes, once per `key` (another placement rule's
+        precomputed view, e.g. a vendor gate's: SPEC §13)."""
+        found = self._memo.get(key)
+        if found is None:
+            found = self._memo[key] = build(self.nodes)
+        return cast(T, found)
 
     def to_json(self, config: WebhookConfig | None = None) -> dict[str, Any]:
         """For /inventory and metrics: node counts per CUDA version and compute capability."""
