@@ -7,18 +7,16 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from webhook.core.base.errors import QuantityError
 from webhook.core.base.manifests import load_yaml_documents
-from webhook.core.base.names import ResourceNames
-from webhook.core.base.quantity import parse_quantity
 from webhook.core.config.accelerators import AcceleratorImage, Accelerators, VendorGate
+from webhook.core.families import family_named
 from webhook.core.images.references import MAX_REFERENCE_LENGTH, normalize, split_tag
 
 DATA_FILE = "accelerators.yaml"
@@ -100,7 +98,6 @@ class Vendor:
     nodes: str  # AMD GPU nodes
     annotation: str
     shown_components: int  # 2: ROCm 7.0.1 is shown as 7.0; 0: as written
-    resources: ResourceNames
     env_version: tuple[str, ...]
     env_devices: tuple[str, ...]
     tags: tuple[re.Pattern[str], ...]
@@ -206,7 +203,6 @@ def _vendor(data: Any, where: str) -> Vendor:
         nodes=_text(data, "nodes", where),
         annotation=_text(data, "annotation", where),
         shown_components=shown if isinstance(shown, int) else 0,
-        resources=ResourceNames(_strings(data, "resources", where)),
         env_version=_strings(data, "envVersion", where),
         env_devices=_strings(data, "envDevices", where),
         tags=tuple(re.compile(p) for p in _strings(data, "tags", where)),
@@ -238,32 +234,21 @@ def shipped_vendors() -> tuple[Vendor, ...]:
     return load_vendors(text, f"webhook/data/{DATA_FILE}")
 
 
-def _positive(container: Mapping[str, Any], key: str) -> bool:
-    """Whether the container asks for `key` (a value of zero asks for nothing, SPEC §3)."""
-    resources = container.get("resources")
-    for field in ("limits", "requests"):
-        values = resources.get(field) if isinstance(resources, Mapping) else None
-        if isinstance(values, Mapping) and key in values:
-            try:
-                return parse_quantity(values[key]) > 0
-            except QuantityError:
-                return True  # the resource rules report it; the container still asks for it
-    return False
-
-
-def vendor_of(
-    keys: Iterable[str], container: Mapping[str, Any], accelerators: Accelerators
-) -> Vendor | None:
-    """The vendor whose devices a container asks for (enabled gates only), or None. Until
-    the device families module says which placement rule applies, this is the one place that
-    decides it."""
-    for vendor in shipped_vendors():
-        gate = accelerators.gate(vendor.name)
-        if gate is None or not gate.enabled:
-            continue
-        if any(key in vendor.resources and _positive(container, key) for key in keys):
+def vendor_of(families: frozenset[str], accelerators: Accelerators) -> Vendor | None:
+    """The vendor whose gate applies to a container requesting devices of `families` (the
+    device families module names each family's placement rule), enabled gates only."""
+    for name in sorted(families):
+        family = family_named(name)
+        vendor = _by_name().get(family.placement) if family is not None else None
+        gate = accelerators.gate(vendor.name) if vendor is not None else None
+        if vendor is not None and gate is not None and gate.enabled:
             return vendor
     return None
+
+
+@lru_cache(maxsize=1)
+def _by_name() -> Mapping[str, Vendor]:
+    return MappingProxyType({v.name: v for v in shipped_vendors()})
 
 
 # --- images ---------------------------------------------------------------------------------
