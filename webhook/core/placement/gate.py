@@ -28,10 +28,12 @@ from webhook.core.placement.needs import Envs, container_env, meta, record_probl
 from webhook.core.placement.vendor_nodes import (
     VendorFacts,
     Want,
+    count_nodes,
     device_counts,
     fitting,
     newest,
     seen_terms,
+    summary,
     table_terms,
     vendor_facts,
 )
@@ -39,6 +41,7 @@ from webhook.core.placement.vendors import (
     Vendor,
     container_finding,
     device_matches,
+    shipped_vendors,
     version_key,
 )
 from webhook.core.workloads.pods import ContainerRef
@@ -173,8 +176,7 @@ def _left_out(facts: VendorFacts, want: Want) -> str:
         shown = f"{first.device_key}={first.device_value}" if first.device_key else "none"
         why, fix = f"{vendor.device} unknown: {shown}", ""
     advice = f"; label {fix}" if fix else ""
-    plural = "s" if count != 1 else ""
-    return f"{count} {vendor.nodes} left out, {why}{advice}".replace(" nodes", f" node{plural}", 1)
+    return f"{count_nodes(count, vendor)} left out, {why}{advice}"
 
 
 def _pinned(
@@ -214,6 +216,26 @@ def _daemonset(state: PodState, facts: VendorFacts, want: Want) -> None:
                 f"they need an {vendor.driver} for {runtime}"
             )
         )
+
+
+def facts_of(vendor: Vendor, inventory: NodeInventory, config: WebhookConfig) -> VendorFacts:
+    """The vendor's view of the inventory, built once per snapshot and gate config."""
+    gate = config.accelerators.gate(vendor.name)
+    assert gate is not None
+    return inventory.memo(("vendor", vendor.name, gate), vendor_facts(vendor, gate))
+
+
+def inventory_summary(inventory: NodeInventory, config: WebhookConfig) -> list[str]:
+    """Per vendor whose labels some node carries: its nodes by driver release (the CLI's
+    inventory line, /inventory)."""
+    found = []
+    for vendor in shipped_vendors():
+        gate = config.accelerators.gate(vendor.name)
+        if gate is not None and gate.enabled:
+            line = summary(facts_of(vendor, inventory, config))
+            if line:
+                found.append(line)
+    return found
 
 
 def place_vendor(
@@ -263,7 +285,7 @@ def place_vendor(
         )
         state.warnings.append(short(f"{vendor.runtime} placement is not enforced {what}"))
         return
-    facts = inventory.memo(("vendor", vendor.name, gate), vendor_facts(vendor, gate))
+    facts = facts_of(vendor, inventory, config)
     if not facts.total:
         state.warnings.append(
             short(

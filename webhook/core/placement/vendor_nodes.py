@@ -229,3 +229,26 @@ def device_counts(facts: VendorFacts, nodes: Iterable[NodeDriver]) -> str:
     for node in nodes:
         counts[node.device or node.device_value or "unknown"] += facts.combos.get(node, 0)
     return ", ".join(f"{d} ({n} node{'s' if n != 1 else ''})" for d, n in counts.most_common())
+
+
+def summary(facts: VendorFacts) -> str:
+    """`6 AMD GPU nodes (amdgpu driver 30.10: 3, 6.4: 2, unknown: 1)` ('' without any)."""
+    if not facts.total:
+        return ""
+    vendor = facts.vendor
+    counts: Counter[str] = Counter()
+    for node, n in facts.combos.items():
+        counts[vendor.shown(node.release.release) if node.release else "unknown"] += n
+    listed = ", ".join(
+        f"{release}: {counts[release]}"
+        for release in sorted(
+            counts, key=lambda r: (r != "unknown", release_order(r)), reverse=True
+        )
+    )
+    return f"{count_nodes(facts.total, vendor)} ({vendor.driver} {listed})"
+
+
+def count_nodes(count: int, vendor: Vendor) -> str:
+    """`1 AMD GPU node`, `3 AMD GPU nodes`."""
+    nodes = vendor.nodes if count != 1 else vendor.nodes.removesuffix("s")
+    return f"{count} {nodes}"
