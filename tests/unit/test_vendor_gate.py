@@ -9,9 +9,11 @@ from typing import Any
 import pytest
 
 from tests.helpers import apply, assert_idempotent, container, pod, run, workload
+from webhook.core.audit.audit import Audit, evaluate_object
 from webhook.core.config.model import load_config
 from webhook.core.placement.inventory import NodeInventory
 from webhook.core.placement.vendors import load_vendors, shipped_vendors
+from webhook.core.policies.policyset import PolicySet
 
 RELEASE, MODULE, DEVICE = (
     "amdgpu-driver-release",
@@ -339,3 +341,23 @@ vendors:
 """
     with pytest.raises(ValueError, match=r"releases\[0\]: source must be a non-empty string"):
         load_vendors(text, "test")
+
+
+def test_the_audit_reports_a_running_amd_pod_on_a_driver_that_cannot_run_it() -> None:
+    """A pod already bound (spec.nodeName) is checked against its node: under
+    noCompatibleNode: deny the audit's finding names the vendor's rule."""
+    config = load_config({"noCompatibleNode": "deny"})
+    running = pod(amd(ROCM_70), name="vllm-0", nodeName="mi300-old")
+    audit = Audit()
+    audit.add(
+        running,
+        "v1",
+        "Pod",
+        evaluate_object(running, "v1", "Pod", PolicySet.empty(), config, inventory=AMD),
+    )
+    (finding,) = audit.result().findings
+    (problem,) = finding.denied.values()
+    assert problem.rule == "rocm"
+    assert problem.message == (
+        "node mi300-old's amdgpu driver 6.4 does not support ROCm 7.0; this pod needs it."
+    )
