@@ -130,7 +130,10 @@ class Vendor:
         return best
 
     def device_of(self, value: str) -> str | None:
-        row = self.devices.get(value.lower())
+        """The device a node label value names; `Ascend910B3` is read as `910B3` (npu-smi
+        and CANN spell the SoC with the prefix, mind-cluster's chip-name label without)."""
+        key = value.lower()
+        row = self.devices.get(key) or self.devices.get(key.removeprefix("ascend"))
         return row.target if row is not None else None
 
     def image(self, image: str, table: Sequence[AcceleratorImage]) -> ImageFinding | None:
