@@ -3,6 +3,7 @@ labels that carry its driver release and its device, in order, and the admin's i
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Literal
 
 from pydantic import field_validator
@@ -66,7 +67,8 @@ class VendorGate(ConfigModel):
             _key(key)
         return value
 
-    @property
+    # cached_property: read by every review of the vendor's pods (as WebhookConfig's).
+    @cached_property
     def keys(self) -> frozenset[str]:
         """Every label key the gate reads (kept by the node inventory)."""
         return frozenset((*(d.key for d in self.driver_labels), *self.device_labels))
@@ -107,6 +109,6 @@ class Accelerators(ConfigModel):
     def gate(self, vendor: str) -> VendorGate | None:
         return self.rocm if vendor == "rocm" else self.cann if vendor == "cann" else None
 
-    @property
+    @cached_property
     def keys(self) -> frozenset[str]:
         return self.rocm.keys | self.cann.keys

@@ -102,9 +102,11 @@ def _evaluate_spec(
                 families = _NVIDIA_ONLY
         if families:
             devices[id(c.container)] = families
-            vendor = vendor_of(families, config.accelerators)
-            if vendor is not None and not (keys.crl or keys.gpu or on_gpu_claim):
-                vendors.setdefault(vendor.name, (vendor, []))[1].append(c)
+            # Not for the CUDA rules' containers (checked first: most GPU pods are NVIDIA's).
+            if not (keys.crl or keys.gpu or on_gpu_claim):
+                vendor = vendor_of(families, config.accelerators)
+                if vendor is not None:
+                    vendors.setdefault(vendor.name, (vendor, []))[1].append(c)
         if keys.unknown:
             unknown += [key for key in keys.unknown if key not in unknown]
     if unknown and not violations_only:

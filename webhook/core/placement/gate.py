@@ -15,6 +15,7 @@ image is built for, where the image says which."""
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import NamedTuple
 
 from webhook.core.base.wording import Wording
@@ -26,6 +27,7 @@ from webhook.core.placement.injection import Plan, inject
 from webhook.core.placement.inventory import NodeInventory
 from webhook.core.placement.needs import Envs, container_env, meta, record_problem
 from webhook.core.placement.vendor_nodes import (
+    Term,
     VendorFacts,
     Want,
     count_nodes,
@@ -114,7 +116,10 @@ def _violation(state: PodState, vendor: Vendor, needs: list[VendorNeed], want: W
     version (by the shipped table) and a device every container is built for."""
     if len(needs) < 2:
         return False
-    if not any(want.runs(r) for r in vendor.releases) and len(set(want.versions)) > 1:
+    each_known = all(
+        any(Want((v,), ()).runs(r) for r in vendor.releases) for v in set(want.versions)
+    )
+    if each_known and not any(want.runs(r) for r in vendor.releases):
         what = f"no {vendor.driver} release runs every container"
     elif want.devices and not any(
         want.fits_device(d, device_matches)
@@ -218,11 +223,51 @@ def _daemonset(state: PodState, facts: VendorFacts, want: Want) -> None:
         )
 
 
+@lru_cache(maxsize=1024)
+def _listed(vendor: Vendor, want: Want) -> bool:
+    """Whether some driver release in the vendor's table runs every version `want` has."""
+    return any(want.runs(r) for r in vendor.releases)
+
+
+class _Placement(NamedTuple):
+    """The terms for one need on one snapshot, and what to say about them."""
+
+    seen: list[Term]  # over the fitting values the inventory has seen
+    left_out: str  # the warning about nodes the gate cannot read
+    problem: str  # why no node runs the pod ('' when some does)
+    table: list[Term]  # when none does: the values the shipped tables know
+
+
+def _placement(facts: VendorFacts, want: Want) -> _Placement:
+    nodes = fitting(facts, want, device_matches)
+    if nodes:
+        left = _left_out(facts, want)
+        return _Placement(
+            seen_terms(facts, nodes, bool(want.devices)), short(left) if left else "", "", []
+        )
+    table = table_terms(facts.vendor, facts.gate, want, device_matches)
+    return _Placement([], "", _problem(facts, want), table)
+
+
+def _copy(terms: list[Term]) -> list[Term]:
+    """Fresh expressions for the draft (the cached ones are shared by every review)."""
+    return [
+        [{**e, "values": list(e["values"])} if "values" in e else dict(e) for e in term]
+        for term in terms
+    ]
+
+
 def facts_of(vendor: Vendor, inventory: NodeInventory, config: WebhookConfig) -> VendorFacts:
-    """The vendor's view of the inventory, built once per snapshot and gate config."""
+    """The vendor's view of the inventory, built once per snapshot and gate config (the
+    gate's identity is checked: hashing a config part on every review costs more)."""
     gate = config.accelerators.gate(vendor.name)
     assert gate is not None
-    return inventory.memo(("vendor", vendor.name, gate), vendor_facts(vendor, gate))
+    key = ("vendor", vendor.name)
+    facts = inventory.memo(key, vendor_facts(vendor, gate))
+    if facts.gate is not gate:
+        facts = vendor_facts(vendor, gate)(inventory.nodes)
+        inventory.memo_set(key, facts)
+    return facts
 
 
 def inventory_summary(inventory: NodeInventory, config: WebhookConfig) -> list[str]:
@@ -269,7 +314,7 @@ def place_vendor(
             state.warnings.append(_unknown_warning(vendor, n.container, bool(known)))
     if not known:
         return
-    if not any(want.runs(r) for r in vendor.releases):
+    if not _listed(vendor, want):
         state.warnings.append(
             short(
                 f"no {vendor.driver} release the webhook knows lists {vendor.runtime} "
@@ -305,16 +350,15 @@ def place_vendor(
         if pinned:
             _pinned(state, facts, want, pinned, who, config)
         return
-    nodes = fitting(facts, want, device_matches)
-    if nodes:
-        terms = seen_terms(facts, nodes, bool(want.devices))
-        left = _left_out(facts, want)
-        if left:
-            state.warnings.append(short(left))
-    else:
-        if record_problem(state, config, _problem(facts, want), vendor.name):
-            return
-        terms = table_terms(vendor, gate, want, device_matches)
+    found = facts.placements.get(want)
+    if found is None:
+        found = facts.placements[want] = _placement(facts, want)
+    seen, left, problem, table = found
+    if left:
+        state.warnings.append(left)
+    if problem and record_problem(state, config, problem, vendor.name):
+        return
+    terms = _copy(seen or table)
     if not terms:
         return
     runtime = f"{vendor.runtime} {_shown(vendor, want.versions)}"

@@ -220,6 +220,10 @@ class NodeInventory:
             found = self._memo[key] = build(self.nodes)
         return cast(T, found)
 
+    def memo_set(self, key: Hashable, value: object) -> None:
+        """Replace what memo() keeps for `key` (its builder's input changed: a new config)."""
+        self._memo[key] = value
+
     def to_json(self, config: WebhookConfig | None = None) -> dict[str, Any]:
         """For /inventory and metrics: node counts per CUDA version and compute capability."""
         facts = self.facts(config or _DEFAULT_CONFIG)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -40,6 +40,9 @@ class VendorFacts:
     total: int  # nodes carrying any of the gate's labels
     combos: Mapping[NodeDriver, int]
     nodes: Mapping[str, NodeDriver]
+    # What gate.py worked out per distinct need (Want), for this snapshot: replicas and
+    # repeated submissions of one image are most reviews.
+    placements: dict[Any, Any] = field(default_factory=dict)
 
 
 def _driver(vendor: Vendor, gate: VendorGate, labels: Mapping[str, str]) -> tuple[str, str, Any]:
