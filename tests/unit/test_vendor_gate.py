@@ -361,3 +361,23 @@ def test_the_audit_reports_a_running_amd_pod_on_a_driver_that_cannot_run_it() ->
     assert problem.message == (
         "node mi300-old's amdgpu driver 6.4 does not support ROCm 7.0; this pod needs it."
     )
+
+
+def test_the_users_own_affinity_on_a_gate_label_is_kept() -> None:
+    selected = pod(amd(ROCM_70), nodeSelector={MODULE: "6.12.12"})
+    decision = run(selected, inventory=AMD)
+    assert decision.patch == []
+    assert decision.warnings == (
+        UNKNOWN_LEFT_OUT,
+        "your node affinity on amd.com/gpu.driver-version is kept as is; "
+        "this pod needs an amdgpu driver for ROCm 7.0",
+    )
+
+
+def test_the_table_answers_are_bounded_per_snapshot() -> None:
+    nodes = NodeInventory.build({"n": {MODULE: "6.14.14"}})
+    for patch in range(1100):
+        annotations = {"features.alauda.io/rocm-version": f"7.0.{patch}"}
+        run(pod(amd("registry.corp/x:1"), annotations=annotations), inventory=nodes)
+    (facts,) = [v for k, v in nodes._memo.items() if k == ("vendor", "rocm")]
+    assert len(facts.placements) <= 1024

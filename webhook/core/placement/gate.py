@@ -223,6 +223,9 @@ def _daemonset(state: PodState, facts: VendorFacts, want: Want) -> None:
         )
 
 
+_MAX_PLACEMENTS = 1024
+
+
 @lru_cache(maxsize=1024)
 def _listed(vendor: Vendor, want: Want) -> bool:
     """Whether some driver release in the vendor's table runs every version `want` has."""
@@ -352,6 +355,8 @@ def place_vendor(
         return
     found = facts.placements.get(want)
     if found is None:
+        if len(facts.placements) >= _MAX_PLACEMENTS:
+            facts.placements.clear()  # annotations can name any version: stay bounded
         found = facts.placements[want] = _placement(facts, want)
     seen, left, problem, table = found
     if left:
