@@ -35,8 +35,11 @@ def accelerator_pod(resource: str, value: str = "1", image: str = "busybox:1.36"
 @pytest.mark.parametrize("resource", _names())
 def test_no_family_resource_is_an_unknown_gpu_or_a_cuda_container(resource: str) -> None:
     decision = run(accelerator_pod(resource), SHIPPED, inventory=INVENTORY)
-    assert decision.warnings == ()
-    # Not a CUDA container: no CUDA affinity, whatever the image.
+    # Neither unknown nor CUDA: what is said (if anything) is the vendor's own gate's.
+    assert not [
+        w for w in decision.warnings if "CUDA" in w or "not a known" in w or "no device family" in w
+    ], decision.warnings
+    # Not a CUDA container: no CUDA affinity (the inventory has no node of another vendor).
     assert node_terms(apply(decision)) is None
 
 
@@ -48,7 +51,10 @@ def test_a_rocm_pod_under_the_shipped_amd_crls_gets_their_rules_and_no_cuda_plac
         )
     )
     decision = run(obj, SHIPPED, inventory=INVENTORY)
-    assert decision.allowed and decision.warnings == ()
+    assert decision.allowed
+    assert not [
+        w for w in decision.warnings if "CUDA" in w or "not a known" in w or "no device family" in w
+    ], decision.warnings
     resources = apply(decision)["spec"]["containers"][0]["resources"]
     # The CRLs' fromLimits rule ran; CUDA placement did not (no CUDA version, no warning).
     assert resources["requests"] == {"amd.com/gpu": "1", "amd.com/gpucores": "50"}
@@ -60,7 +66,10 @@ def test_a_rocm_pod_under_the_shipped_amd_crls_gets_their_rules_and_no_cuda_plac
 
 def test_an_ascend_vnpu_pod_is_limited_to_one_vnpu_and_gets_no_cuda_placement() -> None:
     one = run(accelerator_pod("huawei.com/Ascend910-2c"), SHIPPED, inventory=INVENTORY)
-    assert one.allowed and one.warnings == ()
+    assert one.allowed
+    assert not [
+        w for w in one.warnings if "CUDA" in w or "not a known" in w or "no device family" in w
+    ], one.warnings
     assert node_terms(apply(one)) is None
     two = run(accelerator_pod("huawei.com/Ascend310P-2c.1cpu", "2"), SHIPPED)
     assert not two.allowed

@@ -44,6 +44,14 @@ def test_defaults() -> None:
         "nvidia.com/cuda.runtime.minor",
         "nvidia.com/gpu.compute.major",
         "nvidia.com/gpu.compute.minor",
+        # The ROCm and CANN gates' labels (SPEC §13): admin's first, then the vendors'.
+        "amdgpu-driver-release",
+        "amd.com/gpu.driver-version",
+        "amd.com/gpu.device-id",
+        "ascend-driver-version",
+        "huawei.com/driver.version",
+        "node.kubernetes.io/npu.chip.name",
+        "accelerator-type",
     }
     # MIG mixed-strategy profiles and time-slicing/MPS renamed resources: pGPU rule (SPEC §4).
     assert config.gpu_resource_names == (

@@ -11,6 +11,7 @@ from typing import Any
 
 from webhook.core.base.errors import ManifestError
 from webhook.core.config.model import WebhookConfig
+from webhook.core.placement.gate import inventory_summary
 from webhook.core.placement.inventory import NodeInventory
 from webhook.core.workloads.claims import ClaimIndex
 from webhook.sources.files import policy_files, read_documents
@@ -165,7 +166,9 @@ def inventory_line(inventory: NodeInventory, source: str, config: WebhookConfig)
     """E.g. "node inventory: 12 nodes from nodes.yaml (8 with CUDA labels: GFD)"."""
     facts = inventory.facts(config)
     schemes = ", ".join(s.label for s in facts.carried) or "no known scheme"
+    # Other vendors' nodes by driver release (SPEC §13), when some node carries their labels.
+    vendors = "".join(f"; {line}" for line in inventory_summary(inventory, config))
     return (
         f"node inventory: {facts.total} node(s) from {source} "
-        f"({facts.labelled} with CUDA labels; scheme(s): {schemes})"
+        f"({facts.labelled} with CUDA labels; scheme(s): {schemes}){vendors}"
     )

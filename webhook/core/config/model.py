@@ -17,6 +17,7 @@ from pydantic import (
 from webhook.core.base.errors import ConfigError, ManifestError
 from webhook.core.base.manifests import load_yaml_documents
 from webhook.core.base.names import ResourceNames, name_problem
+from webhook.core.config.accelerators import Accelerators
 from webhook.core.config.access import GpuAccess
 from webhook.core.config.container_rules import (
     DEFAULT_COMPUTE_RULES,
@@ -186,6 +187,9 @@ class WebhookConfig(ConfigModel):
     registry_lookups: RegistryLookups = RegistryLookups()
     # GPU access control (SPEC §12): GPUs only through the resources and claims that count them.
     gpu_access: GpuAccess = GpuAccess()
+    # Accelerators beyond NVIDIA (SPEC §13): the driver-release gates of AMD ROCm and Huawei
+    # Ascend CANN, the node labels each reads, and the admin's image tables.
+    accelerators: Accelerators = Accelerators()
 
     # cached_property: derived once per config, read by every GPU pod's review (a pydantic
     # private attribute would go through BaseModel.__getattr__ on every read).
@@ -206,7 +210,12 @@ class WebhookConfig(ConfigModel):
     @cached_property
     def inventory_label_keys(self) -> frozenset[str]:
         """Node label keys the node inventory keeps: everything placement reads, nothing else."""
-        return self.cuda_label_keys | self.compute_label_keys | self.forward_label_keys
+        return (
+            self.cuda_label_keys
+            | self.compute_label_keys
+            | self.forward_label_keys
+            | self.accelerators.keys
+        )
 
     @cached_property
     def forward_label_keys(self) -> frozenset[str]:

@@ -7,9 +7,10 @@ from typing import Any
 
 from webhook.core.base.errors import ObjectShapeError
 from webhook.core.config.model import WebhookConfig
-from webhook.core.evaluation.pods import evaluate_pod
+from webhook.core.evaluation.pods import access_applies, evaluate_pod, evaluate_pod_update
 from webhook.core.evaluation.updates import allowed_untouched, may_mutate_template, templates_equal
 from webhook.core.images.facts import ImageFacts
+from webhook.core.kinds.registry import WorkloadKind
 from webhook.core.outcome.decision import (
     Decision,
     Violation,
@@ -79,8 +80,14 @@ def evaluate(
     entry = None
     if kind != "ConfigMap":
         entry = lookup(kind, obj, group, config)
-        if entry is None or (entry.kind == "Pod" and entry.group == "" and operation != "CREATE"):
+        if entry is None:
             return Decision(handled=False, object_ref=object_ref(kind, obj, namespace))
+        if entry.kind == "Pod" and entry.group == "" and operation != "CREATE":
+            # A Pod's spec is all but immutable: an UPDATE is judged by GPU access control
+            # only (an image swapped, an ephemeral container added), SPEC §12.
+            return _pod_update(
+                entry, obj, config, namespace, sub_resource, old_object, claims, violations_only
+            )
     ref = object_ref(kind, obj, namespace)
     # Early "allowed because ..." guards (SPEC §6, updates and the controllers that make them):
     # no evaluation, no patch, no warning.
@@ -122,6 +129,42 @@ def evaluate(
         violations_only=violations_only,
         images=images,
         audit=audit,
+    )
+
+
+def _pod_update(
+    entry: WorkloadKind,
+    obj: Mapping[str, Any],
+    config: WebhookConfig,
+    namespace: str | None,
+    sub_resource: str,
+    old_object: Mapping[str, Any] | None,
+    claims: ClaimIndex | None,
+    violations_only: bool,
+) -> Decision:
+    ref = object_ref("Pod", obj, namespace)
+    meta = obj.get("metadata")
+    meta_ns = meta.get("namespace") if isinstance(meta, Mapping) else None
+    ns = namespace or (meta_ns if isinstance(meta_ns, str) else None)
+    if (
+        sub_resource not in ("", "ephemeralcontainers")
+        or not isinstance(old_object, Mapping)
+        or ns in config.exempt_namespaces
+        or not access_applies(config, ns)
+    ):
+        return Decision(handled=False, object_ref=ref)
+    if isinstance(meta, Mapping) and meta.get("deletionTimestamp"):
+        return Decision(object_ref=ref, reason="the object is being deleted")
+    return evaluate_pod_update(
+        entry,
+        obj,
+        old_object,
+        config,
+        ref,
+        ns,
+        claims,
+        sub_resource=sub_resource,
+        violations_only=violations_only,
     )
 
 

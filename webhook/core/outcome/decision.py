@@ -143,8 +143,11 @@ def short(text: str) -> str:
 
 
 def container_label(ref: ContainerRef) -> str:
-    kind = "init container" if ref.list_name == "initContainers" else "container"
-    return f'{kind} "{ref.name}"'
+    if ref.list_name == "initContainers":
+        return f'init container "{ref.name}"'
+    if ref.list_name == "ephemeralContainers":
+        return f'ephemeral container "{ref.name}"'
+    return f'container "{ref.name}"'
 
 
 @dataclass

@@ -37,7 +37,16 @@ _PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 
 
 # Decision.placements values: the rule behind each node affinity part injected.
-PLACEMENT_RULES = ("backward", "minorVersion", "forward", "architecture-floor", "compute")
+# "rocm" and "cann": a vendor gate's driver-release terms (gate.py, SPEC §13).
+PLACEMENT_RULES = (
+    "backward",
+    "minorVersion",
+    "forward",
+    "architecture-floor",
+    "compute",
+    "rocm",
+    "cann",
+)
 
 
 @dataclass(slots=True)
@@ -59,6 +68,10 @@ class Plan:
     # for the CUDA part, "compute" or "architecture-floor" for the compute capability part.
     cuda_rule: str = "backward"
     compute_rule: str = "compute"
+    # The label keys of the first part when it is not CUDA's (a vendor gate's terms, SPEC
+    # §13; empty: the config's CUDA label keys), and the note kind it is reported under.
+    keys: frozenset[str] = frozenset()
+    note_kind: str = "cuda-affinity"
 
 
 def _mentions(spec: Mapping[str, Any], config: WebhookConfig, plan: Plan) -> tuple[str, str]:
@@ -72,7 +85,7 @@ def _mentions(spec: Mapping[str, Any], config: WebhookConfig, plan: Plan) -> tup
     cuda = config.cuda_label_keys | (_FIELDS if _names_nodes(plan.cuda) else _NO_KEYS)
     compute = config.compute_label_keys | (_FIELDS if _names_nodes(plan.compute) else _NO_KEYS)
     return (
-        mentioned_key(spec, cuda) if plan.cuda else "",
+        mentioned_key(spec, plan.keys or cuda) if plan.cuda else "",
         mentioned_key(spec, compute) if plan.compute else "",
     )
 
@@ -89,14 +102,16 @@ def _own(state: PodState, config: WebhookConfig) -> Own | None:
     if not mark:
         return None
     cuda, compute = config.cuda_label_keys, config.compute_label_keys
+    vendors = config.accelerators.keys
     key_sets: tuple[tuple[frozenset[str], frozenset[str]], ...] = (
         (cuda | compute, cuda),
         (cuda, cuda),
         (compute, _NO_KEYS),
+        (vendors, vendors),
     )
     # Terms naming DRA-described nodes are on metadata.name (matchFields); a user's own
     # expression on it is not ours, and the digest tells which shape it was.
-    key_sets += tuple((keys | _FIELDS, preferred) for keys, preferred in key_sets)
+    key_sets += tuple((keys | _FIELDS, preferred) for keys, preferred in key_sets[:3])
     return own_terms(state.pod.spec, mark, key_sets)
 
 
@@ -118,7 +133,7 @@ def _injected_before(
     for with_cuda, with_compute in options:
         keys: frozenset[str] = frozenset()
         if with_cuda:
-            keys |= config.cuda_label_keys | plan.forward_keys
+            keys |= (plan.keys or config.cuda_label_keys) | plan.forward_keys
         if with_compute:
             keys |= config.compute_label_keys
         required = cross(plan.cuda if with_cuda else [], plan.compute if with_compute else [])
@@ -203,7 +218,7 @@ def inject(state: PodState, config: WebhookConfig, plan: Plan) -> None:
         meta = (*state.pod.template_path, "metadata", "annotations")
         state.draft.set(meta, ANNOTATION_INJECTED_AFFINITY, mark)
     if with_cuda and plan.cuda_note:
-        state.note("cuda-affinity", plan.cuda_note)
+        state.note(plan.note_kind, plan.cuda_note)
         state.placements.append(plan.cuda_rule)
         if plan.forward_note:
             state.note("forward-compatibility-affinity", plan.forward_note)

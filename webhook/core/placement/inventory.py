@@ -14,16 +14,17 @@ from __future__ import annotations
 import dataclasses
 import sys
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from webhook.core.base.versions import CudaVersion, label_int
 from webhook.core.config.model import CudaLabels, NodeSelectorTerm, WebhookConfig
 from webhook.core.placement.dra import DraNode
 
 _DEFAULT_CONFIG = WebhookConfig()
+T = TypeVar("T")
 
 # The pseudo-scheme of nodes whose CUDA version comes from their DRA ResourceSlices (SPEC §13
 # "DRA inventory"): such nodes carry no label to select them by, so its terms name the nodes
@@ -182,7 +183,7 @@ def kept_labels(obj: Mapping[str, Any], keys: frozenset[str]) -> dict[str, str]:
 class NodeInventory:
     """Per node name, the kept labels ({key: value}); built once per change, read per review."""
 
-    __slots__ = ("_facts", "_last", "dra", "nodes", "pending")
+    __slots__ = ("_facts", "_last", "_memo", "dra", "nodes", "pending")
 
     def __init__(
         self,
@@ -205,6 +206,7 @@ class NodeInventory:
         self.dra: Mapping[str, DraNode] = MappingProxyType(dict(dra or {}))
         self._facts: dict[tuple[Any, ...], InventoryFacts] = {}
         self._last: tuple[WebhookConfig, InventoryFacts] | None = None
+        self._memo: dict[Hashable, Any] = {}
         self.facts(config or _DEFAULT_CONFIG)  # precompute now, off the request path
 
     @classmethod
@@ -268,6 +270,18 @@ class NodeInventory:
             self._facts[key] = facts
         self._last = (config, facts)
         return facts
+
+    def memo(self, key: Hashable, build: Callable[[Mapping[str, Mapping[str, str]]], T]) -> T:
+        """What `build` makes of this snapshot's nodes, once per `key` (another placement rule's
+        precomputed view, e.g. a vendor gate's: SPEC §13)."""
+        found = self._memo.get(key)
+        if found is None:
+            found = self._memo[key] = build(self.nodes)
+        return cast(T, found)
+
+    def memo_set(self, key: Hashable, value: object) -> None:
+        """Replace what memo() keeps for `key` (its builder's input changed: a new config)."""
+        self._memo[key] = value
 
     def to_json(self, config: WebhookConfig | None = None) -> dict[str, Any]:
         """For /inventory and metrics: node counts per CUDA version and compute capability."""
