@@ -3,10 +3,13 @@ attributes only, and placement naming such nodes (matchFields metadata.name)."""
 
 from __future__ import annotations
 
+import io
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.fakekube import NODES, SLICES, FakeKube, fast_options, node, running
 from tests.helpers import (
@@ -20,6 +23,7 @@ from tests.helpers import (
     pod,
     run,
 )
+from webhook.cli import main
 from webhook.core.base.versions import CudaVersion
 from webhook.core.config.model import WebhookConfig, load_config
 from webhook.core.placement.dra import DraNode, from_objects, slice_facts
@@ -289,3 +293,29 @@ async def test_slices_are_listed_and_watched_into_the_inventory(
             "the new version published",
         )
     assert store.snapshot_status("ResourceSlice") == {"available": True}
+
+
+# --- the CLI --------------------------------------------------------------------------------
+
+
+def test_review_reads_resource_slices_beside_the_nodes(tmp_path: Path) -> None:
+    """`kubectl get nodes,resourceslices -o yaml` as `review --nodes`: DRA-only nodes placed."""
+    listing = {
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [
+            node("dra-new"),
+            node("dra-old"),
+            nvidia_slice("dra-new", ("12.8.0", "9.0.0")),
+            nvidia_slice("dra-old", ("12.2.0", "8.0.0")),
+        ],
+    }
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text(yaml.safe_dump(listing), encoding="utf-8")
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(yaml.safe_dump(gpu_pod()), encoding="utf-8")
+    out = io.StringIO()
+    code = main(["review", "-f", str(manifest), "--nodes", str(nodes), "-o", "json"], out=out)
+    assert code == 0
+    (result,) = json.loads(out.getvalue())
+    assert node_terms(result["mutated"]) == [names("dra-new")]
