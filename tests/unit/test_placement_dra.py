@@ -319,3 +319,53 @@ def test_review_reads_resource_slices_beside_the_nodes(tmp_path: Path) -> None:
     assert code == 0
     (result,) = json.loads(out.getvalue())
     assert node_terms(result["mutated"]) == [names("dra-new")]
+
+
+# --- AMD: the ROCm gate on nodes only DRA describes -------------------------------------------
+
+ROCM_64 = "rocm/pytorch:rocm6.4_ubuntu24.04_py3.12_pytorch_release_2.6.0"
+ROCM_70 = "rocm/vllm:rocm7.0.0_vllm_0.10.2_20251006"
+MODULE = "amd.com/gpu.driver-version"
+
+
+def amd_pod(image: str) -> dict[str, Any]:
+    return pod(container(image=image, limits={"amd.com/gpu": "1"}))
+
+
+def amd_inventory() -> NodeInventory:
+    """A labelled node on amdgpu module 6.12.12 (the ROCm 6.4 driver), and DRA-only nodes on
+    6.12.12 and 6.14.14 (amdgpu 30.10), and one whose slice publishes no driverVersion."""
+    nodes: dict[str, dict[str, str]] = {
+        "mi-labelled": {MODULE: "6.12.12"},
+        "mi-dra-old": {},
+        "mi-dra-new": {},
+        "mi-dra-none": {},
+    }
+    slices = [amd_slice("mi-dra-old", "6.12.12"), amd_slice("mi-dra-new", "6.14.14")]
+    slices.append(resource_slice("s", "mi-dra-none", "gpu.amd.com", [{"name": "gpu-0"}]))
+    return NodeInventory.build(nodes, dra=from_objects(slices))
+
+
+def test_the_rocm_gate_names_the_dra_only_nodes_whose_driver_runs_the_image() -> None:
+    inv = amd_inventory()
+    decision = run(amd_pod(ROCM_64), inventory=inv)
+    release = {"key": "amdgpu-driver-release", "operator": "DoesNotExist"}
+    module = {"key": MODULE, "operator": "In", "values": ["6.12.12"]}
+    assert node_terms(apply(decision)) == [
+        {"matchExpressions": [release, module]},
+        names("mi-dra-new"),
+        names("mi-dra-old"),
+    ]
+    assert_idempotent(decision, inventory=inv)
+    # ROCm 7.0 runs on amdgpu 30.10 only: the DRA-only node on 6.14.14.
+    newer = run(amd_pod(ROCM_70), inventory=inv)
+    assert node_terms(apply(newer)) == [names("mi-dra-new")]
+    # Only names: evaluated again (reinvocation), the pod keeps exactly these terms.
+    assert_idempotent(newer, inventory=inv)
+
+
+def test_an_amd_label_wins_over_the_slice() -> None:
+    nodes = {"mi": {MODULE: "6.12.12"}}
+    inv = NodeInventory.build(nodes, dra=from_objects([amd_slice("mi", "6.14.14")]))
+    decision = run(amd_pod(ROCM_70), inventory=inv)
+    assert decision.warnings[0].startswith("no node's amdgpu driver supports ROCm 7.0")

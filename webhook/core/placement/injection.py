@@ -82,10 +82,12 @@ def _mentions(spec: Mapping[str, Any], config: WebhookConfig, plan: Plan) -> tup
         return "", ""
     # A term naming nodes (DRA-described ones) is on metadata.name: one already there is ours
     # from before (reinvocation) or the user's own choice of nodes, kept either way.
-    cuda = config.cuda_label_keys | (_FIELDS if _names_nodes(plan.cuda) else _NO_KEYS)
+    cuda = (plan.keys or config.cuda_label_keys) | (
+        _FIELDS if _names_nodes(plan.cuda) else _NO_KEYS
+    )
     compute = config.compute_label_keys | (_FIELDS if _names_nodes(plan.compute) else _NO_KEYS)
     return (
-        mentioned_key(spec, plan.keys or cuda) if plan.cuda else "",
+        mentioned_key(spec, cuda) if plan.cuda else "",
         mentioned_key(spec, compute) if plan.compute else "",
     )
 
@@ -111,7 +113,7 @@ def _own(state: PodState, config: WebhookConfig) -> Own | None:
     )
     # Terms naming DRA-described nodes are on metadata.name (matchFields); a user's own
     # expression on it is not ours, and the digest tells which shape it was.
-    key_sets += tuple((keys | _FIELDS, preferred) for keys, preferred in key_sets[:3])
+    key_sets += tuple((keys | _FIELDS, preferred) for keys, preferred in key_sets)
     return own_terms(state.pod.spec, mark, key_sets)
 
 

@@ -30,6 +30,9 @@ T = TypeVar("T")
 # "DRA inventory"): such nodes carry no label to select them by, so its terms name the nodes
 # (matchFields metadata.name, terms.py). It is appended to a config's schemes only when some
 # node without CUDA labels has one. Its keys are never written into a pod.
+# What the AMD DRA driver's `driverVersion` (the amdgpu kernel module's, core/placement/dra.py)
+# is handed to the ROCm gate as: a pseudo label of DRA-only nodes (vendor_nodes.py).
+DRA_AMD_DRIVER = "gpu.amd.com/driverVersion"
 DRA_SCHEME = CudaLabels(
     name="DRA ResourceSlices (gpu.nvidia.com)",
     major="gpu.nvidia.com/cudaDriverVersion",
@@ -276,8 +279,22 @@ class NodeInventory:
         precomputed view, e.g. a vendor gate's: SPEC §13)."""
         found = self._memo.get(key)
         if found is None:
-            found = self._memo[key] = build(self.nodes)
+            found = self._memo[key] = build(self.with_dra_labels())
         return cast(T, found)
+
+    def with_dra_labels(self) -> Mapping[str, Mapping[str, str]]:
+        """The nodes' kept labels, and for a node whose ResourceSlices publish an amdgpu driver
+        version, that version under DRA_AMD_DRIVER (a key no node carries: the ROCm gate
+        reads it only where the node has no driver label, and names such nodes in its terms)."""
+        amd = {name: facts.amdgpu for name, facts in self.dra.items() if facts.amdgpu}
+        if not amd:
+            return self.nodes
+        return MappingProxyType(
+            {
+                name: {**labels, DRA_AMD_DRIVER: amd[name]} if name in amd else labels
+                for name, labels in self.nodes.items()
+            }
+        )
 
     def memo_set(self, key: Hashable, value: object) -> None:
         """Replace what memo() keeps for `key` (its builder's input changed: a new config)."""

@@ -16,6 +16,8 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from webhook.core.config.accelerators import VendorGate
+from webhook.core.placement.inventory import DRA_AMD_DRIVER
+from webhook.core.placement.terms import name_term
 from webhook.core.placement.vendors import Release, Vendor, covers, release_order, version_key
 
 Term = list[dict[str, Any]]
@@ -45,24 +47,37 @@ class VendorFacts:
     placements: dict[Any, Any] = field(default_factory=dict)
 
 
+# Nodes without driver labels whose DRA ResourceSlices publish the driver (SPEC §13 "DRA
+# inventory"): the amdgpu kernel module's version, as the labeller's amd.com/gpu.driver-version
+# is (inventory.py with_dra_labels). Read after every configured label; such nodes carry no
+# label to select them by, so their terms name them (seen_terms).
+_DRA_DRIVERS = {"rocm": DRA_AMD_DRIVER}
+
+
+def _labels_of(vendor: Vendor, gate: VendorGate) -> list[tuple[str, str]]:
+    found: list[tuple[str, str]] = [(label.key, label.value) for label in gate.driver_labels]
+    dra = _DRA_DRIVERS.get(vendor.name)
+    return [*found, (dra, "kernelModule")] if dra else found
+
+
 def _driver(vendor: Vendor, gate: VendorGate, labels: Mapping[str, str]) -> tuple[str, str, Any]:
     """(key, value, release row or the reason it is unknown)."""
-    for label in gate.driver_labels:
-        value = labels.get(label.key)
+    for key, kind in _labels_of(vendor, gate):
+        value = labels.get(key)
         if value is None:
             continue
         if not value:
-            return label.key, value, f"{label.key} is empty"
+            return key, value, f"{key} is empty"
         release = version_key(value)
-        if label.value == "kernelModule":
+        if kind == "kernelModule":
             mapped = vendor.release_of_module(release)
             if mapped is None:
-                return label.key, value, f"{label.key}={value} has no table row"
+                return key, value, f"{key}={value} has no table row"
             release = mapped
         row = vendor.release_row(release)
         if row is None:
-            return label.key, value, f"{label.key}={value} is not in the shipped matrix"
-        return label.key, value, row
+            return key, value, f"{key}={value} is not in the shipped matrix"
+        return key, value, row
     return "", "", "no driver label"
 
 
@@ -173,14 +188,25 @@ def fitting(facts: VendorFacts, want: Want, match: Callable[[str, str], bool]) -
 
 
 def seen_terms(facts: VendorFacts, nodes: list[NodeDriver], with_devices: bool) -> list[Term]:
-    """Terms listing the label values of `nodes` (the fitting ones the inventory has seen)."""
-    return _grouped_terms(
+    """Terms listing the label values of `nodes` (the fitting ones the inventory has seen);
+    nodes whose driver only DRA publishes, one term per node naming it."""
+    dra = _DRA_DRIVERS.get(facts.vendor.name)
+    labelled = [n for n in nodes if n.driver_key != dra]
+    terms = _grouped_terms(
         facts.gate,
         (
             (n.driver_key, n.driver_value, n.device_key if with_devices else "", n.device_value)
-            for n in nodes
+            for n in labelled
         ),
     )
+    if len(labelled) < len(nodes):
+        fit = set(nodes)
+        terms += [
+            name_term(name)
+            for name, n in sorted(facts.nodes.items())
+            if n in fit and n.driver_key == dra
+        ]
+    return terms
 
 
 def _spellings(release: str) -> list[str]:
