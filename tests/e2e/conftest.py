@@ -286,7 +286,8 @@ def cluster_slices(core: Any) -> dict[str, DraNode]:
         if exc.status in (403, 404):
             return {}
         raise
-    return dra_from_objects(listing.get("items") or [])
+    items = listing.get("items") if isinstance(listing, dict) else None
+    return dra_from_objects(items if isinstance(items, list) else [])
 
 
 # Bounded wait for Node changes to reach the webhook through its watch.

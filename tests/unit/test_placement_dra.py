@@ -201,7 +201,7 @@ def test_slices_of_nodes_that_are_not_nodes_place_nothing() -> None:
 
 
 def test_a_dra_only_cluster_where_nothing_fits_warns_and_denies_as_a_labelled_one() -> None:
-    nodes = {"dra-old": {}}
+    nodes: dict[str, dict[str, str]] = {"dra-old": {}}
     inv = NodeInventory.build(
         nodes, dra=from_objects([nvidia_slice("dra-old", ("12.2.0", "8.0.0"))])
     )
