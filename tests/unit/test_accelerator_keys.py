@@ -103,6 +103,10 @@ def test_an_accelerator_name_no_family_knows_gets_one_warning(resource: str, war
     assert decision.warnings == (warning,)
 
 
-def test_names_that_say_no_accelerator_get_no_warning() -> None:
-    decision = run(accelerator_pod("example.com/fpga-slot"))
+@pytest.mark.parametrize(
+    "resource", ["example.com/fpga-slot", "example.com/output-slots", "example.com/multipurpose"]
+)
+def test_names_that_say_no_accelerator_get_no_warning(resource: str) -> None:
+    # The short words count at the start of a word only: "output" holds no TPU.
+    decision = run(accelerator_pod(resource))
     assert decision.warnings == ()

@@ -5,6 +5,7 @@ silently unchecked; SPEC §13)."""
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 from webhook.core.base.wording import Wording
@@ -21,22 +22,13 @@ class GpuKeys(NamedTuple):
     unknown: list[str]  # asks for a resource whose name says GPU that no rule knows
 
 
-# Words in a resource name that say it counts accelerator devices (SPEC §13), as the vendors'
-# device plugins name them: gpu (NVIDIA, AMD, Intel, MetaX, Iluvatar, Moore Threads), npu
-# (Ascend, and generic NPUs), xpu (Kunlunxin), mlu (Cambricon), dcu (Hygon), gcu (Enflame),
-# neuron (AWS), tpu and ipu (Google's and Graphcore's), and the word itself.
-_ACCELERATOR_WORDS = (
-    "gpu",
-    "npu",
-    "xpu",
-    "mlu",
-    "dcu",
-    "gcu",
-    "tpu",
-    "ipu",
-    "neuron",
-    "accelerator",
-)
+# What in a resource name says it counts accelerator devices (SPEC §13), as the vendors' device
+# plugins name them: gpu anywhere (NVIDIA, AMD, Intel, MetaX, Iluvatar, Moore Threads: vgpu,
+# gpumem, ...), and at the start of a word (optionally after v for virtual) npu (Ascend and
+# generic NPUs), xpu (Kunlunxin), mlu (Cambricon), dcu (Hygon), gcu (Enflame), tpu and ipu
+# (Google's and Graphcore's): "output" or "multipurpose" say nothing. neuron (AWS) and
+# accelerator anywhere.
+_ACCELERATOR = re.compile(r"gpu|neuron|accelerator|(?:^|[^a-z])v?(?:npu|xpu|mlu|dcu|gcu|tpu|ipu)")
 
 
 def says_gpu(key: str, config: WebhookConfig) -> bool:
@@ -44,8 +36,9 @@ def says_gpu(key: str, config: WebhookConfig) -> bool:
     that is not ignored."""
     if "/" not in key or key in config.ignored_gpu_resources:
         return False
-    name = key.lower()
-    return any(word in name for word in _ACCELERATOR_WORDS)
+    lowered = key.lower()
+    # "gpu" anywhere in the key, as always (a domain such as gpu.example.com says it too).
+    return "gpu" in lowered or _ACCELERATOR.search(lowered.rsplit("/", 1)[1]) is not None
 
 
 def cuda_or_unknown(key: str) -> bool:
