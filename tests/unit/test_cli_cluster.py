@@ -38,6 +38,9 @@ MANUAL_KEYS = {"cuda-major-version", "cuda-minor-version"}
 SELECTOR = "features.alauda.io/type=CustomResourceLimitation"
 NO_NODE = "no node supports CUDA 12.6; highest available is 12.4 (2 nodes)"
 
+# The shipped ConfigMaps the fake cluster serves (configmaps/).
+SHIPPED = len(list(CONFIGMAPS_DIR.glob("*.yaml")))
+
 
 async def cli(*argv: str) -> tuple[int, str]:
     out = io.StringIO()
@@ -83,7 +86,7 @@ async def test_review_against_the_cluster_lists_each_kind_once_and_never_watches
     assert code == 0
     server = cluster.url
     assert text.startswith(
-        f"policies: 7 CRL ConfigMap(s) from the cluster at {server}\n"
+        f"policies: {SHIPPED} CRL ConfigMap(s) from the cluster at {server}\n"
         f"node inventory: 3 node(s) from the cluster at {server} "
         "(2 with CUDA labels; scheme(s): gfd)\n"
         "DRA claims: 1 ResourceClaimTemplate(s), 0 ResourceClaim(s) from the cluster\n"
@@ -162,7 +165,7 @@ async def test_unreadable_nodes_and_templates_are_notes_and_evaluation_goes_on(
         f"gpu-webhook review: note: {server} does not serve ResourceClaims "
         "(resource.k8s.io/v1): 404 NotFound: the server could not find the requested resource; "
         "evaluating without the cluster's claims\n"
-        f"gpu-webhook review: policies: 7 CRL ConfigMap(s) from the cluster at {server}\n"
+        f"gpu-webhook review: policies: {SHIPPED} CRL ConfigMap(s) from the cluster at {server}\n"
     )
 
 
@@ -339,7 +342,7 @@ async def test_the_image_table_configmap_is_read_once_with_the_servers_request(
     )
     assert code == 0
     assert text.startswith(
-        f"policies: 7 CRL ConfigMap(s) from the cluster at {cluster.url}\n"
+        f"policies: {SHIPPED} CRL ConfigMap(s) from the cluster at {cluster.url}\n"
         "image table: 1 entry from ConfigMap kube-public/gpu-image-table in the cluster at "
         f"{cluster.url}\n"
     )
