@@ -92,7 +92,7 @@ async def inventory_when(get: Get, condition: Callable[[dict[str, Any]], bool]) 
 async def test_inventory_shows_nodes_templates_and_the_sync_state_of_each_kind(
     kube: FakeKube, get: Get
 ) -> None:
-    kinds = ("ConfigMap", "Node", "ResourceClaim", "ResourceClaimTemplate")
+    kinds = ("ConfigMap", "Node", "ResourceClaim", "ResourceClaimTemplate", "ResourceSlice")
     document = await inventory_when(
         get, lambda d: all(d["sources"].get(k, {}).get("synced") for k in kinds)
     )
@@ -100,6 +100,8 @@ async def test_inventory_shows_nodes_templates_and_the_sync_state_of_each_kind(
     assert document["nodeInventory"]["nodes"] == 3
     assert document["claimTemplates"] == {"available": True, "templates": 1, "claims": 2}
     assert document["resourceClaims"] == {"available": True}
+    # The node inventory's DRA half: listed (no slice here), in force.
+    assert document["resourceSlices"] == {"available": True}
     sources = document["sources"]
     assert sorted(sources) == list(kinds)
     assert sources["ResourceClaim"]["objects"] == 2
