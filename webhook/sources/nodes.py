@@ -65,7 +65,11 @@ class NodeSource(Reflector[Labels]):
         keys = self.keys
         self.store.inventory = NodeInventory.build(
             {
-                name: {key: value for key, value in zip(keys, values, strict=True) if value}
+                # An empty value is kept: a label present but empty is a node the ROCm and
+                # CANN gates must leave out with a warning (SPEC §13), not a node without it.
+                name: {
+                    key: value for key, value in zip(keys, values, strict=True) if value is not None
+                }
                 for (_, name), values in items.items()
             },
             # The inventory precomputes its per-scheme counts for this config, off the request path.
