@@ -229,6 +229,10 @@ def test_daemonset_and_bound_pods_are_checked_not_pinned() -> None:
     )
     template = run(workload("DaemonSet", pod(amd(ROCM_70))), inventory=AMD)
     assert template.patch == []
+    assert template.notes == (
+        "will apply to pods: no ROCm affinity (DaemonSet pods are pinned); "
+        "nodes without a driver for ROCm 7.0 cannot run them",
+    )
     assert template.warnings == (
         "3 of 6 AMD GPU nodes cannot run these DaemonSet pods: "
         "they need an amdgpu driver for ROCm 7.0",
