@@ -55,6 +55,13 @@ _DEVICE_FAMILIES = tuple(f for f in FAMILIES if f.device_env or f.device_env_pre
 _LIMITER_FAMILIES = tuple(f for f in FAMILIES if f.limiter_env)
 _VOID_FAMILIES = tuple(f for f in FAMILIES if f.void is not None and f.void_env)
 _CUDA_ENV = frozenset({"CUDA_VERSION", "NVIDIA_REQUIRE_CUDA"})
+_ENV_FAMILY = {name: f for f in _DEVICE_FAMILIES for name in f.device_env}
+_ENV_PREFIXES = tuple(p for f in _DEVICE_FAMILIES for p in f.device_env_prefixes)
+_LIMITER_EXACT = {p: f for f in _LIMITER_FAMILIES for p in f.limiter_env if not p.endswith("*")}
+_LIMITER_PREFIXES = tuple(
+    p[:-1] for f in _LIMITER_FAMILIES for p in f.limiter_env if p.endswith("*")
+)
+_VOID_NAMES = frozenset(name for f in _VOID_FAMILIES for name in f.void_env)
 # Variable -> its family, for the notes saying what void was written.
 VOID_FAMILIES = {name: f for f in _VOID_FAMILIES for name in f.void_env}
 _MAX_KEY = 48
@@ -237,12 +244,28 @@ def _advice_for(family: Family | None, ctx: _Context) -> tuple[str, str]:
     return family.noun, family.request
 
 
+def _device_family(name: str) -> Family | None:
+    """The family whose runtime reads `name` as a device selection (one dict lookup for the
+    usual name that is none)."""
+    family = _ENV_FAMILY.get(name)
+    if family is None and name.startswith(_ENV_PREFIXES):
+        family = next(f for f in _DEVICE_FAMILIES if name.startswith(f.device_env_prefixes))
+    return family
+
+
+def _limiter_family(name: str) -> Family | None:
+    family = _LIMITER_EXACT.get(name)
+    if family is None and name.startswith(_LIMITER_PREFIXES):
+        family = next(f for f in _LIMITER_FAMILIES if f.is_limiter_env(name))
+    return family
+
+
 def _env_findings(
     c: ContainerRef, where: str, own: frozenset[str], ctx: _Context
 ) -> tuple[list[AccessFinding], set[str], bool]:
     """Every env entry of a device variable that names devices, and in a device container its
-    sharing limiter's controls. Returns the findings, the names the container sets (any
-    value), and whether it names a CUDA version."""
+    sharing limiter's controls. Returns the findings, the void variables the container sets
+    (any value), and whether it names a CUDA version."""
     env = c.container.get("env")
     found: list[AccessFinding] = []
     names: set[str] = set()
@@ -255,67 +278,61 @@ def _env_findings(
         name = entry.get("name")
         if type(name) is not str:
             continue
-        names.add(name)
-        if name in _CUDA_ENV:
+        if name in _VOID_NAMES:
+            names.add(name)
+        elif name in _CUDA_ENV:
             cuda = True
             continue
-        for family in _DEVICE_FAMILIES:
-            if not family.is_device_env(name):
-                continue
-            if not _names_devices(family, entry):
-                break
-            noun, request = _advice_for(family, ctx)
-            if family.name in own:
-                # The kubelet appends the container's env after the device plugin's
-                # (pkg/kubelet/kubelet_pods.go GenerateRunContainerOptions) and the runtime keeps
-                # the last value (containerd pkg/oci/spec_opts.go replaceOrAppendEnvValues): a
-                # device container's own value replaces the devices it was given
-                # (NVIDIA/k8s-device-plugin#90). Every entry counts, not only the last one of
-                # its name: an admission answer must not depend on which duplicate a reader keeps.
+        family = _device_family(name)
+        if family is None:
+            limiter = _limiter_family(name) if own else None
+            if limiter is not None and limiter.name in own:
+                # HAMi-core reads its limits from the process env; the device plugin writes
+                # them (and the kubelet puts the container's own env after): a user's value
+                # raises or switches off the share it was given.
                 found.append(
                     AccessFinding(
                         where,
                         f"sets {name}{_shown(entry)}",
-                        f"remove it: the device plugin sets the {noun}s a container gets",
+                        "remove it: the device plugin sets the sharing limits",
                         gpu=True,
                     )
                 )
-            elif "valueFrom" in entry and not isinstance(entry.get("value"), str):
-                found.append(
-                    AccessFinding(
-                        where,
-                        f"sets {name} from valueFrom",
-                        f"request {request} instead",
-                        False,
-                        noun,
-                    )
+            continue
+        if not _names_devices(family, entry):
+            continue
+        noun, request = _advice_for(family, ctx)
+        if family.name in own:
+            # The kubelet appends the container's env after the device plugin's
+            # (pkg/kubelet/kubelet_pods.go GenerateRunContainerOptions) and the runtime keeps
+            # the last value (containerd pkg/oci/spec_opts.go replaceOrAppendEnvValues): a
+            # device container's own value replaces the devices it was given
+            # (NVIDIA/k8s-device-plugin#90). Every entry counts, not only the last one of its
+            # name: an admission answer must not depend on which duplicate a reader keeps.
+            found.append(
+                AccessFinding(
+                    where,
+                    f"sets {name}{_shown(entry)}",
+                    f"remove it: the device plugin sets the {noun}s a container gets",
+                    gpu=True,
                 )
-            else:
-                found.append(
-                    AccessFinding(
-                        where,
-                        f"sets {name}{_shown(entry)}",
-                        f"request {request} or {_void_advice(family)}",
-                        False,
-                        noun,
-                    )
+            )
+        elif "valueFrom" in entry and not isinstance(entry.get("value"), str):
+            found.append(
+                AccessFinding(
+                    where, f"sets {name} from valueFrom", f"request {request} instead", False, noun
                 )
-            break
+            )
         else:
-            for family in _LIMITER_FAMILIES:
-                if family.name in own and family.is_limiter_env(name):
-                    # HAMi-core reads its limits from the process env; the device plugin writes
-                    # them (and the kubelet puts the container's own env after): a user's value
-                    # raises or switches off the share it was given.
-                    found.append(
-                        AccessFinding(
-                            where,
-                            f"sets {name}{_shown(entry)}",
-                            "remove it: the device plugin sets the sharing limits",
-                            gpu=True,
-                        )
-                    )
-                    break
+            found.append(
+                AccessFinding(
+                    where,
+                    f"sets {name}{_shown(entry)}",
+                    f"request {request} or {_void_advice(family)}",
+                    False,
+                    noun,
+                )
+            )
     return found, names, cuda
 
 
@@ -347,7 +364,7 @@ def _mount_findings(
             family = _path_family(_normpath(path))
             what = f"mounts host path {cut(path, _MAX_PATH)}"
             if device:
-                advice = "remove the mount: the device plugin hands a container its devices"
+                advice = "remove it: the device plugin gives the devices"
                 findings.append(AccessFinding(where, what, advice, gpu=True))
             elif family is None:
                 # /dev, /dev/dri, /dev/kfd...: several vendors' nodes.
@@ -362,7 +379,7 @@ def _mount_findings(
             if norm.startswith(DEVICE_LIST_MOUNT_ROOT):
                 what = f"mounts {cut(norm, _MAX_PATH)}"
                 if device:
-                    advice = "remove the mount: the device plugin hands a container its devices"
+                    advice = "remove it: the device plugin gives the devices"
                     findings.append(AccessFinding(where, what, advice, gpu=True))
                 else:
                     findings.append(AccessFinding(where, what, f"request {ctx.request} instead"))
@@ -399,7 +416,7 @@ def container_findings(
                 AccessFinding(
                     where,
                     "is privileged",
-                    "drop privileged or run it in a namespace exempt from gpuAccess",
+                    "drop privileged or exempt its namespace in gpuAccess",
                 )
             )
     if c.container.get("volumeMounts"):
@@ -468,21 +485,18 @@ def findings(
             found.append(
                 AccessFinding(
                     "",
-                    f"runtimeClassName {_value(runtime)} runs {family.vendor}'s runtime for a pod "
-                    f"requesting no {noun}",
-                    f"request {advice} or drop runtimeClassName",
+                    f"runtimeClassName {_value(runtime)} runs {family.vendor}'s runtime but the "
+                    f"pod requests no {noun}",
+                    f"request {advice} or drop it",
                 )
             )
     for key in pod.annotations:
         if isinstance(key, str) and key.startswith(DEVICE_ANNOTATION_PREFIXES):
-            what = "mounts" if key.startswith("mounts.") else "devices"
-            found.append(
-                AccessFinding(
-                    "",
-                    f"annotation {cut(key, _MAX_KEY)} names {what} for the runtime",
-                    f"request {request} or a GPU DRA claim instead",
-                )
-            )
+            if key.startswith("mounts."):
+                what, advice = "names host mounts", "remove it"
+            else:
+                what, advice = "names devices", f"request {request} or a DRA claim instead"
+            found.append(AccessFinding("", f"annotation {cut(key, _MAX_KEY)} {what}", advice))
     refs = (*pod.containers, *ephemeral_containers(pod.spec)) if containers is None else containers
     for c in refs:
         own = devices.get(id(c.container), frozenset())

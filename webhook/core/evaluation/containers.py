@@ -305,7 +305,15 @@ def _void(
     if violations_only or mode == "off" or not (enforce or audit) or not candidate.voids:
         return
     nvidia = tuple(v for v in candidate.voids if v[0] == VISIBLE_DEVICES)
-    known = bool(nvidia) and (candidate.cuda or known_cuda_image(c.container.get("image"), config))
+    # Whether the image is a known CUDA image matters to `known`, the audit and a note that
+    # names NVIDIA's variable alone: `all` writes every void without asking (the detection
+    # reads the whole env, a cost a padded pod must not multiply).
+    ask = mode == "known" or audit or not enforce or len(candidate.voids) == 1
+    known = (
+        ask
+        and bool(nvidia)
+        and (candidate.cuda or known_cuda_image(c.container.get("image"), config))
+    )
     if not enforce:
         if known:
             # Not a warning: every CPU pod on a CUDA image would get one. The audit lists it,
@@ -343,5 +351,5 @@ def _void(
     listed = ", ".join(vendors[:-1]) + f" and {vendors[-1]}"
     state.note(
         "gpu-access",
-        f"set the {listed} device variables to void in {where}: it requests none of their devices",
+        f"set {listed} device variables to void in {where}: it requests no such device",
     )

@@ -161,13 +161,13 @@ FAMILIES: tuple[Family, ...] = (
     ),
     Family(
         name="ascend",
-        vendor="Huawei Ascend",
+        vendor="Ascend",
         # Ascend device plugin (Ascend/mind-cluster): huawei.com/Ascend910, Ascend910B..,
         # Ascend310P, Ascend310, huawei.com/npu, and the vNPU templates
         # huawei.com/Ascend910-<template> (Ascend310P-<template>); HAMi's
         # (charts/hami device-configmap: huawei.com/Ascend910B3, -memory, -core, ...).
         resources=("huawei.com/Ascend*", "huawei.com/npu*"),
-        noun="Ascend NPU",
+        noun="NPU",
         request="huawei.com/Ascend910",
         # Ascend/ascend-docker-runtime hook/main.go doPrestartHook: ASCEND_VISIBLE_DEVICES names
         # the NPUs the hook mounts (ASCEND_RUNTIME_OPTIONS/ASCEND_RUNTIME_MOUNTS only qualify it).

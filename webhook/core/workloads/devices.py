@@ -62,5 +62,3 @@ DEVICE_ANNOTATION_PREFIXES = (
     "cdi-devices.nri.io",
     "io.kubernetes.cri-o.Devices",
 )
-# The name kept for the update comparison's readers.
-CDI_ANNOTATION_PREFIXES = DEVICE_ANNOTATION_PREFIXES
