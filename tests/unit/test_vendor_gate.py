@@ -385,3 +385,14 @@ def test_the_table_answers_are_bounded_per_snapshot() -> None:
         run(pod(amd("registry.corp/x:1"), annotations=annotations), inventory=nodes)
     (facts,) = [v for k, v in nodes._memo.items() if k == ("vendor", "rocm")]
     assert len(facts.placements) <= 1024
+
+
+def test_a_pod_mixing_vendors_is_placed_by_no_vendor_gate() -> None:
+    nvidia = container("cuda", image="nvidia/cuda:12.4.1-base", limits={"nvidia.com/gpu": "1"})
+    for others in (
+        [amd(ROCM_70, name="rocm")],
+        [amd(ROCM_70, name="rocm"), npu(CANN_83_910B, name="npu")],
+    ):
+        both = run(pod(nvidia, *others) if len(others) == 1 else pod(*others), inventory=AMD)
+        assert "containers of different accelerator vendors: no node runs them all" in both.warnings
+        assert "rocm-affinity" not in both.mutation_kinds
