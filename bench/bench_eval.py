@@ -209,14 +209,14 @@ def synthetic_inventory(count: int) -> NodeInventory:
         cc_major, cc_minor = capabilities[(i // 3) % 3]
         if i % 10 == 9:
             labels: dict[str, str] = {}  # a CPU node
-        elif i % 20 == 7:  # AMD nodes on two amdgpu drivers (MI300X, MI210)
+        elif i % 10 == 7:  # AMD nodes on two amdgpu drivers (MI300X, MI210)
             labels = {
-                "amd.com/gpu.driver-version": ("6.14.14", "6.12.12")[(i // 20) % 2],
-                "amd.com/gpu.device-id": ("74a1", "740f")[(i // 40) % 2],
+                "amd.com/gpu.driver-version": ("6.14.14", "6.12.12")[(i // 10) % 2],
+                "amd.com/gpu.device-id": ("74a1", "740f")[(i // 20) % 2],
             }
-        elif i % 20 == 17:  # Ascend nodes on two HDKs
+        elif i % 10 == 6:  # Ascend nodes on two HDKs
             labels = {
-                "huawei.com/driver.version": ("25.3.RC1", "25.5.1")[(i // 20) % 2],
+                "huawei.com/driver.version": ("25.3.RC1", "25.5.1")[(i // 10) % 2],
                 "node.kubernetes.io/npu.chip.name": "910B3",
             }
         elif i % 10 == 8:

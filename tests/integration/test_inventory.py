@@ -192,3 +192,20 @@ async def test_switched_off_kinds_are_not_watched(kube: FakeKube, tmp_path: Path
         "Node objects are not watched (a local run with --policies, or switched off in the "
         "webhook config)"
     )
+
+
+async def test_inventory_counts_amd_and_ascend_nodes_by_driver_release(
+    kube: FakeKube, get: Get
+) -> None:
+    """The reflector keeps the ROCm and CANN gates' labels (SPEC §13), and /inventory says
+    what the gates read from them, as `review --nodes` does."""
+    kube.put(
+        node("mi300", {"amd.com/gpu.driver-version": "6.14.14", "amd.com/gpu.device-id": "74a1"})
+    )
+    kube.put(node("mi210", {"amd.com/gpu.driver-version": ""}))
+    kube.put(node("a2", {"huawei.com/driver.version": "25.5.1"}))
+    document = await inventory_when(get, lambda d: d["nodeInventory"].get("nodes") == 6)
+    assert document["nodeInventory"]["accelerators"] == [
+        "2 AMD GPU nodes (amdgpu driver 30.10: 1, unknown: 1)",
+        "1 Ascend node (Ascend HDK 25.5.1: 1)",
+    ]

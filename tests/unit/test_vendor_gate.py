@@ -229,6 +229,10 @@ def test_daemonset_and_bound_pods_are_checked_not_pinned() -> None:
     )
     template = run(workload("DaemonSet", pod(amd(ROCM_70))), inventory=AMD)
     assert template.patch == []
+    assert template.notes == (
+        "will apply to pods: no ROCm affinity (DaemonSet pods are pinned); "
+        "nodes without a driver for ROCm 7.0 cannot run them",
+    )
     assert template.warnings == (
         "3 of 6 AMD GPU nodes cannot run these DaemonSet pods: "
         "they need an amdgpu driver for ROCm 7.0",
@@ -381,3 +385,14 @@ def test_the_table_answers_are_bounded_per_snapshot() -> None:
         run(pod(amd("registry.corp/x:1"), annotations=annotations), inventory=nodes)
     (facts,) = [v for k, v in nodes._memo.items() if k == ("vendor", "rocm")]
     assert len(facts.placements) <= 1024
+
+
+def test_a_pod_mixing_vendors_is_placed_by_no_vendor_gate() -> None:
+    nvidia = container("cuda", image="nvidia/cuda:12.4.1-base", limits={"nvidia.com/gpu": "1"})
+    for others in (
+        [amd(ROCM_70, name="rocm")],
+        [amd(ROCM_70, name="rocm"), npu(CANN_83_910B, name="npu")],
+    ):
+        both = run(pod(nvidia, *others) if len(others) == 1 else pod(*others), inventory=AMD)
+        assert "containers of different accelerator vendors: no node runs them all" in both.warnings
+        assert "rocm-affinity" not in both.mutation_kinds

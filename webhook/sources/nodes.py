@@ -120,7 +120,9 @@ class NodeSource(Reflector[Labels]):
     def _build(self, items: Mapping[Key, Labels]) -> None:
         keys = self.keys
         self.parts.labels = {
-            name: {key: value for key, value in zip(keys, values, strict=True) if value}
+            # An empty value is kept: a label present but empty is a node the ROCm and CANN
+            # gates must leave out with a warning (SPEC §13), not a node without it.
+            name: {key: value for key, value in zip(keys, values, strict=True) if value is not None}
             for (_, name), values in items.items()
         }
         self.parts.publish()

@@ -125,22 +125,23 @@ def _evaluate_spec(
             images=images,
             daemonset=daemonset,
         )
-    if vendors and not gpu:
-        if len(vendors) > 1:
+    if vendors and (gpu or len(vendors) > 1):
+        # One node has one vendor's devices and drivers: the other vendors' gates are not run.
+        if not violations_only:
             state.warnings.append(
                 short("containers of different accelerator vendors: no node runs them all")
             )
-        else:
-            vendor, containers = next(iter(vendors.values()))
-            place_vendor(
-                state,
-                vendor,
-                containers,
-                config,
-                inventory,
-                violations_only=violations_only,
-                daemonset=daemonset,
-            )
+    elif vendors:
+        vendor, containers = next(iter(vendors.values()))
+        place_vendor(
+            state,
+            vendor,
+            containers,
+            config,
+            inventory,
+            violations_only=violations_only,
+            daemonset=daemonset,
+        )
 
 
 def evaluate_pod(

@@ -209,8 +209,15 @@ def _daemonset(state: PodState, facts: VendorFacts, want: Want) -> None:
     vendor = facts.vendor
     runtime = f"{vendor.runtime} {_shown(vendor, want.versions)}"
     state.notes.append(
-        f"no {vendor.runtime} affinity (DaemonSet pods are pinned to their node); "
-        f"nodes without an {vendor.driver} for {runtime} cannot run them"
+        Wording(
+            (
+                f"no {vendor.runtime} affinity (DaemonSet pods are pinned to their node); "
+                f"nodes without an {vendor.driver} for {runtime} cannot run them",
+                f"no {vendor.runtime} affinity (DaemonSet pods are pinned); "
+                f"nodes without a driver for {runtime} cannot run them",
+                f"no {vendor.runtime} affinity (DaemonSet pods are pinned to their node)",
+            )
+        )
     )
     ok = set(fitting(facts, want, device_matches))
     unfit = sum(n for node, n in facts.combos.items() if node not in ok)

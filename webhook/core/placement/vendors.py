@@ -257,8 +257,11 @@ def _by_name() -> Mapping[str, Vendor]:
 # --- images ---------------------------------------------------------------------------------
 
 
+@lru_cache(maxsize=256)
 def _devices_in(value: str) -> tuple[str, ...]:
-    return tuple(d for d in re.split(r"[;,\s]+", value.strip()) if d)
+    """`gfx90a;gfx942:xnack-` -> (gfx90a, gfx942): a target id's features (after `:`,
+    LLVM's AMDGPU target ids) run on the same target."""
+    return tuple(d.split(":", 1)[0] for d in re.split(r"[;,\s]+", value.strip()) if d)
 
 
 @lru_cache(maxsize=4096)
