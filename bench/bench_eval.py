@@ -148,6 +148,25 @@ def pytorchjob() -> dict[str, Any]:
     }
 
 
+def amd_pod() -> dict[str, Any]:
+    """One AMD container (SPEC §13): the ROCm gate with a gfx target from the env."""
+    pod = typical_pod()
+    c = pod["spec"]["containers"][0]
+    c["image"] = "rocm/vllm:rocm7.0.0_vllm_0.10.2_20251006"
+    c["env"] = [{"name": "PYTORCH_ROCM_ARCH", "value": "gfx942"}]
+    c["resources"] = {"limits": {"cpu": "4", "memory": "16Gi", "amd.com/gpu": "1"}}
+    return pod
+
+
+def ascend_pod() -> dict[str, Any]:
+    """One Ascend container (SPEC §13): the CANN gate, version and chip from the tag."""
+    pod = typical_pod()
+    c = pod["spec"]["containers"][0]
+    c["image"] = "ascendai/cann:8.3.rc1-910b-ubuntu22.04-py3.11"
+    c["resources"] = {"limits": {"cpu": "4", "memory": "16Gi", "huawei.com/Ascend910": "1"}}
+    return pod
+
+
 def non_gpu_pod() -> dict[str, Any]:
     pod = typical_pod()
     pod["spec"]["containers"][0]["resources"]["limits"].pop("tencent.com/vcuda-core")
@@ -180,7 +199,8 @@ def synthetic_policies(count: int, base: Path) -> PolicySet:
 
 def synthetic_inventory(count: int) -> NodeInventory:
     """`count` nodes as a mixed cluster advertises them: GFD labels on most (three driver
-    versions, three GPU generations), the manual scheme on some, CPU nodes with none."""
+    versions, three GPU generations), the manual scheme on some, CPU nodes with none, and
+    AMD and Ascend nodes (two drivers each) instead of a tenth of the GPU ones."""
     versions = [("12", "2"), ("12", "4"), ("12", "6")]
     capabilities = [("7", "5"), ("8", "0"), ("9", "0")]
     nodes: dict[str, dict[str, str]] = {}
@@ -189,6 +209,16 @@ def synthetic_inventory(count: int) -> NodeInventory:
         cc_major, cc_minor = capabilities[(i // 3) % 3]
         if i % 10 == 9:
             labels: dict[str, str] = {}  # a CPU node
+        elif i % 10 == 7:  # AMD nodes on two amdgpu drivers (MI300X, MI210)
+            labels = {
+                "amd.com/gpu.driver-version": ("6.14.14", "6.12.12")[(i // 10) % 2],
+                "amd.com/gpu.device-id": ("74a1", "740f")[(i // 20) % 2],
+            }
+        elif i % 10 == 6:  # Ascend nodes on two HDKs
+            labels = {
+                "huawei.com/driver.version": ("25.3.RC1", "25.5.1")[(i // 10) % 2],
+                "node.kubernetes.io/npu.chip.name": "910B3",
+            }
         elif i % 10 == 8:
             labels = {"cuda-major-version": major, "cuda-minor-version": minor}
         else:
@@ -240,9 +270,16 @@ def main() -> int:
         "Deployment": deployment(),
         "PyTorchJob (2 roles)": pytorchjob(),
         "non-GPU pod": non_gpu_pod(),
+        "AMD pod (ROCm)": amd_pod(),
+        "Ascend pod (CANN)": ascend_pod(),
     }
     inventories = {"10": synthetic_inventory(10), "10000": synthetic_inventory(10_000)}
-    by_nodes_objects = ("typical GPU pod", "multi-container pod")
+    by_nodes_objects = (
+        "typical GPU pod",
+        "multi-container pod",
+        "AMD pod (ROCm)",
+        "Ascend pod (CANN)",
+    )
 
     def run(
         obj: dict[str, Any], policies: PolicySet, inventory: NodeInventory | None = None

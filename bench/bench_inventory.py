@@ -8,6 +8,11 @@ GPU Feature Discovery), annotations and managedFields. This process imports ever
 builds its client first, measures RSS, then runs the node reflector until the inventory holds
 every node (the sync time), collects garbage and measures RSS again: the growth is what the
 inventory costs to hold (the bar: ≤ 15 MiB at 10,000 nodes, sync ≤ 3 s).
+
+`--dra` (SPEC §13 "DRA inventory"): the same nodes without any CUDA label, each described by
+the ResourceSlice NVIDIA's DRA driver publishes for 8 GPUs instead (every attribute and
+capacity of k8s-dra-driver-gpu's GpuInfo.GetDevice, managedFields); both reflectors run (Nodes
+metadata-only, ResourceSlices whole) until the inventory holds every node's DRA facts.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from bench.harness.core import WebhookConfig  # noqa: E402
 from bench.harness.proc import rss_kib  # noqa: E402
 from bench.harness.servers import KubeProcess  # noqa: E402
 from tests.fakekube import TOKEN, FakeKube, node  # noqa: E402
-from webhook.sources.nodes import NodeSource  # noqa: E402
+from webhook.sources.nodes import SLICE_PAGE_SIZE, NodeSource, inventory_sources  # noqa: E402
 from webhook.sources.store import PolicyStore  # noqa: E402
 
 CUDA = [("12", "4"), ("12", "2"), ("11", "8"), ("12", "8")]
@@ -98,7 +103,78 @@ def populate(kube: FakeKube, count: int) -> None:
         kube.put(gpu_node(index))
 
 
-async def measure(port: int, count: int, page_size: int) -> dict[str, float]:
+def unlabelled_node(index: int) -> dict[str, Any]:
+    """A GPU node of a DRA-only cluster: no CUDA label of any scheme, no GFD."""
+    obj = gpu_node(index)
+    labels = obj["metadata"]["labels"]
+    for key in [k for k in labels if k.startswith(("cuda-", "nvidia.com/"))]:
+        del labels[key]
+    return obj
+
+
+def gpu_slice(index: int) -> dict[str, Any]:
+    """The ResourceSlice of one node's 8 GPUs, with what k8s-dra-driver-gpu publishes
+    (cmd/gpu-kubelet-plugin/deviceinfo.go GpuInfo.GetDevice)."""
+    major, minor = CUDA[index % len(CUDA)]
+    name = f"gpu-node-{index:05d}"
+    devices = [
+        {
+            "name": f"gpu-{gpu}",
+            "attributes": {
+                "type": {"string": "gpu"},
+                "uuid": {"string": f"GPU-{index:08x}-{gpu:04x}-0000-0000-000000000000"},
+                "productName": {"string": PRODUCTS[index % len(PRODUCTS)]},
+                "brand": {"string": "Nvidia"},
+                "architecture": {"string": "Ampere"},
+                "cudaComputeCapability": {"version": "8.0.0"},
+                "driverVersion": {"version": "550.54.15"},
+                "cudaDriverVersion": {"version": f"{major}.{minor}.0"},
+                "pcieBusID": {"string": f"0000:{gpu + 16:02x}:00.0"},
+                "addressingMode": {"string": "HMM"},
+                "resource.kubernetes.io/pcieRoot": {"string": f"pci0000:{gpu // 2:02x}"},
+            },
+            "capacity": {"memory": {"value": "81920Mi"}},
+        }
+        for gpu in range(8)
+    ]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {
+            "name": f"{name}-gpu.nvidia.com-x{index:05d}",
+            "uid": f"10000000-0000-0000-0000-{index:012d}",
+            "ownerReferences": [
+                {"apiVersion": "v1", "kind": "Node", "name": name, "uid": f"u-{index}"}
+            ],
+            "managedFields": [
+                {
+                    "manager": "gpu-kubelet-plugin",
+                    "operation": "Update",
+                    "apiVersion": "resource.k8s.io/v1",
+                    "time": "2024-01-01T00:00:00Z",
+                    "fieldsType": "FieldsV1",
+                    "fieldsV1": {"f:spec": {"f:devices": {}, "f:driver": {}, "f:nodeName": {}}},
+                }
+            ],
+        },
+        "spec": {
+            "driver": "gpu.nvidia.com",
+            "nodeName": name,
+            "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
+            "devices": devices,
+        },
+    }
+
+
+def populate_dra(kube: FakeKube, count: int) -> None:
+    for index in range(count):
+        kube.put(unlabelled_node(index))
+        kube.put(gpu_slice(index))
+
+
+async def measure(
+    port: int, count: int, page_size: int, dra: bool, slice_page_size: int = SLICE_PAGE_SIZE
+) -> dict[str, float]:
     store = PolicyStore()
 
     async def client() -> ApiClient:
@@ -108,25 +184,41 @@ async def measure(port: int, count: int, page_size: int) -> dict[str, float]:
         )
         return ApiClient(configuration)
 
-    source = NodeSource(store, WebhookConfig(), api_factory=client, page_size=page_size)
+    options: dict[str, Any] = {"api_factory": client, "page_size": page_size}
+    sources = (
+        inventory_sources(store, WebhookConfig(), slice_page_size=slice_page_size, **options)
+        if dra
+        else [NodeSource(store, WebhookConfig(), **options)]
+    )
     # Warm up the client's code paths (imports, SSL/HTTP machinery) outside the figure.
     warm = await client()
     await warm.close()  # type: ignore[no-untyped-call]
     gc.collect()
     before = rss_kib()
     started = time.perf_counter()
-    task = asyncio.create_task(source.run())
-    while store.inventory is None or len(store.inventory.nodes) < count:
+    tasks = [asyncio.create_task(source.run()) for source in sources]
+    while (
+        store.inventory is None
+        or len(store.inventory.nodes) < count
+        or (dra and len(store.inventory.dra) < count)
+    ):
         await asyncio.sleep(0.005)
     sync_seconds = time.perf_counter() - started
     gc.collect()
     await asyncio.sleep(0.2)
     after = rss_kib()
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    for task in tasks:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    if dra:
+        # Placement reads the DRA facts: every node counted, none by labels.
+        assert store.inventory is not None
+        facts = store.inventory.facts(WebhookConfig())
+        assert sum(map(len, facts.dra_cuda.values())) == count, facts.dra_cuda.keys()
     return {
         "nodes": count,
+        "dra": dra,
         "sync_seconds": round(sync_seconds, 3),
         "rss_before_mib": round(before / 1024, 1),
         "rss_after_mib": round(after / 1024, 1),
@@ -138,15 +230,25 @@ def main() -> int:
     parser = cli.parser(__doc__)
     parser.add_argument("--nodes", type=int, default=10_000)
     parser.add_argument("--page-size", type=int, default=500, help="list page size (limit)")
+    parser.add_argument(
+        "--slice-page-size", type=int, default=SLICE_PAGE_SIZE, help="ResourceSlice page size"
+    )
+    parser.add_argument(
+        "--dra", action="store_true", help="unlabelled nodes described by ResourceSlices"
+    )
     cli.add_json(parser, help="print one JSON object")
     args = parser.parse_args()
-    with KubeProcess(populate, args.nodes, timeout=300) as kube:
-        result = asyncio.run(measure(kube.port, args.nodes, args.page_size))
+    fill = populate_dra if args.dra else populate
+    with KubeProcess(fill, args.nodes, timeout=300) as kube:
+        result = asyncio.run(
+            measure(kube.port, args.nodes, args.page_size, args.dra, args.slice_page_size)
+        )
     if args.json:
         print(json.dumps(result))
     else:
         print(
-            f"{result['nodes']} nodes: sync {result['sync_seconds']:.2f} s, RSS "
+            f"{result['nodes']} nodes{' (DRA ResourceSlices)' if args.dra else ''}: "
+            f"sync {result['sync_seconds']:.2f} s, RSS "
             f"{result['rss_before_mib']} -> {result['rss_after_mib']} MiB "
             f"(growth {result['rss_growth_mib']} MiB; bars: sync <= 3 s, growth <= 15 MiB)"
         )

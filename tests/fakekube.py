@@ -5,7 +5,8 @@ configuration) inside the test's event loop (or in its own process for benchmark
 `kubernetes` client (pointed at it through a kubeconfig file, or the in-cluster service-account
 files) exercises its own request, streaming and error paths. Resources: ConfigMaps
 (namespaced), Nodes (cluster-scoped, /api/v1/nodes) and resource.k8s.io/v1
-ResourceClaimTemplates and ResourceClaims (namespaced, with the cluster-wide list). It is as
+ResourceClaimTemplates and ResourceClaims (namespaced, with the cluster-wide list) and
+ResourceSlices (cluster-scoped). It is as
 strict as kube-apiserver where the reflector depends on it:
 
 - every request must carry `Authorization: Bearer <token>` with a token in `tokens`, parsed as
@@ -70,6 +71,7 @@ from webhook.tls.certs import create_server_ssl_context, write_certificates
 NAMESPACE = CRL_NAMESPACE
 CONFIGMAPS, NODES, CLAIM_TEMPLATES = "configmaps", "nodes", "resourceclaimtemplates"
 CLAIMS = "resourceclaims"
+SLICES = "resourceslices"  # cluster-scoped: DRA drivers' devices, read by the node inventory
 # What `gpu-webhook audit` lists, and the policy reports the server's audit writes.
 PODS, DEPLOYMENTS, REPLICASETS, JOBS = "pods", "deployments", "replicasets", "jobs"
 STATEFULSETS, DAEMONSETS, CRONJOBS = "statefulsets", "daemonsets", "cronjobs"
@@ -112,6 +114,7 @@ RESOURCES = {
     NAMESPACES: _Resource("Namespace", "v1", False),
     CLAIM_TEMPLATES: _Resource("ResourceClaimTemplate", "resource.k8s.io/v1", True),
     CLAIMS: _Resource("ResourceClaim", "resource.k8s.io/v1", True),
+    SLICES: _Resource("ResourceSlice", "resource.k8s.io/v1", False),
     # The audit's kinds (served through discovery, see _discovery) and the report kinds.
     PODS: _Resource("Pod", "v1", True),
     DEPLOYMENTS: _Resource("Deployment", "apps/v1", True),

@@ -14,6 +14,8 @@ from tests.chart.test_chart import FULLNAME, find, one
 
 READ = ["get", "list", "watch"]
 NODES_RULE = {"apiGroups": [""], "resources": ["nodes"], "verbs": READ}
+# The node inventory's DRA half (config.nodeInventory): drivers' ResourceSlices.
+SLICES_RULE = {"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": READ}
 # One switch (config.claimTemplateCache) for the whole DRA claim cache: both kinds.
 CLAIMS_RULE = {
     "apiGroups": ["resource.k8s.io"],
@@ -40,12 +42,12 @@ def rendered_config(objects: list[dict[str, Any]]) -> dict[str, Any]:
     return config
 
 
-def test_default_install_reads_nodes_and_dra_claims_cluster_wide_and_nothing_else(
+def test_default_install_reads_nodes_slices_and_dra_claims_cluster_wide_and_nothing_else(
     render: Render,
 ) -> None:
     objects = render()
     role = one(objects, "ClusterRole", FULLNAME)
-    assert role["rules"] == [NODES_RULE, CLAIMS_RULE, NAMESPACES_RULE]
+    assert role["rules"] == [NODES_RULE, SLICES_RULE, CLAIMS_RULE, NAMESPACES_RULE]
     binding = one(objects, "ClusterRoleBinding", FULLNAME)
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
@@ -68,9 +70,9 @@ def test_default_install_reads_nodes_and_dra_claims_cluster_wide_and_nothing_els
     ("values", "rules"),
     [
         ({"nodeInventory": False}, [CLAIMS_RULE, NAMESPACES_RULE]),
-        ({"claimTemplateCache": False}, [NODES_RULE, NAMESPACES_RULE]),
-        ({"runtimeFixes": {"namespaceLevels": False}}, [NODES_RULE, CLAIMS_RULE]),
-        ({"runtimeFixes": {"rdma": {"enabled": False}}}, [NODES_RULE, CLAIMS_RULE]),
+        ({"claimTemplateCache": False}, [NODES_RULE, SLICES_RULE, NAMESPACES_RULE]),
+        ({"runtimeFixes": {"namespaceLevels": False}}, [NODES_RULE, SLICES_RULE, CLAIMS_RULE]),
+        ({"runtimeFixes": {"rdma": {"enabled": False}}}, [NODES_RULE, SLICES_RULE, CLAIMS_RULE]),
     ],
     ids=["inventory-off", "claim-cache-off", "namespace-levels-off", "rdma-off"],
 )

@@ -28,6 +28,8 @@ from typing import Any
 import pytest
 
 from webhook.core.config.model import WebhookConfig, load_config
+from webhook.core.placement.dra import DraNode
+from webhook.core.placement.dra import from_objects as dra_from_objects
 from webhook.core.placement.inventory import NodeInventory
 from webhook.core.policies.policyset import PolicySet
 from webhook.sources.files import load_policy_dir
@@ -268,7 +270,24 @@ def cluster_inventory(core: Any, config: WebhookConfig) -> NodeInventory:
         item.metadata.name: {k: v for k, v in (item.metadata.labels or {}).items() if k in keys}
         for item in core.list_node().items
     }
-    return NodeInventory.build(nodes, config=config)
+    return NodeInventory.build(nodes, config=config, dra=cluster_slices(core))
+
+
+def cluster_slices(core: Any) -> dict[str, DraNode]:
+    """What the cluster's DRA ResourceSlices publish per node, read as the webhook's slice
+    source reads them (nothing when the API server does not serve resource.k8s.io/v1)."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    custom = client.CustomObjectsApi(core.api_client)
+    try:
+        listing = custom.list_cluster_custom_object("resource.k8s.io", "v1", "resourceslices")
+    except ApiException as exc:
+        if exc.status in (403, 404):
+            return {}
+        raise
+    items = listing.get("items") if isinstance(listing, dict) else None
+    return dra_from_objects(items if isinstance(items, list) else [])
 
 
 # Bounded wait for Node changes to reach the webhook through its watch.

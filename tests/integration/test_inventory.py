@@ -92,7 +92,14 @@ async def inventory_when(get: Get, condition: Callable[[dict[str, Any]], bool]) 
 async def test_inventory_shows_nodes_templates_and_the_sync_state_of_each_kind(
     kube: FakeKube, get: Get
 ) -> None:
-    kinds = ("ConfigMap", "Namespace", "Node", "ResourceClaim", "ResourceClaimTemplate")
+    kinds = (
+        "ConfigMap",
+        "Namespace",
+        "Node",
+        "ResourceClaim",
+        "ResourceClaimTemplate",
+        "ResourceSlice",
+    )
     document = await inventory_when(
         get, lambda d: all(d["sources"].get(k, {}).get("synced") for k in kinds)
     )
@@ -100,6 +107,8 @@ async def test_inventory_shows_nodes_templates_and_the_sync_state_of_each_kind(
     assert document["nodeInventory"]["nodes"] == 3
     assert document["claimTemplates"] == {"available": True, "templates": 1, "claims": 2}
     assert document["resourceClaims"] == {"available": True}
+    # The node inventory's DRA half: listed (no slice here), in force.
+    assert document["resourceSlices"] == {"available": True}
     sources = document["sources"]
     assert sorted(sources) == list(kinds)
     assert sources["ResourceClaim"]["objects"] == 2
@@ -196,3 +205,20 @@ async def test_switched_off_kinds_are_not_watched(kube: FakeKube, tmp_path: Path
         "Node objects are not watched (a local run with --policies, or switched off in the "
         "webhook config)"
     )
+
+
+async def test_inventory_counts_amd_and_ascend_nodes_by_driver_release(
+    kube: FakeKube, get: Get
+) -> None:
+    """The reflector keeps the ROCm and CANN gates' labels (SPEC §13), and /inventory says
+    what the gates read from them, as `review --nodes` does."""
+    kube.put(
+        node("mi300", {"amd.com/gpu.driver-version": "6.14.14", "amd.com/gpu.device-id": "74a1"})
+    )
+    kube.put(node("mi210", {"amd.com/gpu.driver-version": ""}))
+    kube.put(node("a2", {"huawei.com/driver.version": "25.5.1"}))
+    document = await inventory_when(get, lambda d: d["nodeInventory"].get("nodes") == 6)
+    assert document["nodeInventory"]["accelerators"] == [
+        "2 AMD GPU nodes (amdgpu driver 30.10: 1, unknown: 1)",
+        "1 Ascend node (Ascend HDK 25.5.1: 1)",
+    ]

@@ -14,7 +14,11 @@ import pytest
 from tests.auditdata import populate
 from tests.auditdata import proposed_policies as proposed
 from tests.fakekube import PODS, PYTORCHJOBS, REPLICASETS, FakeKube
+from tests.helpers import CONFIGMAPS
 from webhook.cli import main
+
+# The shipped ConfigMaps the fake cluster serves (configmaps/).
+SHIPPED = len(list(CONFIGMAPS.glob("*.yaml")))
 
 
 async def cli(*argv: str) -> tuple[int, str]:
@@ -65,7 +69,7 @@ async def test_the_policies_in_force_deny_nothing_that_runs_and_name_what_would_
     kubeconfig = cluster.write_kubeconfig(tmp_path)
     code, out = await cli("audit", "--kubeconfig", str(kubeconfig))
     assert code == 0
-    policies = f"policies: 7 CRL ConfigMap(s) from the cluster at {cluster.url}"
+    policies = f"policies: {SHIPPED} CRL ConfigMap(s) from the cluster at {cluster.url}"
     assert out.startswith(header(cluster, policies) + NOT_INSTALLED)
     body = out[len(header(cluster, policies) + NOT_INSTALLED) :]
     assert body.startswith(

@@ -22,6 +22,7 @@ from tests.fakekube import (
     CLAIMS,
     CONFIGMAPS,
     NODES,
+    SLICES,
     FakeKube,
     claim_template,
     node,
@@ -36,6 +37,9 @@ GFD_KEYS = set(GFD)
 MANUAL_KEYS = {"cuda-major-version", "cuda-minor-version"}
 SELECTOR = "features.alauda.io/type=CustomResourceLimitation"
 NO_NODE = "no node supports CUDA 12.6; highest available is 12.4 (2 nodes)"
+
+# The shipped ConfigMaps the fake cluster serves (configmaps/).
+SHIPPED = len(list(CONFIGMAPS_DIR.glob("*.yaml")))
 
 
 async def cli(*argv: str) -> tuple[int, str]:
@@ -82,7 +86,7 @@ async def test_review_against_the_cluster_lists_each_kind_once_and_never_watches
     assert code == 0
     server = cluster.url
     assert text.startswith(
-        f"policies: 7 CRL ConfigMap(s) from the cluster at {server}\n"
+        f"policies: {SHIPPED} CRL ConfigMap(s) from the cluster at {server}\n"
         f"node inventory: 3 node(s) from the cluster at {server} "
         "(2 with CUDA labels; scheme(s): gfd)\n"
         "DRA claims: 1 ResourceClaimTemplate(s), 0 ResourceClaim(s) from the cluster\n"
@@ -98,6 +102,7 @@ async def test_review_against_the_cluster_lists_each_kind_once_and_never_watches
     assert [(r.resource, r.accept) for r in cluster.lists()] == [
         (CONFIGMAPS, "application/json"),
         (NODES, METADATA_LIST_ACCEPT),
+        (SLICES, "application/json"),
         (CLAIM_TEMPLATES, "application/json"),
         (CLAIMS, "application/json"),
     ]
@@ -134,6 +139,7 @@ async def test_unreadable_nodes_and_templates_are_notes_and_evaluation_goes_on(
     # A cluster without resource.k8s.io/v1 serves neither DRA kind.
     cluster.not_served(CLAIM_TEMPLATES)
     cluster.not_served(CLAIMS)
+    cluster.not_served(SLICES)
     kubeconfig = cluster.write_kubeconfig(tmp_path)
     manifest = write_yaml(
         tmp_path / "pod.yaml", pod(container(image="nvidia/cuda:12.6.1", limits={GPU: "1"}))
@@ -150,13 +156,16 @@ async def test_unreadable_nodes_and_templates_are_notes_and_evaluation_goes_on(
     assert capsys.readouterr().err == (
         f"gpu-webhook review: note: {server} refused to list Nodes: 403 Forbidden: nodes is "
         'forbidden: User "ci" cannot list resource "nodes"; evaluating without a node inventory\n'
+        f"gpu-webhook review: note: {server} does not serve ResourceSlices "
+        "(resource.k8s.io/v1): 404 NotFound: the server could not find the requested resource; "
+        "evaluating without the DRA ResourceSlices' node facts\n"
         f"gpu-webhook review: note: {server} does not serve ResourceClaimTemplates "
         "(resource.k8s.io/v1): 404 NotFound: the server could not find the requested resource; "
         "evaluating without the cluster's claim templates\n"
         f"gpu-webhook review: note: {server} does not serve ResourceClaims "
         "(resource.k8s.io/v1): 404 NotFound: the server could not find the requested resource; "
         "evaluating without the cluster's claims\n"
-        f"gpu-webhook review: policies: 7 CRL ConfigMap(s) from the cluster at {server}\n"
+        f"gpu-webhook review: policies: {SHIPPED} CRL ConfigMap(s) from the cluster at {server}\n"
     )
 
 
@@ -333,7 +342,7 @@ async def test_the_image_table_configmap_is_read_once_with_the_servers_request(
     )
     assert code == 0
     assert text.startswith(
-        f"policies: 7 CRL ConfigMap(s) from the cluster at {cluster.url}\n"
+        f"policies: {SHIPPED} CRL ConfigMap(s) from the cluster at {cluster.url}\n"
         "image table: 1 entry from ConfigMap kube-public/gpu-image-table in the cluster at "
         f"{cluster.url}\n"
     )

@@ -80,16 +80,16 @@ def suite(tmp_path: Path, results: list[dict[str, Any]], **extra: Any) -> Path:
 def test_the_shipped_suite_passes() -> None:
     code, text = cli("test", str(SUITE))
     assert code == 0, text
-    assert text.endswith("\nTest summary: 10 passed, 0 failed\n")
+    assert text.endswith("\nTest summary: 14 passed, 0 failed\n")
     assert "FAIL" not in text
-    assert text.count("  PASS  ") == 10
+    assert text.count("  PASS  ") == 14
 
 
 def test_the_shipped_suite_as_json_counts_every_result() -> None:
     code, text = cli("test", str(SUITE), "-o", "json")
     assert code == 0
     answer = json.loads(text)
-    assert answer["summary"] == {"pass": 10, "fail": 0}
+    assert answer["summary"] == {"pass": 14, "fail": 0}
     checks = {c["check"] for r in answer["results"] for c in r["checks"]}
     assert checks == {"verdict", "violations", "messages", "warnings", "changes", "patchedResource"}
     by_test = [(r["test"], r["resource"]) for r in answer["results"]]
@@ -119,7 +119,7 @@ def test_the_shipped_suite_fails_when_a_policy_changes(tmp_path: Path) -> None:
         "6   shipped-policies  Pod team-b/mps-over (resources.yaml#3)  FAIL    verdict: expected "
         "denied, got allowed; violations: expected 1 violation(s), got 0; no violation message "
         "matches 'mps-core=.120. is above the maximum 100'\n"
-        "\nTest summary: 9 passed, 1 failed\n"
+        "\nTest summary: 13 passed, 1 failed\n"
     )
 
 

@@ -46,6 +46,14 @@ def test_defaults() -> None:
         "nvidia.com/gpu.compute.minor",
         # The image-architecture runtime fix (SPEC §14): the nodes' architectures.
         "kubernetes.io/arch",
+        # The ROCm and CANN gates' labels (SPEC §13): admin's first, then the vendors'.
+        "amdgpu-driver-release",
+        "amd.com/gpu.driver-version",
+        "amd.com/gpu.device-id",
+        "ascend-driver-version",
+        "huawei.com/driver.version",
+        "node.kubernetes.io/npu.chip.name",
+        "accelerator-type",
     }
     # MIG mixed-strategy profiles and time-slicing/MPS renamed resources: pGPU rule (SPEC §4).
     assert config.gpu_resource_names == (

@@ -70,3 +70,52 @@ def test_nvidia_gpu_requests_follow_limits() -> None:
 @pytest.mark.parametrize("key", ["nvidia.com/gpucores", "nvidia.com/mps-core"])
 def test_percentages_are_capped_at_100(key: str) -> None:
     assert load_policy_dir(CONFIGMAPS).by_key[key].max == 100
+
+
+def test_amd_and_ascend_sets() -> None:
+    ps = load_policy_dir(CONFIGMAPS)
+    assert {lim.key for lim in ps.by_group["amd"]} == {"amd.com/gpu"}
+    assert {lim.key for lim in ps.by_group["hami-amd"]} == {"amd.com/gpucores", "amd.com/gpumem"}
+    # Every static vNPU type Ascend's device plugin names (mind-cluster virtual_instance.md).
+    vnpus = {lim.key for lim in ps.by_group["ascend-vnpu"]}
+    assert len(vnpus) == 19
+    assert {
+        "huawei.com/Ascend910-2c",
+        "huawei.com/Ascend910-16c",
+        "huawei.com/Ascend910-5c.1cpu.16g",
+        "huawei.com/Ascend910-10c.4cpu.16g.dvpp",
+        "huawei.com/Ascend310P-1c",
+        "huawei.com/Ascend310P-2c.1cpu",
+        "huawei.com/Ascend310P-4c.3cpu.ndvpp",
+    } <= vnpus
+    assert {lim.key for lim in ps.by_group["hami-ascend"]} >= {
+        "huawei.com/Ascend910B3-memory",
+        "huawei.com/Ascend310P-memory",
+    }
+
+
+def test_amd_gpu_is_whole_cards_and_hami_amd_cores_are_percentages() -> None:
+    by_key = load_policy_dir(CONFIGMAPS).by_key
+    gpu = by_key["amd.com/gpu"]
+    assert gpu.requests is RequestsPolicy.FROM_LIMITS and gpu.default is None
+    cores = by_key["amd.com/gpucores"]
+    assert (cores.min, cores.max) == (1, 100)
+
+
+@pytest.mark.parametrize(
+    ("key", "capacity"),
+    [
+        ("huawei.com/Ascend910A-memory", 32768),
+        ("huawei.com/Ascend910B3-memory", 65536),
+        ("huawei.com/Ascend910B4-memory", 32768),
+        ("huawei.com/Ascend310P-memory", 24576),
+    ],
+)
+def test_hami_ascend_memory_is_capped_at_the_chips_capacity(key: str, capacity: int) -> None:
+    assert load_policy_dir(CONFIGMAPS).by_key[key].max == capacity
+
+
+def test_one_vnpu_per_container() -> None:
+    ps = load_policy_dir(CONFIGMAPS)
+    assert {lim.max for lim in ps.by_group["ascend-vnpu"]} == {1}
+    assert all(lim.default is None for lim in ps.by_group["ascend-vnpu"])

@@ -105,8 +105,8 @@ def test_every_gpu_resource_kind_gets_its_rule(
         {"nvidia.com/mig-1g.5gb": "0"},
         {"volcano.sh/vgpu-number": "0", "volcano.sh/vgpu-memory": "0"},
         {"example.com/gpu-foo": "0"},  # asks for nothing: no warning either
-        {"amd.com/gpu": "1"},  # a GPU, but no CUDA device: ignoredGpuResourceNames
-        {"amd.com/gpumem": "1024"},  # HAMi on AMD
+        # amd.com/gpu and HAMi's amd.com/gpumem are no CUDA device either, but the ROCm gate
+        # checks them (SPEC §13): tests/unit/test_vendor_gate.py.
         {"gpu.intel.com/i915": "1"},
         {"mthreads.com/vgpu": "1"},
         {"cpu": "1", "memory": "1Gi"},

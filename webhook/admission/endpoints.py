@@ -13,6 +13,7 @@ from prometheus_client.exposition import generate_latest
 from webhook.admission.body import plain
 from webhook.admission.jsoncodec import std_dumps
 from webhook.admission.state import STATE
+from webhook.core.placement.gate import inventory_summary
 from webhook.sources.store import PolicyStore
 
 # The logger keeps the name it had when this was part of app.py: log lines and filters name it.
@@ -90,6 +91,10 @@ async def inventory(request: web.Request) -> web.Response:
     nodes = store.snapshot_status("Node")
     if store.inventory is not None:
         nodes.update(store.inventory.to_json(state.config))
+        # Other vendors' nodes by driver release (SPEC §13), as `review --nodes` says them.
+        accelerators = inventory_summary(store.inventory, state.config)
+        if accelerators:
+            nodes["accelerators"] = accelerators
     templates = store.snapshot_status("ResourceClaimTemplate")
     claims = store.snapshot_status("ResourceClaim")
     if store.claims is not None:
@@ -102,6 +107,7 @@ async def inventory(request: web.Request) -> web.Response:
         "nodeInventory": nodes,
         "claimTemplates": templates,
         "resourceClaims": claims,
+        "resourceSlices": store.snapshot_status("ResourceSlice"),
         "sources": _sources(store),
     }
     if "Namespace" in store.watched:

@@ -22,6 +22,7 @@ from webhook.core.images.facts import DEFAULT_ARCH
 from webhook.core.images.references import normalize
 from webhook.core.images.requires import branch_list
 from webhook.core.placement import cuda
+from webhook.core.placement.vendors import shipped_vendors
 
 if TYPE_CHECKING:
     from webhook.core.images.facts import ImageQuery
@@ -120,6 +121,12 @@ class ImageAnswer:
     digest: str = ""
     # Driver branches the image declares forward compatibility for (its NVIDIA_REQUIRE_CUDA).
     forward: tuple[int, ...] = ()
+    # Another vendor's runtime the reference names (SPEC §13): (runtime, version, devices).
+    accelerator: tuple[str, str, tuple[str, ...]] | None = None
+
+    @property
+    def known(self) -> bool:
+        return self.version is not None or self.accelerator is not None
 
     @property
     def floor(self) -> cuda.CudaVersion | None:
@@ -135,6 +142,17 @@ class ImageAnswer:
             "digest": self.digest or None,
             "minComputeCapability": str(self.floor) if self.floor else None,
             "forwardCompatibleDriverBranches": list(self.forward),
+            **(
+                {
+                    "accelerator": {
+                        "runtime": self.accelerator[0],
+                        "version": self.accelerator[1],
+                        "devices": list(self.accelerator[2]),
+                    }
+                }
+                if self.accelerator
+                else {}
+            ),
         }
 
     def details(self) -> str:
@@ -158,6 +176,15 @@ def _offline(image: str, config: WebhookConfig, arch: str) -> ImageAnswer:
     if detection.requirement is not None:
         req = detection.requirement
         return ImageAnswer(image, req.version, _origin(req.source), req.source)
+    for vendor in shipped_vendors():
+        gate = config.accelerators.gate(vendor.name)
+        found = vendor.image(image, gate.image_table) if gate is not None else None
+        if found is not None and found.version is not None:
+            origin = "admin table" if found.source.startswith("image table") else "reference"
+            if found.source.startswith(f"{image}: "):
+                origin = "shipped knowledge"
+            accelerator = (vendor.runtime, vendor.shown(found.version), found.devices)
+            return ImageAnswer(image, None, origin, found.source, accelerator=accelerator)
     return ImageAnswer(
         image, None, "", "; ".join(fit(w) for w in detection.warnings) or "nothing offline names it"
     )
@@ -183,7 +210,7 @@ def answers(
     images: Sequence[str], config: WebhookConfig, client: RegistryClient | None, arch: str
 ) -> list[ImageAnswer]:
     found = [_offline(image, config, arch) for image in dict.fromkeys(images)]
-    unknown = [a for a in found if a.version is None]
+    unknown = [a for a in found if not a.known]
     # Asked explicitly: registryLookups.enabled (the server's switch) does not apply here.
     if client is not None and unknown:
         results = asyncio.run(_look_up(client, [a.image for a in unknown], arch))
@@ -218,7 +245,11 @@ def cmd_images(args: argparse.Namespace, out: TextIO) -> int:
         out.write("\n")
     else:
         for a in found:
-            if a.version is None:
+            if a.accelerator is not None:
+                runtime, version, devices = a.accelerator
+                built = f" (built for {', '.join(devices)})" if devices else ""
+                out.write(f"{a.image}: {runtime} {version}{built} from the {a.origin}\n")
+            elif a.version is None:
                 out.write(f"{a.image}: CUDA unknown ({a.source})\n")
             elif a.origin == "reference":
                 out.write(f"{a.image}: CUDA {a.version} from the reference\n")
@@ -235,4 +266,4 @@ def cmd_images(args: argparse.Namespace, out: TextIO) -> int:
                 "webhook cannot ask the registries):\n"
             )
             out.write(pinned)
-    return EXIT_DENIED if any(a.version is None for a in found) else EXIT_OK
+    return EXIT_DENIED if any(not a.known for a in found) else EXIT_OK

@@ -11,6 +11,8 @@ from typing import Any
 
 from webhook.core.base.errors import ManifestError
 from webhook.core.config.model import WebhookConfig
+from webhook.core.placement.dra import from_objects as dra_facts
+from webhook.core.placement.gate import inventory_summary
 from webhook.core.placement.inventory import NodeInventory
 from webhook.core.workloads.claims import ClaimIndex
 from webhook.sources.files import policy_files, read_documents
@@ -85,14 +87,20 @@ def _kind(obj: Any) -> str:
 
 def load_nodes(path: Path, config: WebhookConfig) -> NodeInventory:
     """The inventory of a `kubectl get nodes -o yaml|json` file (a List of Nodes, or Node
-    documents); ManifestError (exit 2) for a file holding anything else, or no Node.
+    documents, and the ResourceSlices of `kubectl get nodes,resourceslices`); ManifestError
+    (exit 2) for a file holding anything else, or no Node.
 
     kubectl (k8s.io/kubectl pkg/cmd/get/get.go) wraps zero or several objects into a
     `v1 List` whose items keep their kind; one named object (`kubectl get node gpu-1 -o yaml`)
     is printed bare, so a Node document, or several joined with `---`, is read as well.
     """
     nodes: list[Mapping[str, Any]] = []
+    slices: list[Mapping[str, Any]] = []
     for position, obj in _typed_items(read_documents(path)):
+        if isinstance(obj, Mapping) and obj.get("kind") == "ResourceSlice":
+            # `kubectl get nodes,resourceslices -o yaml`: DRA-only nodes (SPEC §13).
+            slices.append(obj)
+            continue
         if not isinstance(obj, Mapping) or obj.get("kind") != "Node":
             raise ManifestError(
                 f"{path}: item {position} is {_kind(obj)}, not a Node; {NODES_HINT}"
@@ -103,7 +111,7 @@ def load_nodes(path: Path, config: WebhookConfig) -> NodeInventory:
         nodes.append(obj)
     if not nodes:
         raise ManifestError(f"{path} holds no Node; {NODES_HINT}")
-    return NodeInventory.from_objects(nodes, config)
+    return NodeInventory.from_objects(nodes, config, dra=dra_facts(slices) if slices else None)
 
 
 def load_claim_objects(path: Path) -> list[Mapping[str, Any]]:
@@ -165,7 +173,9 @@ def inventory_line(inventory: NodeInventory, source: str, config: WebhookConfig)
     """E.g. "node inventory: 12 nodes from nodes.yaml (8 with CUDA labels: GFD)"."""
     facts = inventory.facts(config)
     schemes = ", ".join(s.label for s in facts.carried) or "no known scheme"
+    # Other vendors' nodes by driver release (SPEC §13), when some node carries their labels.
+    vendors = "".join(f"; {line}" for line in inventory_summary(inventory, config))
     return (
         f"node inventory: {facts.total} node(s) from {source} "
-        f"({facts.labelled} with CUDA labels; scheme(s): {schemes})"
+        f"({facts.labelled} with CUDA labels; scheme(s): {schemes}){vendors}"
     )

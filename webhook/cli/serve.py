@@ -306,13 +306,13 @@ def _policy_source(
         return functools.partial(files.run, store)
     # Imported here for the same reason: only the in-cluster mode needs the kubernetes client.
     from webhook.sources.claims import claim_sources  # noqa: PLC0415
-    from webhook.sources.nodes import NodeSource  # noqa: PLC0415
+    from webhook.sources.nodes import inventory_sources  # noqa: PLC0415
     from webhook.sources.policies import ConfigMapWatcher  # noqa: PLC0415
     from webhook.sources.reflector import Reflector  # noqa: PLC0415
 
     reflectors: list[Reflector[Any]] = [ConfigMapWatcher(store, kubeconfig=args.kubeconfig)]
     if config.node_inventory:
-        reflectors.append(NodeSource(store, config, kubeconfig=args.kubeconfig))
+        reflectors.extend(inventory_sources(store, config, kubeconfig=args.kubeconfig))
     if config.claim_template_cache:
         reflectors.extend(claim_sources(store, kubeconfig=args.kubeconfig))
     if config.runtime_fixes.namespace_levels and config.runtime_fixes.rdma.enabled:

@@ -85,8 +85,12 @@ class Reflector(Generic[V]):
         request_timeout: float = 30.0,
         debounce_seconds: float = 0.1,
         page_size: int = 500,
+        settle: Callable[[V], V] | None = None,
     ) -> None:
         self.watched = watched
+        # Applied to each value a list page projected, once the page is dropped (watched.py
+        # parse_page): values unique per object are allocated again then, packed together.
+        self._settle = settle
         self.stats = stats
         self._project = project
         self._publish = publish
@@ -263,7 +267,7 @@ class Reflector(Generic[V]):
                     raise api_error(response.status, response.reason, body, response.headers)
             finally:
                 response.close()
-            page, token, version = parse_page(body, self._project, self.watched.what)
+            page, token, version = parse_page(body, self._project, self.watched.what, self._settle)
             del body
             items.update(page)
             del page

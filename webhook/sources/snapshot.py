@@ -32,7 +32,7 @@ from webhook.core.workloads.claims import ClaimIndex
 from webhook.sources.claims import ClaimTemplateSource, ResourceClaimSource
 from webhook.sources.image_table import ImageTableSource
 from webhook.sources.kubeapi import ApiError, close, load_configuration
-from webhook.sources.nodes import NodeSource
+from webhook.sources.nodes import inventory_sources
 from webhook.sources.policies import DEFAULT_LABEL_SELECTOR, ConfigMapWatcher
 from webhook.sources.reflector import Reflector
 from webhook.sources.store import PolicyStore
@@ -136,7 +136,9 @@ async def read_snapshot(
         snapshot.configmaps = crls.stats.objects or 0
     optional: list[tuple[Reflector[Any], str]] = []
     if nodes and config.node_inventory:
-        optional.append((NodeSource(store, config, **options), "a node inventory"))
+        node_source, slice_source = inventory_sources(store, config, **options)
+        optional.append((node_source, "a node inventory"))
+        optional.append((slice_source, "the DRA ResourceSlices' node facts"))
     if config.claim_template_cache:
         optional.append((ClaimTemplateSource(store, **options), "the cluster's claim templates"))
         optional.append((ResourceClaimSource(store, **options), "the cluster's claims"))

@@ -113,6 +113,7 @@ _WITHOUT = {
     "ResourceClaimTemplate": "pods are evaluated as if their DRA claims requested no GPU",
     "ResourceClaim": "pods naming a ResourceClaim are evaluated as if it requested no GPU",
     "Namespace": "IPC_LOCK for RDMA is warned about, never added",
+    "ResourceSlice": "nodes that only DRA ResourceSlices describe get no placement",
 }
 
 _NOT_LISTED_YET = (
@@ -186,9 +187,10 @@ class PolicyStore:
     def snapshot_status(self, kind: str) -> dict[str, Any]:
         """Whether the snapshot of a watched kind ("Node", "ResourceClaimTemplate", ...) is in
         force, and if not, why: for /inventory and /policies."""
+        # ResourceSlices feed the node inventory (SPEC §13), in force once they listed.
         snapshot: object = (
             self.inventory
-            if kind == "Node"
+            if kind in ("Node", "ResourceSlice")
             else self.namespace_levels
             if kind == "Namespace"
             else self.claims

@@ -17,6 +17,7 @@ from pydantic import (
 from webhook.core.base.errors import ConfigError, ManifestError
 from webhook.core.base.manifests import load_yaml_documents
 from webhook.core.base.names import ResourceNames, name_problem
+from webhook.core.config.accelerators import Accelerators
 from webhook.core.config.access import GpuAccess
 from webhook.core.config.container_rules import (
     DEFAULT_COMPUTE_RULES,
@@ -190,6 +191,9 @@ class WebhookConfig(ConfigModel):
     gpu_access: GpuAccess = GpuAccess()
     # Runtime fixes (SPEC §14): /dev/shm, IPC_LOCK for RDMA, image architecture.
     runtime_fixes: RuntimeFixes = RuntimeFixes()
+    # Accelerators beyond NVIDIA (SPEC §13): the driver-release gates of AMD ROCm and Huawei
+    # Ascend CANN, the node labels each reads, and the admin's image tables.
+    accelerators: Accelerators = Accelerators()
 
     # cached_property: derived once per config, read by every GPU pod's review (a pydantic
     # private attribute would go through BaseModel.__getattr__ on every read).
@@ -211,6 +215,7 @@ class WebhookConfig(ConfigModel):
     def inventory_label_keys(self) -> frozenset[str]:
         """Node label keys the node inventory keeps: everything placement reads, nothing else."""
         keys = self.cuda_label_keys | self.compute_label_keys | self.forward_label_keys
+        keys |= self.accelerators.keys
         arch = self.runtime_fixes.architecture
         if arch.enabled and (arch.images or self.shipped_image_knowledge):
             # When some image's architectures can be known (the fix's table, the shipped

@@ -19,7 +19,7 @@ from webhook.core.outcome.decision import (
     short,
 )
 from webhook.core.placement.cuda import known_cuda_image
-from webhook.core.policies.gpu_keys import GpuKeys, says_gpu
+from webhook.core.policies.gpu_keys import GpuKeys, cuda_or_unknown, says_gpu
 from webhook.core.policies.policyset import PolicySet
 from webhook.core.policies.resources import (
     MISSING,
@@ -93,7 +93,7 @@ def apply_resources(
             continue
         if key in gpu_names:
             gpu = True
-        else:
+        elif cuda_or_unknown(key):
             unknown.append(key)
     used = used_policies(asked, policies)
     is_pod = not state.pod.is_template
@@ -128,7 +128,9 @@ def apply_resources(
     state.violations += [
         _violation(state.ref, where, p) for p in check(lists, used, is_pod=is_pod, derived=derived)
     ]
-    return GpuKeys(asked, True, gpu, unknown)
+    # A CRL group of another vendor's devices (AMD, Ascend: SPEC §13) has its resource rules
+    # applied, but does not make a CUDA container: that vendor's gate places it.
+    return GpuKeys(asked, any(cuda_or_unknown(p.key) for p in used), gpu, unknown)
 
 
 def apply_fixes(state: PodState, c: ContainerRef, keys: set[str], config: WebhookConfig) -> None:

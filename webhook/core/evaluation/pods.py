@@ -26,8 +26,10 @@ from webhook.core.outcome.decision import (
     Violation,
     short,
 )
+from webhook.core.placement.gate import place_vendor
 from webhook.core.placement.inventory import NodeInventory
 from webhook.core.placement.place import place
+from webhook.core.placement.vendors import Vendor, vendor_of
 from webhook.core.policies.gpu_keys import unknown_gpu_warning
 from webhook.core.policies.policyset import PolicySet
 from webhook.core.runtimefix.apply import apply_runtime_fixes
@@ -87,6 +89,8 @@ def _evaluate_spec(
     # cache does not know yet makes no device container: its container is judged like any.
     devices: dict[int, frozenset[str]] = {}
     keyed: list[tuple[ContainerRef, set[str]]] = []  # every container's keys (runtime fixes)
+    # Containers on other vendors' devices (SPEC §13), by vendor: their driver-release gate.
+    vendors: dict[str, tuple[Vendor, list[ContainerRef]]] = {}
     for c in pod.containers:
         keys = apply_resources(state, c, policies, config)
         keyed.append((c, keys.asked))
@@ -104,6 +108,11 @@ def _evaluate_spec(
                 families = _NVIDIA_ONLY
         if families:
             devices[id(c.container)] = families
+            # Not for the CUDA rules' containers (checked first: most GPU pods are NVIDIA's).
+            if not (keys.crl or keys.gpu or on_gpu_claim):
+                vendor = vendor_of(families, config.accelerators)
+                if vendor is not None:
+                    vendors.setdefault(vendor.name, (vendor, []))[1].append(c)
         if keys.unknown:
             unknown += [key for key in keys.unknown if key not in unknown]
     if unknown and not violations_only:
@@ -120,6 +129,23 @@ def _evaluate_spec(
             policies,
             violations_only=violations_only,
             images=images,
+            daemonset=daemonset,
+        )
+    if vendors and (gpu or len(vendors) > 1):
+        # One node has one vendor's devices and drivers: the other vendors' gates are not run.
+        if not violations_only:
+            state.warnings.append(
+                short("containers of different accelerator vendors: no node runs them all")
+            )
+    elif vendors:
+        vendor, containers = next(iter(vendors.values()))
+        place_vendor(
+            state,
+            vendor,
+            containers,
+            config,
+            inventory,
+            violations_only=violations_only,
             daemonset=daemonset,
         )
     if not violations_only:

@@ -18,6 +18,7 @@ from webhook.core.outcome.decision import PodState, short
 from webhook.core.placement.cuda import Range
 from webhook.core.placement.terms import (
     Forward,
+    FIELD,
     Own,
     Term,
     already_injected,
@@ -32,12 +33,22 @@ from webhook.core.placement.terms import (
 )
 
 _NO_KEYS: frozenset[str] = frozenset()
+_FIELDS = frozenset({FIELD})
 _REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 _PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 
 
 # Decision.placements values: the rule behind each node affinity part injected.
-PLACEMENT_RULES = ("backward", "minorVersion", "forward", "architecture-floor", "compute")
+# "rocm" and "cann": a vendor gate's driver-release terms (gate.py, SPEC §13).
+PLACEMENT_RULES = (
+    "backward",
+    "minorVersion",
+    "forward",
+    "architecture-floor",
+    "compute",
+    "rocm",
+    "cann",
+)
 
 
 @dataclass(slots=True)
@@ -62,6 +73,10 @@ class Plan:
     # for the CUDA part, "compute" or "architecture-floor" for the compute capability part.
     cuda_rule: str = "backward"
     compute_rule: str = "compute"
+    # The label keys of the first part when it is not CUDA's (a vendor gate's terms, SPEC
+    # §13; empty: the config's CUDA label keys), and the note kind it is reported under.
+    keys: frozenset[str] = frozenset()
+    note_kind: str = "cuda-affinity"
 
 
 def _mentions(spec: Mapping[str, Any], config: WebhookConfig, plan: Plan) -> tuple[str, str]:
@@ -70,10 +85,20 @@ def _mentions(spec: Mapping[str, Any], config: WebhookConfig, plan: Plan) -> tup
     # Most pods carry no node constraints at all: skip the inspection of their terms.
     if not (spec.get("affinity") or spec.get("nodeSelector")):
         return "", ""
-    return (
-        mentioned_key(spec, config.cuda_label_keys) if plan.cuda else "",
-        mentioned_key(spec, config.compute_label_keys) if plan.compute else "",
+    # A term naming nodes (DRA-described ones) is on metadata.name: one already there is ours
+    # from before (reinvocation) or the user's own choice of nodes, kept either way.
+    cuda = (plan.keys or config.cuda_label_keys) | (
+        _FIELDS if _names_nodes(plan.cuda) else _NO_KEYS
     )
+    compute = config.compute_label_keys | (_FIELDS if _names_nodes(plan.compute) else _NO_KEYS)
+    return (
+        mentioned_key(spec, cuda) if plan.cuda else "",
+        mentioned_key(spec, compute) if plan.compute else "",
+    )
+
+
+def _names_nodes(terms: list[Term]) -> bool:
+    return any(e.get("key") == FIELD for term in terms for e in term)
 
 
 def _own(state: PodState, config: WebhookConfig) -> Own | None:
@@ -87,7 +112,16 @@ def _own(state: PodState, config: WebhookConfig) -> Own | None:
     cuda, compute = config.cuda_label_keys | config.driver_version_keys, config.compute_label_keys
     if forward is not None:
         cuda = cuda | {forward.anchor}
-    key_sets = ((cuda | compute, cuda), (cuda, cuda), (compute, _NO_KEYS))
+    vendors = config.accelerators.keys
+    key_sets: tuple[tuple[frozenset[str], frozenset[str]], ...] = (
+        (cuda | compute, cuda),
+        (cuda, cuda),
+        (compute, _NO_KEYS),
+        (vendors, vendors),
+    )
+    # Terms naming DRA-described nodes are on metadata.name (matchFields); a user's own
+    # expression on it is not ours, and the digest tells which shape it was.
+    key_sets += tuple((keys | _FIELDS, preferred) for keys, preferred in key_sets)
     return own_terms(state.pod.spec, mark, key_sets, forward)
 
 
@@ -120,12 +154,14 @@ def _injected_before(
         keys: frozenset[str] = frozenset()
         forward = _forward(config) if with_cuda and plan.forward_keys else None
         if with_cuda:
-            keys |= config.cuda_label_keys | plan.driver_keys
+            keys |= (plan.keys or config.cuda_label_keys) | plan.driver_keys
         if forward is not None:
             keys |= {forward.anchor}
         if with_compute:
             keys |= config.compute_label_keys
         required = cross(plan.cuda if with_cuda else [], plan.compute if with_compute else [])
+        if _names_nodes(required):
+            keys |= _FIELDS
         preferred = plan.preferred if with_cuda else None
         if required and already_injected(state.pod.spec, keys, required, preferred, forward):
             return True
@@ -205,7 +241,7 @@ def inject(state: PodState, config: WebhookConfig, plan: Plan) -> None:
         meta = (*state.pod.template_path, "metadata", "annotations")
         state.draft.set(meta, ANNOTATION_INJECTED_AFFINITY, mark)
     if with_cuda and plan.cuda_note:
-        state.note("cuda-affinity", plan.cuda_note)
+        state.note(plan.note_kind, plan.cuda_note)
         state.placements.append(plan.cuda_rule)
         if plan.forward_note:
             state.note("forward-compatibility-affinity", plan.forward_note)

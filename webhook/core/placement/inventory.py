@@ -14,16 +14,31 @@ from __future__ import annotations
 import dataclasses
 import sys
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from webhook.core.base.versions import CudaVersion, label_int
 from webhook.core.config.model import CudaLabels, NodeSelectorTerm, WebhookConfig
 from webhook.core.placement.cuda import CUDA_11_0, driver_11_0
+from webhook.core.placement.dra import DraNode
 
 _DEFAULT_CONFIG = WebhookConfig()
+T = TypeVar("T")
+
+# The pseudo-scheme of nodes whose CUDA version comes from their DRA ResourceSlices (SPEC §13
+# "DRA inventory"): such nodes carry no label to select them by, so its terms name the nodes
+# (matchFields metadata.name, terms.py). It is appended to a config's schemes only when some
+# node without CUDA labels has one. Its keys are never written into a pod.
+# What the AMD DRA driver's `driverVersion` (the amdgpu kernel module's, core/placement/dra.py)
+# is handed to the ROCm gate as: a pseudo label of DRA-only nodes (vendor_nodes.py).
+DRA_AMD_DRIVER = "gpu.amd.com/driverVersion"
+DRA_SCHEME = CudaLabels(
+    name="DRA ResourceSlices (gpu.nvidia.com)",
+    major="gpu.nvidia.com/cudaDriverVersion",
+    minor="gpu.nvidia.com/cudaDriverVersion",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +79,14 @@ class InventoryFacts:
     # not label their driver.
     driver_11_0: int = 0
     unlabelled_11_0: int = 0
+    # Nodes described only by DRA ResourceSlices, by version (sorted names): what the terms of
+    # DRA_SCHEME and of the compute capability of such nodes select.
+    dra_cuda: Mapping[CudaVersion, tuple[str, ...]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    dra_compute: Mapping[CudaVersion, tuple[str, ...]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
 
 
 def _version(labels: Mapping[str, str], scheme: CudaLabels) -> CudaVersion | None:
@@ -93,9 +116,23 @@ def _forward(
     return MappingProxyType(dict(counts)), MappingProxyType(dict(by_cuda))
 
 
+def _names(found: Mapping[CudaVersion, list[str]]) -> Mapping[CudaVersion, tuple[str, ...]]:
+    return MappingProxyType({v: tuple(sorted(names)) for v, names in found.items()})
+
+
 def _facts(
-    nodes: Mapping[str, Mapping[str, str]], schemes: tuple[CudaLabels, ...], compute: CudaLabels
+    nodes: Mapping[str, Mapping[str, str]],
+    schemes: tuple[CudaLabels, ...],
+    compute: CudaLabels,
+    dra: Mapping[str, DraNode],
 ) -> InventoryFacts:
+    # A node's labels win; its ResourceSlices are read only for what it does not label, so a
+    # labelled cluster's facts (and terms) are exactly as without DRA.
+    dra_cuda: dict[CudaVersion, list[str]] = {}
+    dra_compute: dict[CudaVersion, list[str]] = {}
+    if dra:
+        schemes = (*schemes, DRA_SCHEME)
+    dra_index = len(schemes) - 1
     by_scheme: list[Counter[CudaVersion]] = [Counter() for _ in schemes]
     per_node_cuda: Counter[CudaVersion] = Counter()
     compute_counts: Counter[CudaVersion] = Counter()
@@ -105,17 +142,28 @@ def _facts(
     combos: Counter[tuple[tuple[tuple[int, CudaVersion], ...], CudaVersion | None]] = Counter()
     drivers_11_0: Counter[bool | None] = Counter()
     for name, labels in nodes.items():
+        # A slice of a node that is not (or no longer) a Node places nothing.
+        published = dra.get(name) if dra else None
         found: list[tuple[int, CudaVersion]] = []
         for index, scheme in enumerate(schemes):
-            version = _version(labels, scheme)
+            version = (
+                _version(labels, scheme)
+                if scheme is not DRA_SCHEME
+                else (published.cuda if published is not None and not found else None)
+            )
             if version is not None:
                 found.append((index, version))
                 by_scheme[index][version] += 1
+                if index == dra_index and published is not None:
+                    dra_cuda.setdefault(version, []).append(name)
         if found:
             per_node_cuda[found[0][1]] += 1
             if all(v == CUDA_11_0 for _, v in found):
                 drivers_11_0[driver_11_0(labels)] += 1
         capability = _version(labels, compute)
+        if capability is None and published is not None and published.compute is not None:
+            capability = published.compute
+            dra_compute.setdefault(capability, []).append(name)
         if capability is not None:
             compute_counts[capability] += 1
         if found or capability is not None:
@@ -137,6 +185,8 @@ def _facts(
         combos=MappingProxyType(dict(combos)),
         driver_11_0=drivers_11_0[True],
         unlabelled_11_0=drivers_11_0[None],
+        dra_cuda=_names(dra_cuda),
+        dra_compute=_names(dra_compute),
     )
 
 
@@ -158,7 +208,7 @@ def kept_labels(obj: Mapping[str, Any], keys: frozenset[str]) -> dict[str, str]:
 class NodeInventory:
     """Per node name, the kept labels ({key: value}); built once per change, read per review."""
 
-    __slots__ = ("_facts", "_last", "nodes", "pending")
+    __slots__ = ("_facts", "_last", "_memo", "dra", "nodes", "pending")
 
     def __init__(
         self,
@@ -166,6 +216,7 @@ class NodeInventory:
         *,
         config: WebhookConfig | None = None,
         pending: bool = False,
+        dra: Mapping[str, DraNode] | None = None,
     ) -> None:
         # pending: the inventory is switched on but its first list has not arrived (SPEC §4):
         # not "no inventory", so placement injects nothing rather than guess a label scheme.
@@ -176,8 +227,11 @@ class NodeInventory:
                 for name, labels in (nodes or {}).items()
             }
         )
+        # What DRA ResourceSlices publish per node (SPEC §13), read for nodes without labels.
+        self.dra: Mapping[str, DraNode] = MappingProxyType(dict(dra or {}))
         self._facts: dict[tuple[Any, ...], InventoryFacts] = {}
         self._last: tuple[WebhookConfig, InventoryFacts] | None = None
+        self._memo: dict[Hashable, Any] = {}
         self.facts(config or _DEFAULT_CONFIG)  # precompute now, off the request path
 
     @classmethod
@@ -187,7 +241,11 @@ class NodeInventory:
 
     @classmethod
     def from_objects(
-        cls, objs: Iterable[Mapping[str, Any]], config: WebhookConfig | None = None
+        cls,
+        objs: Iterable[Mapping[str, Any]],
+        config: WebhookConfig | None = None,
+        *,
+        dra: Mapping[str, DraNode] | None = None,
     ) -> NodeInventory:
         """The snapshot of Node objects (`kubectl get nodes -o yaml` items, or the metadata-only
         PartialObjectMetadata a list returns): only `config.inventory_label_keys` are kept.
@@ -203,15 +261,21 @@ class NodeInventory:
                 if isinstance(name := _node_name(obj), str)
             },
             config=config,
+            dra=dra,
         )
 
     @classmethod
     def build(
-        cls, nodes: Mapping[str, Mapping[str, str]], *, config: WebhookConfig | None = None
+        cls,
+        nodes: Mapping[str, Mapping[str, str]],
+        *,
+        config: WebhookConfig | None = None,
+        dra: Mapping[str, DraNode] | None = None,
     ) -> NodeInventory:
-        """The snapshot for `nodes` (name -> labels). Pass the webhook's config when it has
-        non-default label schemes, so the precomputation is done here and not by a review."""
-        return cls(nodes, config=config)
+        """The snapshot for `nodes` (name -> labels) and what DRA ResourceSlices publish for
+        them (`dra`). Pass the webhook's config when it has non-default label schemes, so the
+        precomputation is done here and not by a review."""
+        return cls(nodes, config=config, dra=dra)
 
     def facts(self, config: WebhookConfig) -> InventoryFacts:
         """The precomputed view for `config`'s schemes (computed once per distinct schemes)."""
@@ -225,13 +289,39 @@ class NodeInventory:
         key = (config.schemes, config.compute_capability_labels, *forward)
         facts = self._facts.get(key)
         if facts is None:
-            facts = _facts(self.nodes, config.schemes, config.compute_capability_labels)
+            facts = _facts(self.nodes, config.schemes, config.compute_capability_labels, self.dra)
             if forward[0] is not None:
                 counts, by_cuda = _forward(self.nodes, *forward, config.schemes)
                 facts = dataclasses.replace(facts, forward=counts, forward_nodes=by_cuda)
             self._facts[key] = facts
         self._last = (config, facts)
         return facts
+
+    def memo(self, key: Hashable, build: Callable[[Mapping[str, Mapping[str, str]]], T]) -> T:
+        """What `build` makes of this snapshot's nodes, once per `key` (another placement rule's
+        precomputed view, e.g. a vendor gate's: SPEC §13)."""
+        found = self._memo.get(key)
+        if found is None:
+            found = self._memo[key] = build(self.with_dra_labels())
+        return cast(T, found)
+
+    def with_dra_labels(self) -> Mapping[str, Mapping[str, str]]:
+        """The nodes' kept labels, and for a node whose ResourceSlices publish an amdgpu driver
+        version, that version under DRA_AMD_DRIVER (a key no node carries: the ROCm gate
+        reads it only where the node has no driver label, and names such nodes in its terms)."""
+        amd = {name: facts.amdgpu for name, facts in self.dra.items() if facts.amdgpu}
+        if not amd:
+            return self.nodes
+        return MappingProxyType(
+            {
+                name: {**labels, DRA_AMD_DRIVER: amd[name]} if name in amd else labels
+                for name, labels in self.nodes.items()
+            }
+        )
+
+    def memo_set(self, key: Hashable, value: object) -> None:
+        """Replace what memo() keeps for `key` (its builder's input changed: a new config)."""
+        self._memo[key] = value
 
     def to_json(self, config: WebhookConfig | None = None) -> dict[str, Any]:
         """For /inventory and metrics: node counts per CUDA version and compute capability."""
@@ -244,6 +334,7 @@ class NodeInventory:
             "computeCapability": {
                 str(v): n for v, n in sorted(facts.compute.items(), reverse=True)
             },
+            **({"draNodes": sum(map(len, facts.dra_cuda.values()))} if facts.dra_cuda else {}),
             **(
                 {
                     "forwardCompatibleDriverBranches": {

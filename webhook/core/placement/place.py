@@ -32,6 +32,7 @@ from webhook.core.placement.needs import (
 from webhook.core.placement.ranges import (
     MAX_LISTED_BRANCHES,
     cuda_terms,
+    dra_terms,
     intersect_ranges,
     intersection_violation,
     tag_only_problem,
@@ -135,6 +136,9 @@ def _compute_terms(
             if text and record_problem(state, config, text, "compute capability"):
                 return False
     plan.compute = range_terms(config.compute_capability_labels, low, None)
+    if facts is not None and facts.dra_compute:
+        # Nodes whose compute capability only their DRA ResourceSlices publish, by name.
+        plan.compute += dra_terms(facts.dra_compute, cuda.Range(low, None))
     if by_floor:
         plan.compute_rule = "architecture-floor"
     plan.compute_note = f"required compute capability ≥ {low} ({req.source})"

@@ -3,8 +3,10 @@ range under majorSkew, its node terms, and what a tag-only image may pin."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import reduce
 
+from webhook.core.base.versions import CudaVersion
 from webhook.core.base.wording import Wording
 from webhook.core.config.labels import DRIVER_VERSION_LABELS
 from webhook.core.config.model import (
@@ -16,15 +18,24 @@ from webhook.core.images.requires import Branches, branch_count, branch_list, ho
 from webhook.core.outcome.decision import PodState, Violation, container_label, short
 from webhook.core.placement import cuda, fit
 from webhook.core.placement.injection import Plan
-from webhook.core.placement.inventory import InventoryFacts
+from webhook.core.placement.inventory import DRA_SCHEME, InventoryFacts
 from webhook.core.placement.needs import Need, forward_branches, record_problem, unknown_warning
 from webhook.core.placement.terms import (
     driver_11_0_terms,
+    Term,
+    name_term,
     preferred_range_terms,
     preferred_terms,
     union_terms,
 )
 from webhook.core.workloads.pods import ContainerRef
+
+
+def dra_terms(names: Mapping[CudaVersion, tuple[str, ...]], rng: cuda.Range) -> list[Term]:
+    """A term per DRA-described node (no labels to select it by) whose version is in `rng`: a
+    pod's affinity grows with the number of such nodes, which labels (GFD, the manual scheme)
+    avoid on large clusters."""
+    return [name_term(n) for n in sorted(n for v, ns in names.items() if rng.holds(v) for n in ns)]
 
 
 def intersect_ranges(ranges: list[cuda.Range]) -> cuda.Range:
@@ -184,12 +195,21 @@ def cuda_terms(
             if warning:
                 state.warnings.append(short(warning))
     schemes = config.schemes[:1] if facts is None else facts.carried
+    dra = facts is not None and DRA_SCHEME in schemes
+    if dra:
+        schemes = tuple(s for s in schemes if s is not DRA_SCHEME)
     plan.cuda = union_terms(schemes, rng.low, rng.max_major)
     or_11_0 = ""
     if on_11_0:
         plan.cuda += driver_11_0_terms(schemes)
         plan.driver_keys = frozenset(DRIVER_VERSION_LABELS)
         or_11_0 = ", or 11.0 with driver ≥ 450.80.02"
+    if dra and facts is not None:
+        plan.cuda += dra_terms(facts.dra_cuda, rng)
+        if not plan.cuda:
+            # No DRA-described node fits and no node is labelled: terms no node meets (the
+            # pod waits, as on a labelled cluster; the warning above says why).
+            plan.cuda = union_terms(config.schemes[:1], rng.low, rng.max_major)
     if forward and config.forward_compatible_nodes is not None:
         branches = [str(b) for b in branch_list(forward)]
         plan.cuda.append(

@@ -24,7 +24,47 @@ from webhook.core.base.versions import CudaVersion
 from webhook.core.config.labels import DRIVER_VERSION_LABELS
 from webhook.core.config.model import CudaLabels
 
-Term = list[dict[str, Any]]  # the matchExpressions of one term
+Term = list[dict[str, Any]]  # the expressions of one term (matchExpressions, and FIELD's)
+
+# The one field a node selector term may select on (k8s.io/api core/v1 NodeSelectorTerm
+# MatchFields: "A list of node selector requirements by node's fields"; the scheduler's
+# nodeaffinity reads only metadata.name, pkg/apis/core/validation validateNodeFieldSelector-
+# Requirement accepts only it). An expression on it in a Term is written into `matchFields`:
+# how nodes that no label describes (DRA-only, SPEC §13) are selected, by name.
+FIELD = "metadata.name"
+_LISTS = ("matchExpressions", "matchFields")
+
+
+def name_term(name: str) -> Term:
+    """A term selecting the one node named. One term per node: the API server accepts exactly
+    one value in a node field selector's `In` (pkg/apis/core/validation
+    validateNodeFieldSelectorRequirement: "must be only one value when `operator` is 'In' or
+    'NotIn' for node field selector"; seen on kube-apiserver 1.36.2 as a Job's pods failing to
+    be created)."""
+    return [{"key": FIELD, "operator": "In", "values": [name]}]
+
+
+def _named(term: Term) -> str | None:
+    for e in term:
+        if e.get("key") == FIELD:
+            return str(e["values"][0])
+    return None
+
+
+def selector_term(term: Term, base: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The NodeSelectorTerm of `term` ANDed with `base` (a user's term): label expressions
+    after the user's matchExpressions, FIELD's after the user's matchFields."""
+    fields = [e for e in term if e.get("key") == FIELD]
+    labels = [e for e in term if e.get("key") != FIELD] if fields else list(term)
+    out = dict(base or {})
+    user = out.get("matchExpressions")
+    user = list(user) if isinstance(user, list) else []
+    if labels or not fields:
+        out["matchExpressions"] = user + labels
+    if fields:
+        own = out.get("matchFields")
+        out["matchFields"] = (list(own) if isinstance(own, list) else []) + fields
+    return out
 
 
 def _expr(key: str, operator: str, value: int) -> dict[str, Any]:
@@ -131,7 +171,18 @@ def cross(left: list[Term], right: list[Term]) -> list[Term]:
         return right
     if not right:
         return left
-    return [[*a, *b] for a in left for b in right]
+    crossed = []
+    for a in left:
+        one = _named(a)
+        for b in right:
+            other = _named(b)
+            if one is None or other is None:
+                crossed.append([*a, *b])
+            elif one == other:
+                # The same node on both sides: one expression naming it.
+                crossed.append([*a, *(e for e in b if e.get("key") != FIELD)])
+            # Two different nodes: a term no node matches, left out.
+    return crossed
 
 
 def merge_terms(existing: Sequence[Any] | None, injected: list[Term]) -> list[dict[str, Any]]:
@@ -141,26 +192,28 @@ def merge_terms(existing: Sequence[Any] | None, injected: list[Term]) -> list[di
     would make it match nodes and widen the user's placement.
     """
     if not existing:
-        return [{"matchExpressions": list(term)} for term in injected]
+        return [selector_term(term) for term in injected]
     merged: list[dict[str, Any]] = []
     for user_term in existing:
         if is_empty_term(user_term):
             merged.append(user_term)
             continue
-        base = dict(user_term)
-        user_exprs = base.get("matchExpressions")
-        user_exprs = list(user_exprs) if isinstance(user_exprs, list) else []
         for term in injected:
-            merged.append({**base, "matchExpressions": user_exprs + list(term)})
+            merged.append(selector_term(term, user_term))
     return merged
 
 
 def _mentions(term: Any, keys: frozenset[str]) -> bool:
-    exprs = term.get("matchExpressions") if is_mapping(term) else None
-    if not isinstance(exprs, list):
+    if not is_mapping(term):
         return False
-    # A malformed key (e.g. a list) is not hashable: test the type before the set lookup.
-    return any(is_mapping(e) and isinstance(e.get("key"), str) and e["key"] in keys for e in exprs)
+    for name in _LISTS:
+        exprs = term.get(name)
+        # A malformed key (e.g. a list) is not hashable: test the type before the set lookup.
+        if isinstance(exprs, list) and any(
+            is_mapping(e) and isinstance(e.get("key"), str) and e["key"] in keys for e in exprs
+        ):
+            return True
+    return False
 
 
 class Forward(NamedTuple):
@@ -197,10 +250,17 @@ def _parts(
 def _without(term: Any, keys: frozenset[str], forward: Forward | None) -> dict[str, Any] | None:
     """The term with our expressions removed; None when nothing of the user's is left."""
     assert isinstance(term, Mapping)
-    _, exprs = _parts(term["matchExpressions"], keys, forward)
-    rest = {**term, "matchExpressions": exprs}
-    if not exprs:
-        del rest["matchExpressions"]
+    rest = dict(term)
+    for name in _LISTS:
+        if not isinstance(term.get(name), list):
+            continue
+        if name == _LISTS[0]:
+            _, exprs = _parts(term[name], keys, forward)
+        else:
+            exprs = [e for e in term[name] if not _on(e, keys)]
+        rest[name] = exprs
+        if not exprs:
+            del rest[name]
     return rest or None
 
 
@@ -213,9 +273,11 @@ def mentioned_key(spec: Mapping[str, Any], keys: frozenset[str]) -> str:
                 return str(key)
     for term in required_terms(spec) or ():
         if _mentions(term, keys):
-            for e in term["matchExpressions"]:
-                if isinstance(e, Mapping) and isinstance(e.get("key"), str) and e["key"] in keys:
-                    return str(e["key"])
+            for name in _LISTS:
+                exprs = term.get(name)
+                for e in exprs if isinstance(exprs, list) else ():
+                    if is_mapping(e) and isinstance(e.get("key"), str) and e["key"] in keys:
+                        return str(e["key"])
     return ""
 
 
@@ -270,14 +332,25 @@ def _split(
         if is_empty_term(term):
             empty.append(term)  # merge_terms keeps an empty user term as it is
             continue
-        exprs = term.get("matchExpressions")
-        exprs = exprs if isinstance(exprs, list) else []
-        ours, users = _parts(exprs, keys, forward)
+        rest = dict(term)
+        ours = []
+        for name in _LISTS:
+            exprs = term.get(name)
+            if not isinstance(exprs, list):
+                continue
+            # Our FIELD expressions are in matchFields, our label ones (and the forward
+            # term's fixed expressions: _parts) in matchExpressions.
+            if name == _LISTS[0]:
+                mine, users = _parts(exprs, keys - {FIELD}, forward)
+            else:
+                mine = [e for e in exprs if _on(e, keys) and e["key"] == FIELD]
+                users = [e for e in exprs if not any(e is m for m in mine)]
+            ours += mine
+            rest[name] = users
+            if not rest[name]:
+                del rest[name]
         if not ours:
             return None
-        rest = {**term, "matchExpressions": users}
-        if not rest["matchExpressions"]:
-            del rest["matchExpressions"]
         groups.setdefault(canonical(rest), (rest, []))[1].append(ours)
     if not groups:
         return None

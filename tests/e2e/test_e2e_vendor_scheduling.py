@@ -1,0 +1,234 @@
+"""Where the real kube-scheduler binds AMD ROCm and Huawei Ascend CANN pods the webhook placed
+(SPEC §13, issue 38 item 6): nodes labelled as AMD's labeller (`amd.com/gpu.driver-version`, the
+amdgpu kernel-module version; `amd.com/gpu.device-id`) and Ascend's device plugin
+(`huawei.com/driver.version`, `node.kubernetes.io/npu.chip.name`, `accelerator-type`) label
+them — MI210 and MI300X on two amdgpu drivers, one MI300X whose driver label is empty, 910B and
+310P on two HDKs — and Deployments and Jobs of ROCm and CANN images created through the
+webhook: each pod is bound where the shipped tables say its image runs (asserted by node name),
+and waits, with the webhook's warning, where nothing does.
+
+The expected nodes follow the shipped tables (webhook/data/accelerators.yaml): amdgpu module
+6.12.12 is the ROCm 6.4 driver (ROCm 6.1-6.4), 6.14.14 amdgpu 30.10 (ROCm 6.2-7.0); device id
+740f is MI210 (gfx90a), 74a1 MI300X (gfx942); Ascend HDK 25.5.1 pairs with CANN 9.0.0 and 8.5.x,
+25.3.RC1 with CANN 8.3.RC1; chip 910B3 runs the images built for 910b, 310P3 those for 310p.
+
+Needs `start.sh --controllers` and the webhook registered by URL (scripts/e2e-kapi.sh with
+KAPI_CONTROLLERS=1), like test_e2e_scheduling.py, whose helpers it uses. Its nodes are selected
+by a label of this module only and tainted, so no other module's pod lands on them.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from webhook.core.config.model import WebhookConfig
+from webhook.core.policies.policyset import PolicySet
+
+from .conftest import Cluster, cluster_inventory
+from .test_e2e_admission import call, expected_for
+from .test_e2e_scheduling import create, scheduled, workload
+
+pytestmark = pytest.mark.e2e
+
+RUN = uuid.uuid4().hex[:6]
+SELECT, PIN, TAINT = "gaw-vendor", "gaw-vendor-node", "gaw-vendor-only"
+MODULE, DEVICE = "amd.com/gpu.driver-version", "amd.com/gpu.device-id"
+HDK, CHIP, TYPE = (
+    "huawei.com/driver.version",
+    "node.kubernetes.io/npu.chip.name",
+    "accelerator-type",
+)
+AMD_GPU, NPU_910, NPU_310P = "amd.com/gpu", "huawei.com/Ascend910", "huawei.com/Ascend310P"
+
+# short name -> (labels, capacity)
+NODES: dict[str, tuple[dict[str, str], str]] = {
+    "mi210-old": ({MODULE: "6.12.12", DEVICE: "740f"}, f"{AMD_GPU}=8"),
+    "mi300-old": ({MODULE: "6.12.12", DEVICE: "74a1"}, f"{AMD_GPU}=8"),
+    "mi210-new": ({MODULE: "6.14.14", DEVICE: "740f"}, f"{AMD_GPU}=8"),
+    "mi300-new": ({MODULE: "6.14.14", DEVICE: "74a1"}, f"{AMD_GPU}=8"),
+    "mi300-empty": ({MODULE: "", DEVICE: "74a1"}, f"{AMD_GPU}=8"),
+    "a2-new": ({HDK: "25.5.1", CHIP: "910B3", TYPE: "module-910b-8"}, f"{NPU_910}=8"),
+    "a2-old": ({HDK: "25.3.RC1", CHIP: "910B3", TYPE: "module-910b-8"}, f"{NPU_910}=8"),
+    "p-new": ({HDK: "25.5.1", CHIP: "310P3"}, f"{NPU_310P}=4"),
+    "p-old": ({HDK: "25.3.RC1", CHIP: "310P3"}, f"{NPU_310P}=4"),
+}
+AMD_NODES = [n for n in NODES if n.startswith("mi")]
+
+ROCM_64 = "rocm/pytorch:rocm6.4_ubuntu24.04_py3.12_pytorch_release_2.6.0"
+ROCM_70 = "rocm/vllm:rocm7.0.0_vllm_0.10.2_20251006"
+ROCM_72 = "rocm/dev-ubuntu-24.04:7.2.1"
+GFX942 = [{"name": "PYTORCH_ROCM_ARCH", "value": "gfx942"}]
+CANN_83_910B = "ascendai/cann:8.3.rc1-910b-ubuntu22.04-py3.11"
+CANN_90_910B = "ascendai/cann:9.0.0-910b-ubuntu22.04-py3.11"
+CANN_852_310P = "quay.io/ascend/cann:8.5.2-310p-ubuntu22.04-py3.11"
+CANN_83_310P = "ascendai/cann:8.3.rc1-310p-ubuntu22.04-py3.11"
+CANN_82_910B = "ascendai/cann:8.2.rc1-910b-ubuntu22.04-py3.11"
+VLLM_ASCEND = "quay.io/ascend/vllm-ascend:v0.11.0rc1"  # CANN 8.3.RC1, the 910b build
+
+
+@pytest.fixture(scope="module")
+def scheduler(cluster: Cluster) -> dict[str, str]:
+    if os.environ.get("E2E_SCHEDULER") != "1" or cluster.mode != "url":
+        pytest.skip(
+            "the vendor scheduling e2e needs the real scheduler and a webhook registered by "
+            "URL: KAPI_CONTROLLERS=1 scripts/e2e-kapi.sh"
+        )
+    tools, binaries = os.environ.get("E2E_KAPI_TOOLS"), os.environ.get("E2E_KAPI_BIN")
+    if not tools or not binaries:
+        pytest.skip("needs E2E_KAPI_TOOLS and E2E_KAPI_BIN (scripts/e2e-kapi.sh)")
+    return {"tools": tools, "bin": binaries}
+
+
+@pytest.fixture(scope="module")
+def vendor_nodes(
+    core: Any, cluster: Cluster, scheduler: dict[str, str]
+) -> Iterator[dict[str, str]]:
+    """short name -> Node name, made by node.sh with the vendors' labels and devices."""
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(cluster.kubeconfig),
+        "PATH": f"{scheduler['bin']}:{os.environ.get('PATH', '')}",
+    }
+    names: dict[str, str] = {}
+    try:
+        for short, (labels, capacity) in NODES.items():
+            name = f"gaw-vendor-{RUN}-{short}"
+            args = [f"{k}={v}" for k, v in labels.items()]
+            args += [f"{SELECT}={RUN}", f"{PIN}={short}"]
+            subprocess.run(
+                ["bash", str(Path(scheduler["tools"]) / "node.sh"), name, *args,
+                 "--capacity", capacity, "--taint", f"{TAINT}={RUN}:NoSchedule"],
+                check=True, env=env, capture_output=True, timeout=60,
+            )  # fmt: skip
+            names[short] = name
+        yield names
+    finally:
+        for name in names.values():
+            core.delete_node(name)
+
+
+def _pod_spec(image: str, resource: str, node: str | None, env: Any = None) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": "main",
+        "image": image,
+        "command": ["sleep", "3600"],
+        "resources": {"limits": {resource: "1"}},
+    }
+    if env:
+        container["env"] = env
+    toleration = {"key": TAINT, "operator": "Equal", "value": RUN, "effect": "NoSchedule"}
+    return {
+        "nodeSelector": {SELECT: RUN, **({PIN: node} if node else {})},
+        "tolerations": [toleration],
+        "containers": [container],
+    }
+
+
+@pytest.fixture(scope="module")
+def synced(
+    core: Any, namespace: str, policies: PolicySet, webhook_config: WebhookConfig,
+    vendor_nodes: dict[str, str],
+) -> None:  # fmt: skip
+    """Wait until the webhook places a probe of each vendor as the cluster's labels say (the
+    nodes are labelled after they are created: a count of nodes is not enough)."""
+    probes = [
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"probe-{v}-{RUN}"},
+         "spec": _pod_spec(image, resource, None)}
+        for v, image, resource in (("amd", ROCM_64, AMD_GPU), ("npu", CANN_83_910B, NPU_910))
+    ]  # fmt: skip
+    deadline = time.monotonic() + 30
+    for probe in probes:
+        while True:
+            inventory = cluster_inventory(core, webhook_config)
+            want = expected_for(probe, namespace, policies, webhook_config, inventory).mutated
+            returned, _ = call(core.create_namespaced_pod, namespace, probe, dry_run="All")
+            affinity = (want or {}).get("spec", {}).get("affinity")
+            if affinity is not None and returned["spec"].get("affinity") == affinity:
+                break
+            assert time.monotonic() < deadline, f"{returned['spec'].get('affinity')} != {affinity}"
+            time.sleep(0.5)
+
+
+@pytest.fixture
+def batch(cluster: Cluster) -> Any:
+    from kubernetes import client
+
+    return client.BatchV1Api(cluster.api)
+
+
+@pytest.fixture
+def run(
+    core: Any, apps: Any, batch: Any, namespace: str, vendor_nodes: dict[str, str], synced: None,
+    webhook_config: WebhookConfig,
+) -> Any:  # fmt: skip
+    """run(kind, image, resource, node=None, env=None) -> (short name of the node the pod was
+    bound to, or None when the scheduler found it unschedulable; the warnings shown)."""
+    names = {v: k for k, v in vendor_nodes.items()}
+
+    def go(
+        kind: str, image: str, resource: str, node: str | None = None, env: Any = None
+    ) -> tuple[str | None, list[str]]:
+        app = f"{kind.lower()}-{uuid.uuid4().hex[:6]}"
+        template = {
+            "metadata": {"labels": {"app": app}},
+            "spec": _pod_spec(image, resource, node, env),
+        }
+        if kind == "Job":
+            template["spec"]["restartPolicy"] = "Never"
+        kw = {"apps": apps, "batch": batch, "namespace": namespace}
+        _, warnings = create(kind, workload(kind, app, template), **kw)
+        (bound,) = scheduled(core, namespace, app).values()
+        return (None if bound is None else names.get(bound, bound)), warnings
+
+    return go
+
+
+def test_rocm_pods_are_bound_where_the_amdgpu_driver_and_the_gpu_run_them(run: Any) -> None:
+    # ROCm 6.4: both drivers run it; never the node whose driver label is empty.
+    bound, _ = run("Deployment", ROCM_64, AMD_GPU)
+    assert bound in ("mi210-old", "mi300-old", "mi210-new", "mi300-new")
+    assert run("Job", ROCM_64, AMD_GPU, node="mi300-empty")[0] is None
+    assert run("Job", ROCM_64, AMD_GPU, node="mi210-old")[0] == "mi210-old"
+    # ROCm 7.0: only amdgpu 30.10 (module 6.14.14).
+    assert run("Deployment", ROCM_70, AMD_GPU, node="mi300-old")[0] is None
+    assert run("Deployment", ROCM_70, AMD_GPU, node="mi300-new")[0] == "mi300-new"
+    # Built for gfx942 only: the MI300X on the new driver, never the MI210 (no fallback).
+    assert run("Job", ROCM_70, AMD_GPU, env=GFX942)[0] == "mi300-new"
+    assert run("Job", ROCM_70, AMD_GPU, node="mi210-new", env=GFX942)[0] is None
+
+
+def test_cann_pods_are_bound_where_the_hdk_and_the_chip_run_them(run: Any) -> None:
+    # CANN 8.3.RC1 for 910b: HDK 25.3.RC1 on a 910B3.
+    assert run("Deployment", CANN_83_910B, NPU_910)[0] == "a2-old"
+    # CANN 9.0.0 for 910b: HDK 25.5.1.
+    assert run("Job", CANN_90_910B, NPU_910)[0] == "a2-new"
+    # 310P images on the 310P nodes, by HDK.
+    assert run("Job", CANN_852_310P, NPU_310P)[0] == "p-new"
+    assert run("Deployment", CANN_83_310P, NPU_310P)[0] == "p-old"
+    # vllm-ascend through its published CANN pairing (v0.11.0rc1: CANN 8.3.RC1, 910b build).
+    assert run("Deployment", VLLM_ASCEND, NPU_910)[0] == "a2-old"
+    # A 910b image pinned to the 910B node of the other HDK: it waits.
+    assert run("Job", CANN_83_910B, NPU_910, node="a2-new")[0] is None
+
+
+def test_where_nothing_fits_the_pod_waits_with_the_webhooks_warning(
+    run: Any, webhook_config: WebhookConfig
+) -> None:
+    if webhook_config.no_compatible_node == "deny":
+        pytest.skip("noCompatibleNode: deny refuses these workloads (the unit tests cover it)")
+    bound, warnings = run("Job", ROCM_72, AMD_GPU)
+    assert bound is None
+    assert any("no node's amdgpu driver supports ROCm 7.2; newest is 30.10" in w for w in warnings)
+    bound, warnings = run("Deployment", CANN_82_910B, NPU_910)
+    assert bound is None
+    assert any(
+        "no node's Ascend HDK supports CANN 8.2.RC1; newest is 25.5.1" in w for w in warnings
+    )

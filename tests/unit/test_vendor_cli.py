@@ -1,0 +1,94 @@
+"""`review` and `images` show ROCm and CANN like CUDA (SPEC §13): the inventory line counts
+each vendor's nodes by driver release, `images` names an image's ROCm or CANN version."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.helpers import container, pod
+from webhook.cli import main
+
+ROCM_70 = "rocm/vllm:rocm7.0.0_vllm_0.10.2_20251006"
+
+
+def cli(*argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    code = main(list(argv), out=out)
+    return code, out.getvalue()
+
+
+def node(name: str, **labels: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}
+
+
+def test_review_places_an_amd_pod_and_counts_the_vendors_nodes(tmp_path: Path) -> None:
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text(
+        yaml.safe_dump_all(
+            [
+                node("mi300-new", **{"amd.com/gpu.driver-version": "6.14.14"}),
+                node("mi210-old", **{"amd.com/gpu.driver-version": "6.12.12"}),
+                node("empty", **{"amd.com/gpu.driver-version": ""}),
+                node("a2", **{"huawei.com/driver.version": "25.5.1"}),
+            ]
+        ),
+        encoding="utf-8",
+    )
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(
+        yaml.safe_dump(pod(container(image=ROCM_70, limits={"amd.com/gpu": "1"}))),
+        encoding="utf-8",
+    )
+    code, out = cli("review", "-f", str(manifest), "--nodes", str(nodes), "-o", "json")
+    assert code == 0
+    [result] = json.loads(out)
+    assert result["changes"] == [
+        # The shipped CRL cf-crl-amd-gpu (requests: fromLimits), then the ROCm gate.
+        'set requests.amd.com/gpu=1 from limits in container "c"',
+        f"required nodes whose amdgpu driver runs ROCm 7.0 (image {ROCM_70})",
+    ]
+    assert result["mutated"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"] == [
+        {
+            "matchExpressions": [
+                {"key": "amdgpu-driver-release", "operator": "DoesNotExist"},
+                {"key": "amd.com/gpu.driver-version", "operator": "In", "values": ["6.14.14"]},
+            ]
+        }
+    ]
+    code, text = cli("review", "-f", str(manifest), "--nodes", str(nodes))
+    assert text.splitlines()[0] == (
+        f"node inventory: 4 node(s) from {nodes} (0 with CUDA labels; scheme(s): no known "
+        "scheme); 3 AMD GPU nodes (amdgpu driver 30.10: 1, 6.4: 1, unknown: 1); "
+        "1 Ascend node (Ascend HDK 25.5.1: 1)"
+    )
+
+
+def test_images_names_rocm_and_cann_versions() -> None:
+    code, out = cli(
+        "images",
+        "--no-lookup",
+        ROCM_70,
+        "ascendai/cann:8.3.rc1-910b-ubuntu22.04-py3.11",
+        "quay.io/ascend/vllm-ascend:v0.11.0rc1-310p",
+    )
+    assert code == 0
+    assert out.splitlines() == [
+        f"{ROCM_70}: ROCm 7.0 from the reference",
+        "ascendai/cann:8.3.rc1-910b-ubuntu22.04-py3.11: CANN 8.3.RC1 (built for 910b) "
+        "from the reference",
+        "quay.io/ascend/vllm-ascend:v0.11.0rc1-310p: CANN 8.3.RC1 (built for 310p) "
+        "from the shipped knowledge",
+    ]
+    code, out = cli("images", "--no-lookup", "-o", "json", ROCM_70)
+    assert json.loads(out)[0]["accelerator"] == {
+        "runtime": "ROCm",
+        "version": "7.0",
+        "devices": [],
+    }

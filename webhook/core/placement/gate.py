@@ -1,0 +1,394 @@
+"""The driver-release gate (SPEC §13): one placement engine for every vendor whose compatibility
+is a published table of driver releases and runtime versions (AMD ROCm, Huawei Ascend CANN),
+read from the vendor's data (vendors.py), never from code written per vendor.
+
+Per pod: each container's runtime version (pod annotation, env, admin table, tag, shipped
+knowledge) and the devices its code is built for; the nodes whose driver release runs every
+one of those versions and whose device every container is built for, as required node
+affinity over the label values the inventory has seen; warn or deny when none can (as CUDA's
+gate, SPEC §4); DaemonSet and spec.nodeName pods checked, not pinned. A node whose driver is
+unknown (empty label, no table row) is never taken as compatible.
+
+The named per-vendor rule is the device rule: ROCm code objects are per gfx target (no
+PTX-like fallback) and CANN operator packages per chip, so the node's device must be one the
+image is built for, where the image says which."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import NamedTuple
+
+from webhook.core.base.wording import Wording
+from webhook.core.config.model import WebhookConfig
+from webhook.core.images.references import shown_image
+from webhook.core.outcome.decision import PodState, Violation, container_label, short
+from webhook.core.placement import fit
+from webhook.core.placement.injection import Plan, inject
+from webhook.core.placement.inventory import NodeInventory
+from webhook.core.placement.needs import Envs, container_env, meta, record_problem
+from webhook.core.placement.vendor_nodes import (
+    Term,
+    VendorFacts,
+    Want,
+    count_nodes,
+    device_counts,
+    fitting,
+    newest,
+    seen_terms,
+    summary,
+    table_terms,
+    vendor_facts,
+)
+from webhook.core.placement.vendors import (
+    Vendor,
+    container_finding,
+    device_matches,
+    shipped_vendors,
+    version_key,
+)
+from webhook.core.workloads.pods import ContainerRef
+
+
+class VendorNeed(NamedTuple):
+    container: ContainerRef
+    version: str | None
+    devices: tuple[str, ...]
+    source: str
+
+
+def _image(c: ContainerRef) -> str:
+    image = c.container.get("image")
+    return shown_image(image) if isinstance(image, str) and image else f"{c.name} (no image)"
+
+
+def _needs(
+    state: PodState, vendor: Vendor, containers: list[ContainerRef], config: WebhookConfig
+) -> list[VendorNeed]:
+    gate = config.accelerators.gate(vendor.name)
+    assert gate is not None
+    raw = state.pod.annotations.get(vendor.annotation)
+    annotated = version_key(raw) if raw and len(raw) <= 20 and raw[:1].isdigit() else None
+    if raw is not None and annotated is None:
+        shown = raw if len(raw) <= 20 else raw[:19] + "…"
+        state.warnings.append(short(f"annotation {vendor.annotation}={shown!r} is not a version"))
+    envs: Envs = {}
+    needs = []
+    for c in containers:
+        found = container_finding(vendor, c.container, container_env(envs, c), gate)
+        devices = found.devices if found is not None else ()
+        if annotated is not None:
+            needs.append(VendorNeed(c, annotated, devices, f"annotation {vendor.annotation}"))
+        elif found is not None and found.version is not None:
+            needs.append(VendorNeed(c, found.version, devices, found.source))
+        else:
+            needs.append(VendorNeed(c, None, devices, ""))
+    return needs
+
+
+def _unknown_warning(vendor: Vendor, c: ContainerRef, others: bool) -> Wording:
+    name, fix = _image(c), vendor.annotation
+    if others:
+        return Wording(
+            (
+                f"{vendor.runtime} version of {name} unknown; node affinity uses the others",
+                f"{vendor.runtime} of {name} unknown; affinity from others",
+            )
+        )
+    return Wording(
+        (
+            f"{vendor.runtime} version of {name} unknown, no affinity: set {fix}",
+            f"{vendor.runtime} of {name} unknown: set {fix}",
+        )
+    )
+
+
+def _shown(vendor: Vendor, versions: tuple[str, ...]) -> str:
+    return ", ".join(dict.fromkeys(vendor.shown(v) for v in versions))
+
+
+def _devices_text(want: Want) -> str:
+    listed = [d for devices in want.devices for d in devices]
+    return "/".join(dict.fromkeys(listed))
+
+
+def _violation(state: PodState, vendor: Vendor, needs: list[VendorNeed], want: Want) -> bool:
+    """The pod needs one node for all its containers: a driver release that runs every
+    version (by the shipped table) and a device every container is built for."""
+    if len(needs) < 2:
+        return False
+    each_known = all(
+        any(Want((v,), ()).runs(r) for r in vendor.releases) for v in set(want.versions)
+    )
+    if each_known and not any(want.runs(r) for r in vendor.releases):
+        what = f"no {vendor.driver} release runs every container"
+    elif want.devices and not any(
+        want.fits_device(d, device_matches)
+        for d in {t for devices in want.devices for t in devices}
+    ):
+        what = f"no {vendor.device} runs every container"
+    else:
+        return False
+    listed = "; ".join(
+        f"{container_label(n.container)} needs {vendor.runtime} {vendor.shown(n.version or '')}"
+        + (f" on {'/'.join(n.devices)}" if n.devices else "")
+        for n in needs
+    )
+    state.violations.append(
+        Violation(
+            f"{state.ref}: {what}: {listed}; align them or split them into separate pods.",
+            state.ref,
+            rule=vendor.name,
+        )
+    )
+    return True
+
+
+def _problem(facts: VendorFacts, want: Want) -> str:
+    """Why no node runs the pod (some node advertises the vendor's labels)."""
+    vendor = facts.vendor
+    runtime = f"{vendor.runtime} {_shown(vendor, want.versions)}"
+    drivers = [n for n in facts.combos if want.runs(n.release)]
+    if not drivers:
+        top = newest(facts)
+        if top is None:
+            problems = sorted({n.problem for n in facts.combos if n.problem})
+            return f"no node's {vendor.driver} is known ({problems[0]}); {runtime} needs one"
+        release, count = top
+        return (
+            f"no node's {vendor.driver} supports {runtime}; newest is "
+            f"{vendor.shown(release)} ({count} node{'s' if count != 1 else ''})"
+        )
+    return (
+        f"no node whose {vendor.driver} runs {runtime} has {vendor.device} "
+        f"{_devices_text(want)}; they have {device_counts(facts, drivers)}"
+    )
+
+
+def _left_out(facts: VendorFacts, want: Want) -> str:
+    """Nodes that advertise the vendor but that the gate cannot read: never placed on."""
+    vendor = facts.vendor
+    unknown = [n for n in facts.combos if n.problem]
+    if want.devices:
+        unknown += [n for n in facts.combos if not n.problem and n.device is None]
+    if not unknown:
+        return ""
+    count = sum(facts.combos[n] for n in unknown)
+    first = unknown[0]
+    if first.problem:
+        why = f"{vendor.driver} unknown: {first.problem}"
+        fix = next((d.key for d in facts.gate.driver_labels if d.value == "release"), "")
+    else:
+        shown = f"{first.device_key}={first.device_value}" if first.device_key else "none"
+        why, fix = f"{vendor.device} unknown: {shown}", ""
+    advice = f"; label {fix}" if fix else ""
+    return f"{count_nodes(count, vendor)} left out, {why}{advice}"
+
+
+def _pinned(
+    state: PodState, facts: VendorFacts, want: Want, node: str, who: str, config: WebhookConfig
+) -> None:
+    pinned = facts.nodes.get(node)
+    if pinned is None:
+        return
+    vendor = facts.vendor
+    runtime = f"{vendor.runtime} {_shown(vendor, want.versions)}"
+    if pinned.problem:
+        state.warnings.append(short(f"node {node}'s {vendor.driver} is unknown ({pinned.problem})"))
+    elif not want.runs(pinned.release):
+        release = vendor.shown(pinned.release.release) if pinned.release else "?"
+        text = f"node {node}'s {vendor.driver} {release} does not support {runtime}; {who} needs it"
+        if record_problem(state, config, text, vendor.name):
+            return
+    if want.devices and not want.fits_device(pinned.device, device_matches):
+        have = pinned.device or pinned.device_value or "none"
+        text = f"node {node} has {vendor.device} {have}; {who} needs {_devices_text(want)}"
+        record_problem(state, config, text, vendor.name)
+
+
+def _daemonset(state: PodState, facts: VendorFacts, want: Want) -> None:
+    vendor = facts.vendor
+    runtime = f"{vendor.runtime} {_shown(vendor, want.versions)}"
+    state.notes.append(
+        Wording(
+            (
+                f"no {vendor.runtime} affinity (DaemonSet pods are pinned to their node); "
+                f"nodes without an {vendor.driver} for {runtime} cannot run them",
+                f"no {vendor.runtime} affinity (DaemonSet pods are pinned); "
+                f"nodes without a driver for {runtime} cannot run them",
+                f"no {vendor.runtime} affinity (DaemonSet pods are pinned to their node)",
+            )
+        )
+    )
+    ok = set(fitting(facts, want, device_matches))
+    unfit = sum(n for node, n in facts.combos.items() if node not in ok)
+    if unfit:
+        state.warnings.append(
+            short(
+                f"{unfit} of {facts.total} {vendor.nodes} cannot run these DaemonSet pods: "
+                f"they need an {vendor.driver} for {runtime}"
+            )
+        )
+
+
+_MAX_PLACEMENTS = 1024
+
+
+@lru_cache(maxsize=1024)
+def _listed(vendor: Vendor, want: Want) -> bool:
+    """Whether some driver release in the vendor's table runs every version `want` has."""
+    return any(want.runs(r) for r in vendor.releases)
+
+
+class _Placement(NamedTuple):
+    """The terms for one need on one snapshot, and what to say about them."""
+
+    seen: list[Term]  # over the fitting values the inventory has seen
+    left_out: str  # the warning about nodes the gate cannot read
+    problem: str  # why no node runs the pod ('' when some does)
+    table: list[Term]  # when none does: the values the shipped tables know
+
+
+def _placement(facts: VendorFacts, want: Want) -> _Placement:
+    nodes = fitting(facts, want, device_matches)
+    if nodes:
+        left = _left_out(facts, want)
+        return _Placement(
+            seen_terms(facts, nodes, bool(want.devices)), short(left) if left else "", "", []
+        )
+    table = table_terms(facts.vendor, facts.gate, want, device_matches)
+    return _Placement([], "", _problem(facts, want), table)
+
+
+def _copy(terms: list[Term]) -> list[Term]:
+    """Fresh expressions for the draft (the cached ones are shared by every review)."""
+    return [
+        [{**e, "values": list(e["values"])} if "values" in e else dict(e) for e in term]
+        for term in terms
+    ]
+
+
+def facts_of(vendor: Vendor, inventory: NodeInventory, config: WebhookConfig) -> VendorFacts:
+    """The vendor's view of the inventory, built once per snapshot and gate config (the
+    gate's identity is checked: hashing a config part on every review costs more)."""
+    gate = config.accelerators.gate(vendor.name)
+    assert gate is not None
+    key = ("vendor", vendor.name)
+    facts = inventory.memo(key, vendor_facts(vendor, gate))
+    if facts.gate is not gate:
+        facts = vendor_facts(vendor, gate)(inventory.nodes)
+        inventory.memo_set(key, facts)
+    return facts
+
+
+def inventory_summary(inventory: NodeInventory, config: WebhookConfig) -> list[str]:
+    """Per vendor whose labels some node carries: its nodes by driver release (the CLI's
+    inventory line, /inventory)."""
+    found = []
+    for vendor in shipped_vendors():
+        gate = config.accelerators.gate(vendor.name)
+        if gate is not None and gate.enabled:
+            line = summary(facts_of(vendor, inventory, config))
+            if line:
+                found.append(line)
+    return found
+
+
+def place_vendor(
+    state: PodState,
+    vendor: Vendor,
+    containers: list[ContainerRef],
+    config: WebhookConfig,
+    inventory: NodeInventory | None,
+    *,
+    violations_only: bool = False,
+    daemonset: bool = False,
+) -> None:
+    """Placement of a pod spec's `containers`, which use `vendor`'s devices (SPEC §13)."""
+    gate = config.accelerators.gate(vendor.name)
+    if gate is None or not gate.enabled:
+        return
+    needs = _needs(state, vendor, containers, config)
+    known = [n for n in needs if n.version is not None]
+    want = Want(
+        tuple(n.version for n in known if n.version is not None),
+        tuple(n.devices for n in needs if n.devices),
+    )
+    if known and _violation(state, vendor, known, want):
+        return
+    deny = inventory is not None and not inventory.pending and config.no_compatible_node == "deny"
+    if violations_only and not deny:
+        return
+    for n in needs:
+        from_operator = n.container.image_from and not n.container.container.get("image")
+        if n.version is None and not from_operator:
+            state.warnings.append(_unknown_warning(vendor, n.container, bool(known)))
+    if not known:
+        return
+    if not _listed(vendor, want):
+        state.warnings.append(
+            short(
+                f"no {vendor.driver} release the webhook knows lists {vendor.runtime} "
+                f"{_shown(vendor, want.versions)}: no affinity"
+            )
+        )
+        return
+    if inventory is None or inventory.pending:
+        what = (
+            "yet: the webhook is still listing the cluster's Nodes"
+            if inventory
+            else ("without the node inventory")
+        )
+        state.warnings.append(short(f"{vendor.runtime} placement is not enforced {what}"))
+        return
+    facts = facts_of(vendor, inventory, config)
+    if not facts.total:
+        state.warnings.append(
+            short(
+                f"{vendor.runtime} placement is not enforced: "
+                f"no node advertises its {vendor.driver}"
+            )
+        )
+        return
+    if state.pod.is_template and daemonset:
+        _daemonset(state, facts, want)
+        return
+    pinned = None if state.pod.is_template else fit.daemonset_node(meta(state), state.pod.spec)
+    who = "this DaemonSet pod"
+    if pinned is None and not state.pod.is_template:
+        pinned, who = fit.bound_node(state.pod.spec), "this pod"
+    if pinned is not None:
+        if pinned:
+            _pinned(state, facts, want, pinned, who, config)
+        return
+    found = facts.placements.get(want)
+    if found is None:
+        if len(facts.placements) >= _MAX_PLACEMENTS:
+            facts.placements.clear()  # annotations can name any version: stay bounded
+        found = facts.placements[want] = _placement(facts, want)
+    seen, left, problem, table = found
+    if left:
+        state.warnings.append(left)
+    if problem and record_problem(state, config, problem, vendor.name):
+        return
+    terms = _copy(seen or table)
+    if not terms:
+        return
+    runtime = f"{vendor.runtime} {_shown(vendor, want.versions)}"
+    on = f" on {vendor.device} {_devices_text(want)}" if want.devices else ""
+    source = known[0].source
+    plan = Plan(
+        cuda=terms,
+        keys=gate.keys,
+        note_kind=f"{vendor.name}-affinity",
+        cuda_rule=vendor.name,
+        cuda_want=f"an {vendor.driver} for {runtime}{on}",
+        cuda_note=Wording(
+            (
+                f"required nodes whose {vendor.driver} runs {runtime}{on} ({source})",
+                f"required {vendor.driver} for {runtime}{on} ({source})",
+                f"{vendor.driver} for {runtime}{on} ({source})",
+                f"{vendor.driver} for {runtime}{on}",
+            )
+        ),
+    )
+    inject(state, config, plan)

@@ -1,0 +1,283 @@
+"""What the cluster's nodes say to one vendor's gate (SPEC §13): each node's driver release and
+device, read through the config's label order and the vendor's shipped tables, as counts of
+distinct combinations (a handful, whatever the number of nodes), and the node selector terms
+that list exactly the label values that run a pod.
+
+These labels are not integers (`30.10.1`, `6.14.14`, `25.3.RC1`, `74a1`, `910B3`), so terms use
+`In` over the values the inventory has seen; a label listed after another one is read only on
+nodes without the earlier one (`DoesNotExist`), so an admin's label wins over a labeller's."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, NamedTuple
+
+from webhook.core.config.accelerators import VendorGate
+from webhook.core.placement.inventory import DRA_AMD_DRIVER
+from webhook.core.placement.terms import name_term
+from webhook.core.placement.vendors import Release, Vendor, covers, release_order, version_key
+
+Term = list[dict[str, Any]]
+
+
+class NodeDriver(NamedTuple):
+    """One node as the gate sees it ('' keys: the node carries none of those labels)."""
+
+    driver_key: str
+    driver_value: str
+    release: Release | None  # the matrix row its driver is in (None: unknown)
+    problem: str  # why the driver is unknown ('' when known)
+    device_key: str
+    device_value: str
+    device: str | None  # gfx942, 910b (None: unknown or not advertised)
+
+
+@dataclass(frozen=True, slots=True)
+class VendorFacts:
+    vendor: Vendor
+    gate: VendorGate
+    total: int  # nodes carrying any of the gate's labels
+    combos: Mapping[NodeDriver, int]
+    nodes: Mapping[str, NodeDriver]
+    # What gate.py worked out per distinct need (Want), for this snapshot: replicas and
+    # repeated submissions of one image are most reviews.
+    placements: dict[Any, Any] = field(default_factory=dict)
+
+
+# Nodes without driver labels whose DRA ResourceSlices publish the driver (SPEC §13 "DRA
+# inventory"): the amdgpu kernel module's version, as the labeller's amd.com/gpu.driver-version
+# is (inventory.py with_dra_labels). Read after every configured label; such nodes carry no
+# label to select them by, so their terms name them (seen_terms).
+_DRA_DRIVERS = {"rocm": DRA_AMD_DRIVER}
+
+
+def _labels_of(vendor: Vendor, gate: VendorGate) -> list[tuple[str, str]]:
+    found: list[tuple[str, str]] = [(label.key, label.value) for label in gate.driver_labels]
+    dra = _DRA_DRIVERS.get(vendor.name)
+    return [*found, (dra, "kernelModule")] if dra else found
+
+
+def _driver(vendor: Vendor, gate: VendorGate, labels: Mapping[str, str]) -> tuple[str, str, Any]:
+    """(key, value, release row or the reason it is unknown)."""
+    for key, kind in _labels_of(vendor, gate):
+        value = labels.get(key)
+        if value is None:
+            continue
+        if not value:
+            return key, value, f"{key} is empty"
+        release = version_key(value)
+        if kind == "kernelModule":
+            mapped = vendor.release_of_module(release)
+            if mapped is None:
+                return key, value, f"{key}={value} has no table row"
+            release = mapped
+        row = vendor.release_row(release)
+        if row is None:
+            return key, value, f"{key}={value} is not in the shipped matrix"
+        return key, value, row
+    return "", "", "no driver label"
+
+
+def node_driver(vendor: Vendor, gate: VendorGate, labels: Mapping[str, str]) -> NodeDriver | None:
+    """How the gate reads one node's labels; None when it carries none of them."""
+    key, value, found = _driver(vendor, gate, labels)
+    device_key = device_value = ""
+    device = None
+    for label in gate.device_labels:
+        if label in labels:
+            device_key, device_value = label, labels[label]
+            device = vendor.device_of(device_value)
+            break
+    if not key and not device_key:
+        return None
+    release = found if isinstance(found, Release) else None
+    problem = "" if release is not None else str(found)
+    return NodeDriver(key, value, release, problem, device_key, device_value, device)
+
+
+def vendor_facts(
+    vendor: Vendor, gate: VendorGate
+) -> Callable[[Mapping[str, Mapping[str, str]]], VendorFacts]:
+    """The builder NodeInventory.memo runs once per snapshot (off every later review)."""
+
+    def build(nodes: Mapping[str, Mapping[str, str]]) -> VendorFacts:
+        combos: Counter[NodeDriver] = Counter()
+        shared: dict[NodeDriver, NodeDriver] = {}
+        per_node: dict[str, NodeDriver] = {}
+        for name, labels in nodes.items():
+            node = node_driver(vendor, gate, labels)
+            if node is None:
+                continue
+            node = shared.setdefault(node, node)
+            per_node[name] = node
+            combos[node] += 1
+        return VendorFacts(
+            vendor,
+            gate,
+            sum(combos.values()),
+            MappingProxyType(dict(combos)),
+            MappingProxyType(per_node),
+        )
+
+    return build
+
+
+class Want(NamedTuple):
+    """What a pod's containers of one vendor need: runtime versions (all of them must run on
+    the driver) and, per container that lists some, the devices its code is built for."""
+
+    versions: tuple[str, ...]
+    devices: tuple[tuple[str, ...], ...]
+
+    def runs(self, release: Release | None) -> bool:
+        return release is not None and all(
+            any(covers(rt, v) for rt in release.runtimes) for v in self.versions
+        )
+
+    def fits_device(self, device: str | None, match: Callable[[str, str], bool]) -> bool:
+        if not self.devices:
+            return True
+        return device is not None and all(any(match(w, device) for w in d) for d in self.devices)
+
+
+def _grouped_terms(gate: VendorGate, pairs: Iterable[tuple[str, str, str, str]]) -> list[Term]:
+    """Terms from (driver key, driver value, device key, device value) that all run the pod:
+    one term per (driver key, device key), each listing its values (driver and device
+    compatibility are separate, so every value pair in a term runs it)."""
+    groups: dict[tuple[str, str], tuple[set[str], set[str]]] = {}
+    for driver_key, driver_value, device_key, device_value in pairs:
+        drivers, devices = groups.setdefault((driver_key, device_key), (set(), set()))
+        drivers.add(driver_value)
+        if device_key:
+            devices.add(device_value)
+    driver_keys = [d.key for d in gate.driver_labels]
+    device_keys = list(gate.device_labels)
+    terms: list[Term] = []
+    for driver_key, device_key in sorted(
+        groups,
+        key=lambda k: (driver_keys.index(k[0]), device_keys.index(k[1]) if k[1] else -1),
+    ):
+        drivers, devices = groups[(driver_key, device_key)]
+        term: Term = [
+            {"key": k, "operator": "DoesNotExist"}
+            for k in driver_keys[: driver_keys.index(driver_key)]
+        ]
+        term.append({"key": driver_key, "operator": "In", "values": sorted(drivers)})
+        if device_key:
+            term += [
+                {"key": k, "operator": "DoesNotExist"}
+                for k in device_keys[: device_keys.index(device_key)]
+            ]
+            term.append({"key": device_key, "operator": "In", "values": sorted(devices)})
+        terms.append(term)
+    return terms
+
+
+def fitting(facts: VendorFacts, want: Want, match: Callable[[str, str], bool]) -> list[NodeDriver]:
+    return [
+        n
+        for n in facts.combos
+        if n.driver_key
+        and want.runs(n.release)
+        and (not want.devices or n.device_key)
+        and want.fits_device(n.device, match)
+    ]
+
+
+def seen_terms(facts: VendorFacts, nodes: list[NodeDriver], with_devices: bool) -> list[Term]:
+    """Terms listing the label values of `nodes` (the fitting ones the inventory has seen);
+    nodes whose driver only DRA publishes, one term per node naming it."""
+    dra = _DRA_DRIVERS.get(facts.vendor.name)
+    labelled = [n for n in nodes if n.driver_key != dra]
+    terms = _grouped_terms(
+        facts.gate,
+        (
+            (n.driver_key, n.driver_value, n.device_key if with_devices else "", n.device_value)
+            for n in labelled
+        ),
+    )
+    if len(labelled) < len(nodes):
+        fit = set(nodes)
+        terms += [
+            name_term(name)
+            for name, n in sorted(facts.nodes.items())
+            if n in fit and n.driver_key == dra
+        ]
+    return terms
+
+
+def _spellings(release: str) -> list[str]:
+    upper = release.replace("rc", "RC")
+    return [release] if upper == release else [release, upper]
+
+
+def table_terms(
+    vendor: Vendor, gate: VendorGate, want: Want, match: Callable[[str, str], bool]
+) -> list[Term]:
+    """Terms listing every value the shipped tables know to run the pod: for a pod no node
+    runs yet (an autoscaler may add one), so it waits for one rather than land anywhere."""
+    drivers: list[tuple[str, str]] = []
+    for label in gate.driver_labels:
+        if label.value == "kernelModule":
+            for row in vendor.modules:
+                if want.runs(vendor.release_row(row.target)):
+                    drivers.append((label.key, row.value))
+        else:
+            for release in vendor.releases:
+                if want.runs(release):
+                    drivers += [(label.key, s) for s in _spellings(release.release)]
+    devices: list[tuple[str, str]] = [("", "")]
+    if want.devices:
+        devices = [
+            (key, row.value)
+            for key in gate.device_labels
+            for row in vendor.devices.values()
+            if want.fits_device(row.target, match)
+        ]
+    return _grouped_terms(gate, ((dk, dv, xk, xv) for dk, dv in drivers for xk, xv in devices))
+
+
+def newest(facts: VendorFacts) -> tuple[str, int] | None:
+    """The newest driver release any node has, and how many nodes have it."""
+    counts: Counter[str] = Counter()
+    for node, n in facts.combos.items():
+        if node.release is not None:
+            counts[node.release.release] += n
+    if not counts:
+        return None
+    top = max(counts, key=release_order)
+    return top, counts[top]
+
+
+def device_counts(facts: VendorFacts, nodes: Iterable[NodeDriver]) -> str:
+    """`gfx90a (2 nodes), gfx942 (3 nodes)`: the devices of `nodes`, most first."""
+    counts: Counter[str] = Counter()
+    for node in nodes:
+        counts[node.device or node.device_value or "unknown"] += facts.combos.get(node, 0)
+    return ", ".join(f"{d} ({n} node{'s' if n != 1 else ''})" for d, n in counts.most_common())
+
+
+def summary(facts: VendorFacts) -> str:
+    """`6 AMD GPU nodes (amdgpu driver 30.10: 3, 6.4: 2, unknown: 1)` ('' without any)."""
+    if not facts.total:
+        return ""
+    vendor = facts.vendor
+    counts: Counter[str] = Counter()
+    for node, n in facts.combos.items():
+        counts[vendor.shown(node.release.release) if node.release else "unknown"] += n
+    listed = ", ".join(
+        f"{release}: {counts[release]}"
+        for release in sorted(
+            counts, key=lambda r: (r != "unknown", release_order(r)), reverse=True
+        )
+    )
+    return f"{count_nodes(facts.total, vendor)} ({vendor.driver} {listed})"
+
+
+def count_nodes(count: int, vendor: Vendor) -> str:
+    """`1 AMD GPU node`, `3 AMD GPU nodes`."""
+    nodes = vendor.nodes if count != 1 else vendor.nodes.removesuffix("s")
+    return f"{count} {nodes}"
