@@ -17,8 +17,8 @@ from webhook.core.config.model import ANNOTATION_INJECTED_AFFINITY, WebhookConfi
 from webhook.core.outcome.decision import PodState, short
 from webhook.core.placement.cuda import Range
 from webhook.core.placement.terms import (
-    Forward,
     FIELD,
+    Forward,
     Own,
     Term,
     already_injected,

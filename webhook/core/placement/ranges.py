@@ -21,8 +21,8 @@ from webhook.core.placement.injection import Plan
 from webhook.core.placement.inventory import DRA_SCHEME, InventoryFacts
 from webhook.core.placement.needs import Need, forward_branches, record_problem, unknown_warning
 from webhook.core.placement.terms import (
-    driver_11_0_terms,
     Term,
+    driver_11_0_terms,
     name_term,
     preferred_range_terms,
     preferred_terms,
