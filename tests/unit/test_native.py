@@ -162,9 +162,15 @@ def test_update_check_reads_what_the_webhook_reads_under_the_config() -> None:
     """Env names from the config (env fixes, access checks), the webhook's annotations and the
     exact GPU names are compared; cpu and other env are not (SPEC §6)."""
     check = _variable(export([], reads=READS).objects[0], "unchanged")
-    assert 'c.?env.orValue([]).filter(e, e.name in ["CUDA_VERSION", ' in check
+    # Every vendor's device variables and the limiters' controls (GPU access control reads
+    # them: workloads/devices.py access_env), by name and by prefix.
+    assert 'c.?env.orValue([]).filter(e, e.name in ["ACTIVE_OOM_KILLER", ' in check
+    assert '"AMD_VISIBLE_DEVICES", "ASCEND_VISIBLE_DEVICES", ' in check
+    assert '"CUDA_VERSION", ' in check
     assert (
-        '"NVIDIA_VISIBLE_DEVICES"] || ["NVIDIA_REQUIRE_"].exists(p, e.name.startsWith(p)))' in check
+        '"NVIDIA_VISIBLE_DEVICES"] || ["NVIDIA_REQUIRE_", "DOCKER_RESOURCE_", '
+        '"CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_SM_LIMIT"].exists(p, e.name.startsWith(p)))'
+        in check
     )
     assert 'a in ["features.alauda.io/cuda-version", ' in check
     assert "!(k.contains('/') || k in [\"nvidia.com/gpu\", ".replace("\\", "") in check
