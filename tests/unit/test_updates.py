@@ -338,10 +338,12 @@ def test_delete_and_connect_are_never_denied(operation: str, obj: dict[str, Any]
     assert decision.patch == []
 
 
-def test_pod_update_is_not_evaluated() -> None:
+def test_pod_update_is_not_evaluated_for_its_resources() -> None:
+    """A Pod's resources are judged on CREATE only; an UPDATE reaches GPU access control alone
+    (tests/unit/test_pod_updates.py), which a new label does not concern."""
     old = pod(container(limits={GPU: "8"}))
     decision = review(labelled(old), old=old)
-    assert decision.allowed and not decision.handled
+    assert_untouched(decision, "nothing GPU access control reads changed")
 
 
 # --- only what the evaluation reads (issue 28 item 5 c, d) -------------------------------------

@@ -48,8 +48,12 @@ def _evaluate_spec(
     images: ImageFacts | None = None,
     daemonset: bool = False,
     audit: bool = False,
+    access_only: bool = False,
 ) -> None:
     pod = state.pod
+    if access_only:
+        _access_only(state, policies, config, claims, namespace, audit)
+        return
     # Env fixes only ever add changes and warnings: a violations-only caller skips them.
     # Placement always runs: containers that no single node can serve are a violation.
     env_fixes_on = False
@@ -99,6 +103,31 @@ def _evaluate_spec(
         )
 
 
+def _access_only(
+    state: PodState,
+    policies: PolicySet,
+    config: WebhookConfig,
+    claims: ClaimIndex | None,
+    namespace: str | None,
+    audit: bool,
+) -> None:
+    """GPU access control alone (a Pod UPDATE, the ephemeralcontainers subresource): which
+    containers have devices is read as on CREATE, on a scratch state, so that no CRL default,
+    CRL violation, env fix or placement of the pod is judged again."""
+    if not config.gpu_access.checks or namespace in config.gpu_access.exempt_namespaces:
+        return
+    scratch = PodState(state.ref, state.pod, Draft(state.draft.original, record=False))
+    dra = pod_claims(state.pod.spec, namespace, claims, config.gpu_device_classes)
+    devices: list[ContainerRef] = []
+    for c in state.pod.containers:
+        keys = apply_resources(scratch, c, policies, config)
+        # As _evaluate_spec counts them: GPU keys, a GPU claim, or a claim not known yet.
+        unknown_claim = dra.unknown and dra.may_use_gpu(c.container)
+        if keys.crl or keys.gpu or dra.uses_gpu(c.container) or unknown_claim:
+            devices.append(c)
+    apply_access(state, devices, config, False, audit)
+
+
 def evaluate_pod(
     entry: WorkloadKind,
     obj: Mapping[str, Any],
@@ -113,8 +142,10 @@ def evaluate_pod(
     violations_only: bool = False,
     images: ImageFacts | None = None,
     audit: bool = False,
+    access_only: bool = False,
 ) -> Decision:
-    """`ref` and `ns` are the object reference and namespace evaluate() already worked out."""
+    """`ref` and `ns` are the object reference and namespace evaluate() already worked out.
+    `access_only`: GPU access control alone (pod_updates.py), always drafted in full."""
     # The places written are recorded only when a patch can be asked for: a Pod's (or a
     # mutated template's) full evaluation.
     draft = Draft(
@@ -155,6 +186,7 @@ def evaluate_pod(
             images,
             daemonset,
             audit,
+            access_only,
         )
         templates = templates or pod.is_template
         if state.unresolved:

@@ -142,8 +142,11 @@ def short(text: str) -> str:
     return text if len(text) <= NOTE_LIMIT else text[: NOTE_LIMIT - 1] + "…"
 
 
+_LIST_LABELS = {"initContainers": "init container", "ephemeralContainers": "ephemeral container"}
+
+
 def container_label(ref: ContainerRef) -> str:
-    kind = "init container" if ref.list_name == "initContainers" else "container"
+    kind = _LIST_LABELS.get(ref.list_name, "container")
     return f'{kind} "{ref.name}"'
 
 
