@@ -731,9 +731,8 @@ def test_ignore_under_enforce_is_refused_with_the_reason(chart: helm_python.Char
     }
     with pytest.raises(helm_python.HelmRenderError) as excinfo:
         chart.render(values, name=RELEASE, namespace=NAMESPACE)
-    assert "webhooks.gpuAccess.failurePolicy: Ignore contradicts config.gpuAccess.mode: enforce" in (
-        str(excinfo.value)
-    )
+    expected = "webhooks.gpuAccess.failurePolicy: Ignore contradicts config.gpuAccess.mode: enforce"
+    assert expected in str(excinfo.value)
 
 
 @pytest.mark.parametrize(
