@@ -758,11 +758,7 @@ def test_the_chart_default_runtime_classes_and_exempt_list_are_the_webhooks() ->
     values = yaml.safe_load((ROOT / "charts/gpu-admission-webhook/values.yaml").read_text())
     defaults = WebhookConfig().gpu_access
     assert tuple(values["config"]["gpuAccess"]["runtimeClasses"]) == defaults.runtime_classes
-    assert tuple(values["config"]["gpuAccess"]["exemptNamespaces"]) == (
-        defaults.exempt_namespaces
-    )
+    assert tuple(values["config"]["gpuAccess"]["exemptNamespaces"]) == (defaults.exempt_namespaces)
     helpers = (ROOT / "charts/gpu-admission-webhook/templates/_helpers.tpl").read_text()
-    assert (
-        "$classes := list " + " ".join(f'"{c}"' for c in defaults.runtime_classes) in helpers
-    )
+    assert "$classes := list " + " ".join(f'"{c}"' for c in defaults.runtime_classes) in helpers
     assert "$exempt := list " + " ".join(f'"{n}"' for n in defaults.exempt_namespaces) in helpers

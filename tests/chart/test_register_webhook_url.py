@@ -76,9 +76,7 @@ def test_rules_and_selectors_are_the_charts(tmp_path: Path, render: Render) -> N
         for h in c["webhooks"]
     )
     newest = [o for o in render(kube_version="v1.36.2") if o["kind"].endswith("Configuration")]
-    assert [comparable(c) for c in printed(tmp_path, "v1.36.2")] == [
-        comparable(c) for c in newest
-    ]
+    assert [comparable(c) for c in printed(tmp_path, "v1.36.2")] == [comparable(c) for c in newest]
 
 
 def test_plain_http_url_is_refused_with_a_reason(tmp_path: Path) -> None:
