@@ -136,14 +136,16 @@ feedback on templates; their pods reach the access entry, which has no condition
 {{- end -}}
 
 {{/*
-The runtime classes of config.gpuAccess.runtimeClasses as a CEL list literal: exactly the
-configured names (the built-in default when the key is absent; tests/chart compares it with
+The runtime classes of config.gpuAccess.runtimeClasses (NVIDIA's) and of every family in
+config.gpuAccess.vendorRuntimeClasses, as a CEL list literal: exactly the configured names (the
+built-in default when runtimeClasses is absent; tests/chart compares it with
 webhook/core/config/access.py).
 */}}
 {{- define "gaw.gpuAccessRuntimeClasses" -}}
 {{- $access := .Values.config.gpuAccess | default dict -}}
 {{- $classes := list "nvidia" "nvidia-cdi" "nvidia-legacy" -}}
 {{- if hasKey $access "runtimeClasses" -}}{{- $classes = $access.runtimeClasses | default list -}}{{- end -}}
+{{- range $family, $names := ($access.vendorRuntimeClasses | default dict) -}}{{- $classes = concat $classes ($names | default list) -}}{{- end -}}
 {{- $quoted := list -}}
 {{- range $classes -}}{{- $quoted = append $quoted (printf "'%s'" (toString . | replace "'" "")) -}}{{- end -}}
 {{- printf "[%s]" (join ", " $quoted) -}}
