@@ -32,7 +32,6 @@ COMPILED = [
     "webhook/core/envfix/fixes.py",
     "webhook/core/evaluation/containers.py",
     "webhook/core/evaluation/evaluate.py",
-    "webhook/core/evaluation/pod_updates.py",
     "webhook/core/evaluation/pods.py",
     "webhook/core/evaluation/updates.py",
     "webhook/core/images/facts.py",

@@ -555,6 +555,9 @@ def test_the_workloads_entry_sends_exactly_the_configured_runtime_classes(
     assert sent(custom, "ascend")
     assert not sent(custom, "nvidia")
     assert not sent({"config": {"gpuAccess": {"runtimeClasses": []}}}, "nvidia")
+    vendors = {"config": {"gpuAccess": {"vendorRuntimeClasses": {"ascend": ["ascend-910"]}}}}
+    assert sent(vendors, "ascend-910")
+    assert sent(vendors, "nvidia")
 
 
 def test_gpu_access_off_removes_its_entry(render: Render) -> None:

@@ -21,6 +21,11 @@ from tests.helpers import (
 from webhook.core.config.model import WebhookConfig, load_config
 
 NO_CUDA = WebhookConfig(cuda_affinity=False)
+# GPU access control judges envFrom in a device container (SPEC §12): off where only env fixes
+# are under test.
+NO_CUDA_NO_ACCESS = WebhookConfig.model_validate(
+    {"cudaAffinity": False, "gpuAccess": {"mode": "off"}}
+)
 PADDLE = "paddlepaddle/paddle:2.6.1-gpu-cuda12.0-cudnn8.9-trt8.6"
 FLAG = {"name": "FLAGS_allocator_strategy", "value": "naive_best_fit"}
 NOTE = 'set FLAGS_allocator_strategy=naive_best_fit in container "c" (paddle-on-gpu-manager fix)'
@@ -263,7 +268,7 @@ ENV_FROM = [{"configMapRef": {"name": "paddle-env"}}]
 
 def test_env_from_container_gets_nothing_and_a_warning_naming_the_variable() -> None:
     original = pod(container(image=PADDLE, limits={VCORE: "50", VMEM: "4"}, envFrom=ENV_FROM))
-    decision = run(original, config=NO_CUDA)
+    decision = run(original, config=NO_CUDA_NO_ACCESS)
     assert apply(decision)["spec"]["containers"][0] == {
         **original["spec"]["containers"][0],
         "resources": {"limits": {VCORE: "50", VMEM: "4"}},
@@ -282,7 +287,7 @@ def test_env_from_with_the_variable_in_env_is_judged_by_env() -> None:
     original = pod(
         container(image=PADDLE, limits={VCORE: "50", VMEM: "4"}, env=env, envFrom=ENV_FROM)
     )
-    decision = run(original, config=NO_CUDA)
+    decision = run(original, config=NO_CUDA_NO_ACCESS)
     assert (decision.patch, decision.warnings) == ([], ())
 
 

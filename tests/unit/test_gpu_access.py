@@ -80,7 +80,7 @@ FINDINGS: list[tuple[str, dict[str, Any], str]] = [
         "privileged",
         pod(container("app", securityContext={"privileged": True})),
         'container "app" is privileged but requests no GPU: '
-        "drop privileged or run it in a namespace exempt from gpuAccess",
+        "drop privileged or exempt its namespace in gpuAccess",
     ),
     (
         "hostPath /dev/dri",
@@ -89,7 +89,7 @@ FINDINGS: list[tuple[str, dict[str, Any], str]] = [
             volumes=[{"name": "dri", "hostPath": {"path": "/dev/dri"}}],
         ),
         'container "app" mounts host path /dev/dri but requests no GPU: '
-        "request nvidia.com/gpu instead",
+        "request the device's resource instead",
     ),
     (
         "device-list mount path",
@@ -106,8 +106,7 @@ FINDINGS: list[tuple[str, dict[str, Any], str]] = [
     (
         "CDI annotation",
         pod(container("app"), annotations={"cdi.k8s.io/gpu": "nvidia.com/gpu=all"}),
-        "annotation cdi.k8s.io/gpu names devices for the runtime: "
-        "request nvidia.com/gpu or a GPU DRA claim instead",
+        "annotation cdi.k8s.io/gpu names devices: request nvidia.com/gpu or a DRA claim instead",
     ),
 ]
 
@@ -137,28 +136,47 @@ def test_off_mode_says_nothing(case: str, obj: dict[str, Any], text: str) -> Non
     assert decision.allowed and not decision.warnings and not decision.access
 
 
-@pytest.mark.parametrize("value", ["void", "none", "", "VOID", " void "])
+@pytest.mark.parametrize("value", ["void", "none", "", "VOID", " void ", "0,void"])
 def test_values_that_name_no_device_are_allowed(value: str) -> None:
     decision = run(
         pod(container("app", env=env("NVIDIA_VISIBLE_DEVICES", value))), config=config("enforce")
     )
     assert decision.allowed and not decision.warnings
-    assert decision.mutated is None  # the user's value is never overridden
+    # The user's value is never overridden: only the other vendors' variables are added.
+    assert get(apply(decision), "spec", "containers", 0, "env") == [
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": value},
+        {"name": "AMD_VISIBLE_DEVICES", "value": "void"},
+        {"name": "ASCEND_VISIBLE_DEVICES", "value": ""},
+    ]
 
 
-def test_gpu_containers_are_unaffected() -> None:
-    """A container that requests a GPU keeps working exactly as before in every mode (a
-    privileged one included: it asked for its GPU)."""
+def test_gpu_containers_keep_their_gpus_and_get_the_other_vendors_void() -> None:
+    """A container that requests a GPU keeps what the device plugin gives it: NVIDIA's
+    variable is never written; under `enforce` the other vendors' are voided."""
     obj = pod(
-        container("train", CUDA_IMAGE, limits={GPU: 1}, securityContext={"privileged": True}),
+        container("train", CUDA_IMAGE, limits={GPU: 1}),
         volumes=[{"name": "dev", "hostPath": {"path": "/dev"}}],
     )
     off = run(obj, config=config("off"))
-    for mode in ("warn", "enforce"):
-        decision = run(obj, config=config(mode))
-        assert decision.allowed
-        assert decision.warnings == off.warnings
-        assert decision.patch == off.patch
+    warn = run(obj, config=config("warn"))
+    assert warn.allowed and warn.warnings == off.warnings and warn.patch == off.patch
+    enforce = run(obj, config=config("enforce"))
+    assert enforce.allowed and enforce.warnings == off.warnings
+    assert get(apply(enforce), "spec", "containers", 0, "env") == [
+        {"name": "AMD_VISIBLE_DEVICES", "value": "void"},
+        {"name": "ASCEND_VISIBLE_DEVICES", "value": ""},
+    ]
+
+
+def test_a_privileged_gpu_container_is_a_finding() -> None:
+    """Issue 36: a privileged container sees every device of its node, whatever it requests."""
+    obj = pod(container("train", limits={GPU: 1}, securityContext={"privileged": True}))
+    text = (
+        'container "train" is privileged: drop privileged: a privileged container sees every '
+        "device of its node"
+    )
+    assert text in run(obj, config=config("warn")).warnings
+    assert run(obj, config=config("enforce")).denial_message() == f"Pod ml/train, {text}. {WHY}"
 
 
 @pytest.mark.parametrize("value", ["all", "0,1,2,3", "GPU-0b5a"])
@@ -179,8 +197,8 @@ def test_a_gpu_container_that_chooses_its_own_devices(value: str) -> None:
 def test_runtime_class_of_nvidia_without_a_gpu_request() -> None:
     obj = pod(container("app"), runtimeClassName="nvidia")
     assert run(obj, config=config("enforce")).denial_message() == (
-        "Pod ml/train, runtimeClassName nvidia runs NVIDIA's runtime for a pod requesting no "
-        f"GPU: request nvidia.com/gpu or drop runtimeClassName. {WHY}"
+        "Pod ml/train, runtimeClassName nvidia runs NVIDIA's runtime but the pod requests no "
+        f"GPU: request nvidia.com/gpu or drop it. {WHY}"
     )
     with_gpu = pod(container("app", limits={GPU: 1}), runtimeClassName="nvidia")
     assert run(with_gpu, config=config("enforce")).allowed
@@ -191,15 +209,15 @@ def test_runtime_class_of_nvidia_without_a_gpu_request() -> None:
 def test_nri_plugin_annotations_are_cdi_annotations() -> None:
     obj = pod(container("app"), annotations={"nvidia.cdi.k8s.io/pod": "nvidia.com/gpu=all"})
     assert run(obj, config=config("enforce")).denial_message() == (
-        "Pod ml/train, annotation nvidia.cdi.k8s.io/pod names devices for the runtime: "
-        f"request nvidia.com/gpu or a GPU DRA claim instead. {WHY}"
+        "Pod ml/train, annotation nvidia.cdi.k8s.io/pod names devices: "
+        f"request nvidia.com/gpu or a DRA claim instead. {WHY}"
     )
 
 
 def test_a_legacy_cuda_env_is_voided() -> None:
     """CUDA_VERSION without NVIDIA_REQUIRE_CUDA makes the toolkit default to every GPU."""
     obj = pod(container("cpu", "python:3.12", env=env("CUDA_VERSION", "12.4.1")))
-    after = apply(run(obj, config=config("enforce")))
+    after = apply(run(obj, config=config("enforce", voidImageDevices="known")))
     assert get(after, "spec", "containers", 0, "env") == [
         {"name": "CUDA_VERSION", "value": "12.4.1"},
         {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},
@@ -211,7 +229,9 @@ def test_a_zero_gpu_request_is_no_request() -> None:
     assert not run(obj, config=config("enforce")).allowed
 
 
-def test_a_gpu_dra_claim_counts_and_an_unknown_claim_gets_the_benefit_of_the_doubt() -> None:
+def test_a_gpu_dra_claim_counts_and_an_unknown_claim_makes_no_device_container() -> None:
+    """Issue 36: a claim the cache has not seen made its container exempt from every check."""
+
     def claim_pod(template: str) -> dict[str, Any]:
         c = container("app", securityContext={"privileged": True})
         c["resources"] = {"claims": [{"name": "gpu"}]}
@@ -238,9 +258,12 @@ def test_a_gpu_dra_claim_counts_and_an_unknown_claim_gets_the_benefit_of_the_dou
     def decide(template: str) -> bool:
         return evaluate(claim_pod(template), policies, cfg, claims=claims).allowed
 
-    assert decide("one-gpu")
+    # A privileged container is a finding whatever it requests (device containers included).
+    assert not decide("one-gpu")
     assert not decide("nic")  # a claim on another device class gives no GPU
-    assert decide("not-cached-yet")
+    assert not decide("not-cached-yet")
+    message = evaluate(claim_pod("not-cached-yet"), policies, cfg, claims=claims).denial_message()
+    assert 'container "app" is privileged but requests no GPU' in message
 
 
 def test_exempt_namespaces() -> None:
@@ -250,11 +273,17 @@ def test_exempt_namespaces() -> None:
     assert not run(obj, config=config("enforce")).allowed
     cfg = config("enforce", exemptNamespaces=["monitoring"])
     assert run(obj, config=cfg).allowed
+    # The list the admin writes is the whole list: [] exempts nothing (issue 36).
+    none = config("enforce", exemptNamespaces=[])
+    assert none.gpu_access.exempt_namespaces == ()
+    operator = pod(container("dcgm", env=VISIBLE_ALL), namespace="gpu-operator")
+    assert not run(operator, config=none).allowed
 
 
 def test_enforce_voids_a_cuda_image_without_a_gpu_request() -> None:
     obj = pod(container("cpu", CUDA_IMAGE), container("gpu", CUDA_IMAGE, limits={GPU: 1}))
-    decision = run(obj, config=config("enforce"))
+    known = config("enforce", voidImageDevices="known")
+    decision = run(obj, config=known)
     assert decision.allowed
     after = apply(decision)
     assert get(after, "spec", "containers", 0, "env") == [
@@ -266,30 +295,57 @@ def test_enforce_voids_a_cuda_image_without_a_gpu_request() -> None:
         in decision.notes
     )
     # Idempotent: the patched pod needs nothing more (reinvocationPolicy: IfNeeded).
+    assert run(after, config=known).patch == []
+    # The default (all): every vendor's variable in each container without its device.
+    decision = run(obj, config=config("enforce"))
+    after = apply(decision)
+    assert get(after, "spec", "containers", 0, "env") == [
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},
+        {"name": "AMD_VISIBLE_DEVICES", "value": "void"},
+        {"name": "ASCEND_VISIBLE_DEVICES", "value": ""},
+    ]
+    assert get(after, "spec", "containers", 1, "env") == [
+        {"name": "AMD_VISIBLE_DEVICES", "value": "void"},
+        {"name": "ASCEND_VISIBLE_DEVICES", "value": ""},
+    ]
     assert run(after, config=config("enforce")).patch == []
 
 
 def test_void_keeps_the_users_other_env_and_never_overrides_a_value() -> None:
     obj = pod(container("cpu", CUDA_IMAGE, env=[{"name": "A", "value": "1"}]))
-    after = apply(run(obj, config=config("enforce")))
+    after = apply(run(obj, config=config("enforce", voidImageDevices="known")))
     assert get(after, "spec", "containers", 0, "env") == [
         {"name": "A", "value": "1"},
         {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},
     ]
-    obj = pod(container("cpu", CUDA_IMAGE, env=env("NVIDIA_VISIBLE_DEVICES", "none")))
+    obj = pod(
+        container(
+            "cpu",
+            CUDA_IMAGE,
+            env=[
+                {"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"},
+                {"name": "AMD_VISIBLE_DEVICES", "value": ""},
+                {"name": "ASCEND_VISIBLE_DEVICES", "value": "void"},
+            ],
+        )
+    )
     assert run(obj, config=config("enforce")).patch == []
 
 
 def test_void_modes() -> None:
     unknown = pod(container("cpu", "python:3.12"))
     cuda = pod(container("cpu", CUDA_IMAGE))
-    assert run(unknown, config=config("enforce")).patch == []
-    everything = run(unknown, config=config("enforce", voidImageDevices="all"))
+    assert run(unknown, config=config("enforce", voidImageDevices="known")).patch == []
+    assert config("enforce").gpu_access.void_image_devices == "all"  # the default
+    everything = run(unknown, config=config("enforce"))
     assert get(apply(everything), "spec", "containers", 0, "env") == [
-        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},
+        {"name": "AMD_VISIBLE_DEVICES", "value": "void"},
+        {"name": "ASCEND_VISIBLE_DEVICES", "value": ""},
     ]
-    assert 'set NVIDIA_VISIBLE_DEVICES=void in container "cpu": it requests no GPU' in (
-        everything.notes
+    assert everything.notes == (
+        'set NVIDIA, AMD and Ascend device variables to void in container "cpu": it requests no '
+        "such device",
     )
     assert run(cuda, config=config("enforce", voidImageDevices="off")).patch == []
 
@@ -322,7 +378,7 @@ def test_templates_are_judged_as_their_pods_and_never_mutated() -> None:
         f"request nvidia.com/gpu or set it to void. {WHY}"
     )
     cuda = workload("Deployment", pod(container("cpu", CUDA_IMAGE)))
-    decision = run(cuda, config=config("enforce"))
+    decision = run(cuda, config=config("enforce", voidImageDevices="known"))
     assert decision.allowed and decision.mutated is None
     assert decision.notes == (
         'will apply to pods: set NVIDIA_VISIBLE_DEVICES=void in container "cpu": its CUDA image '
@@ -343,6 +399,15 @@ def test_templates_are_judged_as_their_pods_and_never_mutated() -> None:
         ("/dev/char", True),
         ("//dev//dri", True),
         ("/tmp/../dev", True),
+        ("/dev/kfd", True),
+        ("/dev/davinci0", True),
+        ("/dev/davinci_manager", True),
+        ("/dev/devmm_svm", True),
+        ("/dev/hisi_hdc", True),
+        ("/dev/accel/accel0", True),
+        ("/dev/neuron0", True),
+        ("/dev/vfio/12", True),
+        ("/dev/../dev/davinci3/", True),
         ("/dev/shm", False),
         ("/dev/fuse", False),
         ("/var/lib/data", False),
@@ -370,7 +435,7 @@ def test_audit_lists_findings_in_every_mode_and_reports_them() -> None:
     for mode, result in (("off", "warn"), ("warn", "warn"), ("enforce", "fail")):
         cfg = audit_config(config(mode))
         audit = Audit()
-        audit.add(obj, "v1", "Pod", evaluate(obj, policies, cfg))
+        audit.add(obj, "v1", "Pod", evaluate(obj, policies, cfg, audit=True))
         found = audit.result()
         assert len(found.findings) == 1, mode
         reports = build_reports(found, WGPOLICY, 0)

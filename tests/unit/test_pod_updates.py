@@ -1,6 +1,7 @@
 """A Pod UPDATE and the pods/ephemeralcontainers subresource reach GPU access control (SPEC §12,
-what reaches the webhook): judged on what the update adds, patched only where the API server
-takes a patch (new ephemeral containers), denied under `enforce` where it cannot."""
+what reaches the webhook): which updates are evaluated at all (the chart sends every one), and
+what a user sees for an image swap and `kubectl debug`. The rules themselves are
+tests/unit/test_gpu_access_routes.py's."""
 
 from __future__ import annotations
 
@@ -9,13 +10,14 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import GPU, apply, container, pod, standard_policies
+from tests.helpers import apply, container, pod, standard_policies
 from webhook.core.config.model import WebhookConfig, load_config
 from webhook.core.evaluation.evaluate import Decision, evaluate
 
 CUDA_IMAGE = "nvidia/cuda:12.4.1-runtime-ubuntu22.04"
 WHY = "GPUs reached without a request are counted by no quota, CRL or scheduler."
 PRIVILEGED = {"privileged": True}
+EPHEMERAL = "ephemeralcontainers"
 
 
 def config(mode: str, **access: Any) -> WebhookConfig:
@@ -61,44 +63,29 @@ def debugged(obj: dict[str, Any], **ephemeral: Any) -> dict[str, Any]:
     return new
 
 
-# --- Pod UPDATE: an image swapped --------------------------------------------------------------
-
-
-@pytest.mark.parametrize("violations_only", [False, True])
-def test_swapping_busybox_for_a_cuda_image_is_denied_under_enforce(violations_only: bool) -> None:
-    old = busybox_pod()
-    decision = update(with_image(old, CUDA_IMAGE), old, "enforce", violations_only=violations_only)
-    assert decision.denial_message() == (
-        'Pod ml/train, container "app": its new image may reach every GPU of the node and a pod '
-        "update cannot set NVIDIA_VISIBLE_DEVICES=void (env is immutable): recreate the pod "
-        "instead."
-    )
-    # No patch: ValidatePodUpdate would refuse any change of env.
-    assert decision.patch == []
-
-
-def test_a_cuda_image_swap_is_allowed_where_the_pod_already_has_void() -> None:
-    old = pod(
-        container("app", "busybox:1.36", env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}])
-    )
-    decision = update(with_image(old, CUDA_IMAGE), old, "enforce")
-    assert decision.allowed and decision.patch == []
-    assert decision.warnings == () and decision.notes == ()
-
-
-def test_an_image_swap_under_warn_is_allowed_without_a_patch() -> None:
-    old = busybox_pod()
-    decision = update(with_image(old, CUDA_IMAGE), old, "warn")
-    assert decision.allowed and decision.patch == []
+# --- Which updates are evaluated (the edge: every pod UPDATE reaches the access entry) ---------
 
 
 def test_an_update_that_changes_nothing_access_reads_is_untouched() -> None:
-    """A pod admitted under warn with a finding: a controller's label never wedges on it."""
+    """A pod admitted under warn with a finding: a controller's label never wedges on it, and
+    costs no evaluation."""
     old = pod(container("app", env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]))
     new = copy.deepcopy(old)
     new["metadata"]["labels"] = {"pod-template-hash": "abc"}
+    new["spec"]["tolerations"] = [{"key": "k", "operator": "Exists"}]
     decision = update(new, old, "enforce")
     assert decision.allowed and decision.reason == "nothing GPU access control reads changed"
+    assert decision.patch == [] and decision.warnings == ()
+
+
+def test_an_image_swap_is_judged() -> None:
+    old = busybox_pod()
+    decision = update(with_image(old, CUDA_IMAGE), old, "enforce")
+    assert decision.reason == ""
+    assert decision.denial_message().startswith(
+        'Pod ml/train, container "app" changes its image while its device variables are not void'
+    )
+    assert decision.patch == []  # ValidatePodUpdate would refuse any change of env
 
 
 def test_a_finding_the_pod_already_had_does_not_deny_its_update() -> None:
@@ -107,7 +94,7 @@ def test_a_finding_the_pod_already_had_does_not_deny_its_update() -> None:
     new["metadata"]["annotations"] = {"note": "x"}
     decision = update(new, old, "enforce")
     assert decision.allowed
-    assert decision.reason == ""  # judged, and nothing new found
+    assert decision.reason == ""  # judged: an annotation may be a route (CDI, NRI)
 
 
 def test_a_cdi_annotation_added_by_an_update_is_denied_under_enforce() -> None:
@@ -128,24 +115,18 @@ def test_an_update_in_an_exempt_namespace_or_with_access_off_is_not_handled() ->
     assert not update(with_image(old, CUDA_IMAGE), old, "off").handled
 
 
-def test_a_gpu_pods_update_is_judged_on_access_only() -> None:
-    """A GPU container keeps its device; a CRL it breaks today is not judged again."""
-    old = pod(container("train", "busybox:1.36", limits={GPU: "64"}))
-    decision = update(with_image(old, CUDA_IMAGE), old, "enforce")
-    assert decision.allowed and decision.patch == []
-
-
 def test_other_pod_subresources_are_untouched() -> None:
     old = busybox_pod()
-    decision = update(with_image(old, CUDA_IMAGE), old, "enforce", sub_resource="status")
-    assert not decision.handled
+    for sub_resource in ("status", "resize", "binding"):
+        decision = update(with_image(old, CUDA_IMAGE), old, "enforce", sub_resource=sub_resource)
+        assert not decision.handled
 
 
 # --- pods/ephemeralcontainers: kubectl debug ---------------------------------------------------
 
 
 @pytest.mark.parametrize("violations_only", [False, True])
-def test_a_privileged_ephemeral_container_is_denied_under_enforce(violations_only: bool) -> None:
+def test_a_sysadmin_debug_container_is_denied_under_enforce(violations_only: bool) -> None:
     """`kubectl debug --profile=sysadmin` makes the debug container privileged."""
     old = busybox_pod()
     decision = update(
@@ -156,54 +137,35 @@ def test_a_privileged_ephemeral_container_is_denied_under_enforce(violations_onl
         violations_only=violations_only,
     )
     (violation,) = decision.violations
-    assert violation.message.startswith('Pod ml/train, container "debugger" is privileged')
+    assert violation.message.startswith(
+        'Pod ml/train, ephemeral container "debugger" is privileged but requests no GPU'
+    )
     assert violation.message.endswith(WHY)
 
 
-def test_a_privileged_ephemeral_container_is_warned_about_under_warn() -> None:
-    old = busybox_pod()
-    decision = update(
-        debugged(old, securityContext=PRIVILEGED), old, "warn", sub_resource="ephemeralcontainers"
-    )
-    assert decision.allowed
-    assert decision.warnings == (
-        'container "debugger" is privileged but requests no GPU: drop privileged or run it in a '
-        "namespace exempt from gpuAccess",
-    )
-
-
-def test_a_cuda_ephemeral_container_gets_void_and_nothing_else_is_patched() -> None:
+def test_a_cuda_debug_container_gets_void_and_nothing_else_is_patched() -> None:
     """Only the new ephemeral container is patched: the API server drops every other change
     of a pods/ephemeralcontainers request (dropNonEphemeralContainerUpdates)."""
     old = pod(container("app", CUDA_IMAGE))  # admitted before enforce: no void in "app"
-    new = debugged(old, image=CUDA_IMAGE)
-    decision = update(new, old, "enforce", sub_resource="ephemeralcontainers")
+    decision = update(debugged(old, image=CUDA_IMAGE), old, "enforce", sub_resource=EPHEMERAL)
     assert decision.allowed
-    assert decision.patch == [
-        {
-            "op": "add",
-            "path": "/spec/ephemeralContainers/0/env",
-            "value": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}],
-        }
-    ]
+    assert [op["path"] for op in decision.patch] == ["/spec/ephemeralContainers/0/env"]
     stored = apply(decision)
     assert stored["spec"]["containers"] == old["spec"]["containers"]
-    assert decision.notes == (
-        'set NVIDIA_VISIBLE_DEVICES=void in ephemeral container "debugger": its CUDA image '
-        "would give it every GPU",
-    )
+    env = {e["name"]: e["value"] for e in stored["spec"]["ephemeralContainers"][0]["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "void"
 
 
 def test_a_second_debug_container_leaves_the_first_alone() -> None:
     first = debugged(busybox_pod(), image=CUDA_IMAGE)  # added before enforce
     second = copy.deepcopy(first)
     second["spec"]["ephemeralContainers"].append({"name": "debugger-2", "image": CUDA_IMAGE})
-    decision = update(second, first, "enforce", sub_resource="ephemeralcontainers")
+    decision = update(second, first, "enforce", sub_resource=EPHEMERAL)
     assert decision.allowed
     assert [op["path"] for op in decision.patch] == ["/spec/ephemeralContainers/1/env"]
 
 
 def test_an_unchanged_ephemeral_list_is_untouched() -> None:
     old = debugged(busybox_pod(), securityContext=PRIVILEGED)
-    decision = update(copy.deepcopy(old), old, "enforce", sub_resource="ephemeralcontainers")
+    decision = update(copy.deepcopy(old), old, "enforce", sub_resource=EPHEMERAL)
     assert decision.allowed and decision.reason == "nothing GPU access control reads changed"

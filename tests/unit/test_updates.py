@@ -338,12 +338,15 @@ def test_delete_and_connect_are_never_denied(operation: str, obj: dict[str, Any]
     assert decision.patch == []
 
 
-def test_pod_update_is_not_evaluated_for_its_resources() -> None:
-    """A Pod's resources are judged on CREATE only; an UPDATE reaches GPU access control alone
-    (tests/unit/test_pod_updates.py), which a new label does not concern."""
+def test_pod_update_is_judged_by_gpu_access_control_only() -> None:
+    """A Pod's spec is all but immutable: its CRLs and placement were judged at create. GPU
+    access control judges what an UPDATE introduces (SPEC §12); with it off nothing runs."""
     old = pod(container(limits={GPU: "8"}))
     decision = review(labelled(old), old=old)
-    assert_untouched(decision, "nothing GPU access control reads changed")
+    assert decision.allowed and decision.handled and decision.violations == ()
+    off = WebhookConfig.model_validate({"gpuAccess": {"mode": "off"}})
+    decision = evaluate(labelled(old), TIGHT, off, operation="UPDATE", old_object=old)
+    assert decision.allowed and not decision.handled
 
 
 # --- only what the evaluation reads (issue 28 item 5 c, d) -------------------------------------

@@ -1,13 +1,19 @@
-"""GPU access control (SPEC §12): a container reaches GPUs only through what quotas, CRLs and
-the scheduler count — GPU extended resources and GPU DRA claims.
+"""GPU access control (SPEC §12): a container reaches accelerator devices only through what
+quotas, CRLs and the scheduler count — extended resources and DRA claims — for every vendor's
+devices (core/families).
 
-Pure: one pod spec's containers, which of them are GPU containers, and the config in; findings
-(what a container could reach GPUs through without requesting one) and the containers whose
-image would hand them every GPU out. evaluate.py turns them into warnings, denials or the
-NVIDIA_VISIBLE_DEVICES=void change by `gpuAccess.mode`.
+Pure: one pod spec's containers (init, sidecar, ephemeral and device containers alike), the
+device families each container requests, and what the config declares in; out come findings
+(each way a container could reach devices beyond what it requests) and, per container, the
+device variables `void` would close. evaluation/containers.py turns them into warnings,
+denials or the `void` changes by `gpuAccess.mode`.
 
-Which node configurations honour each path, with NVIDIA's and the runtimes' sources, is in
-docs/concepts/gpu-access.md; the code cites what each rule relies on.
+The routes (SPEC §12): device-selection variables (every entry; envFrom and the image config,
+whose values the webhook cannot see, are closed by `void`), device-list mounts, device
+annotations, privileged containers and hostPath volumes of device nodes, vendor runtime
+classes, and a device container's own device selection or sharing-limiter controls. Which
+node configurations honour each, with the sources, is in docs/concepts/gpu-access.md; the code
+cites what each rule relies on.
 """
 
 from __future__ import annotations
@@ -16,25 +22,27 @@ import posixpath
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
+from webhook.core.base.errors import QuantityError
+from webhook.core.base.quantity import parse_quantity
 from webhook.core.base.shapes import is_mapping
 from webhook.core.base.wording import cut
-from webhook.core.workloads.devices import (
-    CDI_ANNOTATION_PREFIXES,
-    DEVICE_ENV_NAMES,
-    NO_DEVICE_VALUES,
-    VISIBLE_DEVICES,
+from webhook.core.families.catalog import (
+    FAMILIES,
+    Family,
+    family_named,
+    family_of,
+    is_device_path,
 )
+from webhook.core.workloads.devices import DEVICE_ANNOTATION_PREFIXES, NO_DEVICE_VALUES
 from webhook.core.workloads.pods import ContainerRef, PodSpecRef
 
 # The device-list strategy "volume-mounts" (k8s-device-plugin DEVICE_LIST_STRATEGY): the
 # plugin mounts /dev/null at /var/run/nvidia-container-devices/<id> and the toolkit reads the
-# container's mounts under this path as its device request
-# (nvidia-container-toolkit internal/config/image: DeviceListAsVolumeMountsRoot).
+# container's mounts as its device request. It tests the cleaned destination with
+# strings.HasPrefix(destination, "/var/run/nvidia-container-devices") — no trailing "/" — and
+# takes the rest as the device: a mount at /var/run/nvidia-container-devicesall requests "all"
+# (nvidia-container-toolkit internal/config/image/cuda_image.go requestsFromMounts).
 DEVICE_LIST_MOUNT_ROOT = "/var/run/nvidia-container-devices"
-# Host paths whose mount reaches GPU device nodes: /dev itself, NVIDIA's nodes (/dev/nvidia0,
-# /dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidia-caps/...), DRM render nodes (/dev/dri) and
-# /dev/char (links to every character device by major:minor). "/" holds them all.
-_DEVICE_PATHS = ("/dev/nvidia", "/dev/dri", "/dev/char")
 
 RULE = "gpu access"
 # The policy findings are reported under (audit, policy reports, a denial's "About these
@@ -42,16 +50,33 @@ RULE = "gpu access"
 POLICY = "gpu-access"
 _MAX_VALUE = 24
 _MAX_PATH = 48
+_NVIDIA = family_named("nvidia")
+_DEVICE_FAMILIES = tuple(f for f in FAMILIES if f.device_env or f.device_env_prefixes)
+_LIMITER_FAMILIES = tuple(f for f in FAMILIES if f.limiter_env)
+_VOID_FAMILIES = tuple(f for f in FAMILIES if f.void is not None and f.void_env)
+_CUDA_ENV = frozenset({"CUDA_VERSION", "NVIDIA_REQUIRE_CUDA"})
+_ENV_FAMILY = {name: f for f in _DEVICE_FAMILIES for name in f.device_env}
+_ENV_PREFIXES = tuple(p for f in _DEVICE_FAMILIES for p in f.device_env_prefixes)
+_LIMITER_EXACT = {p: f for f in _LIMITER_FAMILIES for p in f.limiter_env if not p.endswith("*")}
+_LIMITER_PREFIXES = tuple(
+    p[:-1] for f in _LIMITER_FAMILIES for p in f.limiter_env if p.endswith("*")
+)
+_VOID_NAMES = frozenset(name for f in _VOID_FAMILIES for name in f.void_env)
+# Variable -> its family, for the notes saying what void was written.
+VOID_FAMILIES = {name: f for f in _VOID_FAMILIES for name in f.void_env}
+_MAX_KEY = 48
+EPHEMERAL = "ephemeralContainers"
 
 
 class AccessFinding(NamedTuple):
-    """A way to reach GPUs without requesting one: `what` is said of the container (or the pod,
-    when `container` is empty), `advice` what to do instead."""
+    """A way to reach devices beyond what is requested: `what` is said of the container (or
+    of the pod, when `container` is empty), `advice` what to do instead."""
 
-    container: str  # `container "app"`, or "" for the pod (an annotation)
+    container: str  # `container "app"`, or "" for the pod (an annotation, a runtime class)
     what: str
     advice: str
-    gpu: bool = False  # said of a GPU container (that chooses devices beyond its request)
+    gpu: bool = False  # said of a device container (that takes more than it requested)
+    device: str = "GPU"  # what it requests none of (the family's noun)
 
     def text(self) -> str:
         """`container "app" sets NVIDIA_VISIBLE_DEVICES=all but requests no GPU: request ...`"""
@@ -59,82 +84,133 @@ class AccessFinding(NamedTuple):
             return f"{self.what}: {self.advice}"
         if self.gpu:
             return f"{self.container} {self.what}: {self.advice}"
-        return f"{self.container} {self.what} but requests no GPU: {self.advice}"
+        return f"{self.container} {self.what} but requests no {self.device}: {self.advice}"
+
+
+class Candidate(NamedTuple):
+    """A container `void` may be written to: `voids` are the (variable, void value) pairs of
+    the families it requests no device of and sets no value for; `cuda` says its env names a
+    CUDA version (the toolkit hands a legacy CUDA image every GPU); `env_from` the prefixes
+    of its envFrom entries ("" for none), whose values the webhook cannot see."""
+
+    ref: ContainerRef
+    voids: tuple[tuple[str, str], ...]
+    cuda: bool
+    env_from: tuple[str, ...]
+    device: bool  # a device container (of some family)
 
 
 def _value(text: str) -> str:
     return cut(text, _MAX_VALUE)
 
 
-class EnvScan(NamedTuple):
-    """What one pass over a container's env found. Any entry of a device variable that names
-    devices counts, not only the last one of its name (which is what the kubelet and the
-    toolkit keep): an admission answer must not depend on which duplicate a reader keeps."""
-
-    device: Mapping[str, Any] | None  # the first entry of a device variable that names devices
-    visible: bool  # NVIDIA_VISIBLE_DEVICES is set, to anything
-    cuda: bool  # CUDA_VERSION or NVIDIA_REQUIRE_CUDA is set
-
-
-_NO_ENV = EnvScan(None, False, False)
-_CUDA_ENV = frozenset({"CUDA_VERSION", "NVIDIA_REQUIRE_CUDA"})
-_DEVICE_ENV = frozenset(DEVICE_ENV_NAMES)
+def label(c: ContainerRef) -> str:
+    """`container "app"`, `init container "setup"`, `ephemeral container "debugger"`."""
+    if c.list_name == "initContainers":
+        return f'init container "{c.name}"'
+    if c.list_name == EPHEMERAL:
+        return f'ephemeral container "{c.name}"'
+    return f'container "{c.name}"'
 
 
-def _names_devices(entry: Mapping[str, Any]) -> bool:
+def ephemeral_containers(spec: Mapping[str, Any]) -> tuple[ContainerRef, ...]:
+    """A pod's ephemeral containers (kubectl debug; the pods/ephemeralcontainers subresource)."""
+    items = spec.get(EPHEMERAL)
+    if type(items) is not list:
+        return ()
+    found = []
+    for index, item in enumerate(items):
+        if is_mapping(item):
+            name = item.get("name")
+            found.append(
+                ContainerRef(EPHEMERAL, index, name if isinstance(name, str) else "", item)
+            )
+    return tuple(found)
+
+
+def _nonzero(values: Any, key: str) -> bool:
+    if not is_mapping(values) or key not in values:
+        return False
+    try:
+        return bool(parse_quantity(values[key]))
+    except QuantityError:
+        return True  # a value that does not parse is not zero (its own check reports it)
+
+
+def container_families(container: Mapping[str, Any]) -> frozenset[str]:
+    """The device families whose devices a container's extended resources request (a key set
+    to zero requests none)."""
+    resources = container.get("resources")
+    if not is_mapping(resources):
+        return frozenset()
+    limits, requests = resources.get("limits"), resources.get("requests")
+    found: set[str] = set()
+    for values in (limits, requests):
+        if not is_mapping(values):
+            continue
+        for key in values:
+            if not isinstance(key, str) or "/" not in key:
+                continue
+            family = family_of(key)
+            if (
+                family is not None
+                and family.name not in found
+                and (_nonzero(limits, key) or _nonzero(requests, key))
+            ):
+                found.add(family.name)
+    return frozenset(found)
+
+
+def _names_devices(family: Family, entry: Mapping[str, Any]) -> bool:
+    """Whether an env entry of a device variable names devices: a value the webhook cannot see
+    (valueFrom) does; a value naming no device (NO_DEVICE_VALUES; NVIDIA's "void" anywhere in
+    the list wins, cuda_image.go devicesFromEnvvars) does not."""
+    if "valueFrom" in entry:
+        return True
     value = entry.get("value")
-    text = value if isinstance(value, str) else ""
-    return "valueFrom" in entry or text.strip().lower() not in NO_DEVICE_VALUES
+    text = value.strip().lower() if isinstance(value, str) else ""
+    if text in NO_DEVICE_VALUES:
+        return False
+    if family.void == "void":
+        items = [item.strip() for item in text.split(",")]
+        if "void" in items or all(not item for item in items):
+            return False
+    return True
 
 
-def scan_env(container: Mapping[str, Any]) -> EnvScan:
-    env = container.get("env")
-    if type(env) is not list or not env:
-        return _NO_ENV
-    device: Mapping[str, Any] | None = None
-    visible = cuda = False
-    for entry in env:
-        if not is_mapping(entry):
-            continue
-        name = entry.get("name")
-        if type(name) is not str:
-            continue
-        if name in _DEVICE_ENV:
-            if name == VISIBLE_DEVICES:
-                visible = True
-            if device is None and _names_devices(entry):
-                device = entry
-        elif name in _CUDA_ENV:
-            cuda = True
-    return EnvScan(device, visible, cuda)
-
-
-def _env_finding(entry: Mapping[str, Any], label: str, request: str) -> AccessFinding:
-    name = str(entry.get("name"))
+def _shown(entry: Mapping[str, Any]) -> str:
     value = entry.get("value")
     text = value if isinstance(value, str) else ""
     if "valueFrom" in entry and not text:
-        return AccessFinding(label, f"sets {name} from valueFrom", f"request {request} instead")
-    return AccessFinding(
-        label, f"sets {name}={_value(text)}", f"request {request} or set it to void"
-    )
+        return " from valueFrom"
+    return f"={_value(text)}"
+
+
+def _void_advice(family: Family) -> str:
+    if family.void is None:
+        return "remove it"
+    return "set it empty" if family.void == "" else f"set it to {family.void}"
 
 
 def _normpath(path: str) -> str:
-    """`path` as the kernel resolves it without links: `//dev//dri/../dri` is /dev/dri."""
+    """`path` as the kernel resolves it without links: `//dev//dri/../dri/` is /dev/dri (the
+    kubelet passes a hostPath volume's path to the runtime as written)."""
     norm = posixpath.normpath("/" + path.strip())
     # POSIX keeps a leading "//" (implementation-defined); Linux treats it as "/".
     return "/" + norm.lstrip("/")
 
 
 def device_host_path(path: str) -> bool:
-    """Whether a hostPath volume of `path` reaches GPU device nodes."""
+    """Whether a hostPath volume of `path` reaches accelerator device nodes of any vendor."""
     if not path.strip():
         return False
-    norm = _normpath(path)
-    if norm in ("/", "/dev"):
-        return True
-    return any(norm == p or norm.startswith(p) for p in _DEVICE_PATHS)
+    return is_device_path(_normpath(path))
+
+
+def _path_family(norm: str) -> Family | None:
+    """The one family whose device nodes `norm` reaches (None: several, as /dev/dri, or any)."""
+    found = [f for f in FAMILIES if f.device_paths and norm.startswith(f.device_paths)]
+    return found[0] if len(found) == 1 else None
 
 
 def _device_volumes(spec: Mapping[str, Any]) -> dict[str, str]:
@@ -149,14 +225,131 @@ def _device_volumes(spec: Mapping[str, Any]) -> dict[str, str]:
         if not isinstance(volume.get("name"), str):
             continue
         host = volume.get("hostPath")
-        path = host.get("path") if isinstance(host, Mapping) else None
+        path = host.get("path") if is_mapping(host) else None
         if isinstance(path, str) and device_host_path(path):
             found[volume["name"]] = path
     return found
 
 
+class _Context(NamedTuple):
+    request: str  # the NVIDIA resource to advise (config gpuRequestAdvice)
+    devices: Mapping[str, str]  # device hostPath volumes: name -> path
+    env_ignored: frozenset[str]  # families whose nodes ignore device variables (nodeSettings)
+
+
+def _advice_for(family: Family | None, ctx: _Context) -> tuple[str, str]:
+    """(noun, resource to request) for a family (None: a GPU in general)."""
+    if family is None or family is _NVIDIA:
+        return "GPU", ctx.request
+    return family.noun, family.request
+
+
+def _device_family(name: str) -> Family | None:
+    """The family whose runtime reads `name` as a device selection (one dict lookup for the
+    usual name that is none)."""
+    family = _ENV_FAMILY.get(name)
+    if family is None and name.startswith(_ENV_PREFIXES):
+        family = next(f for f in _DEVICE_FAMILIES if name.startswith(f.device_env_prefixes))
+    return family
+
+
+def _limiter_family(name: str) -> Family | None:
+    family = _LIMITER_EXACT.get(name)
+    if family is None and name.startswith(_LIMITER_PREFIXES):
+        family = next(f for f in _LIMITER_FAMILIES if f.is_limiter_env(name))
+    return family
+
+
+def _env_findings(
+    c: ContainerRef, where: str, own: frozenset[str], ctx: _Context
+) -> tuple[list[AccessFinding], set[str], bool]:
+    """Every env entry of a device variable that names devices, and in a device container its
+    sharing limiter's controls. Returns the findings, the void variables the container sets
+    (any value), and whether it names a CUDA version."""
+    env = c.container.get("env")
+    found: list[AccessFinding] = []
+    names: set[str] = set()
+    cuda = False
+    if type(env) is not list:
+        return found, names, cuda
+    for entry in env:
+        if not is_mapping(entry):
+            continue
+        name = entry.get("name")
+        if type(name) is not str:
+            continue
+        if name in _VOID_NAMES:
+            names.add(name)
+        elif name in _CUDA_ENV:
+            cuda = True
+            continue
+        family = _device_family(name)
+        if family is None:
+            limiter = _limiter_family(name) if own else None
+            if limiter is not None and limiter.name in own:
+                # HAMi-core reads its limits from the process env; the device plugin writes
+                # them (and the kubelet puts the container's own env after): a user's value
+                # raises or switches off the share it was given.
+                found.append(
+                    AccessFinding(
+                        where,
+                        f"sets {name}{_shown(entry)}",
+                        "remove it: the device plugin sets the sharing limits",
+                        gpu=True,
+                    )
+                )
+            continue
+        if not _names_devices(family, entry):
+            continue
+        noun, request = _advice_for(family, ctx)
+        if family.name in own:
+            # The kubelet appends the container's env after the device plugin's
+            # (pkg/kubelet/kubelet_pods.go GenerateRunContainerOptions) and the runtime keeps
+            # the last value (containerd pkg/oci/spec_opts.go replaceOrAppendEnvValues): a
+            # device container's own value replaces the devices it was given
+            # (NVIDIA/k8s-device-plugin#90). Every entry counts, not only the last one of its
+            # name: an admission answer must not depend on which duplicate a reader keeps.
+            found.append(
+                AccessFinding(
+                    where,
+                    f"sets {name}{_shown(entry)}",
+                    f"remove it: the device plugin sets the {noun}s a container gets",
+                    gpu=True,
+                )
+            )
+        elif "valueFrom" in entry and not isinstance(entry.get("value"), str):
+            found.append(
+                AccessFinding(
+                    where, f"sets {name} from valueFrom", f"request {request} instead", False, noun
+                )
+            )
+        else:
+            found.append(
+                AccessFinding(
+                    where,
+                    f"sets {name}{_shown(entry)}",
+                    f"request {request} or {_void_advice(family)}",
+                    False,
+                    noun,
+                )
+            )
+    return found, names, cuda
+
+
+def _env_from(container: Mapping[str, Any]) -> tuple[str, ...]:
+    sources = container.get("envFrom")
+    if type(sources) is not list:
+        return ()
+    prefixes = []
+    for source in sources:
+        if is_mapping(source):
+            prefix = source.get("prefix")
+            prefixes.append(prefix if isinstance(prefix, str) else "")
+    return tuple(prefixes)
+
+
 def _mount_findings(
-    container: Mapping[str, Any], label: str, devices: Mapping[str, str], request: str
+    container: Mapping[str, Any], where: str, device: bool, ctx: _Context
 ) -> list[AccessFinding]:
     mounts = container.get("volumeMounts")
     findings: list[AccessFinding] = []
@@ -166,24 +359,30 @@ def _mount_findings(
         if not is_mapping(mount):
             continue
         name, at = mount.get("name"), mount.get("mountPath")
-        if isinstance(name, str) and name in devices:
-            findings.append(
-                AccessFinding(
-                    label,
-                    f"mounts host path {cut(devices[name], _MAX_PATH)}",
-                    f"request {request} instead",
-                )
-            )
-        elif isinstance(at, str) and "nvidia-container-devices" in at:
+        if isinstance(name, str) and name in ctx.devices:
+            path = ctx.devices[name]
+            family = _path_family(_normpath(path))
+            what = f"mounts host path {cut(path, _MAX_PATH)}"
+            if device:
+                advice = "remove it: the device plugin gives the devices"
+                findings.append(AccessFinding(where, what, advice, gpu=True))
+            elif family is None:
+                # /dev, /dev/dri, /dev/kfd...: several vendors' nodes.
+                advice = "request the device's resource instead"
+                findings.append(AccessFinding(where, what, advice))
+            else:
+                noun, request = _advice_for(family, ctx)
+                advice = f"request {request} instead"
+                findings.append(AccessFinding(where, what, advice, False, noun))
+        elif isinstance(at, str):
             norm = _normpath(at)
-            if norm == DEVICE_LIST_MOUNT_ROOT or norm.startswith(DEVICE_LIST_MOUNT_ROOT + "/"):
-                findings.append(
-                    AccessFinding(
-                        label,
-                        f"mounts {cut(norm, _MAX_PATH)}",
-                        f"request {request} instead",
-                    )
-                )
+            if norm.startswith(DEVICE_LIST_MOUNT_ROOT):
+                what = f"mounts {cut(norm, _MAX_PATH)}"
+                if device:
+                    advice = "remove it: the device plugin gives the devices"
+                    findings.append(AccessFinding(where, what, advice, gpu=True))
+                else:
+                    findings.append(AccessFinding(where, what, f"request {ctx.request} instead"))
     return findings
 
 
@@ -192,102 +391,118 @@ def _privileged(container: Mapping[str, Any]) -> bool:
     return is_mapping(context) and context.get("privileged") is True
 
 
-def _label(c: ContainerRef) -> str:
-    kind = "init container" if c.list_name == "initContainers" else "container"
-    return f'{kind} "{c.name}"'
-
-
-def _override(scan: EnvScan, label: str) -> AccessFinding | None:
-    """A GPU container's own NVIDIA_VISIBLE_DEVICES naming devices: the kubelet appends the
-    container's env after the device plugin's (pkg/kubelet/kubelet_pods.go
-    GenerateRunContainerOptions) and the runtime keeps the last value (containerd
-    pkg/oci/spec_opts.go replaceOrAppendEnvValues), so under the plugin's default `envvar`
-    device-list strategy it replaces the GPUs it was given (NVIDIA/k8s-device-plugin#90)."""
-    entry = scan.device
-    if entry is None or entry.get("name") != VISIBLE_DEVICES:
-        return None
-    value = entry.get("value")
-    text = value if isinstance(value, str) else ""
-    shown = "from valueFrom" if "valueFrom" in entry and not text else f"={_value(text)}"
-    return AccessFinding(
-        label,
-        f"sets {VISIBLE_DEVICES}{shown}",
-        "remove it: the device plugin sets the GPUs a container gets",
-        gpu=True,
+def container_findings(
+    c: ContainerRef, own: frozenset[str], ctx: _Context
+) -> tuple[list[AccessFinding], Candidate]:
+    """One container's findings, whatever it requests, and what `void` may close in it."""
+    where = label(c)
+    found, names, cuda = _env_findings(c, where, own, ctx)
+    device = bool(own)
+    if _privileged(c.container):
+        # A privileged container gets every device node of its node (runc/containerd mount the
+        # host's /dev; the toolkit honours its env whatever its strategy: cuda_image.go
+        # VisibleDevices `if i.isPrivileged || i.acceptEnvvarUnprivileged`).
+        if device:
+            found.append(
+                AccessFinding(
+                    where,
+                    "is privileged",
+                    "drop privileged: a privileged container sees every device of its node",
+                    gpu=True,
+                )
+            )
+        else:
+            found.append(
+                AccessFinding(
+                    where,
+                    "is privileged",
+                    "drop privileged or exempt its namespace in gpuAccess",
+                )
+            )
+    if c.container.get("volumeMounts"):
+        found += _mount_findings(c.container, where, device, ctx)
+    env_from = _env_from(c.container)
+    if env_from and device:
+        # envFrom comes before env in the kubelet's list (kubelet_pods.go
+        # makeEnvironmentVariables), after the device plugin's: a ConfigMap key can replace the
+        # plugin's choice or a sharing limit, and no value can be written over it without
+        # overriding the plugin. Moot only where the admin declares that the vendor's nodes
+        # ignore device variables and run no env-controlled limiter (nodeSettings).
+        for name in sorted(own):
+            family = family_named(name)
+            if family is None or name in ctx.env_ignored:
+                continue
+            if family.device_env or family.limiter_env:
+                noun = _advice_for(family, ctx)[0]
+                found.append(
+                    AccessFinding(
+                        where,
+                        "uses envFrom",
+                        f"list its variables in env: envFrom can choose its {noun}s or raise "
+                        "its limits",
+                        gpu=True,
+                    )
+                )
+                break
+    voids = tuple(
+        (name, family.void)
+        for family in _VOID_FAMILIES
+        if family.name not in own and family.void is not None
+        for name in family.void_env
+        if name not in names
     )
-
-
-class Candidate(NamedTuple):
-    """A container that requests no GPU and sets no NVIDIA_VISIBLE_DEVICES: one `void` may be
-    added to, when its image (or its CUDA env, `cuda`) would hand it every GPU."""
-
-    ref: ContainerRef
-    cuda: bool
+    return found, Candidate(c, voids, cuda, env_from, device)
 
 
 def findings(
     pod: PodSpecRef,
-    gpu: Iterable[ContainerRef],
+    devices: Mapping[int, frozenset[str]],
     request: str,
-    runtime_classes: frozenset[str] = frozenset(),
+    runtime_classes: Mapping[str, str] | None = None,
+    env_ignored: Iterable[str] = (),
+    containers: Iterable[ContainerRef] | None = None,
 ) -> tuple[list[AccessFinding], list[Candidate]]:
-    """Every way one pod spec's containers that are not in `gpu` could reach GPUs, GPU
-    containers that choose their own devices, and the pod's CDI device annotations (whatever
-    its containers request: a device a runtime injects from an annotation is counted by
-    nothing). `request` is the resource to advise; `runtime_classes` the RuntimeClasses whose
-    handler is NVIDIA's runtime (a pod that requests no GPU has no use for them).
+    """Every way one pod spec's containers could reach devices beyond what they request, and
+    the pod's device annotations and runtime class; and per container what `void` may close.
 
-    Also returns the containers NVIDIA_VISIBLE_DEVICES=void may be added to (Candidate)."""
+    `devices` maps id(container) to the device families it requests (its extended resources,
+    a GPU DRA claim); `request` is the NVIDIA resource to advise; `runtime_classes` maps a
+    vendor RuntimeClass name to its family; `env_ignored` the families whose nodes ignore
+    device variables (gpuAccess.nodeSettings); `containers` the containers to judge (default:
+    all of the pod's, ephemeral ones included).
+    """
+    ctx = _Context(request, _device_volumes(pod.spec), frozenset(env_ignored))
     found: list[AccessFinding] = []
     candidates: list[Candidate] = []
-    gpu = list(gpu)
+    requested: set[str] = set()
+    for fams in devices.values():
+        requested |= fams
     runtime = pod.spec.get("runtimeClassName")
-    if not gpu and isinstance(runtime, str) and runtime in runtime_classes:
-        found.append(
-            AccessFinding(
-                "",
-                f"runtimeClassName {_value(runtime)} runs NVIDIA's runtime for a pod requesting "
-                "no GPU",
-                f"request {request} or drop runtimeClassName",
-            )
-        )
-    for key in pod.annotations:
-        if isinstance(key, str) and key.startswith(CDI_ANNOTATION_PREFIXES):
+    if runtime_classes and isinstance(runtime, str) and runtime in runtime_classes:
+        family = family_named(runtime_classes[runtime])
+        if family is not None and family.name not in requested:
+            noun, advice = _advice_for(family, ctx)
             found.append(
                 AccessFinding(
                     "",
-                    f"annotation {_value(key)} names devices for the runtime",
-                    f"request {request} or a GPU DRA claim instead",
+                    f"runtimeClassName {_value(runtime)} runs {family.vendor}'s runtime but the "
+                    f"pod requests no {noun}",
+                    f"request {advice} or drop it",
                 )
             )
-    gpu_ids = {id(c.container) for c in gpu}
-    devices = _device_volumes(pod.spec)
-    for c in pod.containers:
-        scan = scan_env(c.container)
-        if id(c.container) in gpu_ids:
-            if scan.device is not None:
-                label = _label(c)
-                override = _override(scan, label)
-                if override is not None:
-                    found.append(override)
-            continue
-        if not scan.visible:
-            candidates.append(Candidate(c, scan.cuda))
-        privileged = _privileged(c.container)
-        mounts = c.container.get("volumeMounts")
-        if scan.device is None and not privileged and not mounts:
-            continue
-        label = _label(c)
-        if scan.device is not None:
-            found.append(_env_finding(scan.device, label, request))
-        if privileged:
-            found.append(
-                AccessFinding(
-                    label,
-                    "is privileged",
-                    "drop privileged or run it in a namespace exempt from gpuAccess",
-                )
-            )
-        if mounts:
-            found += _mount_findings(c.container, label, devices, request)
-    return found, candidates
+    for key in pod.annotations:
+        if isinstance(key, str) and key.startswith(DEVICE_ANNOTATION_PREFIXES):
+            if key.startswith("mounts."):
+                what, advice = "names host mounts", "remove it"
+            else:
+                what, advice = "names devices", f"request {request} or a DRA claim instead"
+            found.append(AccessFinding("", f"annotation {cut(key, _MAX_KEY)} {what}", advice))
+    refs = (*pod.containers, *ephemeral_containers(pod.spec)) if containers is None else containers
+    for c in refs:
+        own = devices.get(id(c.container), frozenset())
+        more, candidate = container_findings(c, own, ctx)
+        found += more
+        candidates.append(candidate)
+    # The same text twice (a duplicated env entry) is one finding.
+    unique = list({f.text(): f for f in found}.values())
+    return unique, candidates

@@ -2,46 +2,96 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cached_property
 from typing import Literal
 
 from pydantic import field_validator
 
 from webhook.core.config.fields import ConfigModel
+from webhook.core.families.catalog import FAMILIES, family_named
 
 # DNS-1123 label (apimachinery IsDNS1123Label): what a namespace name is.
 _MAX_NAMESPACE = 63
+
+
+class NodeSettings(ConfigModel):
+    """What the admin declares of the nodes' runtimes (docs/concepts/gpu-access.md names the
+    settings per vendor, with their sources)."""
+
+    # Device families (`nvidia`, `amd`, `ascend`) whose nodes take no device selection from a
+    # container's environment and run no sharing limiter controlled through it: NVIDIA with the
+    # device plugin's `volume-mounts` or CDI device-list strategy and the toolkit's
+    # `accept-nvidia-visible-devices-envvar-when-unprivileged = false`, and no HAMi-core. Then a
+    # device container of that vendor with `envFrom` is no finding.
+    env_ignored: tuple[str, ...] = ()
+
+    @field_validator("env_ignored")
+    @classmethod
+    def _families(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for name in value:
+            if family_named(name) is None:
+                known = ", ".join(f.name for f in FAMILIES)
+                raise ValueError(f"{name!r} is not a device family ({known})")
+        return value
 
 
 class GpuAccess(ConfigModel):
     """GPU access control: devices only through the resources and claims that count them.
 
     `mode`: `off` checks nothing at admission; `warn` answers each finding with a warning;
-    `enforce` denies it, and adds NVIDIA_VISIBLE_DEVICES=void where an image's own
-    configuration would hand a container that requests no GPU every GPU of its node.
+    `enforce` denies it, and sets every vendor's device-selection variables to their `void` in
+    each container that requests no device of that vendor, so that neither its image's
+    configuration nor an `envFrom` source can hand it devices.
     The audit and policy reports list the findings in every mode.
     """
 
     # `off`: no checks at admission; `warn`: a warning per finding; `enforce`: a denial, and
-    # NVIDIA_VISIBLE_DEVICES=void as voidImageDevices says.
+    # the device variables set to void as voidImageDevices says.
     mode: Literal["off", "warn", "enforce"] = "warn"
     # Namespaces whose pods may reach GPUs without requesting them: the GPU Operator's own
     # (its device plugin, dcgm-exporter, validators read every GPU of their node) under the
     # names its chart and OperatorHub install it in. Tenants must not be able to create these.
+    # The list the admin writes is the whole list: `[]` exempts nothing.
     exempt_namespaces: tuple[str, ...] = ("gpu-operator", "nvidia-gpu-operator")
-    # Under `enforce`, containers that request no GPU and set no NVIDIA_VISIBLE_DEVICES get
-    # NVIDIA_VISIBLE_DEVICES=void when: `known` their image is one the webhook knows to be built
-    # on NVIDIA's CUDA images (a CUDA version from the image table, the reference or shipped
-    # knowledge); `all` every such container (nothing to know, every pod patched); `off` never.
-    void_image_devices: Literal["off", "known", "all"] = "known"
+    # Under `enforce`, which containers get the device variables of the vendors they request no
+    # device of (NVIDIA_VISIBLE_DEVICES=void, AMD_VISIBLE_DEVICES=void, ASCEND_VISIBLE_DEVICES
+    # empty) where they set no value themselves: `all` every such container (the default: an
+    # explicit env entry overrides the same name from envFrom and from the image config, so this
+    # closes both routes for any image); `known` only NVIDIA's, only in containers whose image
+    # the webhook knows to be built on NVIDIA's CUDA images (then envFrom in a container is a
+    # finding); `off` never (envFrom is a finding).
+    void_image_devices: Literal["off", "known", "all"] = "all"
     # RuntimeClasses whose handler is NVIDIA's runtime: the GPU Operator's (`nvidia`, and
     # `nvidia-cdi`/`nvidia-legacy` it creates beside it). A pod that requests no GPU and runs
     # with one of them gets whatever its image's NVIDIA_VISIBLE_DEVICES says.
     runtime_classes: tuple[str, ...] = ("nvidia", "nvidia-cdi", "nvidia-legacy")
+    # Other vendors' RuntimeClasses, by family: {amd: [...], ascend: [ascend]}.
+    vendor_runtime_classes: Mapping[str, tuple[str, ...]] = {}
+    node_settings: NodeSettings = NodeSettings()
 
     @cached_property
     def runtime_class_names(self) -> frozenset[str]:
-        return frozenset(self.runtime_classes)
+        """Every vendor RuntimeClass the config lists (what the chart's access entry sends)."""
+        return frozenset(self.runtime_class_families)
+
+    @cached_property
+    def runtime_class_families(self) -> Mapping[str, str]:
+        """RuntimeClass name -> the device family whose runtime it runs."""
+        found = dict.fromkeys(self.runtime_classes, "nvidia")
+        for family, names in self.vendor_runtime_classes.items():
+            found.update(dict.fromkeys(names, family))
+        return found
+
+    @field_validator("vendor_runtime_classes")
+    @classmethod
+    def _vendor_families(
+        cls, value: Mapping[str, tuple[str, ...]]
+    ) -> Mapping[str, tuple[str, ...]]:
+        for name in value:
+            if family_named(name) is None:
+                raise ValueError(f"{name!r} is not a device family")
+        return value
 
     @field_validator("exempt_namespaces")
     @classmethod

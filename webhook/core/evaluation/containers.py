@@ -3,6 +3,9 @@ checks, environment fixes, and GPU access control, written into the pod's state.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
 from webhook.core.access import control as access
 from webhook.core.base.errors import ObjectShapeError
 from webhook.core.base.quantity import format_quantity
@@ -27,7 +30,7 @@ from webhook.core.policies.resources import (
     used_policies,
     value_checks,
 )
-from webhook.core.workloads.devices import VISIBLE_DEVICES, VOID
+from webhook.core.workloads.devices import DEVICE_ENV_NAMES, VISIBLE_DEVICES
 from webhook.core.workloads.pods import (
     ContainerRef,
 )
@@ -152,47 +155,167 @@ _IMAGE_FINDING = (
 _ACCESS_WHY = "GPUs reached without a request are counted by no quota, CRL or scheduler."
 
 
+class AccessUpdate(NamedTuple):
+    """What a Pod UPDATE judges (SPEC §12 "What reaches the webhook"): only what the update
+    introduces. `old_findings` are the texts the old pod already had; `old_images` the old
+    pod's image per container (list name, name); `patchable` the containers the webhook may
+    still write env to (new ephemeral containers, on the pods/ephemeralcontainers subresource:
+    kubernetes pkg/apis/core/validation ValidatePodEphemeralContainersUpdate lets the new ones
+    be anything valid, while ValidatePodUpdate forbids any env change)."""
+
+    old_findings: frozenset[str]
+    old_images: Mapping[tuple[str, str], Any]
+    patchable: frozenset[tuple[str, str]]
+
+
+def _access_violation(state: PodState, finding: access.AccessFinding) -> Violation:
+    detail = f"{state.ref}, {finding.text()}."
+    return Violation(
+        f"{detail} {_ACCESS_WHY}",
+        state.ref,
+        finding.container,
+        rule=access.RULE,
+        configmap=access.POLICY,
+        detail=detail,
+        description=_ACCESS_WHY,
+    )
+
+
+def _report(state: PodState, finding: access.AccessFinding, enforce: bool, quiet: bool) -> None:
+    violation = _access_violation(state, finding)
+    state.access.append(violation)
+    if enforce:
+        state.violations.append(violation)
+    elif not quiet:
+        state.warnings.append(short(finding.text()))
+
+
+def _suspicious(prefixes: tuple[str, ...]) -> str:
+    """An envFrom prefix that makes device variables' names (`NVIDIA_`, `AMD_`, ...)."""
+    for prefix in prefixes:
+        if prefix and any(name.startswith(prefix) for name in DEVICE_ENV_NAMES):
+            return prefix
+    return ""
+
+
+def access_findings(
+    state: PodState,
+    devices: Mapping[int, frozenset[str]],
+    config: WebhookConfig,
+    containers: list[ContainerRef] | None = None,
+) -> tuple[list[access.AccessFinding], list[access.Candidate]]:
+    rules = config.gpu_access
+    return access.findings(
+        state.pod,
+        devices,
+        config.gpu_request_advice,
+        rules.runtime_class_families,
+        rules.node_settings.env_ignored,
+        containers,
+    )
+
+
 def apply_access(
     state: PodState,
-    gpu: list[ContainerRef],
+    devices: Mapping[int, frozenset[str]],
     config: WebhookConfig,
     violations_only: bool,
     audit: bool,
+    update: AccessUpdate | None = None,
 ) -> None:
     """GPU access control for one pod spec (SPEC §12): findings become warnings (`warn`) or
-    violations (`enforce`), and under `enforce` containers whose image would hand them every
-    GPU of the node get NVIDIA_VISIBLE_DEVICES=void."""
+    violations (`enforce`); under `enforce` the device variables of the vendors a container
+    requests no device of are set to their void (voidImageDevices), which closes the image
+    config and envFrom routes; where they cannot be set, what they would close is a finding.
+
+    `devices` maps id(container) to the device families it requests. `update`: a Pod UPDATE
+    (only what it introduces is judged, and env is written to new ephemeral containers only)."""
     rules = config.gpu_access
     enforce = rules.mode == "enforce"
-    found, candidates = access.findings(
-        state.pod, gpu, config.gpu_request_advice, rules.runtime_class_names
-    )
+    mode = rules.void_image_devices
+    found, candidates = access_findings(state, devices, config)
     for finding in found:
-        detail = f"{state.ref}, {finding.text()}."
-        violation = Violation(
-            f"{detail} {_ACCESS_WHY}",
-            state.ref,
-            finding.container,
-            rule=access.RULE,
-            configmap=access.POLICY,
-            detail=detail,
-            description=_ACCESS_WHY,
-        )
-        state.access.append(violation)
-        if enforce:
-            state.violations.append(violation)
-        elif not violations_only:
-            state.warnings.append(short(finding.text()))
-    # Outside enforce, what void would change is only listed for the audit.
-    if violations_only or rules.void_image_devices == "off" or not (enforce or audit):
-        return
+        if update is not None and finding.text() in update.old_findings:
+            continue
+        _report(state, finding, enforce, violations_only)
     for candidate in candidates:
         c = candidate.ref
-        known = candidate.cuda or known_cuda_image(c.container.get("image"), config)
-        if not known and not (enforce and rules.void_image_devices == "all"):
-            continue
         where = container_label(c)
-        if not enforce:
+        key = (c.list_name, c.name)
+        if update is not None and key not in update.patchable:
+            # Env cannot change on a Pod UPDATE: an image swapped in a container without void
+            # is what the image config route needs (the old pod's own gaps were judged at create).
+            image = c.container.get("image")
+            if not enforce or key not in update.old_images or update.old_images[key] == image:
+                continue
+            voids = candidate.voids
+            if mode == "known":
+                cuda = candidate.cuda or known_cuda_image(image, config)
+                voids = tuple(v for v in voids if v[0] == VISIBLE_DEVICES) if cuda else ()
+            elif mode == "off":
+                voids = ()
+            if voids:
+                _report(
+                    state,
+                    access.AccessFinding(
+                        where,
+                        "changes its image while its device variables are not void",
+                        "recreate the pod: env cannot change on update",
+                        gpu=True,
+                    ),
+                    enforce,
+                    violations_only,
+                )
+            continue
+        _void(state, candidate, config, enforce, violations_only, audit)
+
+
+def _void(
+    state: PodState,
+    candidate: access.Candidate,
+    config: WebhookConfig,
+    enforce: bool,
+    violations_only: bool,
+    audit: bool,
+) -> None:
+    rules = config.gpu_access
+    mode = rules.void_image_devices
+    c = candidate.ref
+    where = container_label(c)
+    env_from = candidate.env_from
+    # The image config and envFrom stay open where void is not written: under `enforce` a
+    # container that takes envFrom is then a finding; under `warn` only an envFrom prefix that
+    # makes device variables' names is (every other envFrom would warn every pod).
+    if env_from and not candidate.device:
+        prefix = _suspicious(env_from)
+        if (enforce and mode != "all") or (not enforce and prefix):
+            shown = f"envFrom with prefix {prefix}" if prefix else "envFrom"
+            advice = (
+                "list the variables in env instead"
+                if not enforce
+                else "list the variables in env or set gpuAccess.voidImageDevices: all"
+            )
+            _report(
+                state,
+                access.AccessFinding(where, f"uses {shown}", advice),
+                enforce,
+                violations_only,
+            )
+    # Outside enforce, what void would change is only listed for the audit.
+    if violations_only or mode == "off" or not (enforce or audit) or not candidate.voids:
+        return
+    nvidia = tuple(v for v in candidate.voids if v[0] == VISIBLE_DEVICES)
+    # Whether the image is a known CUDA image matters to `known`, the audit and a note that
+    # names NVIDIA's variable alone: `all` writes every void without asking (the detection
+    # reads the whole env, a cost a padded pod must not multiply).
+    ask = mode == "known" or audit or not enforce or len(candidate.voids) == 1
+    known = (
+        ask
+        and bool(nvidia)
+        and (candidate.cuda or known_cuda_image(c.container.get("image"), config))
+    )
+    if not enforce:
+        if known:
             # Not a warning: every CPU pod on a CUDA image would get one. The audit lists it,
             # so an admin sees what `enforce` would change before switching it on.
             state.access.append(
@@ -204,12 +327,29 @@ def apply_access(
                     configmap=access.POLICY,
                 )
             )
-            continue
-        env = c.container.get("env")
-        if env is not None and not isinstance(env, list):
-            raise ObjectShapeError(f"{state.ref} {where}: env must be a list")
-        state.draft.extend(
-            state.container_path(c), "env", [{"name": VISIBLE_DEVICES, "value": VOID}]
-        )
-        why = "its CUDA image would give it every GPU" if known else "it requests no GPU"
-        state.note("gpu-access", f"set {VISIBLE_DEVICES}=void in {where}: {why}")
+        return
+    voids = candidate.voids if mode == "all" else (nvidia if known else ())
+    # The audit lists what void would change where it matters (a known CUDA image), not the
+    # same three variables on every pod of the cluster.
+    if not voids or (audit and not known):
+        return
+    env = c.container.get("env")
+    if env is not None and not isinstance(env, list):
+        raise ObjectShapeError(f"{state.ref} {where}: env must be a list")
+    state.draft.extend(
+        state.container_path(c), "env", [{"name": name, "value": value} for name, value in voids]
+    )
+    if len(voids) == 1:
+        ((name, value),) = voids
+        family = access.VOID_FAMILIES.get(name)
+        noun = family.noun if family is not None else "GPU"
+        why = "its CUDA image would give it every GPU" if known else f"it requests no {noun}"
+        shown = f"{name}={value}" if value else f"{name} empty"
+        state.note("gpu-access", f"set {shown} in {where}: {why}")
+        return
+    vendors = [access.VOID_FAMILIES[name].vendor for name, _ in voids]
+    listed = ", ".join(vendors[:-1]) + f" and {vendors[-1]}"
+    state.note(
+        "gpu-access",
+        f"set {listed} device variables to void in {where}: it requests no such device",
+    )

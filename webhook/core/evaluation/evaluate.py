@@ -7,8 +7,7 @@ from typing import Any
 
 from webhook.core.base.errors import ObjectShapeError
 from webhook.core.config.model import WebhookConfig
-from webhook.core.evaluation.pod_updates import EPHEMERAL, evaluate_pod_update, read_part
-from webhook.core.evaluation.pods import evaluate_pod
+from webhook.core.evaluation.pods import access_applies, evaluate_pod, evaluate_pod_update
 from webhook.core.evaluation.updates import allowed_untouched, may_mutate_template, templates_equal
 from webhook.core.images.facts import ImageFacts
 from webhook.core.kinds.registry import WorkloadKind
@@ -75,30 +74,20 @@ def evaluate(
         raise ObjectShapeError(f"the object must be a JSON object, got {type(obj).__name__}")
     kind = kind or (obj.get("kind") if isinstance(obj.get("kind"), str) else None) or ""
     # DELETE and CONNECT are never denied (nothing to check, and a denial could only wedge
-    # whoever deletes); Pods are checked in full on CREATE (a Pod's spec is all but immutable),
-    # and by GPU access control alone on UPDATE (pod_updates.py).
+    # whoever deletes); Pods are checked once, on CREATE (a Pod's spec is all but immutable).
     if operation not in ("CREATE", "UPDATE"):
         return Decision(handled=False, object_ref=object_ref(kind, obj, namespace))
     entry = None
     if kind != "ConfigMap":
         entry = lookup(kind, obj, group, config)
-        if (
-            entry is not None
-            and entry.kind == "Pod"
-            and entry.group == ""
-            and operation != "CREATE"
-        ):
-            # A Pod UPDATE (an image may change) and the ephemeralcontainers subresource reach
-            # GPU access control alone (SPEC §12); other subresources change no container.
-            if sub_resource in ("", EPHEMERAL):
-                return _pod_update(
-                    entry, obj, old_object, policies, config, namespace, inventory, claims,
-                    sub_resource=sub_resource, violations_only=violations_only, images=images,
-                    audit=audit,
-                )  # fmt: skip
-            entry = None
         if entry is None:
             return Decision(handled=False, object_ref=object_ref(kind, obj, namespace))
+        if entry.kind == "Pod" and entry.group == "" and operation != "CREATE":
+            # A Pod's spec is all but immutable: an UPDATE is judged by GPU access control
+            # only (an image swapped, an ephemeral container added), SPEC §12.
+            return _pod_update(
+                entry, obj, config, namespace, sub_resource, old_object, claims, violations_only
+            )
     ref = object_ref(kind, obj, namespace)
     # Early "allowed because ..." guards (SPEC §6, updates and the controllers that make them):
     # no evaluation, no patch, no warning.
@@ -146,47 +135,62 @@ def evaluate(
 def _pod_update(
     entry: WorkloadKind,
     obj: Mapping[str, Any],
-    old_object: Mapping[str, Any] | None,
-    policies: PolicySet,
     config: WebhookConfig,
     namespace: str | None,
-    inventory: NodeInventory | None,
-    claims: ClaimIndex | None,
-    *,
     sub_resource: str,
+    old_object: Mapping[str, Any] | None,
+    claims: ClaimIndex | None,
     violations_only: bool,
-    images: ImageFacts | None,
-    audit: bool,
 ) -> Decision:
     ref = object_ref("Pod", obj, namespace)
     meta = obj.get("metadata")
     meta_ns = meta.get("namespace") if isinstance(meta, Mapping) else None
     ns = namespace or (meta_ns if isinstance(meta_ns, str) else None)
-    rules = config.gpu_access
-    if not rules.checks or ns in rules.exempt_namespaces or ns in config.exempt_namespaces:
+    if (
+        sub_resource not in ("", "ephemeralcontainers")
+        or not isinstance(old_object, Mapping)
+        or ns in config.exempt_namespaces
+        or not access_applies(config, ns)
+    ):
         return Decision(handled=False, object_ref=ref)
     if isinstance(meta, Mapping) and meta.get("deletionTimestamp"):
-        # The garbage collector and the kubelet remove finalizers while a pod is deleted.
         return Decision(object_ref=ref, reason="the object is being deleted")
-    if old_object is not None and read_part(obj, sub_resource) == read_part(
-        old_object, sub_resource
-    ):
+    if _update_part(obj, sub_resource) == _update_part(old_object, sub_resource):
+        # Every pod UPDATE reaches the access entry (no matchConditions): the controllers'
+        # label and ownerReference changes are answered without an evaluation.
         return Decision(object_ref=ref, reason="nothing GPU access control reads changed")
     return evaluate_pod_update(
         entry,
         obj,
         old_object,
-        policies,
         config,
         ref,
         ns,
-        inventory,
         claims,
         sub_resource=sub_resource,
         violations_only=violations_only,
-        images=images,
-        audit=audit,
     )
+
+
+def _update_part(obj: Mapping[str, Any], sub_resource: str) -> tuple[Any, ...]:
+    """What an UPDATE can change that GPU access control reads. A Pod UPDATE: the images and
+    the annotations (kubernetes pkg/apis/core/validation/validation.go, ValidatePodUpdate: of
+    the spec only images, activeDeadlineSeconds, tolerations, terminationGracePeriodSeconds and
+    a gated pod's scheduling directives may change; env, volumes, mounts and security contexts
+    may not). The subresource: the ephemeral containers (pkg/registry/core/pod/strategy.go,
+    dropNonEphemeralContainerUpdates drops every other change)."""
+    spec = obj.get("spec")
+    spec = spec if isinstance(spec, Mapping) else {}
+    if sub_resource == "ephemeralcontainers":
+        return (spec.get("ephemeralContainers"),)
+    images = [
+        [c.get("image") if isinstance(c, Mapping) else c for c in items]
+        if isinstance(items := spec.get(list_name), list)
+        else items
+        for list_name in ("initContainers", "containers")
+    ]
+    meta = obj.get("metadata")
+    return (images, meta.get("annotations") if isinstance(meta, Mapping) else None)
 
 
 def evaluate_configmap(

@@ -6,11 +6,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from webhook.core.access.control import container_families, ephemeral_containers
 from webhook.core.base.annotations import parse_opt_out
 from webhook.core.base.patches import Draft
 from webhook.core.base.wording import Message, fit
 from webhook.core.config.model import ANNOTATION_ENV_FIXES, WebhookConfig
-from webhook.core.evaluation.containers import apply_access, apply_fixes, apply_resources
+from webhook.core.evaluation.containers import (
+    AccessUpdate,
+    access_findings,
+    apply_access,
+    apply_fixes,
+    apply_resources,
+)
 from webhook.core.images.facts import ImageFacts, ImageQuery
 from webhook.core.kinds.registry import WorkloadKind
 from webhook.core.outcome.decision import (
@@ -26,8 +33,16 @@ from webhook.core.policies.policyset import PolicySet
 from webhook.core.workloads.claims import ClaimIndex, pod_claims
 from webhook.core.workloads.pods import (
     ContainerRef,
+    PodSpecRef,
     find_pod_specs,
 )
+
+_NVIDIA_ONLY = frozenset({"nvidia"})
+
+
+def access_applies(config: WebhookConfig, namespace: str | None) -> bool:
+    """Whether GPU access control judges pods of `namespace`."""
+    return config.gpu_access.checks and namespace not in config.gpu_access.exempt_namespaces
 
 
 def _note_prefixes(role: str) -> tuple[str, ...]:
@@ -48,12 +63,8 @@ def _evaluate_spec(
     images: ImageFacts | None = None,
     daemonset: bool = False,
     audit: bool = False,
-    access_only: bool = False,
 ) -> None:
     pod = state.pod
-    if access_only:
-        _access_only(state, policies, config, claims, namespace, audit)
-        return
     # Env fixes only ever add changes and warnings: a violations-only caller skips them.
     # Placement always runs: containers that no single node can serve are a violation.
     env_fixes_on = False
@@ -68,27 +79,31 @@ def _evaluate_spec(
     state.warnings += dra.warnings
     gpu: list[tuple[ContainerRef, set[str]]] = []
     unknown: list[str] = []
-    # Containers that request GPUs (or may, through a claim the cache does not know yet).
-    devices: list[ContainerRef] = []
+    # id(container) -> the device families it requests (GPU access control). A claim the
+    # cache does not know yet makes no device container: its container is judged like any.
+    devices: dict[int, frozenset[str]] = {}
     for c in pod.containers:
         keys = apply_resources(state, c, policies, config)
         # CRL rules govern extended resources only; a DRA claim on a GPU device class makes a
         # GPU container for placement and env fixes (SPEC §6).
         # Only the claims' requests it names (resources.claims[].request) count.
         on_gpu_claim = dra.uses_gpu(c.container)
+        families = container_families(c.container)
         if keys.crl or keys.gpu or on_gpu_claim:
             gpu.append((c, keys.asked))
-            devices.append(c)
             if env_fixes_on:
                 apply_fixes(state, c, keys.asked, config)
-        elif dra.unknown and dra.may_use_gpu(c.container):
-            devices.append(c)
+            # The configured GPU resources and device classes are NVIDIA's (config/model.py).
+            if not families and (keys.gpu or on_gpu_claim or keys.crl):
+                families = _NVIDIA_ONLY
+        if families:
+            devices[id(c.container)] = families
         if keys.unknown:
             unknown += [key for key in keys.unknown if key not in unknown]
     if unknown and not violations_only:
         state.warnings.append(unknown_gpu_warning(sorted(unknown)))
     state.gpu_containers = len(gpu)
-    if config.gpu_access.checks and namespace not in config.gpu_access.exempt_namespaces:
+    if access_applies(config, namespace):
         apply_access(state, devices, config, violations_only, audit)
     if gpu:
         place(
@@ -101,31 +116,6 @@ def _evaluate_spec(
             images=images,
             daemonset=daemonset,
         )
-
-
-def _access_only(
-    state: PodState,
-    policies: PolicySet,
-    config: WebhookConfig,
-    claims: ClaimIndex | None,
-    namespace: str | None,
-    audit: bool,
-) -> None:
-    """GPU access control alone (a Pod UPDATE, the ephemeralcontainers subresource): which
-    containers have devices is read as on CREATE, on a scratch state, so that no CRL default,
-    CRL violation, env fix or placement of the pod is judged again."""
-    if not config.gpu_access.checks or namespace in config.gpu_access.exempt_namespaces:
-        return
-    scratch = PodState(state.ref, state.pod, Draft(state.draft.original, record=False))
-    dra = pod_claims(state.pod.spec, namespace, claims, config.gpu_device_classes)
-    devices: list[ContainerRef] = []
-    for c in state.pod.containers:
-        keys = apply_resources(scratch, c, policies, config)
-        # As _evaluate_spec counts them: GPU keys, a GPU claim, or a claim not known yet.
-        unknown_claim = dra.unknown and dra.may_use_gpu(c.container)
-        if keys.crl or keys.gpu or dra.uses_gpu(c.container) or unknown_claim:
-            devices.append(c)
-    apply_access(state, devices, config, False, audit)
 
 
 def evaluate_pod(
@@ -142,10 +132,8 @@ def evaluate_pod(
     violations_only: bool = False,
     images: ImageFacts | None = None,
     audit: bool = False,
-    access_only: bool = False,
 ) -> Decision:
-    """`ref` and `ns` are the object reference and namespace evaluate() already worked out.
-    `access_only`: GPU access control alone (pod_updates.py), always drafted in full."""
+    """`ref` and `ns` are the object reference and namespace evaluate() already worked out."""
     # The places written are recorded only when a patch can be asked for: a Pod's (or a
     # mutated template's) full evaluation.
     draft = Draft(
@@ -186,7 +174,6 @@ def evaluate_pod(
             images,
             daemonset,
             audit,
-            access_only,
         )
         templates = templates or pod.is_template
         if state.unresolved:
@@ -235,4 +222,83 @@ def evaluate_pod(
         placements=tuple(placements) if mutated is not None and placements else (),
         gpu_containers=gpu_containers,
         cuda_unknown=tuple(cuda_unknown) if cuda_unknown else (),
+    )
+
+
+def _update_devices(
+    pod: PodSpecRef, config: WebhookConfig, namespace: str | None, claims: ClaimIndex | None
+) -> dict[int, frozenset[str]]:
+    """id(container) -> device families, for a Pod UPDATE (no CRL or placement runs): its
+    resources' families, NVIDIA for the config's GPU resources and GPU DRA claims."""
+    dra = pod_claims(pod.spec, namespace, claims, config.gpu_device_classes)
+    gpu_names = config.gpu_resources
+    devices: dict[int, frozenset[str]] = {}
+    for c in pod.containers:
+        families = container_families(c.container)
+        if not families:
+            resources = c.container.get("resources")
+            limits = resources.get("limits") if isinstance(resources, Mapping) else None
+            named = isinstance(limits, Mapping) and any(
+                isinstance(key, str) and key in gpu_names for key in limits
+            )
+            if named or dra.uses_gpu(c.container):
+                families = _NVIDIA_ONLY
+        if families:
+            devices[id(c.container)] = families
+    return devices
+
+
+def evaluate_pod_update(
+    entry: WorkloadKind,
+    obj: Mapping[str, Any],
+    old: Mapping[str, Any],
+    config: WebhookConfig,
+    ref: str,
+    ns: str | None,
+    claims: ClaimIndex | None,
+    *,
+    sub_resource: str = "",
+    violations_only: bool = False,
+) -> Decision:
+    """GPU access control for a Pod UPDATE (SPEC §12 "What reaches the webhook"): a plain
+    update (an image swapped) or one through the pods/ephemeralcontainers subresource (kubectl
+    debug). Only what the update introduces is judged; env is written to new ephemeral
+    containers only (the API server forbids any other env change on a Pod UPDATE)."""
+    specs = find_pod_specs(entry, obj)
+    old_specs = find_pod_specs(entry, old)
+    if not specs or not old_specs:
+        return Decision(handled=False, object_ref=ref)
+    pod, old_pod = specs[0], old_specs[0]
+    ephemeral = sub_resource == "ephemeralcontainers"
+    draft = Draft(obj, record=not violations_only and ephemeral)
+    state = PodState(ref, pod, draft)
+    old_state = PodState(ref, old_pod, Draft(old, record=False))
+    old_found, _ = access_findings(old_state, _update_devices(old_pod, config, ns, claims), config)
+    old_names = {c.name for c in ephemeral_containers(old_pod.spec)}
+    patchable = (
+        frozenset(
+            (c.list_name, c.name) for c in ephemeral_containers(pod.spec) if c.name not in old_names
+        )
+        if ephemeral
+        else frozenset()
+    )
+    update = AccessUpdate(
+        frozenset(f.text() for f in old_found),
+        {(c.list_name, c.name): c.container.get("image") for c in old_pod.containers},
+        patchable,
+    )
+    apply_access(
+        state, _update_devices(pod, config, ns, claims), config, violations_only, False, update
+    )
+    mutated: Mapping[str, Any] | None = draft.root if draft.changed else None
+    return Decision(
+        object_ref=ref,
+        violations=tuple(state.violations),
+        notes=tuple(fit(n) for n in state.notes),
+        warnings=tuple(dict.fromkeys(fit(w) for w in state.warnings)),
+        mutation_kinds=tuple(state.kinds) if mutated is not None else (),
+        original=obj,
+        mutated=mutated,
+        draft=draft if mutated is not None and draft.writes is not None else None,
+        access=tuple(state.access),
     )

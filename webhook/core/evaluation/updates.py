@@ -11,7 +11,11 @@ from webhook.core.base.shapes import is_mapping
 from webhook.core.config.model import WebhookConfig
 from webhook.core.images.facts import pod_archs
 from webhook.core.placement import cuda
-from webhook.core.workloads.devices import CDI_ANNOTATION_PREFIXES, DEVICE_ENV_NAMES
+from webhook.core.workloads.devices import (
+    DEVICE_ANNOTATION_PREFIXES,
+    DEVICE_ENV_NAMES,
+    access_env,
+)
 from webhook.core.workloads.pods import PodSpecRef, find_pod_specs, lookup
 
 # Owners whose template was already checked and whose controller makes these objects:
@@ -103,7 +107,7 @@ def _env_names(config: WebhookConfig) -> frozenset[str]:
     return frozenset(names)
 
 
-def _read_env(env: Any, names: frozenset[str]) -> Any:
+def _read_env(env: Any, names: frozenset[str], access: bool = False) -> Any:
     if not isinstance(env, list):
         return env
     return [
@@ -113,6 +117,7 @@ def _read_env(env: Any, names: frozenset[str]) -> Any:
         or not isinstance(e.get("name"), str)
         or e["name"] in names
         or e["name"].startswith(_REQUIRE_PREFIX)
+        or (access and access_env(e["name"]))
     ]
 
 
@@ -170,7 +175,7 @@ def _evaluated_part(pod: PodSpecRef, config: WebhookConfig) -> tuple[Any, ...]:
                 c.name,
                 item.get("image"),
                 _read_resources(item.get("resources"), config),
-                _read_env(item.get("env"), names),
+                _read_env(item.get("env"), names, access),
                 item.get("envFrom"),
                 compute.version if compute is not None else None,
                 *(_access_part(item) if access else ()),
@@ -212,7 +217,7 @@ def _pod_access_part(pod: PodSpecRef) -> tuple[Any, ...]:
     cdi = sorted(
         (k, v)
         for k, v in pod.annotations.items()
-        if isinstance(k, str) and k.startswith(CDI_ANNOTATION_PREFIXES)
+        if isinstance(k, str) and k.startswith(DEVICE_ANNOTATION_PREFIXES)
     )
     return host_paths, pod.spec.get("runtimeClassName"), cdi
 

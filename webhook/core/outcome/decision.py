@@ -142,12 +142,12 @@ def short(text: str) -> str:
     return text if len(text) <= NOTE_LIMIT else text[: NOTE_LIMIT - 1] + "…"
 
 
-_LIST_LABELS = {"initContainers": "init container", "ephemeralContainers": "ephemeral container"}
-
-
 def container_label(ref: ContainerRef) -> str:
-    kind = _LIST_LABELS.get(ref.list_name, "container")
-    return f'{kind} "{ref.name}"'
+    if ref.list_name == "initContainers":
+        return f'init container "{ref.name}"'
+    if ref.list_name == "ephemeralContainers":
+        return f'ephemeral container "{ref.name}"'
+    return f'container "{ref.name}"'
 
 
 @dataclass

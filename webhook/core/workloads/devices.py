@@ -1,31 +1,64 @@
-"""The names NVIDIA's container stack reads as device requests (SPEC §12): shared by GPU access
-control (access/control.py) and the update comparison (workloads/pods.py), which must agree on them.
-No imports: both sides may use it."""
+"""The names node runtimes read as device requests (SPEC §12), from the device families
+(core/families): shared by GPU access control (access/control.py) and the update comparison
+(evaluation/updates.py), which must agree on them."""
 
 from __future__ import annotations
+
+from webhook.core.families.catalog import FAMILIES
 
 # nvidia-container-toolkit internal/config/image/cuda_image.go: the device request is read from
 # NVIDIA_VISIBLE_DEVICES (EnvVarNvidiaVisibleDevices); "void" and empty behave like runc (no GPU,
 # no driver), "none" mounts the driver but no device (VisibleDevicesFromEnvVar, and the
 # toolkit's docs "docker-specialized.md"). Any other value (`all`, indexes, UUIDs) names devices.
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+# Values of a device variable that select no device, whatever the vendor: NVIDIA's "void",
+# "none" and empty (above); AMD's runtime ignores any word that is not "all", an index, a range
+# or a unique id (ROCm/container-toolkit internal/gpu-tracker parseGPUsList); Ascend's hook mounts
+# nothing for an empty value and refuses to start a container with a word
+# (ascend-docker-runtime hook/main.go parseDevices): no device either way.
 NO_DEVICE_VALUES = frozenset({"", "void", "none"})
 VOID = "void"
-# Environment variables the toolkit reads as device requests besides NVIDIA_VISIBLE_DEVICES
-# (internal/config/image/cuda_image.go): MIG configuration and monitoring capabilities
-# (NVIDIA_MIG_CONFIG_DEVICES, NVIDIA_MIG_MONITOR_DEVICES) and IMEX channels
-# (NVIDIA_IMEX_CHANNELS). A container that requests no GPU has no business setting them.
-DEVICE_ENV_NAMES = (
-    VISIBLE_DEVICES,
-    "NVIDIA_MIG_CONFIG_DEVICES",
-    "NVIDIA_MIG_MONITOR_DEVICES",
-    "NVIDIA_IMEX_CHANNELS",
+# Every vendor's device-selection variables (NVIDIA_VISIBLE_DEVICES, NVIDIA_MIG_CONFIG_DEVICES,
+# NVIDIA_MIG_MONITOR_DEVICES, NVIDIA_IMEX_CHANNELS, AMD_VISIBLE_DEVICES,
+# ASCEND_VISIBLE_DEVICES, ...): the families say which runtime reads which.
+DEVICE_ENV_NAMES = tuple(dict.fromkeys(name for f in FAMILIES for name in f.device_env))
+DEVICE_ENV_PREFIXES = tuple(dict.fromkeys(p for f in FAMILIES for p in f.device_env_prefixes))
+_LIMITER_EXACT = frozenset(p for f in FAMILIES for p in f.limiter_env if not p.endswith("*"))
+_LIMITER_PREFIXES = tuple(p[:-1] for f in FAMILIES for p in f.limiter_env if p.endswith("*"))
+
+
+def access_env(name: str) -> bool:
+    """Whether GPU access control reads the env variable `name`: a device-selection variable
+    of any vendor or a sharing limiter's control."""
+    return (
+        name in DEVICE_ENV_NAMES
+        or name in _LIMITER_EXACT
+        or name.startswith(DEVICE_ENV_PREFIXES)
+        or name.startswith(_LIMITER_PREFIXES)
+    )
+
+
+# Pod annotations a node component reads as devices or mounts for the pod's containers. Each
+# is a key prefix, as its reader tests it:
+#  - container-device-interface pkg/cdi annotations.go: AnnotationPrefix "cdi.k8s.io/" (the
+#    toolkit in cdi mode, and containerd with CDI, inject the devices such an annotation names);
+#  - NVIDIA's NRI plugin (nvidia-container-toolkit cmd/nvidia-ctk-installer/container/runtime/
+#    nri/plugin.go nriCDIAnnotationDomain "nvidia.cdi.k8s.io"), from any namespace;
+#  - containerd/nri plugins/device-injector: devices.noderesource.dev, mounts.noderesource.dev,
+#    cdi-devices.noderesource.dev, each as `<key>`, `<key>/pod` or `<key>/container.<name>`,
+#    and their deprecated devices.nri.io, mounts.nri.io, cdi-devices.nri.io;
+#  - CRI-O pkg/annotations: io.kubernetes.cri-o.Devices (honoured where the runtime handler's
+#    allowed_annotations list it).
+# Device plugins and DRA drivers write theirs into the container's CRI config, never onto the
+# pod: a pod annotation with any of them is a user's.
+DEVICE_ANNOTATION_PREFIXES = (
+    "cdi.k8s.io/",
+    "nvidia.cdi.k8s.io",
+    "devices.noderesource.dev",
+    "mounts.noderesource.dev",
+    "cdi-devices.noderesource.dev",
+    "devices.nri.io",
+    "mounts.nri.io",
+    "cdi-devices.nri.io",
+    "io.kubernetes.cri-o.Devices",
 )
-# container-device-interface pkg/cdi annotations.go: AnnotationPrefix "cdi.k8s.io/"; the
-# toolkit in cdi mode injects the devices such an annotation names when it reaches the OCI spec
-# (containerd passes pod annotations there only with a `pod_annotations` setting). NVIDIA's NRI
-# plugin (toolkit >= 1.20, ClusterPolicy cdi.nriPluginEnabled) injects the devices named by pod
-# annotations `nvidia.cdi.k8s.io/...` from any namespace (nvidia-container-toolkit
-# cmd/nvidia-ctk-installer/container/runtime/nri/plugin.go). Device plugins write theirs into the
-# container's CRI config, never onto the pod: a pod annotation with either is a user's.
-CDI_ANNOTATION_PREFIXES = ("cdi.k8s.io/", "nvidia.cdi.k8s.io")

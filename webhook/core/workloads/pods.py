@@ -13,10 +13,7 @@ from webhook.core.config.model import WebhookConfig, WorkloadEntry
 from webhook.core.kinds.builtin import BUILTIN_KINDS
 from webhook.core.kinds.registry import Found, Path, TemplateRule, WorkloadKind, follow, walk
 
-# Ephemeral containers (`kubectl debug`) are added to a running pod through the
-# pods/ephemeralcontainers subresource; a pod's CREATE cannot have any (kubernetes
-# pkg/apis/core/validation/validation.go, ValidatePodCreate) and a template never does.
-CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
+CONTAINER_LISTS = ("initContainers", "containers")
 # Objects without apiVersion (hand-written test input, `review` of partial manifests) are
 # looked up by kind among the core/apps/batch kinds only: an operator's kind needs its group
 # (a batch.volcano.sh Job is not a batch/v1 Job).
