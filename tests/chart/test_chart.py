@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -762,3 +763,12 @@ def test_the_chart_default_runtime_classes_and_exempt_list_are_the_webhooks() ->
     helpers = (ROOT / "charts/gpu-admission-webhook/templates/_helpers.tpl").read_text()
     assert "$classes := list " + " ".join(f'"{c}"' for c in defaults.runtime_classes) in helpers
     assert "$exempt := list " + " ".join(f'"{n}"' for n in defaults.exempt_namespaces) in helpers
+
+
+def test_notes_say_when_gpu_access_control_fails_closed(
+    render_text: Callable[..., dict[str, str]],
+) -> None:
+    notes = "gpu-admission-webhook/templates/NOTES.txt"
+    enforce = render_text({"config": {"gpuAccess": {"mode": "enforce"}}})[notes]
+    assert "GPU access control fails closed (webhooks.gpuAccess.failurePolicy=Fail)" in enforce
+    assert "fails closed" not in render_text()[notes]
