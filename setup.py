@@ -34,6 +34,7 @@ COMPILED = [
     "webhook/core/evaluation/evaluate.py",
     "webhook/core/evaluation/pods.py",
     "webhook/core/evaluation/updates.py",
+    "webhook/core/families/catalog.py",
     "webhook/core/images/facts.py",
     "webhook/core/images/references.py",
     "webhook/core/images/requires.py",

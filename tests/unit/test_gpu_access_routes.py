@@ -679,3 +679,27 @@ def test_review_shows_every_finding(tmp_path: Path) -> None:
             "amd.com/gpu or set it to void",
         )
     ]
+
+
+def test_one_note_per_set_of_voids_not_one_per_container() -> None:
+    """Every container of every pod gets its voids under `all`: each note is a warning the user
+    reads, so containers with the same voids share one."""
+    obj = pod(
+        *[container(f"c{i}", "python:3.12") for i in range(5)],
+        container("gpu", limits={GPU: 1}),
+        init=[container("setup")],
+    )
+    decision = run(obj, config=config("enforce"))
+    assert decision.notes == (
+        'set requests.nvidia.com/gpu=1 from limits in container "gpu"',
+        "set NVIDIA, AMD and Ascend device variables to void in 6 containers: they request no "
+        "such device",
+        'set AMD and Ascend device variables to void in container "gpu": it requests no such '
+        "device",
+    )
+    after = apply(decision)
+    assert [get(after, "spec", "containers", i, "env") for i in range(6)] == [
+        *[ALL_VOIDS] * 5,
+        [AMD_VOID, ASCEND_VOID],
+    ]
+    assert get(after, "spec", "initContainers", 0, "env") == ALL_VOIDS

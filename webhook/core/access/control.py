@@ -62,10 +62,14 @@ _LIMITER_PREFIXES = tuple(
     p[:-1] for f in _LIMITER_FAMILIES for p in f.limiter_env if p.endswith("*")
 )
 _VOID_NAMES = frozenset(name for f in _VOID_FAMILIES for name in f.void_env)
+# ((variable, void value), family name) for every family with a void, in the families' order.
+_VOIDS = tuple(((name, f.void or ""), f.name) for f in _VOID_FAMILIES for name in f.void_env)
+_EVERY_VOID = tuple(v for v, _ in _VOIDS)
 # Variable -> its family, for the notes saying what void was written.
 VOID_FAMILIES = {name: f for f in _VOID_FAMILIES for name in f.void_env}
 _MAX_KEY = 48
 EPHEMERAL = "ephemeralContainers"
+_NONE: frozenset[str] = frozenset()
 
 
 class AccessFinding(NamedTuple):
@@ -141,8 +145,8 @@ def container_families(container: Mapping[str, Any]) -> frozenset[str]:
     """The device families whose devices a container's extended resources request (a key set
     to zero requests none)."""
     resources = container.get("resources")
-    if not is_mapping(resources):
-        return frozenset()
+    if not resources or not is_mapping(resources):
+        return _NONE
     limits, requests = resources.get("limits"), resources.get("requests")
     found: set[str] = set()
     for values in (limits, requests):
@@ -395,10 +399,14 @@ def container_findings(
     c: ContainerRef, own: frozenset[str], ctx: _Context
 ) -> tuple[list[AccessFinding], Candidate]:
     """One container's findings, whatever it requests, and what `void` may close in it."""
-    where = label(c)
+    container = c.container
+    privileged = _privileged(container)
+    # The label only where a finding can name it (most containers have none of these).
+    needs = privileged or container.get("env") or container.get("volumeMounts")
+    where = label(c) if needs or container.get("envFrom") else ""
     found, names, cuda = _env_findings(c, where, own, ctx)
     device = bool(own)
-    if _privileged(c.container):
+    if privileged:
         # A privileged container gets every device node of its node (runc/containerd mount the
         # host's /dev; the toolkit honours its env whatever its strategy: cuda_image.go
         # VisibleDevices `if i.isPrivileged || i.acceptEnvvarUnprivileged`).
@@ -444,13 +452,10 @@ def container_findings(
                     )
                 )
                 break
-    voids = tuple(
-        (name, family.void)
-        for family in _VOID_FAMILIES
-        if family.name not in own and family.void is not None
-        for name in family.void_env
-        if name not in names
-    )
+    if not own and not names:
+        voids = _EVERY_VOID  # the usual container: every family's void
+    else:
+        voids = tuple(v for v, family in _VOIDS if family not in own and v[0] not in names)
     return found, Candidate(c, voids, cuda, env_from, device)
 
 

@@ -234,15 +234,15 @@ def apply_access(
     enforce = rules.mode == "enforce"
     mode = rules.void_image_devices
     found, candidates = access_findings(state, devices, config)
+    grouped: dict[tuple[tuple[str, str], ...], list[str]] = {}
     for finding in found:
         if update is not None and finding.text() in update.old_findings:
             continue
         _report(state, finding, enforce, violations_only)
     for candidate in candidates:
         c = candidate.ref
-        where = container_label(c)
-        key = (c.list_name, c.name)
-        if update is not None and key not in update.patchable:
+        if update is not None and (c.list_name, c.name) not in update.patchable:
+            key = (c.list_name, c.name)
             # Env cannot change on a Pod UPDATE: an image swapped in a container without void
             # is what the image config route needs (the old pod's own gaps were judged at create).
             image = c.container.get("image")
@@ -258,7 +258,7 @@ def apply_access(
                 _report(
                     state,
                     access.AccessFinding(
-                        where,
+                        container_label(c),
                         "changes its image while its device variables are not void",
                         "recreate the pod: env cannot change on update",
                         gpu=True,
@@ -267,7 +267,23 @@ def apply_access(
                     violations_only,
                 )
             continue
-        _void(state, candidate, config, enforce, violations_only, audit)
+        voided = _void(state, candidate, config, enforce, violations_only, audit)
+        if voided:
+            grouped.setdefault(voided, []).append(container_label(c))
+    # One note per set of variables, not one per container: every container of every pod gets
+    # them under `all`, and each note is a warning the user reads.
+    for voids, wheres in grouped.items():
+        listed = _listed(voids)
+        if len(wheres) == 1:
+            text = (
+                f"set {listed} device variables to void in {wheres[0]}: it requests no such device"
+            )
+        else:
+            text = (
+                f"set {listed} device variables to void in {len(wheres)} containers: they request "
+                "no such device"
+            )
+        state.note("gpu-access", text)
 
 
 def _void(
@@ -277,11 +293,12 @@ def _void(
     enforce: bool,
     violations_only: bool,
     audit: bool,
-) -> None:
+) -> tuple[tuple[str, str], ...]:
+    """Write the container's voids under `enforce` (and list what `known` would for the
+    audit). Returns the voids written when the caller is to say so (several variables), or ()."""
     rules = config.gpu_access
     mode = rules.void_image_devices
     c = candidate.ref
-    where = container_label(c)
     env_from = candidate.env_from
     # The image config and envFrom stay open where void is not written: under `enforce` a
     # container that takes envFrom is then a finding; under `warn` only an envFrom prefix that
@@ -297,23 +314,20 @@ def _void(
             )
             _report(
                 state,
-                access.AccessFinding(where, f"uses {shown}", advice),
+                access.AccessFinding(container_label(c), f"uses {shown}", advice),
                 enforce,
                 violations_only,
             )
     # Outside enforce, what void would change is only listed for the audit.
     if violations_only or mode == "off" or not (enforce or audit) or not candidate.voids:
-        return
-    nvidia = tuple(v for v in candidate.voids if v[0] == VISIBLE_DEVICES)
+        return ()
     # Whether the image is a known CUDA image matters to `known`, the audit and a note that
     # names NVIDIA's variable alone: `all` writes every void without asking (the detection
     # reads the whole env, a cost a padded pod must not multiply).
     ask = mode == "known" or audit or not enforce or len(candidate.voids) == 1
-    known = (
-        ask
-        and bool(nvidia)
-        and (candidate.cuda or known_cuda_image(c.container.get("image"), config))
-    )
+    nvidia = tuple(v for v in candidate.voids if v[0] == VISIBLE_DEVICES) if ask else ()
+    known = bool(nvidia) and (candidate.cuda or known_cuda_image(c.container.get("image"), config))
+    where = container_label(c)
     if not enforce:
         if known:
             # Not a warning: every CPU pod on a CUDA image would get one. The audit lists it,
@@ -327,12 +341,12 @@ def _void(
                     configmap=access.POLICY,
                 )
             )
-        return
+        return ()
     voids = candidate.voids if mode == "all" else (nvidia if known else ())
     # The audit lists what void would change where it matters (a known CUDA image), not the
     # same three variables on every pod of the cluster.
     if not voids or (audit and not known):
-        return
+        return ()
     env = c.container.get("env")
     if env is not None and not isinstance(env, list):
         raise ObjectShapeError(f"{state.ref} {where}: env must be a list")
@@ -346,10 +360,18 @@ def _void(
         why = "its CUDA image would give it every GPU" if known else f"it requests no {noun}"
         shown = f"{name}={value}" if value else f"{name} empty"
         state.note("gpu-access", f"set {shown} in {where}: {why}")
-        return
-    vendors = [access.VOID_FAMILIES[name].vendor for name, _ in voids]
-    listed = ", ".join(vendors[:-1]) + f" and {vendors[-1]}"
-    state.note(
-        "gpu-access",
-        f"set {listed} device variables to void in {where}: it requests no such device",
-    )
+        return ()
+    return voids
+
+
+_LISTED: dict[tuple[tuple[str, str], ...], str] = {}
+
+
+def _listed(voids: tuple[tuple[str, str], ...]) -> str:
+    """`NVIDIA, AMD and Ascend` for the variables of those families."""
+    text = _LISTED.get(voids)
+    if text is None:
+        vendors = [access.VOID_FAMILIES[name].vendor for name, _ in voids]
+        text = ", ".join(vendors[:-1]) + f" and {vendors[-1]}"
+        _LISTED[voids] = text
+    return text
