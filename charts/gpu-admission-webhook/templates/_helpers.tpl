@@ -196,7 +196,10 @@ UPDATE may change a container's image: kubernetes pkg/apis/core/validation/valid
 ValidatePodUpdate, lets spec.containers[*].image and spec.initContainers[*].image change), and
 UPDATE of the pods/ephemeralcontainers subresource (`kubectl debug`; ValidatePodEphemeralContainersUpdate
 lets ephemeral containers be added, never changed or removed). A rule on `pods` does not match
-its subresources: the subresource is listed by name.
+its subresources: the subresource is listed by name. Nowhere else: the pods entry (CRL
+resources, placement) stays CREATE only, since an UPDATE cannot change resources (pods/resize
+changes cpu and memory only) and an ephemeral container has none (validateEphemeralContainers:
+validateFieldAllowList refuses `resources` and `ports`, "cannot be set for an Ephemeral Container").
 */}}
 {{- define "gaw.gpuAccessRules" -}}
 - apiGroups: [""]
