@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -424,7 +425,8 @@ def test_webhooks_have_safe_defaults(render: Render) -> None:
         "workloads": {"CREATE", "UPDATE"},
         "operators": {"CREATE", "UPDATE"},
         "crl-configmaps": {"CREATE", "UPDATE"},
-        "gpu-access": {"CREATE"},
+        # A pod UPDATE may change an image; kubectl debug adds ephemeral containers (UPDATE).
+        "gpu-access": {"CREATE", "UPDATE"},
     }
     workload_resources = {
         (group, resource)
@@ -550,7 +552,8 @@ def test_match_conditions_follow_the_cluster_version(
     values = {"webhooks": {"matchConditions": {"enabled": setting}}}
     hooks = webhooks(render(values, kube_version=kube_version))
     for key, hook in hooks.items():
-        assert ("matchConditions" in hook) is expected, key
+        # The GPU access entry never has any (every pod is sent to it).
+        assert ("matchConditions" in hook) is (expected and key[1] != "gpu-access"), key
     crl = hooks[("ValidatingWebhookConfiguration", "crl-configmaps")]
     if expected:
         assert "objectSelector" not in crl
@@ -677,3 +680,99 @@ def test_notes_explain_how_to_check_the_webhook(render_text: Any) -> None:
     assert "curl -sk https://localhost:8443/policies" in notes
     assert "curl -s http://localhost:9090/metrics" in notes
     assert "kubectl apply --dry-run=server" in notes
+
+
+def test_the_gpu_access_entry_sees_every_pod_update_and_ephemeral_container(
+    render: Render,
+) -> None:
+    """SPEC §12, what reaches the webhook: Pod CREATE and UPDATE and the ephemeralcontainers
+    subresource (a `pods` rule does not match a subresource), with no matchConditions that a
+    padded pod could push past the API server's CEL budget, on every Kubernetes version."""
+    for version in ("v1.27.0", "v1.30.0", "v1.36.2"):
+        hooks = webhooks(render(kube_version=version))
+        for kind in WEBHOOK_KINDS:
+            hook = hooks[(kind, "gpu-access")]
+            assert "matchConditions" not in hook, (version, kind)
+            assert [
+                (rule["apiGroups"], rule["operations"], rule["resources"], rule["scope"])
+                for rule in hook["rules"]
+            ] == [
+                ([""], ["CREATE", "UPDATE"], ["pods"], "Namespaced"),
+                ([""], ["UPDATE"], ["pods/ephemeralcontainers"], "Namespaced"),
+            ]
+        # The pods entry (CRL resources, placement) stays CREATE only: resources cannot change
+        # on a pod UPDATE and an ephemeral container may have none.
+        assert hooks[(WEBHOOK_KINDS[1], "pods")]["rules"][0]["resources"] == ["pods"]
+        assert hooks[(WEBHOOK_KINDS[1], "pods")]["rules"][0]["operations"] == ["CREATE"]
+
+
+@pytest.mark.parametrize(
+    ("mode", "setting", "expected"),
+    [
+        ("warn", None, "Ignore"),
+        ("enforce", None, "Fail"),
+        ("warn", "auto", "Ignore"),
+        ("enforce", "auto", "Fail"),
+        ("warn", "Fail", "Fail"),
+        ("enforce", "Fail", "Fail"),
+    ],
+)
+def test_the_gpu_access_failure_policy_follows_the_mode(
+    render: Render, mode: str, setting: str | None, expected: str
+) -> None:
+    values: dict[str, Any] = {"config": {"gpuAccess": {"mode": mode}}}
+    if setting is not None:
+        values["webhooks"] = {"gpuAccess": {"failurePolicy": setting}}
+    hooks = webhooks(render(values))
+    for kind in WEBHOOK_KINDS:
+        assert hooks[(kind, "gpu-access")]["failurePolicy"] == expected
+        assert hooks[(kind, "pods")]["failurePolicy"] == "Fail"
+
+
+def test_ignore_under_enforce_is_refused_with_the_reason(chart: helm_python.Chart) -> None:
+    values = {
+        "config": {"gpuAccess": {"mode": "enforce"}},
+        "webhooks": {"gpuAccess": {"failurePolicy": "Ignore"}},
+    }
+    with pytest.raises(helm_python.HelmRenderError) as excinfo:
+        chart.render(values, name=RELEASE, namespace=NAMESPACE)
+    expected = "webhooks.gpuAccess.failurePolicy: Ignore contradicts config.gpuAccess.mode: enforce"
+    assert expected in str(excinfo.value)
+
+
+@pytest.mark.parametrize(
+    ("access", "exempt"),
+    [
+        ({}, ["gpu-operator", "nvidia-gpu-operator"]),
+        ({"exemptNamespaces": []}, []),
+        ({"exemptNamespaces": ["dcgm"]}, ["dcgm"]),
+    ],
+)
+def test_the_gpu_access_entry_exempts_exactly_the_listed_namespaces(
+    render: Render, access: dict[str, Any], exempt: list[str]
+) -> None:
+    hooks = webhooks(render({"config": {"gpuAccess": access}} if access else None))
+    for kind in WEBHOOK_KINDS:
+        names = hooks[(kind, "gpu-access")]["namespaceSelector"]["matchExpressions"][0]
+        assert names["values"] == ["kube-system", NAMESPACE, *exempt]
+
+
+def test_the_chart_default_runtime_classes_and_exempt_list_are_the_webhooks() -> None:
+    """The chart's fallbacks (_helpers.tpl, used when a key is absent) and values.yaml are the
+    config model's defaults."""
+    values = yaml.safe_load((ROOT / "charts/gpu-admission-webhook/values.yaml").read_text())
+    defaults = WebhookConfig().gpu_access
+    assert tuple(values["config"]["gpuAccess"]["runtimeClasses"]) == defaults.runtime_classes
+    assert tuple(values["config"]["gpuAccess"]["exemptNamespaces"]) == (defaults.exempt_namespaces)
+    helpers = (ROOT / "charts/gpu-admission-webhook/templates/_helpers.tpl").read_text()
+    assert "$classes := list " + " ".join(f'"{c}"' for c in defaults.runtime_classes) in helpers
+    assert "$exempt := list " + " ".join(f'"{n}"' for n in defaults.exempt_namespaces) in helpers
+
+
+def test_notes_say_when_gpu_access_control_fails_closed(
+    render_text: Callable[..., dict[str, str]],
+) -> None:
+    notes = "gpu-admission-webhook/templates/NOTES.txt"
+    enforce = render_text({"config": {"gpuAccess": {"mode": "enforce"}}})[notes]
+    assert "GPU access control fails closed (webhooks.gpuAccess.failurePolicy=Fail)" in enforce
+    assert "fails closed" not in render_text()[notes]

@@ -38,6 +38,8 @@ def expressions(render: Render) -> dict[tuple[str, str], str]:
     for obj in render(kube_version="v1.30.0"):
         if obj["kind"].endswith("WebhookConfiguration"):
             for hook in obj["webhooks"]:
+                if "matchConditions" not in hook:
+                    continue  # the GPU access entry: no condition (every pod is sent)
                 (condition,) = hook["matchConditions"]
                 found[(obj["kind"], hook["name"].split(".", 1)[0])] = condition["expression"]
     return found
@@ -153,10 +155,6 @@ def test_conditions_select_exactly_the_objects_asking_for_extended_resources(
             # without a request are sent too, so `kubectl apply` shows the finding at once.
             expected = expected or may_reach_gpus(template_parent(obj), pod_spec(obj))
         assert matches(exprs[(configuration, purpose)], obj) is expected, name
-        if purpose == "pods":
-            # The GPU access entry takes exactly the pods the pods entry leaves out that could.
-            access = not expected and may_reach_gpus(obj, pod_spec(obj))
-            assert matches(exprs[(configuration, "gpu-access")], obj) is access, name
 
 
 # (No explicit nulls: the API server serialises the typed object, so an empty map is omitted.)
@@ -199,9 +197,6 @@ def test_objects_missing_optional_fields_do_not_match_and_do_not_error(render: R
     for configuration in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
         for purpose, obj in cases:
             assert matches(exprs[(configuration, purpose)], obj) is False, (purpose, obj)
-        for purpose, obj in cases:
-            if purpose == "pods":
-                assert matches(exprs[(configuration, "gpu-access")], obj) is False, obj
 
 
 @pytest.mark.parametrize(
@@ -523,45 +518,46 @@ BYPASSES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
 
 
 @pytest.mark.parametrize(("case", "spec", "annotations"), BYPASSES, ids=[b[0] for b in BYPASSES])
-def test_gpu_access_entry_sends_pods_with_a_bypass_and_no_gpu_request(
+def test_templates_with_a_bypass_and_no_gpu_request_are_sent_to_the_workloads_entry(
     render: Render, case: str, spec: dict[str, Any], annotations: dict[str, str]
 ) -> None:
+    """Early feedback on `kubectl apply` of a template; their pods reach the access entry,
+    which has no condition at all."""
     exprs = expressions(render)
     meta = {"name": "p", "annotations": annotations} if annotations else {"name": "p"}
-    obj = {"metadata": meta, "spec": spec}
-    for configuration in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
-        assert matches(exprs[(configuration, "gpu-access")], obj), case
-        # A pod that also requests a GPU goes through the pods entry, never both.
-        with_gpu = {
-            "metadata": meta,
-            "spec": {
-                **spec,
-                "containers": [
-                    *spec["containers"],
-                    {"name": "g", "resources": {"limits": {"nvidia.com/gpu": "1"}}},
-                ],
-            },
-        }
-        assert not matches(exprs[(configuration, "gpu-access")], with_gpu), case
-        assert matches(exprs[(configuration, "pods")], with_gpu), case
     deployment = {"spec": {"template": {"metadata": meta, "spec": spec}}}
     assert matches(exprs[("ValidatingWebhookConfiguration", "workloads")], deployment), case
+    plain = {"spec": {"template": {"metadata": {"name": "p"}, "spec": {"containers": [{}]}}}}
+    assert not matches(exprs[("ValidatingWebhookConfiguration", "workloads")], plain)
 
 
-def test_gpu_access_entry_sees_every_pod_only_when_enforce_voids_images(render: Render) -> None:
-    plain = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "a", "image": "x"}]}}
-    for values, sent in (
-        ({}, False),
-        ({"config": {"gpuAccess": {"mode": "enforce"}}}, True),
-        ({"config": {"gpuAccess": {"mode": "enforce", "voidImageDevices": "off"}}}, False),
-    ):
-        found = {}
+def test_the_workloads_entry_sends_exactly_the_configured_runtime_classes(
+    render: Render,
+) -> None:
+    """config.gpuAccess.runtimeClasses is what the CEL compares with, not a name pattern."""
+
+    def sent(values: dict[str, Any], runtime_class: str) -> bool:
         for obj in render(values, kube_version="v1.30.0"):
-            if obj["kind"] == "ValidatingWebhookConfiguration":
-                for hook in obj["webhooks"]:
+            if obj["kind"] != "ValidatingWebhookConfiguration":
+                continue
+            for hook in obj["webhooks"]:
+                if hook["name"].startswith("workloads."):
                     (condition,) = hook["matchConditions"]
-                    found[hook["name"].split(".", 1)[0]] = condition["expression"]
-        assert matches(found["gpu-access"], plain) is sent, values
+                    spec = {"containers": [{"name": "a"}], "runtimeClassName": runtime_class}
+                    deployment = {"spec": {"template": {"spec": spec}}}
+                    return matches(condition["expression"], deployment)
+        raise AssertionError("no workloads entry")
+
+    assert sent({}, "nvidia-cdi")
+    assert not sent({}, "my-nvidia-test")  # the old contains('nvidia') sent it
+    custom = {"config": {"gpuAccess": {"runtimeClasses": ["kata-gpu", "ascend"]}}}
+    assert sent(custom, "kata-gpu")
+    assert sent(custom, "ascend")
+    assert not sent(custom, "nvidia")
+    assert not sent({"config": {"gpuAccess": {"runtimeClasses": []}}}, "nvidia")
+    vendors = {"config": {"gpuAccess": {"vendorRuntimeClasses": {"ascend": ["ascend-910"]}}}}
+    assert sent(vendors, "ascend-910")
+    assert sent(vendors, "nvidia")
 
 
 def test_gpu_access_off_removes_its_entry(render: Render) -> None:

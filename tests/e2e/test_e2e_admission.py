@@ -71,13 +71,18 @@ def denial(method: Callable[..., Any], *args: Any, **kwargs: Any) -> str:
 
 
 def admitted_pod(pod: dict[str, Any], namespace: str) -> dict[str, Any]:
-    """A Pod as a webhook receives it: the API server has already defaulted each container's
-    missing requests from its limits (pkg/apis/core/v1/defaults.go, SetDefaults_Pod), and it
-    re-applies defaulting after every mutating webhook's patch."""
+    """A Pod as a webhook receives it (and as stored): the API server has already defaulted each
+    container's missing requests from its limits (pkg/apis/core/v1/defaults.go, SetDefaults_Pod),
+    and it re-applies defaulting after every mutating webhook's patch."""
     admitted = copy.deepcopy(pod)
     admitted["metadata"]["namespace"] = namespace
     for group in ("containers", "initContainers"):
         for container in admitted["spec"].get(group, []):
+            # An empty value is stored as none (EnvVar.Value is `omitempty`): the core writes
+            # ASCEND_VISIBLE_DEVICES="" as Ascend's void under gpuAccess enforce.
+            for entry in container.get("env") or []:
+                if entry.get("value") == "":
+                    del entry["value"]
             resources = container.setdefault("resources", {})
             limits = resources.get("limits") or {}
             requests = resources.setdefault("requests", {})

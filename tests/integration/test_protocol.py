@@ -496,6 +496,26 @@ def test_one_json_log_line_per_review(
     assert "dryRun=True allowed=True result=patched mutations=2" in text
 
 
+def test_a_subresource_review_names_it_in_its_log_line(
+    server: RunningServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`kubectl debug` arrives as an UPDATE of pods/ephemeralcontainers: the line says so."""
+    review = gpu_pod_review()
+    old = json.loads(json.dumps(review["request"]["object"]))
+    review["request"].update(operation="UPDATE", subResource="ephemeralcontainers", oldObject=old)
+    review["request"]["object"]["spec"]["ephemeralContainers"] = [
+        {"name": "debugger", "image": "busybox:1.36"}
+    ]
+    with caplog.at_level(logging.INFO, logger="webhook.review"):
+        server.review("/validate", review)
+    (record,) = [r for r in caplog.records if r.name == "webhook.review"]
+    line = json.loads(LogFormatter("json").format(record))
+    assert (line["operation"], line["subResource"]) == ("UPDATE", "ephemeralcontainers")
+    assert "operation=UPDATE subResource=ephemeralcontainers user=" in (
+        LogFormatter("text").format(record)
+    )
+
+
 def test_empty_policy_set_allows_gpu_pods_untouched_by_policies(tls: CertPaths) -> None:
     store = PolicyStore()
     store.replace(PolicySet.empty())

@@ -112,6 +112,8 @@ def make_review_handler(
             "namespace": req.namespace,
             "name": req.name,
             "operation": req.operation,
+            # `kubectl debug` (pods/ephemeralcontainers) is an UPDATE: say which one it was.
+            **({"subResource": req.sub_resource} if req.sub_resource else {}),
             "user": req.username,
             "dryRun": req.dry_run,
             "allowed": outcome.response["response"]["allowed"],

@@ -116,16 +116,17 @@ the failurePolicy instead of skipping the object.
 {{/*
 CEL: true when the pod spec at `path` (of the object or template at `parent`) has a way to reach GPUs that no
 resource counts (SPEC §12): a device env var in a container, a privileged container, a mount at
-the device-list path, a hostPath that may hold device nodes, a RuntimeClass named like NVIDIA's, a
-CDI annotation (cdi.k8s.io/, nvidia.cdi.k8s.io). A superset of what
-the webhook finds (webhook/core/rules/access.py decides): it only chooses what is sent.
+the device-list path, a hostPath that may hold device nodes, one of config.gpuAccess.runtimeClasses,
+a CDI annotation (cdi.k8s.io/, nvidia.cdi.k8s.io). Only the workloads entry uses it (early
+feedback on templates; their pods reach the access entry, which has no condition).
 */}}
 {{- define "gaw.celGpuBypass" -}}
 {{- $p := index . 0 -}}
 {{- $o := index . 1 -}}
+{{- $root := index . 2 -}}
 {{- $c := "(has(c.env) && c.env.exists(e, e.name in ['NVIDIA_VISIBLE_DEVICES', 'NVIDIA_MIG_CONFIG_DEVICES', 'NVIDIA_MIG_MONITOR_DEVICES', 'NVIDIA_IMEX_CHANNELS'])) || (has(c.securityContext) && has(c.securityContext.privileged) && c.securityContext.privileged) || (has(c.volumeMounts) && c.volumeMounts.exists(v, v.mountPath.contains('nvidia-container-devices')))" -}}
 {{- $h := "v.hostPath.path.contains('dev') || v.hostPath.path.contains('/.') || v.hostPath.path.matches('^/*$')" -}}
-{{- printf "((has(%s.containers) && %s.containers.exists(c, %s)) || (has(%s.initContainers) && %s.initContainers.exists(c, %s)) || (has(%s.volumes) && %s.volumes.exists(v, has(v.hostPath) && (%s))) || (has(%s.runtimeClassName) && %s.runtimeClassName.contains('nvidia')) || (has(%s.metadata) && has(%s.metadata.annotations) && %s.metadata.annotations.exists(k, k.startsWith('cdi.k8s.io/') || k.startsWith('nvidia.cdi.k8s.io'))))" $p $p $c $p $p $c $p $p $h $p $p $o $o $o -}}
+{{- printf "((has(%s.containers) && %s.containers.exists(c, %s)) || (has(%s.initContainers) && %s.initContainers.exists(c, %s)) || (has(%s.volumes) && %s.volumes.exists(v, has(v.hostPath) && (%s))) || (has(%s.runtimeClassName) && %s.runtimeClassName in %s) || (has(%s.metadata) && has(%s.metadata.annotations) && %s.metadata.annotations.exists(k, k.startsWith('cdi.k8s.io/') || k.startsWith('nvidia.cdi.k8s.io'))))" $p $p $c $p $p $c $p $p $h $p $p (include "gaw.gpuAccessRuntimeClasses" $root) $o $o $o -}}
 {{- end -}}
 
 {{/* Whether GPU access control is on (config.gpuAccess.mode other than off; default warn). */}}
@@ -134,32 +135,49 @@ the webhook finds (webhook/core/rules/access.py decides): it only chooses what i
 {{- if ne (toString ($access.mode | default "warn")) "off" -}}true{{- end -}}
 {{- end -}}
 
-{{/* Whether every pod must be seen: enforce with NVIDIA_VISIBLE_DEVICES=void for images. */}}
-{{- define "gaw.gpuAccessAllPods" -}}
+{{/*
+The runtime classes of config.gpuAccess.runtimeClasses (NVIDIA's) and of every family in
+config.gpuAccess.vendorRuntimeClasses, as a CEL list literal: exactly the configured names (the
+built-in default when runtimeClasses is absent; tests/chart compares it with
+webhook/core/config/access.py).
+*/}}
+{{- define "gaw.gpuAccessRuntimeClasses" -}}
 {{- $access := .Values.config.gpuAccess | default dict -}}
-{{- if and (eq (toString ($access.mode | default "warn")) "enforce") (ne (toString ($access.voidImageDevices | default "known")) "off") -}}true{{- end -}}
+{{- $classes := list "nvidia" "nvidia-cdi" "nvidia-legacy" -}}
+{{- if hasKey $access "runtimeClasses" -}}{{- $classes = $access.runtimeClasses | default list -}}{{- end -}}
+{{- range $family, $names := ($access.vendorRuntimeClasses | default dict) -}}{{- $classes = concat $classes ($names | default list) -}}{{- end -}}
+{{- $quoted := list -}}
+{{- range $classes -}}{{- $quoted = append $quoted (printf "'%s'" (toString . | replace "'" "")) -}}{{- end -}}
+{{- printf "[%s]" (join ", " $quoted) -}}
 {{- end -}}
 
 {{/*
-The GPU access entry's conditions: pods that the pods entry does not send (no extended resource,
-no claim) and that have a bypass in their spec, or every such pod when void injection needs to
-see images.
+The access entry's failurePolicy (SPEC §12): `auto` is Fail under `enforce` (an unreviewed pod
+is never admitted silently) and Ignore under `warn` (an outage only loses warnings). Ignore
+under enforce would reopen every route while the webhook is unreachable: refused.
 */}}
-{{- define "gaw.gpuAccessMatchConditions" -}}
-{{- $extended := printf "has(object.spec) && %s" (include "gaw.celUsesExtended" "object.spec") -}}
-{{- if include "gaw.gpuAccessAllPods" . }}
-- name: requests-no-gpu
-  expression: {{ printf "!(%s)" $extended | quote }}
-{{- else }}
-- name: reaches-gpus-without-a-request
-  expression: {{ printf "!(%s) && has(object.spec) && %s" $extended (include "gaw.celGpuBypass" (list "object.spec" "object")) | quote }}
-{{- end }}
+{{- define "gaw.gpuAccessFailurePolicy" -}}
+{{- $access := .Values.config.gpuAccess | default dict -}}
+{{- $mode := toString ($access.mode | default "warn") -}}
+{{- $policy := toString (.Values.webhooks.gpuAccess.failurePolicy | default "auto") -}}
+{{- if eq $policy "auto" -}}
+{{- if eq $mode "enforce" -}}Fail{{- else -}}Ignore{{- end -}}
+{{- else if and (eq $policy "Ignore") (eq $mode "enforce") -}}
+{{- fail "webhooks.gpuAccess.failurePolicy: Ignore contradicts config.gpuAccess.mode: enforce (pods would be admitted unreviewed while the webhook is down); use auto or Fail" -}}
+{{- else -}}
+{{- $policy -}}
+{{- end -}}
 {{- end -}}
 
-{{/* Namespaces the GPU access entry skips: the others' plus config.gpuAccess.exemptNamespaces. */}}
+{{/*
+Namespaces the GPU access entry skips: the others' plus config.gpuAccess.exemptNamespaces,
+exactly as written (an empty list exempts nothing; the built-in default only when the key is
+absent).
+*/}}
 {{- define "gaw.gpuAccessNamespaceSelector" -}}
 {{- $access := .Values.config.gpuAccess | default dict -}}
-{{- $exempt := $access.exemptNamespaces | default (list "gpu-operator" "nvidia-gpu-operator") -}}
+{{- $exempt := list "gpu-operator" "nvidia-gpu-operator" -}}
+{{- if hasKey $access "exemptNamespaces" -}}{{- $exempt = $access.exemptNamespaces | default list -}}{{- end -}}
 {{- $excluded := concat (list "kube-system" .Release.Namespace) .Values.webhooks.excludeNamespaces $exempt | uniq -}}
 matchExpressions:
   - key: kubernetes.io/metadata.name
@@ -172,27 +190,52 @@ matchExpressions:
 {{- end }}
 {{- end -}}
 
+{{/*
+What the access entry is sent (SPEC §12 "What reaches the webhook"): Pod CREATE and UPDATE (an
+UPDATE may change a container's image: kubernetes pkg/apis/core/validation/validation.go,
+ValidatePodUpdate, lets spec.containers[*].image and spec.initContainers[*].image change), and
+UPDATE of the pods/ephemeralcontainers subresource (`kubectl debug`; ValidatePodEphemeralContainersUpdate
+lets ephemeral containers be added, never changed or removed). A rule on `pods` does not match
+its subresources: the subresource is listed by name. Nowhere else: the pods entry (CRL
+resources, placement) stays CREATE only, since an UPDATE cannot change resources (pods/resize
+changes cpu and memory only) and an ephemeral container has none (validateEphemeralContainers:
+validateFieldAllowList refuses `resources` and `ports`, "cannot be set for an Ephemeral Container").
+*/}}
+{{- define "gaw.gpuAccessRules" -}}
+- apiGroups: [""]
+  apiVersions: ["v1"]
+  operations: ["CREATE", "UPDATE"]
+  resources: ["pods"]
+  scope: Namespaced
+- apiGroups: [""]
+  apiVersions: ["v1"]
+  operations: ["UPDATE"]
+  resources: ["pods/ephemeralcontainers"]
+  scope: Namespaced
+{{- end -}}
+
 {{- define "gaw.gpuAccessWebhook" -}}
 {{- $root := index . 0 -}}
 {{- $path := index . 1 -}}
 {{- $fullname := include "gaw.fullname" $root -}}
-# GPU access control (SPEC §12): pods that reach GPUs without requesting them. Its own
-# failurePolicy (Ignore by default): an outage of this entry never stops pod creation.
+# GPU access control (SPEC §12): every pod, its updates and its ephemeral containers, outside
+# the exempt namespaces. No matchConditions: any condition that reads the pod costs in
+# proportion to what the tenant writes, and a pod padded past the API server's CEL budget
+# would make the entry fail its condition and be skipped under Ignore (docs/operations/deploy.md).
+# failurePolicy Fail under enforce, Ignore under warn (webhooks.gpuAccess.failurePolicy: auto).
 - name: {{ printf "gpu-access.%s.%s.svc" $fullname $root.Release.Namespace }}
   admissionReviewVersions: ["v1"]
   sideEffects: None
   timeoutSeconds: {{ $root.Values.webhooks.timeoutSeconds }}
-  failurePolicy: {{ $root.Values.webhooks.gpuAccess.failurePolicy }}
+  failurePolicy: {{ include "gaw.gpuAccessFailurePolicy" $root }}
   {{- if eq $path "/mutate" }}
   reinvocationPolicy: IfNeeded
   {{- end }}
   {{- include "gaw.clientConfig" (list $root $path) | nindent 2 }}
   rules:
-    {{- include "gaw.podRules" $root | nindent 4 }}
+    {{- include "gaw.gpuAccessRules" $root | nindent 4 }}
   namespaceSelector:
     {{- include "gaw.gpuAccessNamespaceSelector" $root | nindent 4 }}
-  matchConditions:
-    {{- include "gaw.gpuAccessMatchConditions" $root | nindent 4 }}
 {{- end -}}
 
 {{- define "gaw.podMatchConditions" -}}
@@ -205,9 +248,9 @@ matchExpressions:
 {{- $cron := printf "has(object.spec) && has(object.spec.jobTemplate) && has(object.spec.jobTemplate.spec) && has(object.spec.jobTemplate.spec.template) && has(object.spec.jobTemplate.spec.template.spec) && %s" (include "gaw.celUsesExtended" "object.spec.jobTemplate.spec.template.spec") -}}
 {{- if include "gaw.gpuAccessOn" . }}
 {{- $tpl := "has(object.spec) && has(object.spec.template) && has(object.spec.template.spec)" -}}
-{{- $tplBypass := printf "%s && %s" $tpl (include "gaw.celGpuBypass" (list "object.spec.template.spec" "object.spec.template")) -}}
+{{- $tplBypass := printf "%s && %s" $tpl (include "gaw.celGpuBypass" (list "object.spec.template.spec" "object.spec.template" .)) -}}
 {{- $cronTpl := "has(object.spec) && has(object.spec.jobTemplate) && has(object.spec.jobTemplate.spec) && has(object.spec.jobTemplate.spec.template) && has(object.spec.jobTemplate.spec.template.spec)" -}}
-{{- $cronBypass := printf "%s && %s" $cronTpl (include "gaw.celGpuBypass" (list "object.spec.jobTemplate.spec.template.spec" "object.spec.jobTemplate.spec.template")) -}}
+{{- $cronBypass := printf "%s && %s" $cronTpl (include "gaw.celGpuBypass" (list "object.spec.jobTemplate.spec.template.spec" "object.spec.jobTemplate.spec.template" .)) -}}
 - name: uses-extended-resources-or-reaches-gpus
   expression: {{ printf "(%s) || (%s) || (%s) || (%s)" $template $cron $tplBypass $cronBypass | quote }}
 {{- else }}

@@ -163,6 +163,10 @@ def _pod_update(
         return Decision(handled=False, object_ref=ref)
     if isinstance(meta, Mapping) and meta.get("deletionTimestamp"):
         return Decision(object_ref=ref, reason="the object is being deleted")
+    if _update_part(obj, sub_resource) == _update_part(old_object, sub_resource):
+        # Every pod UPDATE reaches the access entry (no matchConditions): the controllers'
+        # label and ownerReference changes are answered without an evaluation.
+        return Decision(object_ref=ref, reason="nothing GPU access control reads changed")
     return evaluate_pod_update(
         entry,
         obj,
@@ -174,6 +178,27 @@ def _pod_update(
         sub_resource=sub_resource,
         violations_only=violations_only,
     )
+
+
+def _update_part(obj: Mapping[str, Any], sub_resource: str) -> tuple[Any, ...]:
+    """What an UPDATE can change that GPU access control reads. A Pod UPDATE: the images and
+    the annotations (kubernetes pkg/apis/core/validation/validation.go, ValidatePodUpdate: of
+    the spec only images, activeDeadlineSeconds, tolerations, terminationGracePeriodSeconds and
+    a gated pod's scheduling directives may change; env, volumes, mounts and security contexts
+    may not). The subresource: the ephemeral containers (pkg/registry/core/pod/strategy.go,
+    dropNonEphemeralContainerUpdates drops every other change)."""
+    spec = obj.get("spec")
+    spec = spec if isinstance(spec, Mapping) else {}
+    if sub_resource == "ephemeralcontainers":
+        return (spec.get("ephemeralContainers"),)
+    images = [
+        [c.get("image") if isinstance(c, Mapping) else c for c in items]
+        if isinstance(items := spec.get(list_name), list)
+        else items
+        for list_name in ("initContainers", "containers")
+    ]
+    meta = obj.get("metadata")
+    return (images, meta.get("annotations") if isinstance(meta, Mapping) else None)
 
 
 def evaluate_configmap(
