@@ -147,6 +147,18 @@ if wanted e2e; then
     --junitxml="$(junit e2e)" || status=1
 fi
 
+# GPU access control under enforce (SPEC §12): the same e2e cases through the chart's
+# configurations with gpuAccess.mode enforce (the access entry then fails closed), on the API
+# server alone (no binding is asserted there).
+if wanted e2e; then
+  printf 'gpuAccess:\n  mode: enforce\nregistryLookups:\n  publicRegistries: false\n' \
+    >"$WORK/enforce.yaml"
+  "${SUITE[@]}" run "$SUITES_DIR" "$E2E" --junit "$(junit e2e-enforce)" --must-run \
+    --require tests/e2e/test_e2e_gpu_access.py -- \
+    env E2E_CONFIG="$WORK/enforce.yaml" bash scripts/e2e-kapi.sh -k gpu_access \
+    --junitxml="$(junit e2e-enforce)" || status=1
+fi
+
 # The registry end to end (the API server alone is enough), then the lookups of the registry
 # client against the same registry binary, with Bearer-token auth.
 if wanted registry; then
