@@ -243,8 +243,6 @@ def test_verify_gpu_access_deployment_keeps_its_node_selector() -> None:
         "ai-on-gke_parallelstore-backup_cronjob_nongpu.yaml",
         "triton-tutorials_trtllm-client_nongpu_deployment.yaml",
         "kai-scheduler_gpu-memory_annotation_pod.yaml",
-        # amd.com/gpu is no CUDA device: ignoredGpuResourceNames (no CUDA check, no warning)
-        "hami_amd_use_memory.yaml",
     ],
 )
 def test_non_gpu_workloads_untouched(name: str) -> None:
@@ -253,6 +251,23 @@ def test_non_gpu_workloads_untouched(name: str) -> None:
         assert decision.handled
         assert decision.allowed
         assert (decision.patch, decision.notes, decision.warnings) == ([], (), ())
+
+
+def test_hami_amd_pod_gets_the_amd_crls_and_the_rocm_gate() -> None:
+    """amd.com/gpu is AMD's device family (SPEC §13), no CUDA device: the shipped AMD CRLs copy
+    its limits to requests (HAMi's amd.com/gpumem too), and the ROCm gate, with no node
+    inventory, says it cannot place the pod; no CUDA check."""
+    name = "hami_amd_use_memory.yaml"
+    for config in (DEFAULT, MUTATE):
+        decision = evaluate_doc(name, config=config)
+        assert decision.allowed
+        container = apply(decision)["spec"]["containers"][0]
+        assert container["resources"]["requests"] == {"amd.com/gpu": 1, "amd.com/gpumem": 4096}
+        assert decision.notes == (
+            'set requests.amd.com/gpu=1 from limits in container "rocm"',
+            'set requests.amd.com/gpumem=4096 from limits in container "rocm"',
+        )
+        assert decision.warnings == ("ROCm placement is not enforced without the node inventory",)
 
 
 @pytest.mark.parametrize(
