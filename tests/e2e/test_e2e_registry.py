@@ -308,27 +308,29 @@ def test_unrelated_gpu_pods_are_admitted_promptly_while_hostile_lookups_run(
         assert created["spec"].get("affinity") == affinity(want, pod, namespace)
         assert shown[: len(lines(want))] == lines(want)
         lookup_lines = shown[len(lines(want)) :]
-        assert len(lookup_lines) == len(images), lookup_lines
-        for image, line in zip(images, sorted(lookup_lines, key=images_order(images)), strict=True):
+        # Two entries of the chart review such a pod, each with its own answer: the pods entry
+        # and the GPU access entry, which sees every pod (SPEC §12). The API server shows each
+        # distinct warning once; the second review may find the registry already marked slow by
+        # the first (registry/resolver.py), so an image has one or two lines.
+        by_image = {
+            image: [line for line in lookup_lines if line.startswith(f"CUDA lookup of {image}:")]
+            for image in images
+        }
+        assert sum(len(found) for found in by_image.values()) == len(lookup_lines), lookup_lines
+        for image, found in by_image.items():
             what = "image config" if BLOATED in image else "manifest"
             # Refused by structure, or still running when the budget was spent (the registry
             # itself takes ~1.2 s to serve each index): never anything else.
-            assert line in (
+            allowed = (
                 structure_warning(image, what),
                 # As shown: cut to 120 characters (results.warning).
                 warning(
                     image, f"no answer within {budget:g} s; later pods get the answer when it comes"
                 ),
-            ), line
-
-
-def images_order(images: Sequence[str]) -> Any:
-    def key(line: str) -> int:
-        return next(
-            i for i, image in enumerate(images) if line.startswith(f"CUDA lookup of {image}:")
-        )
-
-    return key
+                warning(image, "its registry is slow; later pods get the answer when it comes"),
+            )
+            assert 1 <= len(found) <= 2, found
+            assert all(line in allowed for line in found), found
 
 
 # --- caps and the /images endpoint -------------------------------------------------------------

@@ -140,10 +140,11 @@ def test_label_and_scale_down_still_work_after_the_policy_is_tightened(
     assert scale["spec"].get("replicas", 0) == 0
     assert shown == []
 
-    # A change of what the evaluation reads (a container's env) is checked against the
-    # tightened policy; a foreign annotation alone would not be (SPEC §6).
+    # A change of what the evaluation reads (an env variable an env fix sets) is checked
+    # against the tightened policy; a foreign annotation or an unrelated variable alone would
+    # not be (SPEC §6; evaluation/updates.py).
     container = labelled["spec"]["template"]["spec"]["containers"][0]
-    env = [{"name": "NCCL_DEBUG", "value": "INFO"}]
+    env = [{"name": "FLAGS_allocator_strategy", "value": "auto_growth"}]
     changed = {
         "spec": {"template": {"spec": {"containers": [{"name": container["name"], "env": env}]}}}
     }
