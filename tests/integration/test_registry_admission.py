@@ -553,3 +553,69 @@ async def test_an_amd64_only_index_requires_amd64_nodes_in_a_mixed_cluster(
         assert not any("architecture" in w for w in warnings)
     finally:
         await http.close()
+
+
+async def started_with(client: RegistryClient, nodes: dict[str, dict[str, str]]) -> Webhook:
+    """A webhook whose node inventory is `nodes` (labels by node name)."""
+    from webhook.admission.state import STATE
+    from webhook.core.placement.inventory import NodeInventory
+
+    config = client.config
+    store = PolicyStore()
+    store.replace(standard_policies())
+    store.inventory = NodeInventory.build(nodes, config=config)
+    app = create_app(config, store, images=ImageResolver(client, config.registry_lookups))
+    http: TestClient[Any, Any] = TestClient(TestServer(app))
+    await http.start_server()
+    resolver = app[STATE].images
+    assert resolver is not None
+    return Webhook(http, http, resolver)
+
+
+# MI210 (740f, gfx90a) and MI300X (74a1, gfx942) on amdgpu module 6.12.12 (the ROCm 6.4
+# driver) and 6.14.14 (amdgpu 30.10), as AMD's labeller labels them.
+AMD_NODES = {
+    "mi210-old": {"amd.com/gpu.driver-version": "6.12.12", "amd.com/gpu.device-id": "740f"},
+    "mi300-new": {"amd.com/gpu.driver-version": "6.14.14", "amd.com/gpu.device-id": "74a1"},
+}
+ROCM_CONFIG = ["ROCM_VERSION=6.4.1", "PYTORCH_ROCM_ARCH=gfx942"]
+
+
+async def test_a_rocm_image_whose_config_names_its_version_and_targets_is_placed(
+    registry: FakeRegistry, tls: CertPaths
+) -> None:
+    # SPEC §13: the tag says nothing; the config read from the registry names ROCm 6.4.1 and
+    # the one gfx target it was built for (gfx942: MI300X, not the MI210).
+    registry.push("public/rocm-train", "v1", image({"amd64": ROCM_CONFIG}))
+    registry.push("public/rocm-plain", "v1", image({"amd64": ["PYTORCH_ROCM_ARCH=gfx942"]}))
+    hook = await started_with(registry_client(tls.ca_cert, registry.host), AMD_NODES)
+    try:
+        ref = f"{registry.host}/public/rocm-train:v1"
+        stored, warnings, _ = await hook.mutate(
+            pod(container("main", ref, limits={"amd.com/gpu": "1"}))
+        )
+        assert node_terms(stored) == [
+            {
+                "matchExpressions": [
+                    {"key": "amdgpu-driver-release", "operator": "DoesNotExist"},
+                    {"key": "amd.com/gpu.driver-version", "operator": "In", "values": ["6.14.14"]},
+                    {"key": "amd.com/gpu.device-id", "operator": "In", "values": ["74a1"]},
+                ]
+            }
+        ]
+        assert warnings == [
+            "required nodes whose amdgpu driver runs ROCm 6.4 on GPU target gfx942 "
+            "(image config ROCM_VERSION=6.4.1)"
+        ]
+        # A config without ROCM_VERSION: the lookup says so, and nothing is placed.
+        plain = f"{registry.host}/public/rocm-plain:v1"
+        stored, warnings, _ = await hook.mutate(
+            pod(container("main", plain, limits={"amd.com/gpu": "1"}))
+        )
+        assert node_terms(stored) is None
+        assert warnings == [
+            f"ROCm version of {plain} unknown, no affinity: set features.alauda.io/rocm-version",
+            f"ROCm lookup of {plain}: its config sets no ROCM_VERSION",
+        ]
+    finally:
+        await hook.http.close()

@@ -91,8 +91,13 @@ async def decide(
             found = await state.images.resolve(decision.unresolved_images)
             lookup_warnings = found.warnings
             failed = found.failed
-            if found.facts or found.platforms:
-                extra = {"image_platforms": found.platforms} if found.platforms else {}
+            if found.facts or found.platforms or found.env:
+                extra: dict[str, Any] = (
+                    {"image_platforms": found.platforms} if found.platforms else {}
+                )
+                if found.env:
+                    # Other vendors' variables of the configs (SPEC §13's driver-release gate).
+                    extra["image_env"] = found.env
                 decision = _evaluate(state, endpoint, req, snapshots, images=found.facts, **extra)
     except WebhookError as exc:
         # The object does not have the shape its kind requires: say so, as the API server would.

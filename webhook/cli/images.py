@@ -22,7 +22,7 @@ from webhook.core.images.facts import DEFAULT_ARCH
 from webhook.core.images.references import normalize
 from webhook.core.images.requires import branch_list
 from webhook.core.placement import cuda
-from webhook.core.placement.vendors import shipped_vendors
+from webhook.core.placement.vendors import container_finding, shipped_vendors
 
 if TYPE_CHECKING:
     from webhook.core.images.facts import ImageQuery
@@ -221,7 +221,25 @@ def answers(
                 answer.version = result.requirement.version
                 answer.origin = "registry"
                 answer.forward = tuple(branch_list(result.requirement.forward))
+            elif result.env:
+                _accelerator_from_config(answer, dict(result.env), config)
     return found
+
+
+def _accelerator_from_config(
+    answer: ImageAnswer, env: dict[str, str], config: WebhookConfig
+) -> None:
+    """Another vendor's runtime the image config names (ROCM_VERSION, SPEC §13), read as the
+    driver-release gate reads it."""
+    for vendor in shipped_vendors():
+        gate = config.accelerators.gate(vendor.name)
+        if gate is None:
+            continue
+        found = container_finding(vendor, {"image": answer.image}, {}, gate, {answer.image: env})
+        if found is not None and found.version is not None:
+            answer.accelerator = (vendor.runtime, vendor.shown(found.version), found.devices)
+            answer.origin, answer.source = "registry", found.source
+            return
 
 
 def table(found: Sequence[ImageAnswer]) -> str:
@@ -248,7 +266,10 @@ def cmd_images(args: argparse.Namespace, out: TextIO) -> int:
             if a.accelerator is not None:
                 runtime, version, devices = a.accelerator
                 built = f" (built for {', '.join(devices)})" if devices else ""
-                out.write(f"{a.image}: {runtime} {version}{built} from the {a.origin}\n")
+                origin = (
+                    f"its registry ({a.source})" if a.origin == "registry" else f"the {a.origin}"
+                )
+                out.write(f"{a.image}: {runtime} {version}{built} from {origin}\n")
             elif a.version is None:
                 out.write(f"{a.image}: CUDA unknown ({a.source})\n")
             elif a.origin == "reference":

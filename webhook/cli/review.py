@@ -31,7 +31,7 @@ from webhook.core.base.errors import ManifestError, WebhookError
 from webhook.core.base.manifests import parse_documents
 from webhook.core.config.model import WebhookConfig, load_config
 from webhook.core.evaluation.evaluate import Decision, evaluate
-from webhook.core.images.facts import ImageFacts, ImageQuery
+from webhook.core.images.facts import ImageEnv, ImageFacts, ImageQuery
 from webhook.core.placement.inventory import NodeInventory
 from webhook.core.policies.crl import parse_configmap
 from webhook.core.policies.policyset import PolicySet
@@ -108,6 +108,7 @@ def review_document(
     claims: ClaimIndex | None = None,
     images: ImageFacts | None = None,
     image_platforms: Mapping[str, tuple[str, ...]] | None = None,
+    image_env: ImageEnv | None = None,
 ) -> DocumentResult:
     if not isinstance(doc, Mapping) or not isinstance(doc.get("kind"), str):
         return DocumentResult(
@@ -126,6 +127,7 @@ def review_document(
             claims=claims,
             images=images,
             image_platforms=image_platforms,
+            image_env=image_env,
         )
     except WebhookError as exc:
         violations = [*unquoted, f"cannot evaluate: {exc}"]
@@ -370,6 +372,8 @@ def cmd_review(args: argparse.Namespace, out: TextIO) -> int:
                 images=resolution.facts,
                 # The indexes' platforms: the image-architecture runtime fix (SPEC §14).
                 image_platforms=resolution.platforms or None,
+                # Other vendors' variables of the configs (SPEC §13's driver-release gate).
+                image_env=resolution.env or None,
             )
             again.warnings += resolution.warnings
             results[index] = again

@@ -173,9 +173,9 @@ class RegistryClient:
             documents.read_manifest, response.body, response.content_type, expected, arch, top
         )
 
-    async def _config(self, ref: ImageRef, digest: str) -> dict[str, str]:
+    async def _config(self, ref: ImageRef, digest: str) -> documents.ImageConfig:
         blob = await self.http.get(ref, f"blobs/{digest}", "*/*", MAX_CONFIG_BYTES, "image config")
-        return await self._in_worker(documents.read_config, blob.body, digest)
+        return await self._in_worker(documents.read_image_config, blob.body, digest)
 
     async def _lookup(self, ref: ImageRef, arch: str, known: Known | None) -> LookupResult:
         manifest = await self._manifest(ref, ref.reference, arch)
@@ -188,8 +188,18 @@ class RegistryClient:
         size = manifest.config_size
         if size is not None and size > MAX_CONFIG_BYTES:
             raise LookupFailure(INVALID, f"its config is larger than {MAX_CONFIG_BYTES >> 20} MiB")
-        variables = await self._config(ref, manifest.config)
+        image_config = await self._config(ref, manifest.config)
+        variables = image_config.variables
         result = config_requirement(variables, self.config)
+        if not platforms and image_config.architecture:
+            # A single manifest: its config's platform is the image's only one (SPEC §14).
+            platforms = (image_config.architecture,)
+        env = tuple((k, variables[k]) for k in documents.ACCELERATOR_VARIABLES if k in variables)
         return LookupResult(
-            result.status, result.requirement, result.detail, top_digest, platforms=platforms
+            result.status,
+            result.requirement,
+            result.detail,
+            top_digest,
+            platforms=platforms,
+            env=env,
         )

@@ -44,6 +44,14 @@ CUDA_VARIABLES = {"CUDA_VERSION": 32, "NVIDIA_REQUIRE_CUDA": 4096, "NVIDIA_DISAB
 # compatibility, core/images/requires.py): kept like it, at most this many.
 REQUIRE_PREFIX = "NVIDIA_REQUIRE_"
 MAX_REQUIRE_VARIABLES = 8
+# Other vendors' variables the driver-release gate reads (SPEC §13; the shipped vendors'
+# envVersion and envDevices, webhook/data/accelerators.yaml, a test checks they match). Set in
+# image configs by PyTorch's ROCm images (pytorch/pytorch .ci/docker/ubuntu-rocm/Dockerfile:
+# `ENV ROCM_VERSION=${ROCM_VERSION}`, `ENV PYTORCH_ROCM_ARCH ${PYTORCH_ROCM_ARCH}`) and vLLM's
+# (vllm-project/vllm docker/Dockerfile.rocm_base: `ENV PYTORCH_ROCM_ARCH=${PYTORCH_ROCM_ARCH}`,
+# nine gfx targets, ~80 characters). CANN images set no version variable (Ascend/
+# cann-container-image cann/*/Dockerfile: ASCEND_TOOLKIT_HOME=.../latest), so none is read.
+ACCELERATOR_VARIABLES = {"ROCM_VERSION": 32, "PYTORCH_ROCM_ARCH": 512}
 # The client's parsing threads: one, so parsed documents are never in memory side by side.
 WORKER_THREADS = 1
 
@@ -210,12 +218,35 @@ def read_manifest(
     return Manifest(digest, False, config=config, config_size=size if type(size) is int else None)
 
 
+@dataclass(frozen=True, slots=True)
+class ImageConfig:
+    """What a lookup needs of an image config (never the parsed document)."""
+
+    variables: dict[str, str]
+    # The config's own platform (image-spec config.md: `architecture` and `os`, GOARCH and
+    # GOOS values): the one architecture of an image that is a single manifest ('' when its
+    # os is not linux or the value is no architecture name).
+    architecture: str = ""
+
+
 def read_config(body: bytes | bytearray, digest: str) -> dict[str, str]:
+    """The variables of an image config's Env (read_image_config)."""
+    return read_image_config(body, digest).variables
+
+
+def read_image_config(body: bytes | bytearray, digest: str) -> ImageConfig:
     """The CUDA variables of an image config's Env (name -> value, cut to what is read; the
     last entry of a name wins, as for a container's env), checked against `digest`: CUDA_VERSION,
-    the NVIDIA_REQUIRE_* variables (a few) and NVIDIA_DISABLE_REQUIRE."""
+    the NVIDIA_REQUIRE_* variables (a few), NVIDIA_DISABLE_REQUIRE and the other vendors'
+    ACCELERATOR_VARIABLES; and its linux architecture."""
     verify(body, digest, "image config")
     document = parse(body, "image config")
+    arch = document.get("architecture")
+    architecture = (
+        arch
+        if document.get("os") == "linux" and isinstance(arch, str) and _ARCHITECTURE.fullmatch(arch)
+        else ""
+    )
     inner = document.get("config")
     env = inner.get("Env") if isinstance(inner, Mapping) else None
     entries = env if isinstance(env, list) else []
@@ -226,7 +257,7 @@ def read_config(body: bytes | bytearray, digest: str) -> dict[str, str]:
     for entry in entries:
         if isinstance(entry, str):
             name, _, value = entry.partition("=")
-            limit = CUDA_VARIABLES.get(name)
+            limit = CUDA_VARIABLES.get(name) or ACCELERATOR_VARIABLES.get(name)
             if limit is None and name.startswith(REQUIRE_PREFIX) and name not in found:
                 requires += 1
                 if requires <= MAX_REQUIRE_VARIABLES and len(name) <= 64:
@@ -235,4 +266,4 @@ def read_config(body: bytes | bytearray, digest: str) -> dict[str, str]:
                 # Leading and trailing blanks are no part of a version; what is past the cut
                 # is never read.
                 found[name] = value[: limit * 2].strip()[:limit]
-    return found
+    return ImageConfig(found, architecture)

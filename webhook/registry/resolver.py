@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from webhook.core.config.registry import RegistryLookups
 from webhook.core.images.facts import KNOWN_ARCHS, ImageQuery, Requirement
+from webhook.core.placement.vendors import Vendor, vendor_named
 from webhook.registry.client import Known
 from webhook.registry.reference import ImageRef
 from webhook.registry.results import BUSY, FOUND, TIMEOUT, LookupResult, warning
@@ -70,10 +71,19 @@ class Resolution:
     # image -> the linux architectures its index lists (read on the way to its config), for
     # evaluate(image_platforms=...): the image-architecture runtime fix (SPEC §14).
     platforms: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # image -> the other vendors' variables its config sets, for evaluate(image_env=...): the
+    # driver-release gate's image config (SPEC §13); only images whose config names a version.
+    env: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 # Resolution.failed: the lookup is running and did not answer within the budget.
 SLOW = "slow"
+
+
+def _runtime(query: ImageQuery) -> str:
+    """What a warning about the query's lookup names: CUDA, or the vendor's runtime (ROCm)."""
+    vendor: Vendor | None = vendor_named(query.runtime) if query.runtime else None
+    return vendor.runtime if vendor is not None else "CUDA"
 
 
 class ImageResolver:
@@ -199,10 +209,11 @@ class ImageResolver:
         for query in dict.fromkeys(queries):
             if query.arch not in KNOWN_ARCHS:
                 continue  # no architecture name (the core leaves these out already)
+            runtime = _runtime(query)
             ref, refused = self.client.precheck(query.image)
             if ref is None:
                 assert refused is not None
-                out.warnings.append(warning(query.image, refused.detail))
+                out.warnings.append(warning(query.image, refused.detail, runtime=runtime))
                 out.failed.setdefault(query.image, refused.status)
                 continue
             key = (ref.canonical(), query.arch)
@@ -222,7 +233,11 @@ class ImageResolver:
                     self._count(BUSY)
                     out.failed.setdefault(query.image, BUSY)
                     out.warnings.append(
-                        warning(query.image, "too many registry lookups in progress; not asked")
+                        warning(
+                            query.image,
+                            "too many registry lookups in progress; not asked",
+                            runtime=runtime,
+                        )
                     )
                     continue
                 if self._per_registry[ref.registry] >= self._registry_limit:
@@ -232,6 +247,7 @@ class ImageResolver:
                         warning(
                             query.image,
                             "too many lookups in progress at its registry; not asked",
+                            runtime=runtime,
                         )
                     )
                     continue
@@ -244,7 +260,9 @@ class ImageResolver:
                 out.failed.setdefault(query.image, SLOW)
                 out.warnings.append(
                     warning(
-                        query.image, "its registry is slow; later pods get the answer when it comes"
+                        query.image,
+                        "its registry is slow; later pods get the answer when it comes",
+                        runtime=runtime,
                     )
                 )
                 continue
@@ -264,6 +282,7 @@ class ImageResolver:
                             query.image,
                             f"no answer within {budget:g} s; "
                             "later pods get the answer when it comes",
+                            runtime=_runtime(query),
                         )
                     )
         if skipped:
@@ -288,14 +307,23 @@ class ImageResolver:
     ) -> None:
         if result.platforms:
             out.platforms[query.image] = result.platforms
-        if result.status == FOUND and result.requirement is not None:
+        vendor = vendor_named(query.runtime) if query.runtime else None
+        if vendor is not None and result.cacheable_long:
+            env = dict(result.env)
+            if any(env.get(name) for name in vendor.env_version):
+                out.env[query.image] = env
+                return
+            detail = f"its config sets no {' or '.join(vendor.env_version) or 'version'}"
+            out.warnings.append(warning(query.image, detail, runtime=vendor.runtime))
+            return
+        if vendor is None and result.status == FOUND and result.requirement is not None:
             out.facts[query] = result.requirement
             return
         out.failed.setdefault(query.image, result.status)
         detail = result.detail
         if cached and result.status == TIMEOUT:
             detail += f" (not asked again for {self.settings.negative_ttl_seconds:g} s)"
-        out.warnings.append(warning(query.image, detail))
+        out.warnings.append(warning(query.image, detail, runtime=_runtime(query)))
 
     def entries(self) -> list[dict[str, Any]]:
         """The cache for /images: image → CUDA, source, age; newest first."""

@@ -39,8 +39,11 @@ class LookupResult:
     detail: str = ""  # why it failed, or the env entry the version came from
     digest: str = ""  # the digest the reference resolved to (index or manifest)
     seconds: float = 0.0
-    # The index's linux architectures, when the reference named an index (SPEC §14).
+    # The image's linux architectures (SPEC §14): its index's, or a single manifest's config's.
     platforms: tuple[str, ...] = ()
+    # Other vendors' variables its config sets (documents.ACCELERATOR_VARIABLES, SPEC §13):
+    # ((name, value), ...), what the driver-release gate reads as the image's own.
+    env: tuple[tuple[str, str], ...] = ()
 
     @property
     def cacheable_long(self) -> bool:
@@ -57,9 +60,9 @@ def image_name(image: str) -> str:
     return last if len(last) <= _NAME_CHARS else last[: _NAME_CHARS - 1] + "…"
 
 
-def warning(image: str, detail: str, limit: int = 120) -> str:
+def warning(image: str, detail: str, limit: int = 120, runtime: str = "CUDA") -> str:
     """`CUDA lookup of <image>: <detail>` within `limit`: the detail is cut, never the image."""
-    head = f"CUDA lookup of {image_name(image)}: "
+    head = f"{runtime} lookup of {image_name(image)}: "
     room = limit - len(head)
     if len(detail) > room:
         detail = detail[: max(room - 1, 0)] + "…"

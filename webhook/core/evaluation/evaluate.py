@@ -9,7 +9,7 @@ from webhook.core.base.errors import ObjectShapeError
 from webhook.core.config.model import WebhookConfig
 from webhook.core.evaluation.pods import access_applies, evaluate_pod, evaluate_pod_update
 from webhook.core.evaluation.updates import allowed_untouched, may_mutate_template, templates_equal
-from webhook.core.images.facts import ImageFacts
+from webhook.core.images.facts import ImageEnv, ImageFacts
 from webhook.core.kinds.registry import WorkloadKind
 from webhook.core.outcome.decision import (
     Decision,
@@ -57,6 +57,7 @@ def evaluate(
     audit: bool = False,
     namespace_levels: Mapping[str, str] | None = None,
     image_platforms: Mapping[str, tuple[str, ...]] | None = None,
+    image_env: ImageEnv | None = None,
 ) -> Decision:
     """Evaluate one admitted object. Raises only WebhookError subclasses on malformed input.
 
@@ -74,7 +75,10 @@ def evaluate(
     `namespace_levels`: namespace -> its pod-security.kubernetes.io/enforce label ("" when
     unlabelled), the snapshot the RDMA fix reads (None: not known, SPEC §14);
     `image_platforms`: image -> the linux architectures its registry index lists, what the
-    lookups of `images` read on the way (the image-architecture fix's last source).
+    lookups of `images` read on the way (the image-architecture fix's last source);
+    `image_env`: image -> the other vendors' variables its config sets (ROCM_VERSION,
+    PYTORCH_ROCM_ARCH), for the images an earlier evaluation listed with a vendor's runtime
+    (the driver-release gate's last source, SPEC §13).
     """
     if not isinstance(obj, Mapping):
         raise ObjectShapeError(f"the object must be a JSON object, got {type(obj).__name__}")
@@ -137,6 +141,7 @@ def evaluate(
         audit=audit,
         levels=namespace_levels,
         platforms=image_platforms,
+        image_env=image_env,
     )
 
 

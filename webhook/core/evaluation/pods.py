@@ -18,7 +18,7 @@ from webhook.core.evaluation.containers import (
     apply_fixes,
     apply_resources,
 )
-from webhook.core.images.facts import ImageFacts, ImageQuery
+from webhook.core.images.facts import ImageEnv, ImageFacts, ImageQuery
 from webhook.core.kinds.registry import WorkloadKind
 from webhook.core.outcome.decision import (
     Decision,
@@ -69,6 +69,7 @@ def _evaluate_spec(
     audit: bool = False,
     levels: NamespaceLevels | None = None,
     platforms: Mapping[str, tuple[str, ...]] | None = None,
+    image_env: ImageEnv | None = None,
 ) -> None:
     pod = state.pod
     # Env fixes only ever add changes and warnings: a violations-only caller skips them.
@@ -147,6 +148,7 @@ def _evaluate_spec(
             inventory,
             violations_only=violations_only,
             daemonset=daemonset,
+            image_env=image_env,
         )
     if not violations_only:
         apply_runtime_fixes(
@@ -170,6 +172,7 @@ def evaluate_pod(
     audit: bool = False,
     levels: NamespaceLevels | None = None,
     platforms: Mapping[str, tuple[str, ...]] | None = None,
+    image_env: ImageEnv | None = None,
 ) -> Decision:
     """`ref` and `ns` are the object reference and namespace evaluate() already worked out."""
     # The places written are recorded only when a patch can be asked for: a Pod's (or a
@@ -214,6 +217,7 @@ def evaluate_pod(
             audit,
             levels,
             platforms,
+            image_env,
         )
         templates = templates or pod.is_template
         if state.unresolved:

@@ -59,10 +59,16 @@ class ImageQuery(NamedTuple):
 
     image: str
     arch: str = DEFAULT_ARCH
+    # What the answer is for: '' the CUDA version; a vendor's name ('rocm') its driver-release
+    # gate (SPEC §13), which reads the vendor's variables of the image config (ImageEnv).
+    runtime: str = ""
 
 
 # What lookups found: only images with a CUDA version are in it.
 ImageFacts = Mapping[ImageQuery, Requirement]
+# image -> other vendors' variables its config sets (ROCM_VERSION, PYTORCH_ROCM_ARCH): only
+# images whose config names a vendor's runtime version are in it.
+ImageEnv = Mapping[str, Mapping[str, str]]
 
 
 def pod_archs(spec: Mapping[str, Any]) -> tuple[str, ...]:

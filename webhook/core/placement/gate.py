@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 from webhook.core.base.wording import Wording
 from webhook.core.config.model import WebhookConfig
+from webhook.core.images.facts import ImageEnv, ImageQuery, pod_archs
 from webhook.core.images.references import shown_image
 from webhook.core.outcome.decision import PodState, Violation, container_label, short
 from webhook.core.placement import fit
@@ -62,7 +63,11 @@ def _image(c: ContainerRef) -> str:
 
 
 def _needs(
-    state: PodState, vendor: Vendor, containers: list[ContainerRef], config: WebhookConfig
+    state: PodState,
+    vendor: Vendor,
+    containers: list[ContainerRef],
+    config: WebhookConfig,
+    image_env: ImageEnv | None,
 ) -> list[VendorNeed]:
     gate = config.accelerators.gate(vendor.name)
     assert gate is not None
@@ -74,7 +79,7 @@ def _needs(
     envs: Envs = {}
     needs = []
     for c in containers:
-        found = container_finding(vendor, c.container, container_env(envs, c), gate)
+        found = container_finding(vendor, c.container, container_env(envs, c), gate, image_env)
         devices = found.devices if found is not None else ()
         if annotated is not None:
             needs.append(VendorNeed(c, annotated, devices, f"annotation {vendor.annotation}"))
@@ -83,6 +88,23 @@ def _needs(
         else:
             needs.append(VendorNeed(c, None, devices, ""))
     return needs
+
+
+def _unresolved(state: PodState, vendor: Vendor, needs: list[VendorNeed]) -> None:
+    """What a registry lookup could still tell: the images whose version nothing else told
+    (their configs' vendor variables, documents.ACCELERATOR_VARIABLES), for every
+    architecture the pod may run on."""
+    images = [
+        image
+        for n in needs
+        if n.version is None and isinstance(image := n.container.container.get("image"), str)
+        if image
+    ]
+    if images and vendor.env_version:
+        archs = pod_archs(state.pod.spec)
+        state.unresolved += [
+            ImageQuery(image, arch, vendor.name) for image in images for arch in archs
+        ]
 
 
 def _unknown_warning(vendor: Vendor, c: ContainerRef, others: bool) -> Wording:
@@ -302,12 +324,16 @@ def place_vendor(
     *,
     violations_only: bool = False,
     daemonset: bool = False,
+    image_env: ImageEnv | None = None,
 ) -> None:
-    """Placement of a pod spec's `containers`, which use `vendor`'s devices (SPEC §13)."""
+    """Placement of a pod spec's `containers`, which use `vendor`'s devices (SPEC §13).
+    `image_env`: the vendor variables read from images' configs in their registries (the
+    last resort, as for CUDA: SPEC §4 step 6)."""
     gate = config.accelerators.gate(vendor.name)
     if gate is None or not gate.enabled:
         return
-    needs = _needs(state, vendor, containers, config)
+    needs = _needs(state, vendor, containers, config, image_env)
+    _unresolved(state, vendor, needs)
     known = [n for n in needs if n.version is not None]
     want = Want(
         tuple(n.version for n in known if n.version is not None),

@@ -254,6 +254,11 @@ def _by_name() -> Mapping[str, Vendor]:
     return MappingProxyType({v.name: v for v in shipped_vendors()})
 
 
+def vendor_named(name: str) -> Vendor | None:
+    """The shipped vendor called `name` ('rocm', 'cann'), None for any other name."""
+    return _by_name().get(name)
+
+
 # --- images ---------------------------------------------------------------------------------
 
 
@@ -307,23 +312,52 @@ def _image_finding(
     return None
 
 
-def container_finding(
-    vendor: Vendor, container: Mapping[str, Any], env: Mapping[str, str | None], gate: VendorGate
-) -> ImageFinding | None:
-    """A container's runtime (SPEC §13 order after the pod annotation): env as written, then
-    the admin table, the tag, the shipped knowledge. Devices from env win over the tag's."""
-    image = container.get("image")
-    found = vendor.image(image, gate.image_table) if isinstance(image, str) and image else None
-    devices = found.devices if found is not None else ()
+def _env_devices(vendor: Vendor, env: Mapping[str, str | None]) -> tuple[str, ...] | None:
     for name in vendor.env_devices:
         value = env.get(name)
         if value:
-            devices = _devices_in(value)
-            break
+            return _devices_in(value)
+    return None
+
+
+def _env_version(vendor: Vendor, env: Mapping[str, str | None]) -> tuple[str, str] | None:
+    """(version, 'NAME=value') of the first version variable that holds one."""
     for name in vendor.env_version:
         value = env.get(name)
         if value and re.fullmatch(r"\d{1,2}\.\d{1,2}(\.\d{1,3})?", value.strip()):
-            return ImageFinding(version_key(value), devices, f"env {name}={value.strip()}")
+            return version_key(value), f"{name}={value.strip()}"
+    return None
+
+
+def container_finding(
+    vendor: Vendor,
+    container: Mapping[str, Any],
+    env: Mapping[str, str | None],
+    gate: VendorGate,
+    image_env: Mapping[str, Mapping[str, str]] | None = None,
+) -> ImageFinding | None:
+    """A container's runtime (SPEC §13 order after the pod annotation, CUDA's of SPEC §4): env
+    as written, then the admin table, the tag, the shipped knowledge, and last the image's
+    config read from its registry (`image_env`: image -> its vendor variables, what a lookup
+    found for an image the others leave unknown). Devices from the container's env win over
+    the config's, and the config's over the tag's (the targets the image was built for)."""
+    image = container.get("image")
+    found = vendor.image(image, gate.image_table) if isinstance(image, str) and image else None
+    devices = found.devices if found is not None else ()
+    written = _env_devices(vendor, env)
+    if written is not None:
+        devices = written
+    version = _env_version(vendor, env)
+    if version is not None:
+        return ImageFinding(version[0], devices, f"env {version[1]}")
+    config = image_env.get(image) if image_env and isinstance(image, str) else None
+    if config is not None and (found is None or found.version is None):
+        version = _env_version(vendor, config)
+        if version is not None:
+            built = _env_devices(vendor, config) if written is None else None
+            return ImageFinding(
+                version[0], devices if built is None else built, f"image config {version[1]}"
+            )
     if found is None:
         return ImageFinding(None, devices, "") if devices else None
     return found._replace(devices=devices)
