@@ -354,3 +354,72 @@ def test_review_places_an_amd64_only_image_by_its_index_in_a_mixed_cluster(
         "(architecture fix)" in python["changes"]
     )
     assert "kubernetes.io/arch" not in json.dumps(trainer["mutated"])
+
+
+def test_images_and_review_read_rocm_from_the_image_config(
+    registry: FakeRegistry, tls: CertPaths, tmp_path: Path
+) -> None:
+    # SPEC §13: a ROCm image whose tag says nothing; its config names ROCm 6.4.1 and gfx942.
+    host = registry.host
+    registry.push(
+        "team/rocm-train", "v1", image(["ROCM_VERSION=6.4.1", "PYTORCH_ROCM_ARCH=gfx942"])
+    )
+    ref = f"{host}/team/rocm-train:v1"
+    config = config_for(tmp_path, host)
+    code, out = cli("images", ref, "--config", config, "--registry-ca", str(tls.ca_cert))
+    assert (code, out) == (
+        0,
+        f"{ref}: ROCm 6.4 (built for gfx942) from its registry (image config ROCM_VERSION=6.4.1)\n",
+    )
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text(
+        yaml.safe_dump_all(
+            [
+                {"kind": "Node", "metadata": {"name": n, "labels": labels}}
+                for n, labels in (
+                    (
+                        "mi210",
+                        {"amd.com/gpu.driver-version": "6.14.14", "amd.com/gpu.device-id": "740f"},
+                    ),
+                    (
+                        "mi300",
+                        {"amd.com/gpu.driver-version": "6.14.14", "amd.com/gpu.device-id": "74a1"},
+                    ),
+                )
+            ]
+        )
+    )
+    manifest = tmp_path / "pods.yaml"
+    manifest.write_text(yaml.safe_dump(pod(container("main", ref, limits={"amd.com/gpu": "1"}))))
+    common = [
+        "review",
+        "-f",
+        str(manifest),
+        "--config",
+        config,
+        "--nodes",
+        str(nodes),
+        "-o",
+        "json",
+    ]
+    code, out = cli(*common)
+    limits = 'set requests.amd.com/gpu=1 from limits in container "main"'
+    assert json.loads(out)[0]["changes"] == [limits]
+    code, out = cli(*common, "--resolve-images", "--registry-ca", str(tls.ca_cert))
+    (result,) = json.loads(out)
+    assert result["changes"] == [
+        limits,
+        "required nodes whose amdgpu driver runs ROCm 6.4 on GPU target gfx942 "
+        "(image config ROCM_VERSION=6.4.1)",
+    ]
+    assert result["mutated"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"] == [
+        {
+            "matchExpressions": [
+                {"key": "amdgpu-driver-release", "operator": "DoesNotExist"},
+                {"key": "amd.com/gpu.driver-version", "operator": "In", "values": ["6.14.14"]},
+                {"key": "amd.com/gpu.device-id", "operator": "In", "values": ["74a1"]},
+            ]
+        }
+    ]

@@ -317,3 +317,21 @@ async def test_a_redirect_to_a_metadata_address_is_refused_before_connecting(
         )
     finally:
         await fake.close()
+
+
+async def test_a_single_manifest_has_its_configs_architecture_as_its_one_platform(
+    tls: CertPaths, registry: FakeRegistry
+) -> None:
+    # SPEC §14 (issue 39 item 4): an image that is no index is built for one platform, the
+    # one its config names (image-spec config.md `architecture`, `os`).
+    registry.push("team/arm-only", "1", image({"arm64": CUDA_12_4}, index=False))
+    registry.push("team/x86-only", "1", image(CUDA_12_4, index=False))
+    registry.push("team/rocm", "1", image(["ROCM_VERSION=6.4.1", "PYTORCH_ROCM_ARCH=gfx942"]))
+    arm = await lookup(tls, registry.host, f"{registry.host}/team/arm-only:1")
+    assert (arm.status, arm.platforms) == (FOUND, ("arm64",))
+    x86 = await lookup(tls, registry.host, f"{registry.host}/team/x86-only:1", arch="arm64")
+    assert (x86.status, x86.platforms) == (FOUND, ("amd64",))
+    # The other vendors' variables travel with the answer (SPEC §13), an index's platforms too.
+    rocm = await lookup(tls, registry.host, f"{registry.host}/team/rocm:1")
+    assert (rocm.status, rocm.platforms) == (NO_CUDA, ("amd64",))
+    assert rocm.env == (("ROCM_VERSION", "6.4.1"), ("PYTORCH_ROCM_ARCH", "gfx942"))

@@ -7,9 +7,9 @@ ms for 8 MiB) of `,`, `[` and `{` — at least one per value beyond the first, s
 included — refuses a document that may hold more than MAX_JSON_VALUES values; a parsed document
 is then walked (bounded by that count) for its depth, and only what a lookup needs leaves this
 module: a manifest's config descriptor or an index's entry for one platform, an image config's
-CUDA variables (cut to their useful length). The parsed document is dropped before the next
-request, and parsing runs in the client's one worker thread, one document at a time, so at most
-one parsed document is in memory.
+CUDA variables and other vendors' (cut to their useful length) and its architecture. The parsed
+document is dropped before the next request, and parsing runs in the client's one worker
+thread, one document at a time, so at most one parsed document is in memory.
 
 json.loads holds the GIL for the whole call: a worker thread keeps the event loop free to run
 between documents, but not during one, so the caps, not the thread, bound the longest block
@@ -78,7 +78,8 @@ class Manifest:
     config: str = ""  # a manifest's config digest
     config_size: int | None = None
     # An index's linux platforms (architectures, sorted): what the image is built for (the
-    # runtime fixes' image architecture, SPEC §14); () for a single manifest.
+    # runtime fixes' image architecture, SPEC §14); () for a single manifest (its config's
+    # architecture is its one platform: ImageConfig.architecture).
     platforms: tuple[str, ...] = ()
 
 

@@ -90,7 +90,8 @@ def _pod_archs(
             continue
         archs = image_archs(rule, image, knowledge)
         if archs is None and platforms:
-            # What the image's registry index lists (a lookup made for its CUDA version).
+            # What the image's registry index lists, or a single manifest's config names (a
+            # lookup made for its CUDA or ROCm version).
             archs = platforms.get(image)
         if archs is None:
             continue
