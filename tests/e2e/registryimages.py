@@ -34,6 +34,14 @@ BLOATED_TAGS = 17
 EMPTY_INDEX = "hostile/empty-objects-index"
 EMPTY_INDEX_TAGS = 5
 PADDED = "hostile/padded-cuda:1"
+# A ROCm image whose tag says nothing: its config names ROCm 6.4.1 and the one gfx target it
+# was built for (as PyTorch's ROCm images set them), gfx942 (MI300X), not gfx90a (MI210).
+ROCM = "e2e/rocm-train:v1"
+ROCM_ENV = ("ROCM_VERSION=6.4.1", "PYTORCH_ROCM_ARCH=gfx942")
+# An arm64-only build (Grace/GH200) pushed as a single manifest, no index: its config's
+# architecture is its one platform (SPEC §14).
+ARM_ONLY = "e2e/grace-only:v1"
+ARM_ONLY_ENV = ("CUDA_VERSION=12.4.1",)
 
 
 def tagged(repository: str, count: int) -> list[str]:
@@ -50,6 +58,8 @@ def catalogue() -> dict[str, Built]:
         INDEX: trainer,
         WIDE: trainer,
         PADDED: config_image(padded_cuda_config()),
+        ROCM: image(list(ROCM_ENV), index=False),
+        ARM_ONLY: image({"arm64": list(ARM_ONLY_ENV)}, index=False),
     }
     out.update(dict.fromkeys(tagged(BLOATED, BLOATED_TAGS), bloated))
     out.update(dict.fromkeys(tagged(EMPTY_INDEX, EMPTY_INDEX_TAGS), empty))

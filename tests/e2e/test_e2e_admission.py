@@ -131,9 +131,11 @@ def expected_for(
     config: WebhookConfig,
     inventory: NodeInventory | None,
     facts: Mapping[ImageQuery, Requirement] | None = None,
+    **lookups: Any,
 ) -> Decision:
     """What the webhook answers for `pod`: the evaluation core on the pod as admitted, with the
-    node inventory the webhook places against (and what registry lookups found, `facts`)."""
+    node inventory the webhook places against (and what registry lookups found, `facts`, and
+    `lookups`: image_platforms, image_env)."""
     return evaluate(
         admitted_pod(pod, namespace),
         policies,
@@ -142,6 +144,7 @@ def expected_for(
         namespace=namespace,
         inventory=inventory,
         images=facts,
+        **lookups,
     )
 
 

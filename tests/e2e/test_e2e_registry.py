@@ -36,7 +36,10 @@ from webhook.registry import documents
 from webhook.registry.client import config_requirement
 from webhook.registry.results import warning
 
+from .conftest import MANUAL_12_4, InventoryReader, NodeMaker, synced_inventory
 from .registryimages import (
+    ARM_ONLY,
+    ARM_ONLY_ENV,
     BLOATED,
     EMPTY_INDEX,
     INDEX,
@@ -44,6 +47,8 @@ from .registryimages import (
     NORMAL,
     NORMAL_ENV,
     PADDED,
+    ROCM,
+    ROCM_ENV,
     WIDE,
 )
 from .test_e2e_admission import (
@@ -186,6 +191,102 @@ def test_an_arm64_pod_gets_the_cuda_of_the_indexs_arm64_image(
         assert "CUDA 12.6" in want.denial_message()
         return
     assert any("image config CUDA_VERSION=12.6.0" in line for line in lines(want)), lines(want)
+
+    created, shown, _ = timed_create(core, namespace, pod)
+
+    assert created["spec"].get("affinity") == affinity(want, pod, namespace)
+    assert shown == lines(want)
+
+
+# --- the image config tells the ROCm version and targets, or the one architecture -----------
+
+
+def test_a_rocm_pod_is_placed_by_the_rocm_version_and_targets_of_its_image_config(
+    core: Any,
+    namespace: str,
+    policies: PolicySet,
+    webhook_config: WebhookConfig,
+    make_nodes: NodeMaker,
+    webhook_inventory: InventoryReader,
+) -> None:
+    """SPEC §13: the tag says nothing; the config pushed to the registry names ROCm 6.4.1 and
+    gfx942. Nodes labelled as AMD's labeller labels them: an MI210 (740f, gfx90a) and an
+    MI300X (74a1, gfx942) on amdgpu module 6.14.14 (amdgpu 30.10: ROCm 6.2 to 7.0)."""
+    module, device = "amd.com/gpu.driver-version", "amd.com/gpu.device-id"
+    make_nodes(
+        {
+            "mi210": {module: "6.14.14", device: "740f"},
+            "mi300": {module: "6.14.14", device: "74a1"},
+        }
+    )
+    inventory, _ = synced_inventory(core, webhook_inventory, webhook_config)
+    image = ref(ROCM)
+    pod = gpu_pod(unique("rocm"), {"amd.com/gpu": "1"}, image=image)
+    unknown = expected_for(pod, namespace, policies, webhook_config, inventory)
+    assert unknown.unresolved_images == (ImageQuery(image, "amd64", "rocm"),)
+    env = dict(entry.split("=", 1) for entry in ROCM_ENV)
+    want = expected_for(pod, namespace, policies, webhook_config, inventory, image_env={image: env})
+    assert "rocm-affinity" in want.mutation_kinds
+    note = (
+        "required nodes whose amdgpu driver runs ROCm 6.4 on GPU target gfx942 "
+        "(image config ROCM_VERSION=6.4.1)"
+    )
+    assert note in want.notes
+    terms = affinity(want, pod, namespace)["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    # Only the MI300X's device id: the image has no gfx90a code objects for the MI210.
+    assert all(
+        {"key": device, "operator": "In", "values": ["74a1"]} in t["matchExpressions"]
+        for t in terms
+    ), terms
+
+    created, shown, _ = timed_create(core, namespace, pod)
+
+    assert created["spec"].get("affinity") == affinity(want, pod, namespace)
+    assert shown == lines(want)
+
+
+def test_an_arm64_only_single_manifest_image_is_required_on_arm64_nodes(
+    core: Any,
+    namespace: str,
+    policies: PolicySet,
+    webhook_config: WebhookConfig,
+    make_nodes: NodeMaker,
+    webhook_inventory: InventoryReader,
+) -> None:
+    """SPEC §14 (issue 39 item 4): no index, one manifest whose config says linux/arm64; with
+    amd64 and arm64 GPU nodes the pod gets `kubernetes.io/arch In [arm64]`."""
+    make_nodes(
+        {
+            "x86": {**MANUAL_12_4, "kubernetes.io/arch": "amd64"},
+            "gh200": {**MANUAL_12_4, "kubernetes.io/arch": "arm64"},
+        }
+    )
+    inventory, _ = synced_inventory(core, webhook_inventory, webhook_config)
+    image = ref(ARM_ONLY)
+    pod = gpu_pod(unique("grace"), {GPU: "1"}, image=image)
+    facts = {ImageQuery(image, "amd64"): found(ARM_ONLY_ENV, webhook_config)}
+    want = expected_for(
+        pod,
+        namespace,
+        policies,
+        webhook_config,
+        inventory,
+        facts,
+        image_platforms={image: ("arm64",)},
+    )
+    if denied_as_decided(core, namespace, pod, want, webhook_config):
+        return
+    terms = affinity(want, pod, namespace)["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    arch = {"key": "kubernetes.io/arch", "operator": "In", "values": ["arm64"]}
+    assert all(arch in t["matchExpressions"] for t in terms), terms
+    assert (
+        f"required nodes of architecture arm64: {image} has no linux/amd64 (architecture fix)"
+        in lines(want)
+    )
 
     created, shown, _ = timed_create(core, namespace, pod)
 
