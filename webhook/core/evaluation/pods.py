@@ -18,6 +18,7 @@ from webhook.core.evaluation.containers import (
     apply_fixes,
     apply_resources,
 )
+from webhook.core.families.catalog import CLASS_FAMILIES
 from webhook.core.images.facts import ImageEnv, ImageFacts, ImageQuery
 from webhook.core.kinds.registry import WorkloadKind
 from webhook.core.outcome.decision import (
@@ -34,7 +35,7 @@ from webhook.core.policies.gpu_keys import unknown_gpu_warning
 from webhook.core.policies.policyset import PolicySet
 from webhook.core.runtimefix.apply import apply_runtime_fixes
 from webhook.core.runtimefix.rdma import NamespaceLevels
-from webhook.core.workloads.claims import ClaimIndex, pod_claims
+from webhook.core.workloads.claims import ClaimIndex, PodClaims, pod_claims
 from webhook.core.workloads.pods import (
     ContainerRef,
     PodSpecRef,
@@ -42,6 +43,13 @@ from webhook.core.workloads.pods import (
 )
 
 _NVIDIA_ONLY = frozenset({"nvidia"})
+_VENDOR_CLASSES = frozenset(CLASS_FAMILIES)
+
+
+def _claimed_families(claims: PodClaims, container: Mapping[str, Any]) -> frozenset[str]:
+    """The families whose DRA device classes (families.catalog device_classes) the container
+    gets devices of through its claims."""
+    return frozenset(CLASS_FAMILIES[c] for c in claims.classes_used(container))
 
 
 def access_applies(config: WebhookConfig, namespace: str | None) -> bool:
@@ -84,6 +92,9 @@ def _evaluate_spec(
             state.warnings.append(short(warning))
     dra = pod_claims(pod.spec, namespace, claims, config.gpu_device_classes)
     state.warnings += dra.warnings
+    # Claims on the other vendors' DRA device classes (AMD's gpu.amd.com, ...): their
+    # containers have that family's devices (its unknown-claim warning is dra's).
+    vendor_claims = pod_claims(pod.spec, namespace, claims, _VENDOR_CLASSES)
     gpu: list[tuple[ContainerRef, set[str]]] = []
     unknown: list[str] = []
     # id(container) -> the device families it requests (GPU access control). A claim the
@@ -107,6 +118,8 @@ def _evaluate_spec(
             # The configured GPU resources and device classes are NVIDIA's (config/model.py).
             if not families and (keys.gpu or on_gpu_claim or keys.crl):
                 families = _NVIDIA_ONLY
+        if vendor_claims.gpu:
+            families |= _claimed_families(vendor_claims, c.container)
         if families:
             devices[id(c.container)] = families
             # Not for the CUDA rules' containers (checked first: most GPU pods are NVIDIA's).
@@ -275,6 +288,7 @@ def _update_devices(
     """id(container) -> device families, for a Pod UPDATE (no CRL or placement runs): its
     resources' families, NVIDIA for the config's GPU resources and GPU DRA claims."""
     dra = pod_claims(pod.spec, namespace, claims, config.gpu_device_classes)
+    vendor_claims = pod_claims(pod.spec, namespace, claims, _VENDOR_CLASSES)
     gpu_names = config.gpu_resources
     devices: dict[int, frozenset[str]] = {}
     for c in pod.containers:
@@ -287,6 +301,8 @@ def _update_devices(
             )
             if named or dra.uses_gpu(c.container):
                 families = _NVIDIA_ONLY
+        if vendor_claims.gpu:
+            families |= _claimed_families(vendor_claims, c.container)
         if families:
             devices[id(c.container)] = families
     return devices

@@ -10,8 +10,10 @@ None where the runtime has no value that selects no device.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+from types import MappingProxyType
 from typing import Literal
 
 Placement = Literal["cuda", "rocm", "cann", "none"]
@@ -30,6 +32,7 @@ class Family:
     container (exact, or ending in `*`); a user who sets one raises or switches off the limit.
     `placement`: the correctness rule placement applies (cuda, rocm, cann, none). `noun` is
     what its devices are called in messages, `request` the resource a message advises.
+    `device_classes`: the DRA device classes whose claims hand out the family's devices.
     `void_env`: the device variables GPU access control sets to `void` in a container with no
     device of the family (those whose void is safe in every container: NVIDIA's MIG variables
     make the hook refuse an unprivileged container, so they are never written).
@@ -47,6 +50,11 @@ class Family:
     device_paths: tuple[str, ...] = ()
     limiter_env: tuple[str, ...] = ()
     placement: Placement = "none"
+    # DRA DeviceClass names the vendor's DRA driver ships: a container that gets a device of
+    # one through its resource claims has the family's devices, as one requesting its resources
+    # (NVIDIA's classes are the config's gpuDeviceClasses instead: they also make GPU
+    # containers for the CUDA rules, SPEC §6).
+    device_classes: tuple[str, ...] = ()
 
     def counts(self, resource: str) -> bool:
         """Whether `resource` counts this family's devices."""
@@ -158,6 +166,9 @@ FAMILIES: tuple[Family, ...] = (
         # "Explicit Paths"; internal/oci/oci.go addGPUDevices).
         device_paths=("/dev/kfd", "/dev/dri"),
         placement="rocm",
+        # ROCm/k8s-gpu-dra-driver deployments/helm/k8s-gpu-dra-driver/templates/deviceclass.yaml
+        # (at 4482249): DeviceClass gpu.amd.com, `device.driver == 'gpu.amd.com'`.
+        device_classes=("gpu.amd.com",),
     ),
     Family(
         name="ascend",
@@ -194,6 +205,10 @@ FAMILIES: tuple[Family, ...] = (
         noun="Intel GPU",
         request="gpu.intel.com/i915",
         device_paths=("/dev/dri",),
+        # intel/intel-resource-drivers-for-kubernetes deployments/gpu/base/device-class.yaml (at
+        # 7a4d31b): DeviceClasses gpu.intel.com and gpu-vfio.intel.com (GPUs bound to vfio-pci
+        # for VMs), both `device.driver == "gpu.intel.com"`.
+        device_classes=("gpu.intel.com", "gpu-vfio.intel.com"),
     ),
     Family(
         name="cambricon",
@@ -287,6 +302,12 @@ _BY_NAME = {f.name: f for f in FAMILIES}
 _GENERIC_DEVICE_PATHS = ("/dev/char", "/dev/accel", "/dev/vfio")
 DEVICE_PATHS: tuple[str, ...] = tuple(
     dict.fromkeys([p for f in FAMILIES for p in f.device_paths] + list(_GENERIC_DEVICE_PATHS))
+)
+
+
+# DRA device class -> the family whose devices its claims hand out.
+CLASS_FAMILIES: Mapping[str, str] = MappingProxyType(
+    {c: f.name for f in FAMILIES for c in f.device_classes}
 )
 
 

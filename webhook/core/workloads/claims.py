@@ -168,6 +168,20 @@ class PodClaims:
                 return True
         return False
 
+    def classes_used(self, container: Mapping[str, Any]) -> frozenset[str]:
+        """The device classes (of `gpu_classes`) the container gets devices of through its
+        `resources.claims`: a whole claim's, or the one request it names."""
+        if not self.gpu:
+            return frozenset()
+        found: set[str] = set()
+        for name, request in container_claim_refs(container):
+            classes = self.gpu.get(name)
+            if classes is None:
+                continue
+            got = classes.requests.get(request, frozenset()) if request else classes
+            found |= got & self.gpu_classes
+        return frozenset(found)
+
     def may_use_gpu(self, container: Mapping[str, Any]) -> bool:
         """Whether the container may get a GPU device through a claim: a GPU claim, or one the
         snapshot does not know yet (GPU access control gives it the benefit of the doubt)."""
