@@ -107,6 +107,19 @@ def lines(decision: Decision) -> list[str]:
     return [*decision.notes, *decision.warnings]
 
 
+def required_terms(decision: Decision, pod: dict[str, Any], namespace: str) -> Any:
+    return affinity(decision, pod, namespace)["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+
+
+def created_as_decided(core: Any, namespace: str, pod: dict[str, Any], want: Decision) -> None:
+    """The pod created through the API server is stored and warned about as `want` says."""
+    created, shown, _ = timed_create(core, namespace, pod)
+    assert created["spec"].get("affinity") == affinity(want, pod, namespace)
+    assert shown == lines(want)
+
+
 def timed_create(core: Any, namespace: str, pod: dict[str, Any]) -> tuple[Any, list[str], float]:
     started = time.monotonic()
     created, shown = call(core.create_namespaced_pod, namespace, pod)
@@ -232,19 +245,14 @@ def test_a_rocm_pod_is_placed_by_the_rocm_version_and_targets_of_its_image_confi
         "(image config ROCM_VERSION=6.4.1)"
     )
     assert note in want.notes
-    terms = affinity(want, pod, namespace)["nodeAffinity"][
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ]["nodeSelectorTerms"]
+    terms = required_terms(want, pod, namespace)
     # Only the MI300X's device id: the image has no gfx90a code objects for the MI210.
     assert all(
         {"key": device, "operator": "In", "values": ["74a1"]} in t["matchExpressions"]
         for t in terms
     ), terms
 
-    created, shown, _ = timed_create(core, namespace, pod)
-
-    assert created["spec"].get("affinity") == affinity(want, pod, namespace)
-    assert shown == lines(want)
+    created_as_decided(core, namespace, pod, want)
 
 
 def test_an_arm64_only_single_manifest_image_is_required_on_arm64_nodes(
@@ -278,9 +286,7 @@ def test_an_arm64_only_single_manifest_image_is_required_on_arm64_nodes(
     )
     if denied_as_decided(core, namespace, pod, want, webhook_config):
         return
-    terms = affinity(want, pod, namespace)["nodeAffinity"][
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ]["nodeSelectorTerms"]
+    terms = required_terms(want, pod, namespace)
     arch = {"key": "kubernetes.io/arch", "operator": "In", "values": ["arm64"]}
     assert all(arch in t["matchExpressions"] for t in terms), terms
     assert (
@@ -288,10 +294,7 @@ def test_an_arm64_only_single_manifest_image_is_required_on_arm64_nodes(
         in lines(want)
     )
 
-    created, shown, _ = timed_create(core, namespace, pod)
-
-    assert created["spec"].get("affinity") == affinity(want, pod, namespace)
-    assert shown == lines(want)
+    created_as_decided(core, namespace, pod, want)
 
 
 # --- hostile images ----------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import GPU, apply, container, get, pod, run, standard_policies, workload
+from tests.unit.test_gpu_access_vendor_claims import claim_template
 from webhook.core.access.control import device_host_path
 from webhook.core.audit.audit import Audit, audit_config, evaluate_object
 from webhook.core.audit.reports import WGPOLICY, build_reports
@@ -237,21 +238,9 @@ def test_a_gpu_dra_claim_counts_and_an_unknown_claim_makes_no_device_container()
         c["resources"] = {"claims": [{"name": "gpu"}]}
         return pod(c, resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": template}])
 
-    def tpl(name: str, device_class: str) -> dict[str, Any]:
-        return {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaimTemplate",
-            "metadata": {"name": name, "namespace": "ml"},
-            "spec": {
-                "spec": {
-                    "devices": {
-                        "requests": [{"name": "r", "exactly": {"deviceClassName": device_class}}]
-                    }
-                }
-            },
-        }
-
-    claims = ClaimIndex.from_objects([tpl("one-gpu", "gpu.nvidia.com"), tpl("nic", "rdma.x")])
+    claims = ClaimIndex.from_objects(
+        [claim_template("one-gpu", r="gpu.nvidia.com"), claim_template("nic", r="rdma.x")]
+    )
     cfg = config("enforce")
     policies = standard_policies()
 

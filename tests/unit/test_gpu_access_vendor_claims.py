@@ -18,7 +18,8 @@ from webhook.core.workloads.claims import ClaimIndex
 ENFORCE = load_config({"gpuAccess": {"mode": "enforce"}})
 
 
-def template(name: str, **requests: str) -> dict[str, Any]:
+def claim_template(name: str, **requests: str) -> dict[str, Any]:
+    """A ResourceClaimTemplate in namespace ml; `requests`: request name -> device class."""
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
@@ -37,11 +38,11 @@ def template(name: str, **requests: str) -> dict[str, Any]:
 
 CLAIMS = ClaimIndex.from_objects(
     [
-        template("amd", gpu="gpu.amd.com"),
-        template("intel", gpu="gpu.intel.com"),
-        template("look-alike", gpu="gpu.amd.com.example.org"),
-        template("prefixed", gpu="evil-gpu.amd.com"),
-        template("gpu-and-nic", gpu="gpu.amd.com", nic="rdma.example.com"),
+        claim_template("amd", gpu="gpu.amd.com"),
+        claim_template("intel", gpu="gpu.intel.com"),
+        claim_template("look-alike", gpu="gpu.amd.com.example.org"),
+        claim_template("prefixed", gpu="evil-gpu.amd.com"),
+        claim_template("gpu-and-nic", gpu="gpu.amd.com", nic="rdma.example.com"),
     ]
 )
 
