@@ -64,6 +64,7 @@ AMD_NODES = [n for n in NODES if n.startswith("mi")]
 
 ROCM_64 = "rocm/pytorch:rocm6.4_ubuntu24.04_py3.12_pytorch_release_2.6.0"
 ROCM_70 = "rocm/vllm:rocm7.0.0_vllm_0.10.2_20251006"
+ROCM_71 = "rocm/dev-ubuntu-24.04:7.1.1"  # amdgpu 30.30 only, by the shipped matrix
 ROCM_72 = "rocm/dev-ubuntu-24.04:7.2.1"
 GFX942 = [{"name": "PYTORCH_ROCM_ARCH", "value": "gfx942"}]
 CANN_83_910B = "ascendai/cann:8.3.rc1-910b-ubuntu22.04-py3.11"
@@ -203,6 +204,10 @@ def test_rocm_pods_are_bound_where_the_amdgpu_driver_and_the_gpu_run_them(run: A
     # Built for gfx942 only: the MI300X on the new driver, never the MI210 (no fallback).
     assert run("Job", ROCM_70, AMD_GPU, env=GFX942)[0] == "mi300-new"
     assert run("Job", ROCM_70, AMD_GPU, node="mi210-new", env=GFX942)[0] is None
+    # ROCm 7.2: the 7.2.x release notes list amdgpu 6.4 for the MI300X-to-MI100 cell (MI210
+    # included) and 30.10 for every Instinct GPU: a per-GPU row, placed with the node's target.
+    assert run("Job", ROCM_72, AMD_GPU, node="mi210-old")[0] == "mi210-old"
+    assert run("Job", ROCM_72, AMD_GPU, node="mi300-empty")[0] is None
 
 
 def test_cann_pods_are_bound_where_the_hdk_and_the_chip_run_them(run: Any) -> None:
@@ -224,9 +229,9 @@ def test_where_nothing_fits_the_pod_waits_with_the_webhooks_warning(
 ) -> None:
     if webhook_config.no_compatible_node == "deny":
         pytest.skip("noCompatibleNode: deny refuses these workloads (the unit tests cover it)")
-    bound, warnings = run("Job", ROCM_72, AMD_GPU)
+    bound, warnings = run("Job", ROCM_71, AMD_GPU)
     assert bound is None
-    assert any("no node's amdgpu driver supports ROCm 7.2; newest is 30.10" in w for w in warnings)
+    assert any("no node's amdgpu driver supports ROCm 7.1; newest is 30.10" in w for w in warnings)
     bound, warnings = run("Deployment", CANN_82_910B, NPU_910)
     assert bound is None
     assert any(

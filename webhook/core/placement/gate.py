@@ -139,9 +139,9 @@ def _violation(state: PodState, vendor: Vendor, needs: list[VendorNeed], want: W
     if len(needs) < 2:
         return False
     each_known = all(
-        any(Want((v,), ()).runs(r) for r in vendor.releases) for v in set(want.versions)
+        any(Want((v,), ()).runs_somewhere(r) for r in vendor.releases) for v in set(want.versions)
     )
-    if each_known and not any(want.runs(r) for r in vendor.releases):
+    if each_known and not any(want.runs_somewhere(r) for r in vendor.releases):
         what = f"no {vendor.driver} release runs every container"
     elif want.devices and not any(
         want.fits_device(d, device_matches)
@@ -169,7 +169,14 @@ def _problem(facts: VendorFacts, want: Want) -> str:
     """Why no node runs the pod (some node advertises the vendor's labels)."""
     vendor = facts.vendor
     runtime = f"{vendor.runtime} {_shown(vendor, want.versions)}"
-    drivers = [n for n in facts.combos if want.runs(n.release)]
+    drivers = [n for n in facts.combos if want.runs(n.release, n.device)]
+    listed = [n for n in facts.combos if n.release and want.runs_somewhere(n.release)]
+    if not drivers and listed:
+        # Their driver runs it on some GPU targets only (a per-GPU row), not on theirs.
+        return (
+            f"no node whose {vendor.driver} runs {runtime} has a {vendor.device} it is listed "
+            f"for; they have {device_counts(facts, listed)}"
+        )
     if not drivers:
         top = newest(facts)
         if top is None:
@@ -216,7 +223,7 @@ def _pinned(
     runtime = f"{vendor.runtime} {_shown(vendor, want.versions)}"
     if pinned.problem:
         state.warnings.append(short(f"node {node}'s {vendor.driver} is unknown ({pinned.problem})"))
-    elif not want.runs(pinned.release):
+    elif not want.runs(pinned.release, pinned.device):
         release = vendor.shown(pinned.release.release) if pinned.release else "?"
         text = f"node {node}'s {vendor.driver} {release} does not support {runtime}; {who} needs it"
         if record_problem(state, config, text, vendor.name):
@@ -258,7 +265,7 @@ _MAX_PLACEMENTS = 1024
 @lru_cache(maxsize=1024)
 def _listed(vendor: Vendor, want: Want) -> bool:
     """Whether some driver release in the vendor's table runs every version `want` has."""
-    return any(want.runs(r) for r in vendor.releases)
+    return any(want.runs_somewhere(r) for r in vendor.releases)
 
 
 class _Placement(NamedTuple):
@@ -275,7 +282,7 @@ def _placement(facts: VendorFacts, want: Want) -> _Placement:
     if nodes:
         left = _left_out(facts, want)
         return _Placement(
-            seen_terms(facts, nodes, bool(want.devices)), short(left) if left else "", "", []
+            seen_terms(facts, nodes, bool(want.devices), want), short(left) if left else "", "", []
         )
     table = table_terms(facts.vendor, facts.gate, want, device_matches)
     return _Placement([], "", _problem(facts, want), table)

@@ -132,10 +132,24 @@ class Want(NamedTuple):
     versions: tuple[str, ...]
     devices: tuple[tuple[str, ...], ...]
 
-    def runs(self, release: Release | None) -> bool:
+    def runs(self, release: Release | None, device: str | None = None) -> bool:
+        """Whether `release` runs every version: on any device, or (a qualified row) on
+        `device`, the node's (None: unknown, never assumed)."""
         return release is not None and all(
-            any(covers(rt, v) for rt in release.runtimes) for v in self.versions
+            any(covers(rt, v) for rt in release.runtimes)
+            or (
+                device is not None
+                and any(covers(q.runtime, v) and device in q.devices for q in release.qualified)
+            )
+            for v in self.versions
         )
+
+    def runs_somewhere(self, release: Release) -> bool:
+        """Whether `release` runs every version on some one device (its table rows)."""
+        if self.runs(release):
+            return True
+        devices = {d for q in release.qualified for d in q.devices}
+        return any(self.runs(release, d) for d in devices)
 
     def fits_device(self, device: str | None, match: Callable[[str, str], bool]) -> bool:
         if not self.devices:
@@ -143,24 +157,39 @@ class Want(NamedTuple):
         return device is not None and all(any(match(w, device) for w in d) for d in self.devices)
 
 
-def _grouped_terms(gate: VendorGate, pairs: Iterable[tuple[str, str, str, str]]) -> list[Term]:
+Pair = tuple[str, str, str, str]  # (driver key, driver value, device key, device value)
+
+
+def _grouped_terms(gate: VendorGate, pairs: Iterable[Pair], paired: bool = False) -> list[Term]:
     """Terms from (driver key, driver value, device key, device value) that all run the pod:
     one term per (driver key, device key), each listing its values (driver and device
-    compatibility are separate, so every value pair in a term runs it)."""
-    groups: dict[tuple[str, str], tuple[set[str], set[str]]] = {}
+    compatibility are separate, so every value pair in a term runs it). `paired`: they are
+    not (a qualified release row holds for some devices only), so a term holds the driver
+    values that run with the same device values."""
+    per_driver: dict[tuple[str, str, str], set[str]] = {}
     for driver_key, driver_value, device_key, device_value in pairs:
-        drivers, devices = groups.setdefault((driver_key, device_key), (set(), set()))
-        drivers.add(driver_value)
+        devices = per_driver.setdefault((driver_key, device_key, driver_value), set())
         if device_key:
             devices.add(device_value)
+    groups: dict[tuple[str, str, frozenset[str]], tuple[set[str], set[str]]] = {}
+    for (driver_key, device_key, driver_value), devices in per_driver.items():
+        key = (driver_key, device_key, frozenset(devices) if paired else frozenset())
+        drivers, all_devices = groups.setdefault(key, (set(), set()))
+        drivers.add(driver_value)
+        all_devices |= devices
     driver_keys = [d.key for d in gate.driver_labels]
     device_keys = list(gate.device_labels)
     terms: list[Term] = []
-    for driver_key, device_key in sorted(
+    for group in sorted(
         groups,
-        key=lambda k: (driver_keys.index(k[0]), device_keys.index(k[1]) if k[1] else -1),
+        key=lambda k: (
+            driver_keys.index(k[0]),
+            device_keys.index(k[1]) if k[1] else -1,
+            sorted(k[2]),
+        ),
     ):
-        drivers, devices = groups[(driver_key, device_key)]
+        driver_key, device_key, _ = group
+        drivers, devices = groups[group]
         term: Term = [
             {"key": k, "operator": "DoesNotExist"}
             for k in driver_keys[: driver_keys.index(driver_key)]
@@ -181,23 +210,34 @@ def fitting(facts: VendorFacts, want: Want, match: Callable[[str, str], bool]) -
         n
         for n in facts.combos
         if n.driver_key
-        and want.runs(n.release)
+        and want.runs(n.release, n.device)
         and (not want.devices or n.device_key)
         and want.fits_device(n.device, match)
     ]
 
 
-def seen_terms(facts: VendorFacts, nodes: list[NodeDriver], with_devices: bool) -> list[Term]:
+def seen_terms(
+    facts: VendorFacts, nodes: list[NodeDriver], with_devices: bool, want: Want | None = None
+) -> list[Term]:
     """Terms listing the label values of `nodes` (the fitting ones the inventory has seen);
-    nodes whose driver only DRA publishes, one term per node naming it."""
+    nodes whose driver only DRA publishes, one term per node naming it. A node that runs
+    `want` only by a qualified row (on its device) is listed with its device."""
     dra = _DRA_DRIVERS.get(facts.vendor.name)
     labelled = [n for n in nodes if n.driver_key != dra]
+    # Nodes that run it only on their device (a qualified row) are paired with their device.
+    qualified = [n for n in labelled if want is not None and not want.runs(n.release)]
+    plain = [n for n in labelled if n not in qualified]
     terms = _grouped_terms(
         facts.gate,
         (
             (n.driver_key, n.driver_value, n.device_key if with_devices else "", n.device_value)
-            for n in labelled
+            for n in plain
         ),
+    )
+    terms += _grouped_terms(
+        facts.gate,
+        ((n.driver_key, n.driver_value, n.device_key, n.device_value) for n in qualified),
+        paired=True,
     )
     if len(labelled) < len(nodes):
         fit = set(nodes)
@@ -219,25 +259,35 @@ def table_terms(
 ) -> list[Term]:
     """Terms listing every value the shipped tables know to run the pod: for a pod no node
     runs yet (an autoscaler may add one), so it waits for one rather than land anywhere."""
-    drivers: list[tuple[str, str]] = []
+    drivers: list[tuple[str, str, Release]] = []
     for label in gate.driver_labels:
         if label.value == "kernelModule":
             for row in vendor.modules:
-                if want.runs(vendor.release_row(row.target)):
-                    drivers.append((label.key, row.value))
+                release = vendor.release_row(row.target)
+                if release is not None and want.runs_somewhere(release):
+                    drivers.append((label.key, row.value, release))
         else:
             for release in vendor.releases:
-                if want.runs(release):
-                    drivers += [(label.key, s) for s in _spellings(release.release)]
-    devices: list[tuple[str, str]] = [("", "")]
-    if want.devices:
-        devices = [
-            (key, row.value)
-            for key in gate.device_labels
-            for row in vendor.devices.values()
-            if want.fits_device(row.target, match)
+                if want.runs_somewhere(release):
+                    drivers += [(label.key, s, release) for s in _spellings(release.release)]
+    rows = [
+        r for r in vendor.devices.values() if not want.devices or want.fits_device(r.target, match)
+    ]
+    plain: list[Pair] = []
+    qualified: list[Pair] = []
+    for key, value, release in drivers:
+        if want.runs(release) and not want.devices:
+            plain.append((key, value, "", ""))
+            continue
+        # Per device (a qualified row runs it on some only).
+        out = plain if want.runs(release) else qualified
+        out += [
+            (key, value, device_key, row.value)
+            for device_key in gate.device_labels
+            for row in rows
+            if want.runs(release, row.target)
         ]
-    return _grouped_terms(gate, ((dk, dv, xk, xv) for dk, dv in drivers for xk, xv in devices))
+    return _grouped_terms(gate, plain) + _grouped_terms(gate, qualified, paired=True)
 
 
 def newest(facts: VendorFacts) -> tuple[str, int] | None:

@@ -62,10 +62,21 @@ class Row(NamedTuple):
     source: str
 
 
+class Qualified(NamedTuple):
+    """A runtime a driver release runs only on some devices (the GPUs a source pairs them
+    for): a node whose device is unknown, or another, is not placed by it."""
+
+    runtime: str
+    devices: tuple[str, ...]
+    source: str
+
+
 class Release(NamedTuple):
     release: str
-    runtimes: tuple[str, ...]
+    runtimes: tuple[str, ...]  # on every device
     source: str
+    # Rows of the same release with `devices` (accelerators.yaml): runtimes on those only.
+    qualified: tuple[Qualified, ...] = ()
 
 
 class KnownImages(NamedTuple):
@@ -171,16 +182,22 @@ def _rows(data: Any, field: str, target: str, where: str) -> tuple[Row, ...]:
 def _vendor(data: Any, where: str) -> Vendor:
     if not isinstance(data, Mapping):
         raise VendorDataError(f"{where} must be a mapping")
-    releases = []
+    releases: dict[str, Release] = {}
     for i, item in enumerate(data.get("releases") or []):
         at = f"{where} releases[{i}]"
-        releases.append(
-            Release(
-                version_key(_text(item, "release", at)),
-                tuple(version_key(v) for v in _strings(item, "runtimes", at)),
-                _text(item, "source", at),
-            )
-        )
+        release = version_key(_text(item, "release", at))
+        runtimes = tuple(version_key(v) for v in _strings(item, "runtimes", at))
+        source = _text(item, "source", at)
+        devices = _strings(item, "devices", at)
+        row = releases.get(release) or Release(release, (), source)
+        if devices:
+            # A row that holds only for some devices joins its release's row as qualified.
+            more = tuple(Qualified(r, devices, source) for r in runtimes)
+            releases[release] = row._replace(qualified=row.qualified + more)
+        elif row.runtimes:
+            raise VendorDataError(f"{at}: a second row of release {release} without devices")
+        else:
+            releases[release] = row._replace(runtimes=runtimes, source=source)
     images = []
     for i, item in enumerate(data.get("images") or []):
         at = f"{where} images[{i}]"
@@ -214,7 +231,7 @@ def _vendor(data: Any, where: str) -> Vendor:
             Row(version_key(r.value), version_key(r.target), r.source)
             for r in _rows(data, "modules", "release", where)
         ),
-        releases=tuple(releases),
+        releases=tuple(releases.values()),
         devices=MappingProxyType(
             {r.value.lower(): r for r in _rows(data, "devices", "device", where)}
         ),
