@@ -8,7 +8,7 @@ import hashlib
 import json
 from typing import Any
 
-from tests.helpers import apply, standard_policies
+from tests.helpers import apply, pod, standard_policies
 from tests.unit.test_registry_resolver import ScriptedClient, resolver
 from tests.unit.test_vendor_gate import (
     AMD,
@@ -20,7 +20,6 @@ from tests.unit.test_vendor_gate import (
     absent,
     amd,
     among,
-    pod,
     required,
     term,
 )
