@@ -37,6 +37,11 @@ class ResourceLists:
     limits: Mapping[str, Any]
     requests: Mapping[str, Any]
 
+    # Written out: @dataclass's own __init__ stays interpreted under mypyc (pods.ContainerRef).
+    def __init__(self, limits: Mapping[str, Any], requests: Mapping[str, Any]) -> None:
+        self.limits = limits
+        self.requests = requests
+
     @classmethod
     def of(cls, container: Mapping[str, Any], where: str) -> ResourceLists:
         resources = container.get("resources")
