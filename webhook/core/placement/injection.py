@@ -12,6 +12,7 @@ from typing import Any
 
 from webhook.core.base.errors import ObjectShapeError
 from webhook.core.base.nodeaffinity import required_terms
+from webhook.core.base.shapes import is_mapping
 from webhook.core.base.wording import Message
 from webhook.core.config.model import ANNOTATION_INJECTED_AFFINITY, WebhookConfig
 from webhook.core.outcome.decision import PodState, short
@@ -233,7 +234,7 @@ def inject(state: PodState, config: WebhookConfig, plan: Plan) -> None:
         raise ObjectShapeError(f"{state.ref}: affinity.nodeAffinity must be an object")
     required = node_affinity.get(_REQUIRED)
     # A new NodeSelector (its other fields kept): nothing of the user's object is changed.
-    selector = {**(required if isinstance(required, Mapping) else {}), "nodeSelectorTerms": merged}
+    selector = {**(required if is_mapping(required) else {}), "nodeSelectorTerms": merged}
     state.draft.set_in(node_affinity, path, _REQUIRED, selector)
     if preferred is not now_preferred and preferred is not None:
         state.draft.set_in(node_affinity, path, _PREFERRED, preferred)

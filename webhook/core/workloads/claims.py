@@ -20,6 +20,7 @@ from typing import Any
 
 # Compiled with mypyc (setup.py), which cannot compile a frozenset subclass: that one is apart,
 # re-exported here where its users import it.
+from webhook.core.base.shapes import is_mapping
 from webhook.core.workloads.claim_classes import ClaimClasses as ClaimClasses  # noqa: PLC0414
 
 ClaimKey = tuple[str, str]  # (namespace, name)
@@ -27,7 +28,7 @@ ClaimKey = tuple[str, str]  # (namespace, name)
 
 def _get(node: Any, *path: str) -> Any:
     for part in path:
-        if not isinstance(node, Mapping):
+        if not is_mapping(node):
             return None
         node = node.get(part)
     return node
@@ -39,7 +40,7 @@ def _claim_spec_classes(spec: Any) -> ClaimClasses:
         return ClaimClasses.of({})
     by_request: dict[str, frozenset[str]] = {}
     for index, request in enumerate(requests):
-        if not isinstance(request, Mapping):
+        if not is_mapping(request):
             continue
         name = request.get("name")
         name = name if isinstance(name, str) and name else f"#{index}"
@@ -53,7 +54,7 @@ def _claim_spec_classes(spec: Any) -> ClaimClasses:
         subs = request.get("firstAvailable")
         if isinstance(subs, list):
             for sub in subs:
-                if not isinstance(sub, Mapping) or not isinstance(sub.get("deviceClassName"), str):
+                if not is_mapping(sub) or not isinstance(sub.get("deviceClassName"), str):
                     continue
                 classes.add(sub["deviceClassName"])
                 if isinstance(sub.get("name"), str):
@@ -86,14 +87,14 @@ class ClaimIndex:
         templates: dict[ClaimKey, ClaimClasses] = {}
         claims: dict[ClaimKey, ClaimClasses] = {}
         for obj in objs:
-            if not isinstance(obj, Mapping):
+            if not is_mapping(obj):
                 continue
             kind = obj.get("kind")
             api_version = obj.get("apiVersion")
             if not isinstance(api_version, str) or not api_version.startswith("resource.k8s.io/"):
                 continue
             meta = obj.get("metadata")
-            meta = meta if isinstance(meta, Mapping) else {}
+            meta = meta if is_mapping(meta) else {}
             name, ns = meta.get("name"), meta.get("namespace") or DEFAULT_NAMESPACE
             if not isinstance(name, str) or not isinstance(ns, str):
                 continue
@@ -164,7 +165,7 @@ def pod_claims(
     unknown: list[str] = []
     unknown_names: list[str] = []
     for entry in entries:
-        if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str):
+        if not is_mapping(entry) or not isinstance(entry.get("name"), str):
             continue
         template, claim = entry.get("resourceClaimTemplateName"), entry.get("resourceClaimName")
         if isinstance(template, str):
@@ -193,12 +194,12 @@ def pod_claims(
 def container_claim_refs(container: Mapping[str, Any]) -> list[tuple[str, str | None]]:
     """(claim name, request name or None) of each entry of a container's `resources.claims`."""
     resources = container.get("resources")
-    claims = resources.get("claims") if isinstance(resources, Mapping) else None
+    claims = resources.get("claims") if is_mapping(resources) else None
     if not isinstance(claims, list):
         return []
     refs: list[tuple[str, str | None]] = []
     for ref in claims:
-        if isinstance(ref, Mapping) and isinstance(ref.get("name"), str):
+        if is_mapping(ref) and isinstance(ref.get("name"), str):
             request = ref.get("request")
             refs.append((ref["name"], request if isinstance(request, str) and request else None))
     return refs
