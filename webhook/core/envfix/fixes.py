@@ -18,6 +18,12 @@ class EnvAddition:
     name: str
     value: str
 
+    # Written out, frozen: as wording.Wording's.
+    def __init__(self, rule: str, name: str, value: str) -> None:
+        object.__setattr__(self, "rule", rule)
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "value", value)
+
 
 @lru_cache(maxsize=4096)
 def repository_path(image: str) -> str:

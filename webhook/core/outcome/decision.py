@@ -41,6 +41,27 @@ class Violation:
     detail: str = ""
     description: str = ""
 
+    # Written out, frozen: as wording.Wording's (one per violation or GPU access finding).
+    def __init__(
+        self,
+        message: str,
+        object_ref: str,
+        container: str = "",
+        field: str = "",
+        rule: str = "",
+        configmap: str = "",
+        detail: str = "",
+        description: str = "",
+    ) -> None:
+        object.__setattr__(self, "message", message)
+        object.__setattr__(self, "object_ref", object_ref)
+        object.__setattr__(self, "container", container)
+        object.__setattr__(self, "field", field)
+        object.__setattr__(self, "rule", rule)
+        object.__setattr__(self, "configmap", configmap)
+        object.__setattr__(self, "detail", detail)
+        object.__setattr__(self, "description", description)
+
 
 @dataclass
 class Decision:

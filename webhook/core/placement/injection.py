@@ -79,6 +79,41 @@ class Plan:
     keys: frozenset[str] = frozenset()
     note_kind: str = "cuda-affinity"
 
+    # Written out: @dataclass's own __init__ stays interpreted under mypyc (pods.ContainerRef).
+    def __init__(
+        self,
+        cuda: list[Term] | None = None,
+        preferred: list[dict[str, Any]] | None = None,
+        compute: list[Term] | None = None,
+        cuda_note: Message = "",
+        compute_note: Message = "",
+        cuda_want: str = "",
+        compute_want: str = "",
+        fits: Range | None = None,
+        forward_keys: frozenset[str] = frozenset(),
+        driver_keys: frozenset[str] = frozenset(),
+        forward_note: Message = "",
+        cuda_rule: str = "backward",
+        compute_rule: str = "compute",
+        keys: frozenset[str] = frozenset(),
+        note_kind: str = "cuda-affinity",
+    ) -> None:
+        self.cuda = [] if cuda is None else cuda
+        self.preferred = [] if preferred is None else preferred
+        self.compute = [] if compute is None else compute
+        self.cuda_note = cuda_note
+        self.compute_note = compute_note
+        self.cuda_want = cuda_want
+        self.compute_want = compute_want
+        self.fits = fits
+        self.forward_keys = forward_keys
+        self.driver_keys = driver_keys
+        self.forward_note = forward_note
+        self.cuda_rule = cuda_rule
+        self.compute_rule = compute_rule
+        self.keys = keys
+        self.note_kind = note_kind
+
 
 def _mentions(spec: Mapping[str, Any], config: WebhookConfig, plan: Plan) -> tuple[str, str]:
     """(CUDA key, compute key) the user's nodeSelector or required affinity already names,

@@ -120,6 +120,19 @@ class PodClaims:
     # Pod claim names whose template or claim the snapshot does not know (yet).
     unknown: frozenset[str] = frozenset()
 
+    # Written out, frozen: as wording.Wording's (one per pod spec with claims).
+    def __init__(
+        self,
+        gpu: Mapping[str, ClaimClasses],
+        warnings: tuple[str, ...],
+        gpu_classes: frozenset[str] = frozenset(),
+        unknown: frozenset[str] = frozenset(),
+    ) -> None:
+        object.__setattr__(self, "gpu", gpu)
+        object.__setattr__(self, "warnings", warnings)
+        object.__setattr__(self, "gpu_classes", gpu_classes)
+        object.__setattr__(self, "unknown", unknown)
+
     def uses_gpu(self, container: Mapping[str, Any]) -> bool:
         """Whether the container gets a GPU device through one of its `resources.claims`."""
         if not self.gpu:
