@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import posixpath
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ from types import FrameType
 from typing import Any
 
 from tests.helpers import GPU, VCORE, container, pod, standard_policies, workload
+from webhook.core.access.control import _normpath
 from webhook.core.config.model import WebhookConfig, load_config
 from webhook.core.evaluation.evaluate import evaluate
 from webhook.core.placement.inventory import NodeInventory
@@ -181,3 +183,23 @@ def test_no_object_of_a_review_takes_the_dataclass_generated_init() -> None:
 def test_the_compiled_list_names_existing_modules() -> None:
     missing = sorted(m for m in compiled_list() if not (ROOT / m).is_file())
     assert missing == []
+
+
+def test_a_normal_mount_path_is_kept_as_normpath_would() -> None:
+    # GPU access control skips posixpath.normpath (interpreted) for a path that is normal
+    # already: every path built from these parts must come out as normpath makes it.
+    parts = ["", ".", "..", "dev", "nvidia0", ".x", "x.", " ", "..."]
+    paths = {" ", "", "/", "//", "dev"}
+    for a in parts:
+        for b in parts:
+            for c in parts:
+                for lead in ("", "/", "//", " /"):
+                    for tail in ("", "/", " "):
+                        paths.add(f"{lead}{a}/{b}/{c}{tail}")
+                        paths.add(f"{lead}{a}/{b}{tail}")
+    wrong = {
+        p: _normpath(p)
+        for p in paths
+        if _normpath(p) != "/" + posixpath.normpath("/" + p.strip()).lstrip("/")
+    }
+    assert wrong == {}
