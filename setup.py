@@ -23,7 +23,9 @@ from setuptools import setup
 #   for native classes (a review reaches it only for a pod with a GPU DRA claim);
 # - the package __init__ modules (families/__init__.py re-exports catalog.py's names);
 # - the offline-only parts: base/manifests.py, core/audit, policies/native*.py,
-#   images/knowledge.py (the CLI and the audit, never a review).
+#   images/knowledge.py (the CLI and the audit, never a review), and placement/dra.py (read
+#   when ResourceSlices change and the node inventory is rebuilt, not in a review).
+# tests/unit/test_compiled_path.py checks that a review runs nothing else interpreted.
 # A @dataclass built per review writes its __init__ out (pods.ContainerRef says why).
 COMPILED = [
     "webhook/core/access/control.py",
