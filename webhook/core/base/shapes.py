@@ -7,12 +7,13 @@ from typing import Any, TypeGuard
 
 
 def is_mapping(value: Any) -> TypeGuard[Mapping[Any, Any]]:
-    """isinstance(value, Mapping), answered for decoded JSON's dicts, lists and strings without
-    the Mapping ABC check, which costs several times more (~0.1 µs) and runs dozens of times
-    per review."""
+    """isinstance(value, Mapping), answered for decoded JSON's dicts, lists, strings, integers,
+    booleans and nulls without the Mapping ABC check, which costs several times more (~0.1 µs,
+    also for a dict) and runs dozens of times per review."""
     kind = type(value)
     if kind is dict:
         return True
-    if kind is list or kind is str:
+    # An absent field (None) is the usual other answer (a container with no securityContext).
+    if value is None or kind is list or kind is str or kind is int or kind is bool:
         return False
     return isinstance(value, Mapping)

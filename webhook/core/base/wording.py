@@ -33,6 +33,11 @@ class Wording:
 
     wordings: tuple[str, ...]
 
+    # Written out: @dataclass's own __init__ stays interpreted under mypyc (2-7k instructions
+    # per object, issue 40); frozen, so through object.__setattr__ as the generated one does.
+    def __init__(self, wordings: tuple[str, ...]) -> None:
+        object.__setattr__(self, "wordings", wordings)
+
     def after(self, prefix: str) -> Wording:
         """The same message behind `prefix` (`container "app": `), in every wording."""
         return Wording(tuple(prefix + w for w in self.wordings))

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from webhook.core.base.shapes import is_mapping
 from webhook.core.base.wording import Message, Wording, cut
 from webhook.core.config.model import EnvFixRule
 
@@ -16,6 +17,12 @@ class EnvAddition:
     rule: str
     name: str
     value: str
+
+    # Written out, frozen: as wording.Wording's.
+    def __init__(self, rule: str, name: str, value: str) -> None:
+        object.__setattr__(self, "rule", rule)
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "value", value)
 
 
 @lru_cache(maxsize=4096)
@@ -68,7 +75,7 @@ def env_fixes(
         # environment into a map in list order (kubernetes pkg/kubelet/kubelet_pods.go,
         # makeEnvironmentVariables), so the last duplicate is the one in force.
         for item in env:
-            if isinstance(item, Mapping) and isinstance(item.get("name"), str):
+            if is_mapping(item) and isinstance(item.get("name"), str):
                 existing[item["name"]] = item
     # envFrom may set any variable from a ConfigMap or Secret the webhook cannot see, and an
     # `env` entry would silently override it (env wins over envFrom in the same function).

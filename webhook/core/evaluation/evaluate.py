@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhook.core.base.errors import ObjectShapeError
+from webhook.core.base.shapes import is_mapping
 from webhook.core.config.model import WebhookConfig
 from webhook.core.evaluation.pods import access_applies, evaluate_pod, evaluate_pod_update
 from webhook.core.evaluation.updates import allowed_untouched, may_mutate_template, templates_equal
@@ -80,7 +81,7 @@ def evaluate(
     PYTORCH_ROCM_ARCH), for the images an earlier evaluation listed with a vendor's runtime
     (the driver-release gate's last source, SPEC §13).
     """
-    if not isinstance(obj, Mapping):
+    if not is_mapping(obj):
         raise ObjectShapeError(f"the object must be a JSON object, got {type(obj).__name__}")
     kind = kind or (obj.get("kind") if isinstance(obj.get("kind"), str) else None) or ""
     # DELETE and CONNECT are never denied (nothing to check, and a denial could only wedge
@@ -108,7 +109,7 @@ def evaluate(
     meta = obj.get("metadata")
     # A namespace that is not a string is no namespace (the API server never sends one; a
     # manifest given to the CLI may hold anything).
-    meta_ns = meta.get("namespace") if isinstance(meta, Mapping) else None
+    meta_ns = meta.get("namespace") if is_mapping(meta) else None
     ns = namespace or (meta_ns if isinstance(meta_ns, str) else None)
     if ns in config.exempt_namespaces:
         return Decision(object_ref=ref, reason=f"namespace {ns} is exempt")
@@ -157,16 +158,16 @@ def _pod_update(
 ) -> Decision:
     ref = object_ref("Pod", obj, namespace)
     meta = obj.get("metadata")
-    meta_ns = meta.get("namespace") if isinstance(meta, Mapping) else None
+    meta_ns = meta.get("namespace") if is_mapping(meta) else None
     ns = namespace or (meta_ns if isinstance(meta_ns, str) else None)
     if (
         sub_resource not in ("", "ephemeralcontainers")
-        or not isinstance(old_object, Mapping)
+        or not is_mapping(old_object)
         or ns in config.exempt_namespaces
         or not access_applies(config, ns)
     ):
         return Decision(handled=False, object_ref=ref)
-    if isinstance(meta, Mapping) and meta.get("deletionTimestamp"):
+    if is_mapping(meta) and meta.get("deletionTimestamp"):
         return Decision(object_ref=ref, reason="the object is being deleted")
     if _update_part(obj, sub_resource) == _update_part(old_object, sub_resource):
         # Every pod UPDATE reaches the access entry (no matchConditions): the controllers'
@@ -193,17 +194,17 @@ def _update_part(obj: Mapping[str, Any], sub_resource: str) -> tuple[Any, ...]:
     may not). The subresource: the ephemeral containers (pkg/registry/core/pod/strategy.go,
     dropNonEphemeralContainerUpdates drops every other change)."""
     spec = obj.get("spec")
-    spec = spec if isinstance(spec, Mapping) else {}
+    spec = spec if is_mapping(spec) else {}
     if sub_resource == "ephemeralcontainers":
         return (spec.get("ephemeralContainers"),)
     images = [
-        [c.get("image") if isinstance(c, Mapping) else c for c in items]
+        [c.get("image") if is_mapping(c) else c for c in items]
         if isinstance(items := spec.get(list_name), list)
         else items
         for list_name in ("initContainers", "containers")
     ]
     meta = obj.get("metadata")
-    return (images, meta.get("annotations") if isinstance(meta, Mapping) else None)
+    return (images, meta.get("annotations") if is_mapping(meta) else None)
 
 
 def evaluate_configmap(
@@ -215,11 +216,11 @@ def evaluate_configmap(
 ) -> Decision:
     """Admission of a CRL ConfigMap (SPEC §6): lint, plus duplicate keys among enabled CRLs."""
     meta = cm.get("metadata")
-    meta = meta if isinstance(meta, Mapping) else {}
+    meta = meta if is_mapping(meta) else {}
     name = meta.get("name") if isinstance(meta.get("name"), str) else ""
     ns = meta.get("namespace") or namespace or ""
     labels = meta.get("labels") if isinstance(meta.get("labels"), Mapping) else {}
-    assert isinstance(name, str) and isinstance(labels, Mapping)
+    assert isinstance(name, str) and is_mapping(labels)
     ref = f"ConfigMap {ns}/{name}"
     crl_name = ns == CRL_NAMESPACE and name.startswith(CRL_PREFIX)
     # The type label is shared with other feature types: only its CRL value makes a CRL. A

@@ -9,6 +9,7 @@ from typing import Any
 from webhook.core.access.control import container_families, ephemeral_containers
 from webhook.core.base.annotations import parse_opt_out
 from webhook.core.base.patches import Draft
+from webhook.core.base.shapes import is_mapping
 from webhook.core.base.wording import Message, fit
 from webhook.core.config.model import ANNOTATION_ENV_FIXES, WebhookConfig
 from webhook.core.evaluation.containers import (
@@ -295,8 +296,8 @@ def _update_devices(
         families = container_families(c.container)
         if not families:
             resources = c.container.get("resources")
-            limits = resources.get("limits") if isinstance(resources, Mapping) else None
-            named = isinstance(limits, Mapping) and any(
+            limits = resources.get("limits") if is_mapping(resources) else None
+            named = is_mapping(limits) and any(
                 isinstance(key, str) and key in gpu_names for key in limits
             )
             if named or dra.uses_gpu(c.container):

@@ -40,7 +40,7 @@ def _controller(meta: Mapping[str, Any]) -> tuple[str, str, str] | None:
     if not isinstance(refs, list):
         return None
     for ref in refs:
-        if isinstance(ref, Mapping) and ref.get("controller") is True:
+        if is_mapping(ref) and ref.get("controller") is True:
             api_version = ref.get("apiVersion")
             group = api_version.rpartition("/")[0] if isinstance(api_version, str) else ""
             return group, str(ref.get("kind", "")), str(ref.get("name", ""))
@@ -54,7 +54,7 @@ def allowed_untouched(kind: str, obj: Mapping[str, Any], sub_resource: str) -> s
         # template can change through them.
         return f"a request for the {sub_resource} subresource changes no pod template"
     meta = obj.get("metadata")
-    if not isinstance(meta, Mapping):
+    if not is_mapping(meta):
         return ""
     if meta.get("deletionTimestamp"):
         # While an object is being deleted, the garbage collector removes the
@@ -265,7 +265,7 @@ def templates_equal(
     nodeSelector does not. Unknown kinds: False.
     """
     entry = lookup(kind, obj, group, config)
-    if entry is None or not isinstance(old, Mapping):
+    if entry is None or not is_mapping(old):
         return False
     config = config if config is not None else WebhookConfig()
     try:

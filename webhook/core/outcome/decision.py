@@ -41,6 +41,27 @@ class Violation:
     detail: str = ""
     description: str = ""
 
+    # Written out, frozen: as wording.Wording's (one per violation or GPU access finding).
+    def __init__(
+        self,
+        message: str,
+        object_ref: str,
+        container: str = "",
+        field: str = "",
+        rule: str = "",
+        configmap: str = "",
+        detail: str = "",
+        description: str = "",
+    ) -> None:
+        object.__setattr__(self, "message", message)
+        object.__setattr__(self, "object_ref", object_ref)
+        object.__setattr__(self, "container", container)
+        object.__setattr__(self, "field", field)
+        object.__setattr__(self, "rule", rule)
+        object.__setattr__(self, "configmap", configmap)
+        object.__setattr__(self, "detail", detail)
+        object.__setattr__(self, "description", description)
+
 
 @dataclass
 class Decision:
@@ -74,6 +95,41 @@ class Decision:
     # The draft that made `mutated`, when there is one: its patch is built from the places it
     # wrote (Draft.ops), not by walking both objects.
     draft: Draft | None = field(default=None, repr=False, compare=False)
+
+    # Written out: @dataclass's own __init__ stays interpreted under mypyc (pods.ContainerRef).
+    def __init__(
+        self,
+        handled: bool = True,
+        object_ref: str = "",
+        violations: tuple[Violation, ...] = (),
+        notes: tuple[str, ...] = (),
+        warnings: tuple[str, ...] = (),
+        mutation_kinds: tuple[str, ...] = (),
+        reason: str = "",
+        unresolved_images: tuple[ImageQuery, ...] = (),
+        access: tuple[Violation, ...] = (),
+        placements: tuple[str, ...] = (),
+        gpu_containers: int = 0,
+        cuda_unknown: tuple[str, ...] = (),
+        original: Mapping[str, Any] | None = None,
+        mutated: Mapping[str, Any] | None = None,
+        draft: Draft | None = None,
+    ) -> None:
+        self.handled = handled
+        self.object_ref = object_ref
+        self.violations = violations
+        self.notes = notes
+        self.warnings = warnings
+        self.mutation_kinds = mutation_kinds
+        self.reason = reason
+        self.unresolved_images = unresolved_images
+        self.access = access
+        self.placements = placements
+        self.gpu_containers = gpu_containers
+        self.cuda_unknown = cuda_unknown
+        self.original = original
+        self.mutated = mutated
+        self.draft = draft
 
     @property
     def allowed(self) -> bool:
@@ -167,6 +223,20 @@ class PodState:
     placements: list[str] = field(default_factory=list)
     gpu_containers: int = 0
     cuda_unknown: list[str] = field(default_factory=list)
+
+    def __init__(self, ref: str, pod: PodSpecRef, draft: Draft) -> None:  # as Decision's
+        self.ref = ref
+        self.pod = pod
+        self.draft = draft
+        self.violations = []
+        self.notes = []
+        self.warnings = []
+        self.kinds = []
+        self.unresolved = []
+        self.access = []
+        self.placements = []
+        self.gpu_containers = 0
+        self.cuda_unknown = []
 
     def container_path(self, c: ContainerRef) -> tuple[str | int, ...]:
         if c.index < 0:  # a container-like field of the spec (KServe `model`), not a list item

@@ -9,6 +9,7 @@ from functools import lru_cache
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
+from webhook.core.base.shapes import is_mapping
 from webhook.core.base.versions import CudaVersion, label_int
 from webhook.core.base.wording import Message
 from webhook.core.config.labels import DRIVER_VERSION_LABELS
@@ -169,7 +170,7 @@ def env_values(container: Mapping[str, Any]) -> dict[str, str | None]:
     if not isinstance(env, list):
         return values
     for item in env:
-        if isinstance(item, Mapping) and isinstance(item.get("name"), str):
+        if is_mapping(item) and isinstance(item.get("name"), str):
             value = item.get("value")
             values[item["name"]] = value if isinstance(value, str) else None
     return values

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhook.core.base.nodeaffinity import required_terms
+from webhook.core.base.shapes import is_mapping
 from webhook.core.base.versions import CudaVersion, label_int
 from webhook.core.base.wording import Message, Wording
 from webhook.core.config.model import WebhookConfig
@@ -169,9 +170,9 @@ def joint_problem(facts: InventoryFacts, rng: Range, low: CudaVersion) -> str:
 
 def daemonset_node(meta: Any, spec: Mapping[str, Any]) -> str | None:
     """The node a DaemonSet's pod is pinned to ('' when not found); None for other pods."""
-    owners = meta.get("ownerReferences") if isinstance(meta, Mapping) else None
+    owners = meta.get("ownerReferences") if is_mapping(meta) else None
     if not isinstance(owners, list) or not any(
-        isinstance(o, Mapping) and o.get("controller") is True and o.get("kind") == "DaemonSet"
+        is_mapping(o) and o.get("controller") is True and o.get("kind") == "DaemonSet"
         for o in owners
     ):
         return None
@@ -181,10 +182,10 @@ def daemonset_node(meta: Any, spec: Mapping[str, Any]) -> str | None:
     # matchFields metadata.name In [node] (pkg/controller/daemon/util/daemonset_util.go,
     # ReplaceDaemonSetPodNodeNameNodeAffinity; GetTargetNodeName reads it back the same way).
     for term in required_terms(spec) or ():
-        fields = term.get("matchFields") if isinstance(term, Mapping) else None
+        fields = term.get("matchFields") if is_mapping(term) else None
         for e in fields if isinstance(fields, list) else ():
             if (
-                isinstance(e, Mapping)
+                is_mapping(e)
                 and e.get("key") == "metadata.name"
                 and e.get("operator") == "In"
                 and isinstance(e.get("values"), list)

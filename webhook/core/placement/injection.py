@@ -12,6 +12,7 @@ from typing import Any
 
 from webhook.core.base.errors import ObjectShapeError
 from webhook.core.base.nodeaffinity import required_terms
+from webhook.core.base.shapes import is_mapping
 from webhook.core.base.wording import Message
 from webhook.core.config.model import ANNOTATION_INJECTED_AFFINITY, WebhookConfig
 from webhook.core.outcome.decision import PodState, short
@@ -77,6 +78,41 @@ class Plan:
     # §13; empty: the config's CUDA label keys), and the note kind it is reported under.
     keys: frozenset[str] = frozenset()
     note_kind: str = "cuda-affinity"
+
+    # Written out: @dataclass's own __init__ stays interpreted under mypyc (pods.ContainerRef).
+    def __init__(
+        self,
+        cuda: list[Term] | None = None,
+        preferred: list[dict[str, Any]] | None = None,
+        compute: list[Term] | None = None,
+        cuda_note: Message = "",
+        compute_note: Message = "",
+        cuda_want: str = "",
+        compute_want: str = "",
+        fits: Range | None = None,
+        forward_keys: frozenset[str] = frozenset(),
+        driver_keys: frozenset[str] = frozenset(),
+        forward_note: Message = "",
+        cuda_rule: str = "backward",
+        compute_rule: str = "compute",
+        keys: frozenset[str] = frozenset(),
+        note_kind: str = "cuda-affinity",
+    ) -> None:
+        self.cuda = [] if cuda is None else cuda
+        self.preferred = [] if preferred is None else preferred
+        self.compute = [] if compute is None else compute
+        self.cuda_note = cuda_note
+        self.compute_note = compute_note
+        self.cuda_want = cuda_want
+        self.compute_want = compute_want
+        self.fits = fits
+        self.forward_keys = forward_keys
+        self.driver_keys = driver_keys
+        self.forward_note = forward_note
+        self.cuda_rule = cuda_rule
+        self.compute_rule = compute_rule
+        self.keys = keys
+        self.note_kind = note_kind
 
 
 def _mentions(spec: Mapping[str, Any], config: WebhookConfig, plan: Plan) -> tuple[str, str]:
@@ -233,7 +269,7 @@ def inject(state: PodState, config: WebhookConfig, plan: Plan) -> None:
         raise ObjectShapeError(f"{state.ref}: affinity.nodeAffinity must be an object")
     required = node_affinity.get(_REQUIRED)
     # A new NodeSelector (its other fields kept): nothing of the user's object is changed.
-    selector = {**(required if isinstance(required, Mapping) else {}), "nodeSelectorTerms": merged}
+    selector = {**(required if is_mapping(required) else {}), "nodeSelectorTerms": merged}
     state.draft.set_in(node_affinity, path, _REQUIRED, selector)
     if preferred is not now_preferred and preferred is not None:
         state.draft.set_in(node_affinity, path, _PREFERRED, preferred)

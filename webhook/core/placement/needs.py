@@ -3,7 +3,6 @@ under the compatibility mode the pod and the config choose."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any, NamedTuple
 
@@ -94,8 +93,8 @@ def _resource_value(state: PodState, c: ContainerRef, key: str) -> Any:
     # Not written by the user: a default the resource rule just wrote into the draft counts.
     node: Any = state.draft.root
     for part in state.container_path(c):
-        node = node.get(part) if isinstance(node, Mapping) else node[part]
-    return _value_in(node.get("resources") if isinstance(node, Mapping) else None, key)
+        node = node.get(part) if is_mapping(node) else node[part]
+    return _value_in(node.get("resources") if is_mapping(node) else None, key)
 
 
 def _whole_card(

@@ -249,7 +249,7 @@ def _parts(
 
 def _without(term: Any, keys: frozenset[str], forward: Forward | None) -> dict[str, Any] | None:
     """The term with our expressions removed; None when nothing of the user's is left."""
-    assert isinstance(term, Mapping)
+    assert is_mapping(term)
     rest = dict(term)
     for name in _LISTS:
         if not isinstance(term.get(name), list):

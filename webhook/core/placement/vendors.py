@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from webhook.core.base.manifests import load_yaml_documents
+from webhook.core.base.shapes import is_mapping
 from webhook.core.config.accelerators import AcceleratorImage, Accelerators, VendorGate
 from webhook.core.families import family_named
 from webhook.core.images.references import MAX_REFERENCE_LENGTH, normalize, split_tag
@@ -180,7 +181,7 @@ def _rows(data: Any, field: str, target: str, where: str) -> tuple[Row, ...]:
 
 
 def _vendor(data: Any, where: str) -> Vendor:
-    if not isinstance(data, Mapping):
+    if not is_mapping(data):
         raise VendorDataError(f"{where} must be a mapping")
     releases: dict[str, Release] = {}
     for i, item in enumerate(data.get("releases") or []):
@@ -242,7 +243,7 @@ def _vendor(data: Any, where: str) -> Vendor:
 def load_vendors(text: str, where: str) -> tuple[Vendor, ...]:
     documents = load_yaml_documents(text, where)
     data = documents[0] if documents else None
-    if not isinstance(data, Mapping) or not isinstance(data.get("vendors"), list):
+    if not is_mapping(data) or not isinstance(data.get("vendors"), list):
         raise VendorDataError(f"{where}: expected a mapping with a `vendors` list")
     return tuple(_vendor(v, f"{where} vendors[{i}]") for i, v in enumerate(data["vendors"]))
 

@@ -6,20 +6,28 @@ silently unchecked; SPEC §13)."""
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
+from dataclasses import dataclass
 
 from webhook.core.base.wording import Wording
 from webhook.core.config.model import WebhookConfig
 from webhook.core.families import family_of
 
 
-class GpuKeys(NamedTuple):
+@dataclass(slots=True)  # not a NamedTuple: built per container, and its __new__ is interpreted
+class GpuKeys:
     """What a container's resource keys say (SPEC §3, §4 "Which containers")."""
 
     asked: set[str]  # keys asked for (a key set to zero asks for nothing)
     crl: bool  # uses a CRL group
     gpu: bool  # asks for a GPU resource (config names or patterns)
     unknown: list[str]  # asks for a resource whose name says GPU that no rule knows
+
+    # Written out: @dataclass's own __init__ stays interpreted under mypyc (pods.ContainerRef).
+    def __init__(self, asked: set[str], crl: bool, gpu: bool, unknown: list[str]) -> None:
+        self.asked = asked
+        self.crl = crl
+        self.gpu = gpu
+        self.unknown = unknown
 
 
 # What in a resource name says it counts accelerator devices (SPEC §13), as the vendors' device

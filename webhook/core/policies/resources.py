@@ -37,6 +37,11 @@ class ResourceLists:
     limits: Mapping[str, Any]
     requests: Mapping[str, Any]
 
+    # Written out: @dataclass's own __init__ stays interpreted under mypyc (pods.ContainerRef).
+    def __init__(self, limits: Mapping[str, Any], requests: Mapping[str, Any]) -> None:
+        self.limits = limits
+        self.requests = requests
+
     @classmethod
     def of(cls, container: Mapping[str, Any], where: str) -> ResourceLists:
         resources = container.get("resources")
@@ -82,6 +87,13 @@ class ResourceDefault:
     value: Any
     kind: str  # "resource-default" or "requests-from-limits"
 
+    # Written out, frozen: as wording.Wording's.
+    def __init__(self, field: str, key: str, value: Any, kind: str) -> None:
+        object.__setattr__(self, "field", field)
+        object.__setattr__(self, "key", key)
+        object.__setattr__(self, "value", value)
+        object.__setattr__(self, "kind", kind)
+
 
 @dataclass(frozen=True, slots=True)
 class ResourceProblem:
@@ -92,6 +104,16 @@ class ResourceProblem:
     value: Any  # as written, or MISSING when the problem is a missing value
     problem: str  # "is required but not set", "is not a whole number", ...
     rule: str  # "limits: required", "dataType: integer", "max: 8", ...
+
+    # Written out, frozen: as wording.Wording's.
+    def __init__(
+        self, policy: ResourceLimitation, field: str, value: Any, problem: str, rule: str
+    ) -> None:
+        object.__setattr__(self, "policy", policy)
+        object.__setattr__(self, "field", field)
+        object.__setattr__(self, "value", value)
+        object.__setattr__(self, "problem", problem)
+        object.__setattr__(self, "rule", rule)
 
 
 def used_policies(keys: Iterable[str], policies: PolicySet) -> list[ResourceLimitation]:

@@ -18,58 +18,20 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+# Compiled with mypyc (setup.py), which cannot compile a frozenset subclass: that one is apart,
+# re-exported here where its users import it.
+from webhook.core.base.shapes import is_mapping
+from webhook.core.workloads.claim_classes import ClaimClasses as ClaimClasses  # noqa: PLC0414
+
 ClaimKey = tuple[str, str]  # (namespace, name)
 
 
 def _get(node: Any, *path: str) -> Any:
     for part in path:
-        if not isinstance(node, Mapping):
+        if not is_mapping(node):
             return None
         node = node.get(part)
     return node
-
-
-class ClaimClasses(frozenset[str]):
-    """Every device class a claim requests, and (`requests`) the classes per request name.
-
-    A container that names a request in `resources.claims[].request` gets only that request's
-    devices (k8s.io/api core/v1 ResourceClaim.Request: "If empty, everything from the claim is
-    made available, otherwise only the result of this request"), so a NIC-only sidecar of a
-    claim with a GPU request and a NIC request is no GPU container. A `firstAvailable`
-    request's subrequests are also listed as `request/subrequest`.
-    """
-
-    requests: Mapping[str, frozenset[str]]
-
-    # Equal to a plain frozenset of the same classes (what a caller asking "which classes"
-    # compares with), but two ClaimClasses also compare their requests: the claim cache
-    # interns and change-detects projections by equality.
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, ClaimClasses):
-            return frozenset.__eq__(self, other) and self.requests == other.requests
-        return frozenset.__eq__(self, other)
-
-    def __ne__(self, other: object) -> bool:
-        return not self == other
-
-    def __hash__(self) -> int:
-        return frozenset.__hash__(self)
-
-    @classmethod
-    def of(cls, requests: Mapping[str, frozenset[str]]) -> ClaimClasses:
-        top = [classes for name, classes in requests.items() if "/" not in name]
-        made = cls(frozenset().union(*top))
-        made.requests = requests
-        return made
-
-    def on(self, request: str | None, gpu_classes: frozenset[str]) -> bool:
-        """Whether what a container gets from this claim (all of it, or one request) includes
-        a device of one of `gpu_classes`. A request name the claim does not have gives the
-        container nothing of it."""
-        if not request:
-            return not self.isdisjoint(gpu_classes)
-        classes = self.requests.get(request)
-        return classes is not None and not classes.isdisjoint(gpu_classes)
 
 
 def _claim_spec_classes(spec: Any) -> ClaimClasses:
@@ -78,7 +40,7 @@ def _claim_spec_classes(spec: Any) -> ClaimClasses:
         return ClaimClasses.of({})
     by_request: dict[str, frozenset[str]] = {}
     for index, request in enumerate(requests):
-        if not isinstance(request, Mapping):
+        if not is_mapping(request):
             continue
         name = request.get("name")
         name = name if isinstance(name, str) and name else f"#{index}"
@@ -92,7 +54,7 @@ def _claim_spec_classes(spec: Any) -> ClaimClasses:
         subs = request.get("firstAvailable")
         if isinstance(subs, list):
             for sub in subs:
-                if not isinstance(sub, Mapping) or not isinstance(sub.get("deviceClassName"), str):
+                if not is_mapping(sub) or not isinstance(sub.get("deviceClassName"), str):
                     continue
                 classes.add(sub["deviceClassName"])
                 if isinstance(sub.get("name"), str):
@@ -125,14 +87,14 @@ class ClaimIndex:
         templates: dict[ClaimKey, ClaimClasses] = {}
         claims: dict[ClaimKey, ClaimClasses] = {}
         for obj in objs:
-            if not isinstance(obj, Mapping):
+            if not is_mapping(obj):
                 continue
             kind = obj.get("kind")
             api_version = obj.get("apiVersion")
             if not isinstance(api_version, str) or not api_version.startswith("resource.k8s.io/"):
                 continue
             meta = obj.get("metadata")
-            meta = meta if isinstance(meta, Mapping) else {}
+            meta = meta if is_mapping(meta) else {}
             name, ns = meta.get("name"), meta.get("namespace") or DEFAULT_NAMESPACE
             if not isinstance(name, str) or not isinstance(ns, str):
                 continue
@@ -157,6 +119,19 @@ class PodClaims:
     gpu_classes: frozenset[str] = frozenset()
     # Pod claim names whose template or claim the snapshot does not know (yet).
     unknown: frozenset[str] = frozenset()
+
+    # Written out, frozen: as wording.Wording's (one per pod spec with claims).
+    def __init__(
+        self,
+        gpu: Mapping[str, ClaimClasses],
+        warnings: tuple[str, ...],
+        gpu_classes: frozenset[str] = frozenset(),
+        unknown: frozenset[str] = frozenset(),
+    ) -> None:
+        object.__setattr__(self, "gpu", gpu)
+        object.__setattr__(self, "warnings", warnings)
+        object.__setattr__(self, "gpu_classes", gpu_classes)
+        object.__setattr__(self, "unknown", unknown)
 
     def uses_gpu(self, container: Mapping[str, Any]) -> bool:
         """Whether the container gets a GPU device through one of its `resources.claims`."""
@@ -217,7 +192,7 @@ def pod_claims(
     unknown: list[str] = []
     unknown_names: list[str] = []
     for entry in entries:
-        if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str):
+        if not is_mapping(entry) or not isinstance(entry.get("name"), str):
             continue
         template, claim = entry.get("resourceClaimTemplateName"), entry.get("resourceClaimName")
         if isinstance(template, str):
@@ -246,12 +221,12 @@ def pod_claims(
 def container_claim_refs(container: Mapping[str, Any]) -> list[tuple[str, str | None]]:
     """(claim name, request name or None) of each entry of a container's `resources.claims`."""
     resources = container.get("resources")
-    claims = resources.get("claims") if isinstance(resources, Mapping) else None
+    claims = resources.get("claims") if is_mapping(resources) else None
     if not isinstance(claims, list):
         return []
     refs: list[tuple[str, str | None]] = []
     for ref in claims:
-        if isinstance(ref, Mapping) and isinstance(ref.get("name"), str):
+        if is_mapping(ref) and isinstance(ref.get("name"), str):
             request = ref.get("request")
             refs.append((ref["name"], request if isinstance(request, str) and request else None))
     return refs

@@ -29,6 +29,23 @@ class ContainerRef:
     # Where the pods get an image when this container names none (registry rule image_from).
     image_from: str = ""
 
+    # Written out, here and in the per-review classes of the core: mypyc compiles a written
+    # __init__ but leaves the one @dataclass generates interpreted, 2-7k instructions per object
+    # (issue 40). The fields above keep @dataclass's __eq__ and __repr__.
+    def __init__(
+        self,
+        list_name: str,
+        index: int,
+        name: str,
+        container: Mapping[str, Any],
+        image_from: str = "",
+    ) -> None:
+        self.list_name = list_name
+        self.index = index
+        self.name = name
+        self.container = container
+        self.image_from = image_from
+
 
 @dataclass(slots=True)  # not frozen: built per review, and frozen __init__ is ~5x slower
 class PodSpecRef:
@@ -49,6 +66,30 @@ class PodSpecRef:
     annotatable: bool = True
     # The operator runs these pods by digest (registry rule by_digest: Knative).
     by_digest: bool = False
+
+    def __init__(  # written out, as ContainerRef's
+        self,
+        template_path: tuple[str | int, ...],
+        is_template: bool,
+        annotations: Mapping[str, str],
+        spec: Mapping[str, Any],
+        containers: tuple[ContainerRef, ...],
+        spec_path: tuple[str | int, ...] = (),
+        role: str = "",
+        scratch: Mapping[str, Any] | None = None,
+        annotatable: bool = True,
+        by_digest: bool = False,
+    ) -> None:
+        self.template_path = template_path
+        self.is_template = is_template
+        self.annotations = annotations
+        self.spec = spec
+        self.containers = containers
+        self.spec_path = spec_path
+        self.role = role
+        self.scratch = scratch
+        self.annotatable = annotatable
+        self.by_digest = by_digest
 
 
 class Registry:
