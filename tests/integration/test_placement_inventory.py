@@ -196,8 +196,10 @@ async def test_no_compatible_node_deny_denies_once_the_node_is_relabelled(
 
 
 def claims_listed(store: PolicyStore) -> bool:
-    """Both DRA kinds listed: only the held Node list is left for readiness to wait for."""
-    return all(store.watched[k].synced for k in ("ResourceClaim", "ResourceClaimTemplate"))
+    """Every watched kind but Node listed (the DRA kinds, and Namespaces since the RDMA fix
+    reads them): only the held Node list is left for readiness to wait for. Waiting for the DRA
+    kinds alone raced the Namespace list, whose name /readyz then also gave."""
+    return all(state.synced for kind, state in store.watched.items() if kind != "Node")
 
 
 async def held_nodes_webhook(
