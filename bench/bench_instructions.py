@@ -54,7 +54,7 @@ Determinism: every figure is a count, not a time; `--repeat 2` runs everything t
 the spread, (max - min) / min, per figure.
 
     .venv/bin/python bench/bench_instructions.py                      # this tree, both modes
-    .venv/bin/python bench/bench_instructions.py --compiled           # build/compiled (make compiled)
+    .venv/bin/python bench/bench_instructions.py --compiled           # build/compiled
     .venv/bin/python bench/bench_instructions.py --baseline ../main --compiled --json out.json
     .venv/bin/python bench/bench_instructions.py --ab ../main --compiled --rounds 5  # wall clock
 
@@ -81,7 +81,7 @@ from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 REPO = Path(__file__).resolve().parents[1]
 # `python bench/bench_instructions.py` puts bench/ on sys.path, not the repository root.
@@ -189,11 +189,12 @@ def mix_bodies(count: int, start: int = 0) -> list[tuple[str, str]]:
 
 
 def _symbols(target: Target) -> list[str]:
-    """mypyc's C names of a compiled callable: CPyDef_<module's last part>___<Class>___<name>
-    (webhook/.../build: `nm` of the __mypyc .so), and with the full module path."""
+    """mypyc's C names of a compiled callable: CPyDef_<module>___<Class>___<name>, where
+    <module> is the module's last part, or as many more parts as make it unique
+    (CPyDef_evaluation___pods___evaluate_pod; `nm` of build/compiled's __mypyc .so)."""
     tail = target.name.replace(".", "___")
-    short = target.module.rsplit(".", 1)[-1]
-    return [f"CPyDef_{short}___{tail}", f"CPyDef_{target.module.replace('.', '___')}___{tail}"]
+    parts = target.module.split(".")
+    return [f"CPyDef_{'___'.join(parts[-k:])}___{tail}" for k in range(1, len(parts) + 1)]
 
 
 def _replace_everywhere(original: Any, replacement: Any) -> int:
@@ -318,13 +319,13 @@ class _Protocol:
 def inprocess_child(args: argparse.Namespace) -> int:
     """Runs under callgrind: the app, the requests, the interceptors, the measured loops."""
     sys.path.insert(0, str(args.marks))
-    import gwb_marks  # the marker extension (bench/harness/callgrind_marks.c)
+    # The marker extension (bench/harness/callgrind_marks.c), built by this script's parent.
+    gwb_marks: Any = importlib.import_module("gwb_marks")
 
     # The measured tree's webhook first on the path, before anything imports it.
     sys.path.insert(0, str(args.tree))
     import asyncio
     import logging
-    from unittest import mock
 
     from aiohttp import streams
     from aiohttp.test_utils import make_mocked_request
@@ -364,7 +365,7 @@ def inprocess_child(args: argparse.Namespace) -> int:
             if path != f"/{endpoint}":
                 continue
             raw = body.encode() if isinstance(body, str) else body
-            payload = streams.StreamReader(_Protocol(), 2**16, loop=loop)
+            payload = streams.StreamReader(cast(Any, _Protocol()), 2**16, loop=loop)
             payload.feed_data(raw)
             payload.feed_eof()
             headers = {"Content-Type": "application/json", "Content-Length": str(len(raw))}
@@ -561,8 +562,10 @@ def run_live(
         wait_ready_long(port, tls.ca_cert, process, wait_ready)
         _control(process.pid, "--instr=on")
         client = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "client", "--port", str(port)]
-            + ["--ca", str(tls.ca_cert), "--bodies", str(bodies)],
+            [
+                *(sys.executable, str(Path(__file__).resolve()), "client"),
+                *("--port", str(port), "--ca", str(tls.ca_cert), "--bodies", str(bodies)),
+            ],
             cwd=REPO,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -635,9 +638,10 @@ def run_ab(args: argparse.Namespace, trees: dict[str, Path], work: Path, tls: An
         order = ["noop", *trees] if round_ % 2 == 0 else ["noop", *reversed(list(trees))]
         for name in order:
             kind = "noop" if name == "noop" else "webhook"
-            with server(
-                kind, tls, REPO / "configmaps", tree=trees.get(name), cpus=server_cpus
-            ) as (port, pid):
+            with server(kind, tls, REPO / "configmaps", tree=trees.get(name), cpus=server_cpus) as (
+                port,
+                pid,
+            ):
                 result = run_wrk(
                     f"https://localhost:{port}",
                     templates,
@@ -701,10 +705,16 @@ def print_inprocess(results: dict[str, list[dict[str, Any]]]) -> None:
     for name in names:
         runs = results[name]
         if len(runs) > 1:
-            worst = {
-                e: max(spread([r[e]["per_review"]["total"] for r in runs]) for e in ENDPOINTS)
-            }
-            print(f"{name}: {len(runs)} runs, spread of the totals {worst} %")
+            totals = {e: spread([r[e]["per_review"]["total"] for r in runs]) for e in ENDPOINTS}
+            stages = max(
+                spread([r[e]["per_review"][stage] for r in runs])
+                for e in ENDPOINTS
+                for stage in runs[0][e]["per_review"]
+            )
+            print(
+                f"{name}: {len(runs)} runs; spread of the totals {totals} %, "
+                f"of any stage at most {stages} %"
+            )
         plan = runs[0]["info"]["plan"]
         missing = [m for done in plan.values() for m in done["missing"]]
         if missing:
@@ -712,8 +722,10 @@ def print_inprocess(results: dict[str, list[dict[str, Any]]]) -> None:
         build = "compiled" if runs[0]["info"]["compiled"] else "source"
         print(f"{name}: webhook from {runs[0]['info']['webhook']} ({build})")
     print()
-    objects = Table(Column("share by ELF object (/mutate + /validate)", 44, align="<"),
-                    *(Column(name, 14, ".1%") for name in names))
+    objects = Table(
+        Column("share by ELF object (/mutate + /validate)", 44, align="<"),
+        *(Column(name, 14, ".1%") for name in names),
+    )
     print(objects.header())
     groups: list[str] = []
     for name in names:
@@ -739,11 +751,33 @@ def print_live(results: dict[str, list[dict[str, Any]]]) -> None:
     )
     print()
     print(table.header())
-    noop = statistics.median(r["per_review"] for r in results.get("no-op", [])) or 0
+    noop_runs = results.get("no-op", [])
+    noop = statistics.median(r["per_review"] for r in noop_runs) if noop_runs else 0
     for name, runs in results.items():
         value = statistics.median(r["per_review"] for r in runs)
         ratio = value / noop if noop else 0.0
         print(table.row(name, value, ratio, spread([r["per_review"] for r in runs])))
+    # Per ELF object: instructions per review, and what each server adds to the no-op's.
+    names = list(results)
+    columns = [Column("live: instructions per review by object", 44, align="<")]
+    columns += [Column(name, 12, ",") for name in names]
+    columns += [Column(f"{name} share", 12, ".1%") for name in names if name != "no-op"]
+    objects = Table(*columns)
+    print()
+    print(objects.header())
+    groups: list[str] = []
+    for name in names:
+        for group in results[name][0]["objects"]:
+            if group not in groups:
+                groups.append(group)
+    for group in groups:
+        values = [results[name][0]["objects"].get(group, 0) for name in names]
+        shares = [
+            results[name][0]["objects"].get(group, 0) / results[name][0]["per_review"]
+            for name in names
+            if name != "no-op"
+        ]
+        print(objects.row(group, *values, *shares))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -871,12 +905,12 @@ def run_main(args: argparse.Namespace) -> int:
             )
             live: dict[str, list[dict[str, Any]]] = {"no-op": [], **{n: [] for n in trees}}
             for repeat in range(args.repeat):
-                for name in live:
+                for name, runs in live.items():
                     print(f"live server under callgrind: {name}, run {repeat + 1}", flush=True)
                     kind = "noop" if name == "no-op" else "webhook"
                     tree = trees.get(name, REPO)
                     tag = f"{name}-{repeat}"
-                    live[name].append(run_live(kind, tree, work, tls, bodies, config, tag))
+                    runs.append(run_live(kind, tree, work, tls, bodies, config, tag))
             report["live"] = live
             print_live(live)
     if args.json:

@@ -177,6 +177,7 @@ OBJECT_GROUPS = (
     ("libm.so", "libc"),
     ("ld-linux", "libc"),
     ("vgpreload", "valgrind's preload (malloc replacement)"),
+    ("lib-dynload", "CPython's other C modules (binascii, ...)"),
 )
 
 
