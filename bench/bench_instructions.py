@@ -762,6 +762,25 @@ def print_inprocess(results: dict[str, list[dict[str, Any]]]) -> None:
         print(objects.row(*cells))
 
 
+def print_ab(ab: dict[str, Any]) -> None:
+    summary = ab["summary"]
+    table = Table(
+        Column(f"wall clock, wrk, {ab['rounds']} rounds (medians)", 40, align="<"),
+        Column("reviews/s", 11, ",.0f"),
+        Column("CPU µs/review", 14, ".1f"),
+        Column("vs no-op", 9, ".3f"),
+    )
+    print()
+    print(table.header())
+    for name in ("noop", "baseline", "tree"):
+        if name in summary:
+            row = summary[name]
+            print(table.row(name, row["rps"], row["cpu_us"], row["vs_noop"]))
+    if "tree_vs_baseline" in summary:
+        ratio = summary["tree_vs_baseline"]
+        print(f"tree / baseline, reviews/s, median of the rounds' ratios: {ratio}")
+
+
 def print_live(results: dict[str, list[dict[str, Any]]]) -> None:
     table = Table(
         Column("live server (TLS, 1 connection)", 34, align="<"),
@@ -880,7 +899,7 @@ def run_main(args: argparse.Namespace) -> int:
         if args.ab is not None:
             trees = _trees(args, args.ab)
             report["ab"] = run_ab(args, trees, work, tls)
-            print(json.dumps(report["ab"]["summary"], indent=2))
+            print_ab(report["ab"])
             if args.json:
                 cli.write_json(args.json, report)
             return 0
