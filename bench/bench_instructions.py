@@ -560,22 +560,14 @@ def run_live(
     kind: str, tree: Path, work: Path, tls: Any, bodies: Path, config: Path, tag: str
 ) -> dict[str, Any]:
     """One server under callgrind; instructions per review in the measured window."""
-    from bench.harness.servers import CHILD, env, free_port, wait_ready
+    from bench.harness.servers import env, free_port, server_argv, wait_ready
 
     out = work / f"live-{tag}"
     out.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    if kind == "webhook":
-        code = "import sys; from webhook.cli import main; sys.exit(main())"
-        server = [sys.executable, "-c", code, "serve", "--host", "127.0.0.1", "--port", str(port)]
-        server += ["--tls-cert", str(tls.cert), "--tls-key", str(tls.key)]
-        server += ["--policies", str(REPO / "configmaps"), "--config", str(config)]
-        server += ["--log-format", "json", "--log-level", "info", "--drain-seconds", "0"]
-        cwd = tree
-    else:
-        server = [*CHILD, "noop", "--port", str(port), "--cert", str(tls.cert)]
-        server += ["--key", str(tls.key)]
-        cwd = REPO
+    server = server_argv(kind, port, tls, REPO / "configmaps", config=config)
+    # `python -c` imports the webhook of the directory it runs in.
+    cwd = tree if kind == "webhook" else REPO
     argv = valgrind_argv(out / "cg.%p", "--instr-atstart=no") + server
     started = time.monotonic()
     process = subprocess.Popen(
