@@ -33,10 +33,12 @@ that do its work (STAGES below), and:
   functions than its Python entry point (CPyPy_..., reached through an interceptor) and than
   the stage's other compiled callables.
 
-Top-level stages (decode, evaluation, patch, answer, log line, counters) do not overlap; "other"
-is the rest of the measured loop: aiohttp's request object and Response, reading the body, the
-handler's own code (snapshots, fields dict, Outcome), the event loop's task steps. "GPU access
-control" and "placement" are parts of "evaluation". A callable that does not exist in the
+Top-level stages (decode, evaluation, patch, answer, aiohttp's Response object, log line,
+counters) do not overlap; "other" is the rest of the measured loop: aiohttp's request object,
+reading the body, the handler's own code (snapshots, the decision's glue: Outcome, warning
+lists, the fields dict), the event loop's task steps. "GPU access control" and "placement" are
+parts of "evaluation"; "the cyclic GC" (CPython's gc_collect_main) is inside whichever stage's
+allocation set it off. A callable that does not exist in the
 measured tree is listed as missing and its cost stays in "other" (rename STAGES' entries when
 the code moves). The ELF object shares are callgrind's self costs per object (libpython is the
 interpreter: interpreted code and the C runtime it calls).
@@ -111,6 +113,9 @@ class Target:
 
     module: str
     name: str
+    # Replaced in every module holding it (False: only as `module`'s attribute; a class by a
+    # subclass whose __init__ runs in the marker, so isinstance checks still work).
+    everywhere: bool = True
 
     def label(self) -> str:
         return f"{self.module}:{self.name}"
@@ -135,11 +140,15 @@ STAGES: dict[str, tuple[Target, ...]] = {
         Target("webhook.admission.reviews", "patched_response"),
         Target("state", "codec.dumps"),
     ),
+    # The aiohttp Response the handler returns (here only made: sending it is aiohttp's).
+    "response": (Target("aiohttp.web", "Response", everywhere=False),),
     "log": (Target("state", "review_sink"),),
     # Every public method of the per-review counters (review_done, mutated, evaluated, ...).
     "counters": (Target("webhook.admission.review_counts", "ReviewCounts.*"),),
 }
-TOP_STAGES = ("decode", "evaluation", "patch", "answer", "log", "counters")
+TOP_STAGES = ("decode", "evaluation", "patch", "answer", "response", "log", "counters")
+# CPython's cyclic garbage collector, wherever a stage's allocations set it off.
+GC_FUNCTION = "gc_collect_main"
 SUB_STAGES = {"access": "evaluation", "placement": "evaluation"}
 TITLES = {
     "decode": "decode (JSON, AdmissionRequest)",
@@ -148,10 +157,12 @@ TITLES = {
     "placement": "  of which placement",
     "patch": "the JSONPatch (Decision.patch)",
     "answer": "building the answer (+ encoding)",
+    "response": "aiohttp's Response object",
     "log": "the review log line",
     "counters": "the counters",
     "other": "other (aiohttp, handler, loop)",
     "total": "total",
+    "gc": "the cyclic GC (inside the rows above)",
 }
 ENDPOINTS = ("mutate", "validate")
 
@@ -287,7 +298,20 @@ def _intercept_one(state: Any, target: Target, mark: Any) -> str:
         return "intercepted"
     # Interpreted callers call through the module's name, so through the marker; a compiled
     # function's compiled callers call it natively, which only its symbol shows.
-    _replace_everywhere(value, functools.partial(mark, value))
+    if target.everywhere:
+        _replace_everywhere(value, functools.partial(mark, value))
+    elif isinstance(value, type):
+        # A subclass whose __init__ runs in the marker: still a type for isinstance checks.
+        init: Any = value.__init__  # type: ignore[misc]
+
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            mark(init, self, *args, **kwargs)
+
+        setattr(module, attr, type(value.__name__, (value,), {"__init__": __init__}))
+        return "intercepted"
+    else:
+        setattr(module, attr, functools.partial(mark, value))
+        return "intercepted"
     return "native" if _compiled(value) else "intercepted"
 
 
@@ -454,7 +478,8 @@ def stage_costs(profile: Profile, plan: dict[str, dict[str, list[str]]]) -> dict
             cost += call
         costs[stage] = cost
     costs["total"] = profile.total
-    costs["other"] = profile.total - sum(costs[s] for s in TOP_STAGES)
+    costs["other"] = profile.total - sum(costs.get(s, 0) for s in TOP_STAGES)
+    costs["gc"] = profile.inclusive(GC_FUNCTION)
     return costs
 
 
@@ -715,7 +740,8 @@ def print_inprocess(results: dict[str, list[dict[str, Any]]]) -> None:
     table = Table(*columns)
     print()
     print(table.header())
-    for stage in (*TOP_STAGES[:2], "access", "placement", *TOP_STAGES[2:], "other", "total"):
+    rows = (*TOP_STAGES[:2], "access", "placement", *TOP_STAGES[2:], "other", "total", "gc")
+    for stage in rows:
         cells: list[object] = [TITLES[stage]]
         for name in names:
             for endpoint in ENDPOINTS:

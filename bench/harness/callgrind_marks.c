@@ -39,10 +39,9 @@ MARK(gwb_stage_patch)
 MARK(gwb_stage_answer)
 MARK(gwb_stage_log)
 MARK(gwb_stage_counters)
-MARK(gwb_stage_empty)
+MARK(gwb_stage_response)
 MARK(gwb_measure_mutate)
 MARK(gwb_measure_validate)
-MARK(gwb_measure_calibrate)
 
 static PyObject *start_instrumentation(PyObject *self, PyObject *unused) {
     (void)self, (void)unused;
@@ -65,10 +64,9 @@ static PyMethodDef methods[] = {
     ENTRY(gwb_stage_answer)
     ENTRY(gwb_stage_log)
     ENTRY(gwb_stage_counters)
-    ENTRY(gwb_stage_empty)
+    ENTRY(gwb_stage_response)
     ENTRY(gwb_measure_mutate)
     ENTRY(gwb_measure_validate)
-    ENTRY(gwb_measure_calibrate)
     {"start_instrumentation", start_instrumentation, METH_NOARGS, NULL},
     {"on_valgrind", on_valgrind, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
