@@ -148,9 +148,10 @@ def server_argv(
     kubeconfig: Path | None = None,
     log_level: str = "info",
     config: Path | None = None,
+    extra: tuple[str, ...] = (),
 ) -> list[str]:
     """The command line of the webhook (`kind="webhook"`: `gpu-webhook serve`, run from the
-    tree it measures) or of the no-op server, on 127.0.0.1:`port`."""
+    tree it measures, with `extra` options) or of the no-op server, on 127.0.0.1:`port`."""
     if kind != "webhook":
         return [*CHILD, "noop", "--port", str(port), "--cert", str(tls.cert), "--key", str(tls.key)]
     code = "import sys; from webhook.cli import main; sys.exit(main())"
@@ -164,7 +165,7 @@ def server_argv(
         argv += ["--config", str(config)]
     argv += ["--log-format", "json", "--log-level", log_level]
     # No load balancer to drain from: stop at once when the run is over.
-    return [*argv, "--drain-seconds", "0"]
+    return [*argv, "--drain-seconds", "0", *extra]
 
 
 @contextmanager
