@@ -399,7 +399,8 @@ def inprocess_child(args: argparse.Namespace) -> int:
         if route.method == "POST" and route.resource is not None
     }
     state = app[STATE]
-    plan = intercept(state, gwb_marks)
+    empty: dict[str, list[str]] = {"intercepted": [], "symbols": [], "native": [], "missing": []}
+    plan = dict.fromkeys(STAGES, empty) if args.no_stages else intercept(state, gwb_marks)
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
 
@@ -496,7 +497,7 @@ def valgrind_argv(out: Path, *extra: str) -> list[str]:
 
 
 def run_inprocess(
-    tree: Path, work: Path, marks: Path, bodies: Path, config: Path, tag: str
+    tree: Path, work: Path, marks: Path, bodies: Path, config: Path, tag: str, no_stages: bool
 ) -> dict[str, Any]:
     out = work / f"inprocess-{tag}"
     out.mkdir(parents=True, exist_ok=True)
@@ -511,6 +512,8 @@ def run_inprocess(
     argv += [sys.executable, str(Path(__file__).resolve()), "inprocess"]
     argv += ["--tree", str(tree), "--marks", str(marks), "--bodies", str(bodies)]
     argv += ["--config", str(config), "--out", str(out / "info.json")]
+    if no_stages:
+        argv.append("--no-stages")
     started = time.monotonic()
     done = subprocess.run(
         argv, cwd=tree, env=fixed_hashes(os.environ), capture_output=True, text=True, check=False
@@ -857,6 +860,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     child = commands.add_parser("inprocess", help=argparse.SUPPRESS)
     for option in ("--tree", "--marks", "--bodies", "--config", "--out"):
         child.add_argument(option, required=True)
+    child.add_argument("--no-stages", action="store_true")
     client = commands.add_parser("client", help=argparse.SUPPRESS)
     client.add_argument("--port", type=int, required=True)
     client.add_argument("--ca", required=True)
@@ -872,6 +876,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="measure each tree's build/compiled (`make compiled` in that tree) instead",
     )
     parser.add_argument("--reviews", type=int, default=400, help="measured, per endpoint")
+    parser.add_argument(
+        "--no-stages",
+        action="store_true",
+        help="in-process without the stage markers (the total only: what the markers add)",
+    )
     parser.add_argument("--warmup", type=int, default=100, help="per endpoint, not measured")
     parser.add_argument("--live-reviews", type=int, default=1000, help="live: measured reviews")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each; 2+ prints the spread")
@@ -958,7 +967,9 @@ def run_main(args: argparse.Namespace) -> int:
                 for name, tree in trees.items():
                     print(f"in-process under callgrind: {name} ({tree}), run {repeat + 1}")
                     tag = f"{name}-{repeat}"
-                    inproc[name].append(run_inprocess(tree, work, marks, bodies, config, tag))
+                    inproc[name].append(
+                        run_inprocess(tree, work, marks, bodies, config, tag, args.no_stages)
+                    )
             report["inprocess"] = inproc
             print_inprocess(inproc)
         if args.mode in ("both", "live"):
