@@ -151,7 +151,7 @@ def test_object_groups(name: str, group: str) -> None:
 
 def test_stage_costs_markers_and_native_symbols() -> None:
     profile = parse(PROFILE.splitlines(keepends=True))
-    plan = {
+    plan: dict[str, dict[str, list[str]]] = {
         stage: {"intercepted": [], "symbols": [], "native": [], "missing": []}
         for stage in ("decode", "evaluation", "patch", "answer", "log", "counters")
     }
