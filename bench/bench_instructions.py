@@ -38,22 +38,24 @@ counters) do not overlap; "other" is the rest of the measured loop: aiohttp's re
 reading the body, the handler's own code (snapshots, the decision's glue: Outcome, warning
 lists, the fields dict), the event loop's task steps. "GPU access control" and "placement" are
 parts of "evaluation"; "the cyclic GC" (CPython's gc_collect_main) is inside whichever stage's
-allocation set it off. A callable that does not exist in the
-measured tree is listed as missing and its cost stays in "other" (rename STAGES' entries when
-the code moves). The ELF object shares are callgrind's self costs per object (libpython is the
-interpreter: interpreted code and the C runtime it calls).
+allocation set it off. A callable that does not exist in the measured tree is listed as missing
+and its cost stays in "other" (rename STAGES' entries when the code moves). The markers add
+~2 % to a review (`--no-stages` runs without them: the total to compare when one tree lacks a
+stage's callable). The ELF object shares are callgrind's self costs per object (libpython is
+the interpreter: interpreted code and the C runtime that compiled code calls too).
 
 **Live server** (`--mode live`): `gpu-webhook serve` (and, for the ratio, the no-op aiohttp TLS
-server of bench/harness/servers.py) under callgrind with `--instr-atstart=no`; once it is ready,
-`callgrind_control --instr=on`, a client outside valgrind (this script's `client` command: one
-keep-alive TLS connection, http.client) sends a warm-up, `callgrind_control --zero`, then
-`--reviews` reviews of the mix one after another, then `callgrind_control --dump`.
-Instructions per review = the dump's total / reviews (the mix: /mutate and /validate alike; the
-server's idle work during the window — timers, the log flush — is in it). One connection, one
-review at a time: every review pays a full event-loop turn (wrk's 32 connections batch them).
+server of bench/harness/servers.py) under callgrind with `--instr-atstart=no`, the policy files
+loaded once (`--policies-poll 0`); once it is ready, `callgrind_control --instr=on`, a client
+outside valgrind (this script's `client` command: one keep-alive TLS connection, http.client)
+sends a warm-up, `callgrind_control --zero`, then `--live-reviews` reviews of the mix one after
+another, then `callgrind_control --dump`. Instructions per review = the dump's total / reviews
+(the mix: /mutate and /validate alike; the server's idle work during the window, its timers
+and log flushes, is in it). One connection, one review at a time: every review pays a full
+event-loop turn (wrk's 32 connections batch them).
 
-Determinism: every figure is a count, not a time; `--repeat 2` runs everything twice and prints
-the spread, (max - min) / min, per figure.
+Determinism: every figure is a count, not a time; the measured processes run with
+PYTHONHASHSEED=0; `--repeat 2` runs everything twice and prints the spread, (max - min) / min.
 
     .venv/bin/python bench/bench_instructions.py                      # this tree, both modes
     .venv/bin/python bench/bench_instructions.py --compiled           # build/compiled
