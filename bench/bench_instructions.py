@@ -756,6 +756,16 @@ def print_inprocess(results: dict[str, list[dict[str, Any]]]) -> None:
                 runs = results[name]
                 cells.append(statistics.median(r[endpoint]["per_review"][stage] for r in runs))
         print(table.row(*cells))
+    if "baseline" in results and "tree" in results:
+        ratios = {
+            e: round(
+                statistics.median(r[e]["per_review"]["total"] for r in results["tree"])
+                / statistics.median(r[e]["per_review"]["total"] for r in results["baseline"]),
+                4,
+            )
+            for e in ENDPOINTS
+        }
+        print(f"tree / baseline, total instructions per review: {ratios}")
     for name in names:
         runs = results[name]
         if len(runs) > 1:
@@ -830,6 +840,10 @@ def print_live(results: dict[str, list[dict[str, Any]]]) -> None:
         value = statistics.median(r["per_review"] for r in runs)
         ratio = value / noop if noop else 0.0
         print(table.row(name, value, ratio, spread([r["per_review"] for r in runs])))
+    if "baseline" in results and "tree" in results:
+        tree = statistics.median(r["per_review"] for r in results["tree"])
+        base = statistics.median(r["per_review"] for r in results["baseline"])
+        print(f"tree / baseline, instructions per review: {tree / base:.4f}")
     # Per ELF object: instructions per review, and what each server adds to the no-op's.
     names = list(results)
     columns = [Column("live: instructions per review by object", 44, align="<")]
