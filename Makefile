@@ -112,7 +112,7 @@ serve: $(STAMP)
 # The server benchmark's load generator (wrk, with LuaJIT) and instruction counter (perf), and
 # the profiler; Debian packages need root.
 bench-deps: $(STAMP)
-	apt-get install -y wrk linux-perf gcc libssl-dev
+	apt-get install -y wrk linux-perf gcc libssl-dev valgrind
 	$(BIN)/pip install --quiet -e '.[bench]'
 
 bench: $(STAMP)

@@ -139,6 +139,35 @@ def wait_ready(port: int, ca: Path, process: subprocess.Popen[bytes]) -> None:
     raise RuntimeError("server did not become ready within 60 s")
 
 
+def server_argv(
+    kind: str,
+    port: int,
+    tls: Any,
+    policies: Path,
+    *,
+    kubeconfig: Path | None = None,
+    log_level: str = "info",
+    config: Path | None = None,
+    extra: tuple[str, ...] = (),
+) -> list[str]:
+    """The command line of the webhook (`kind="webhook"`: `gpu-webhook serve`, run from the
+    tree it measures, with `extra` options) or of the no-op server, on 127.0.0.1:`port`."""
+    if kind != "webhook":
+        return [*CHILD, "noop", "--port", str(port), "--cert", str(tls.cert), "--key", str(tls.key)]
+    code = "import sys; from webhook.cli import main; sys.exit(main())"
+    argv = [sys.executable, "-c", code, "serve", "--host", "127.0.0.1", "--port", str(port)]
+    argv += ["--tls-cert", str(tls.cert), "--tls-key", str(tls.key)]
+    if kubeconfig is None:
+        argv += ["--policies", str(policies)]
+    else:
+        argv += ["--kubeconfig", str(kubeconfig)]
+    if config is not None:
+        argv += ["--config", str(config)]
+    argv += ["--log-format", "json", "--log-level", log_level]
+    # No load balancer to drain from: stop at once when the run is over.
+    return [*argv, "--drain-seconds", "0", *extra]
+
+
 @contextmanager
 def server(
     kind: str,
@@ -158,20 +187,7 @@ def server(
     `policies`, and is ready after its first list.
     """
     port = free_port()
-    if kind == "webhook":
-        code = "import sys; from webhook.cli import main; sys.exit(main())"
-        argv = [sys.executable, "-c", code, "serve", "--host", "127.0.0.1", "--port", str(port)]
-        argv += ["--tls-cert", str(tls.cert), "--tls-key", str(tls.key)]
-        if kubeconfig is None:
-            argv += ["--policies", str(policies)]
-        else:
-            argv += ["--kubeconfig", str(kubeconfig)]
-        argv += ["--log-format", "json", "--log-level", log_level]
-        # No load balancer to drain from: stop at once when the run is over.
-        argv += ["--drain-seconds", "0"]
-    else:
-        argv = [*CHILD, "noop", "--port", str(port)]
-        argv += ["--cert", str(tls.cert), "--key", str(tls.key)]
+    argv = server_argv(kind, port, tls, policies, kubeconfig=kubeconfig, log_level=log_level)
     if cpus:
         argv = taskset(cpus) + argv
     process = subprocess.Popen(
