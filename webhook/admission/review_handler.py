@@ -105,23 +105,11 @@ def make_review_handler(
             _label(req.operation, OPERATIONS),
             outcome.result,
         )
-        fields = {
-            "endpoint": endpoint,
-            "uid": req.uid,
-            "kind": req.kind,
-            "namespace": req.namespace,
-            "name": req.name,
-            "operation": req.operation,
-            # `kubectl debug` (pods/ephemeralcontainers) is an UPDATE: say which one it was.
-            **({"subResource": req.sub_resource} if req.sub_resource else {}),
-            "user": req.username,
-            "dryRun": req.dry_run,
-            "allowed": outcome.response["response"]["allowed"],
-            "result": outcome.result,
-            "mutations": outcome.mutations,
-            "warnings": outcome.warnings,
-        }
-        if cache is not None and outcome.cacheable:
+        store = cache is not None and outcome.cacheable
+        # The log line's fields only when a line is written or the answer is kept.
+        log_on = review_log.isEnabledFor(logging.INFO)
+        fields = _fields(endpoint, req, outcome) if log_on or store else None
+        if store and cache is not None and fields is not None:
             what: dict[str, Any] = {
                 "labels": labels,
                 "mutation_kinds": outcome.mutation_kinds,
@@ -139,10 +127,32 @@ def make_review_handler(
             plain_allowed = outcome.result == "allowed" and not outcome.warnings
             if normal is not None and (endpoint == "mutate" or plain_allowed):
                 cache.put(endpoint, normal, uid, payload, **what)
-        _done(state, endpoint, labels, outcome, fields, req.uid, start)
+        _done(state, endpoint, labels, outcome, fields if log_on else None, req.uid, start)
         return web.Response(body=payload, content_type="application/json")
 
     return handle
+
+
+def _fields(endpoint: str, req: AdmissionRequest, outcome: Outcome) -> dict[str, Any]:
+    """The per-review log line's fields but its duration."""
+    fields: dict[str, Any] = {
+        "endpoint": endpoint,
+        "uid": req.uid,
+        "kind": req.kind,
+        "namespace": req.namespace,
+        "name": req.name,
+        "operation": req.operation,
+    }
+    # `kubectl debug` (pods/ephemeralcontainers) is an UPDATE: say which one it was.
+    if req.sub_resource:
+        fields["subResource"] = req.sub_resource
+    fields["user"] = req.username
+    fields["dryRun"] = req.dry_run
+    fields["allowed"] = outcome.response["response"]["allowed"]
+    fields["result"] = outcome.result
+    fields["mutations"] = outcome.mutations
+    fields["warnings"] = outcome.warnings
+    return fields
 
 
 _GENERATED = b'"generateName":"'
@@ -171,9 +181,11 @@ def _cached(
     """The answer to a body seen before but for its uid (and `name`), with this uid; logged
     and counted as the full path would."""
     payload = hit.response(uid)
-    fields = dict(hit.fields)
-    if name is not None:
-        fields["name"] = name
+    fields = None
+    if review_log.isEnabledFor(logging.INFO):
+        fields = dict(hit.fields)
+        if name is not None:
+            fields["name"] = name
     _done(state, endpoint, hit.labels, hit, fields, uid.decode(), start)
     return web.Response(body=payload, content_type="application/json")
 
@@ -183,11 +195,11 @@ def _done(
     endpoint: str,
     labels: tuple[str, str, str],
     answer: Outcome | CachedAnswer,
-    fields: dict[str, Any],
+    fields: dict[str, Any] | None,
     uid: str,
     start: float,
 ) -> None:
-    """Metrics and the per-review log line of one answered review."""
+    """Metrics and the per-review log line (of `fields`; None: not logged) of one review."""
     elapsed = time.perf_counter() - start
     counts = state.metrics.counts
     for kind in answer.mutation_kinds:
@@ -197,7 +209,7 @@ def _done(
         counts.evaluated(
             answer.gpu_containers, answer.placements, answer.violations, answer.cuda_unknown
         )
-    if review_log.isEnabledFor(logging.INFO):
+    if fields is not None:
         # `fields` is this review's own dict (a copy for a cached answer): completed in place.
         line = fields
         line["uid"] = uid
