@@ -201,14 +201,19 @@ def _done(
 ) -> None:
     """Metrics and the per-review log line (of `fields`; None: not logged) of one review."""
     elapsed = time.perf_counter() - start
-    counts = state.metrics.counts
-    for kind in answer.mutation_kinds:
-        counts.mutated(kind)
-    counts.review_done(endpoint, *labels, elapsed)
-    if answer.gpu_containers or answer.violations:
-        counts.evaluated(
-            answer.gpu_containers, answer.placements, answer.violations, answer.cuda_unknown
-        )
+    kind, operation, result = labels
+    state.metrics.counts.answered(
+        endpoint,
+        kind,
+        operation,
+        result,
+        elapsed,
+        answer.mutation_kinds,
+        answer.gpu_containers,
+        answer.placements,
+        answer.violations,
+        answer.cuda_unknown,
+    )
     if fields is not None:
         # `fields` is this review's own dict (a copy for a cached answer): completed in place.
         line = fields
