@@ -7,10 +7,10 @@ import traceback
 from typing import Any
 
 from webhook.admission.reviews import (
+    ALLOWED,
     AdmissionRequest,
-    allowed_response,
+    allowed,
     denied_response,
-    patched_response,
 )
 from webhook.admission.state import Outcome, WebhookState
 from webhook.core.base.errors import WebhookError
@@ -79,7 +79,7 @@ async def decide(
 ) -> Outcome:
     """Evaluate and build the response; every exception becomes a denial, never an HTTP 500."""
     if req.object is None or req.operation not in ("CREATE", "UPDATE"):
-        return Outcome(allowed_response(req), "allowed", 0, 0)
+        return Outcome(ALLOWED, "allowed", 0, 0)
     what = f"{req.kind or 'object'} {req.ref or '(unnamed)'}"
     lookup_warnings: list[str] = []
     failed: dict[str, str] | None = None
@@ -110,7 +110,7 @@ async def decide(
     # An answer that waited on a registry depends on its cache's age, not only on the body.
     cacheable = not (decision.unresolved_images and state.images is not None)
     if not decision.handled:
-        return Outcome(allowed_response(req), "allowed", 0, 0)
+        return Outcome(ALLOWED, "allowed", 0, 0)
     is_configmap = req.kind == "ConfigMap"
     if endpoint == "mutate":
         warnings = [*decision.notes, *decision.warnings, *lookup_warnings]
@@ -120,7 +120,7 @@ async def decide(
         # skips placement for most pods (evaluate's violations_only).
         unknown = _unknown_reasons(state, decision.cuda_unknown, failed)
         if patch:
-            response = patched_response(req, patch, warnings=warnings, dumps=state.codec.dumps)
+            response = allowed(patch, warnings, state.codec.dumps)
             kinds = decision.mutation_kinds
             return Outcome(
                 response,
@@ -134,7 +134,7 @@ async def decide(
                 cuda_unknown=unknown,
             )
         return Outcome(
-            allowed_response(req, warnings=warnings),
+            allowed(None, warnings),
             "allowed",
             0,
             len(warnings),
@@ -153,7 +153,7 @@ async def decide(
             cacheable,
             violations=tuple((v.configmap, v.rule) for v in decision.violations),
         )
-    return Outcome(allowed_response(req, warnings=warnings), "allowed", 0, len(warnings), cacheable)
+    return Outcome(allowed(None, warnings), "allowed", 0, len(warnings), cacheable)
 
 
 def _unknown_reasons(

@@ -15,9 +15,11 @@ from webhook.admission.decisions import CachedAnswer, normalized_key, split_uid
 from webhook.admission.jsoncodec import std_dumps
 from webhook.admission.reviews import (
     AdmissionRequest,
+    Allowed,
     ReviewDecodeError,
     decode_review,
     denied_response,
+    encode_allowed,
 )
 from webhook.admission.state import STATE, Outcome, WebhookState
 from webhook.core.kinds.builtin import BUILTIN_KINDS
@@ -87,8 +89,12 @@ def make_review_handler(
             if hit is not None:
                 return _cached(state, endpoint, hit, req.uid.encode(), start, req.name)
         outcome = await decide(state, endpoint, req, snapshots)
+        response = outcome.response
         try:
-            payload = state.codec.dumps(outcome.response)
+            if isinstance(response, Allowed):
+                payload = encode_allowed(req.api_version, req.uid, response, state.codec.dumps)
+            else:
+                payload = state.codec.dumps(response)
         except (TypeError, ValueError) as exc:
             # Unreachable for well-formed decisions; kept so an encoder surprise is a denial.
             log.error("cannot encode the response for uid %s: %s", req.uid, exc)
@@ -148,7 +154,8 @@ def _fields(endpoint: str, req: AdmissionRequest, outcome: Outcome) -> dict[str,
         fields["subResource"] = req.sub_resource
     fields["user"] = req.username
     fields["dryRun"] = req.dry_run
-    fields["allowed"] = outcome.response["response"]["allowed"]
+    response = outcome.response
+    fields["allowed"] = isinstance(response, Allowed) or response["response"]["allowed"]
     fields["result"] = outcome.result
     fields["mutations"] = outcome.mutations
     fields["warnings"] = outcome.warnings
