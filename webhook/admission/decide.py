@@ -80,7 +80,6 @@ async def decide(
     """Evaluate and build the response; every exception becomes a denial, never an HTTP 500."""
     if req.object is None or req.operation not in ("CREATE", "UPDATE"):
         return Outcome(ALLOWED, "allowed", 0, 0)
-    what = f"{req.kind or 'object'} {req.ref or '(unnamed)'}"
     lookup_warnings: list[str] = []
     failed: dict[str, str] | None = None
     try:
@@ -95,9 +94,11 @@ async def decide(
                 extra = {"image_platforms": found.platforms} if found.platforms else {}
                 decision = _evaluate(state, endpoint, req, snapshots, images=found.facts, **extra)
     except WebhookError as exc:
+        what = _what(req)
         # The object does not have the shape its kind requires: say so, as the API server would.
         return Outcome(denied_response(req, f"cannot evaluate {what}: {exc}"), "denied", 0, 0)
     except Exception as exc:
+        what = _what(req)
         # A 403 denial like any other (SPEC §7: a well-formed review never yields a 500); the
         # message says it is the webhook's fault, and failurePolicy does not apply to denials.
         log.error(
@@ -154,6 +155,11 @@ async def decide(
             violations=tuple((v.configmap, v.rule) for v in decision.violations),
         )
     return Outcome(allowed(None, warnings), "allowed", 0, len(warnings), cacheable)
+
+
+def _what(req: AdmissionRequest) -> str:
+    """The object as messages name it (only an answer that is not an evaluation's needs it)."""
+    return f"{req.kind or 'object'} {req.ref or '(unnamed)'}"
 
 
 def _unknown_reasons(

@@ -34,11 +34,6 @@ WORKLOAD_KINDS = frozenset({"ConfigMap", *(k.kind for k in BUILTIN_KINDS)})
 OPERATIONS = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})
 
 
-def _label(value: str, known: frozenset[str]) -> str:
-    # Metric labels from request data are bounded, or any client could explode cardinality.
-    return value if value in known else "other"
-
-
 def make_review_handler(
     endpoint: str,
 ) -> Callable[[web.Request], Coroutine[Any, Any, web.Response]]:
@@ -106,9 +101,12 @@ def make_review_handler(
                 cacheable=False,
             )
             payload = std_dumps(outcome.response)
+        # Metric labels from request data are bounded, or any client could explode cardinality.
+        kind = req.kind
+        operation = req.operation
         labels = (
-            _label(req.kind, WORKLOAD_KINDS),
-            _label(req.operation, OPERATIONS),
+            kind if kind in WORKLOAD_KINDS else "other",
+            operation if operation in OPERATIONS else "other",
             outcome.result,
         )
         store = cache is not None and outcome.cacheable
