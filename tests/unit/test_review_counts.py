@@ -117,3 +117,43 @@ def test_created_is_when_a_series_began() -> None:
         )
         == 2
     )
+
+
+@pytest.mark.parametrize(
+    ("seed", "max_aggregates"), [(s, m) for s in range(12) for m in (0, 3, 4096)]
+)
+def test_answered_counts_what_the_series_methods_count(seed: int, max_aggregates: int) -> None:
+    """answered() (one update per review, aggregates added up at scrape time, and past
+    `max_aggregates` series by series) exposes the very text the per-series methods do, series
+    in the same order, policy labels given to the same first policies."""
+    rng = random.Random(seed)
+    direct, aggregated = ReviewCounts(), ReviewCounts()
+    aggregated.max_aggregates = max_aggregates
+    policies = [f"kube-public/cf-crl-{n}" for n in range(25)] + [""]
+    for _ in range(rng.randrange(50, 400)):
+        endpoint, kind = rng.choice(ENDPOINTS), rng.choice(KINDS)
+        result = rng.choice(RESULTS)
+        seconds = rng.uniform(0, 0.02)
+        kinds = tuple(rng.choices(MUTATIONS, k=rng.randrange(3)))
+        gpu = rng.choice((0, 0, 1, 2))
+        rules = tuple(rng.choices(["backward", "forward", "made-up"], k=rng.randrange(2)))
+        reasons = tuple(rng.choices(["lookups-off", "slow", "made-up"], k=rng.randrange(2)))
+        pairs = tuple(
+            (rng.choice(policies), rng.choice(["max: 8", "cuda", "made up"]))
+            for _ in range(rng.choice((0, 0, 1, 2)))
+        )
+        for mutation in kinds:
+            direct.mutated(mutation)
+        direct.review_done(endpoint, kind, "CREATE", result, seconds)
+        if gpu or pairs:
+            direct.evaluated(gpu, rules, pairs, reasons)
+        aggregated.answered(
+            endpoint, kind, "CREATE", result, seconds, kinds, gpu, rules, pairs, reasons
+        )
+    registries = []
+    for counts in (direct, aggregated):
+        registry = CollectorRegistry()
+        registry.register(counts)
+        registries.append(_without_created(generate_latest(registry).decode()))
+    assert registries[0] == registries[1]
+    assert len(aggregated._aggregates) <= max_aggregates

@@ -7,10 +7,10 @@ import traceback
 from typing import Any
 
 from webhook.admission.reviews import (
+    ALLOWED,
     AdmissionRequest,
-    allowed_response,
+    allowed,
     denied_response,
-    patched_response,
 )
 from webhook.admission.state import Outcome, WebhookState
 from webhook.core.base.errors import WebhookError
@@ -79,8 +79,7 @@ async def decide(
 ) -> Outcome:
     """Evaluate and build the response; every exception becomes a denial, never an HTTP 500."""
     if req.object is None or req.operation not in ("CREATE", "UPDATE"):
-        return Outcome(allowed_response(req), "allowed", 0, 0)
-    what = f"{req.kind or 'object'} {req.ref or '(unnamed)'}"
+        return Outcome(ALLOWED, "allowed", 0, 0)
     lookup_warnings: list[str] = []
     failed: dict[str, str] | None = None
     try:
@@ -100,9 +99,11 @@ async def decide(
                     extra["image_env"] = found.env
                 decision = _evaluate(state, endpoint, req, snapshots, images=found.facts, **extra)
     except WebhookError as exc:
+        what = _what(req)
         # The object does not have the shape its kind requires: say so, as the API server would.
         return Outcome(denied_response(req, f"cannot evaluate {what}: {exc}"), "denied", 0, 0)
     except Exception as exc:
+        what = _what(req)
         # A 403 denial like any other (SPEC §7: a well-formed review never yields a 500); the
         # message says it is the webhook's fault, and failurePolicy does not apply to denials.
         log.error(
@@ -115,7 +116,7 @@ async def decide(
     # An answer that waited on a registry depends on its cache's age, not only on the body.
     cacheable = not (decision.unresolved_images and state.images is not None)
     if not decision.handled:
-        return Outcome(allowed_response(req), "allowed", 0, 0)
+        return Outcome(ALLOWED, "allowed", 0, 0)
     is_configmap = req.kind == "ConfigMap"
     if endpoint == "mutate":
         warnings = [*decision.notes, *decision.warnings, *lookup_warnings]
@@ -125,7 +126,7 @@ async def decide(
         # skips placement for most pods (evaluate's violations_only).
         unknown = _unknown_reasons(state, decision.cuda_unknown, failed)
         if patch:
-            response = patched_response(req, patch, warnings=warnings, dumps=state.codec.dumps)
+            response = allowed(patch, warnings, state.codec.dumps)
             kinds = decision.mutation_kinds
             return Outcome(
                 response,
@@ -139,7 +140,7 @@ async def decide(
                 cuda_unknown=unknown,
             )
         return Outcome(
-            allowed_response(req, warnings=warnings),
+            allowed(None, warnings),
             "allowed",
             0,
             len(warnings),
@@ -158,7 +159,12 @@ async def decide(
             cacheable,
             violations=tuple((v.configmap, v.rule) for v in decision.violations),
         )
-    return Outcome(allowed_response(req, warnings=warnings), "allowed", 0, len(warnings), cacheable)
+    return Outcome(allowed(None, warnings), "allowed", 0, len(warnings), cacheable)
+
+
+def _what(req: AdmissionRequest) -> str:
+    """The object as messages name it (only an answer that is not an evaluation's needs it)."""
+    return f"{req.kind or 'object'} {req.ref or '(unnamed)'}"
 
 
 def _unknown_reasons(

@@ -16,6 +16,8 @@ from webhook.admission.jsoncodec import json_codec
 # therefore written in batches, at most `FLUSH_INTERVAL` seconds late.
 FLUSH_INTERVAL = 0.5
 MAX_BATCH_LINES = 512
+# Encoded line heads kept by a LogFormatter: messages with their arguments are unbounded.
+MAX_HEADS = 32
 
 
 class LogFormatter(logging.Formatter):
@@ -28,6 +30,7 @@ class LogFormatter(logging.Formatter):
         self._dumps = dumps or json_codec().dumps
         self._second = -1
         self._prefix = ""
+        self._heads: dict[tuple[str, str, str], str] = {}
 
     def format(self, record: logging.LogRecord) -> str:
         fields: Mapping[str, Any] = getattr(record, "fields", {})
@@ -47,13 +50,40 @@ class LogFormatter(logging.Formatter):
             self._prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
         when = f"{self._prefix}.{int((created - second) * 1000):03d}Z"
         if self.json:
-            head = {"time": when, "level": level.lower(), "logger": logger, "msg": message}
+            if "time" in fields or "level" in fields or "logger" in fields or "msg" in fields:
+                return self._merged(when, level, logger, message, fields)
+            # The text `dumps({**head, **fields})` writes, without merging the two dicts: the
+            # head's fixed part is encoded once per (level, logger, message), then joined.
+            head = self._heads.get((level, logger, message))
+            if head is None:
+                head = self._head(level, logger, message)
             try:
-                return self._dumps({**head, **fields}).decode()
+                body = self._dumps(fields).decode()
             except TypeError:
-                return json.dumps({**head, **fields}, ensure_ascii=False, default=str)
+                return self._merged(when, level, logger, message, fields)
+            if len(body) == 2:  # "{}"
+                return f'{{"time":"{when}",{head}}}'
+            return f'{{"time":"{when}",{head},{body[1:]}'
         text = " ".join(f"{k}={v}" for k, v in fields.items())
         return f"{when} {level:<7} {logger}: {message}{' ' + text if text else ''}"
+
+    def _merged(
+        self, when: str, level: str, logger: str, message: str, fields: Mapping[str, Any]
+    ) -> str:
+        merged = {"time": when, "level": level.lower(), "logger": logger, "msg": message, **fields}
+        try:
+            return self._dumps(merged).decode()
+        except TypeError:
+            return json.dumps(merged, ensure_ascii=False, default=str)
+
+    def _head(self, level: str, logger: str, message: str) -> str:
+        """`"level":…,"logger":…,"msg":…` as dumps writes them; kept for the first few
+        (level, logger, message), which the per-review line always is among."""
+        head = self._dumps({"level": level.lower(), "logger": logger, "msg": message})
+        text = head.decode()[1:-1]
+        if len(self._heads) < MAX_HEADS:
+            self._heads[(level, logger, message)] = text
+        return text
 
 
 class BatchedStreamHandler(logging.Handler):

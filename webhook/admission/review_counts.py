@@ -49,6 +49,48 @@ CUDA_UNKNOWN_REASONS = frozenset(
     {"not-known", "lookups-off", SLOW, *(s for s in STATUSES if s != FOUND)}
 )
 _PLACEMENTS = frozenset(PLACEMENT_RULES)
+# Distinct review aggregates kept by ReviewCounts.answered; past it, reviews are counted one
+# series at a time (as review_done, mutated and evaluated do), so memory stays bounded.
+MAX_AGGREGATES = 4096
+
+# What one review counts, as ReviewCounts.answered keys it: endpoint, kind, operation, result,
+# mutation kinds, GPU containers, placements, violations, unknown-CUDA reasons.
+AggregateKey = tuple[
+    str,
+    str,
+    str,
+    str,
+    tuple[str, ...],
+    int,
+    tuple[str, ...],
+    tuple[tuple[str, str], ...],
+    tuple[str, ...],
+]
+
+
+class _Aggregate:
+    """How many reviews counted one AggregateKey, with the series' labels worked out once."""
+
+    __slots__ = ("count", "gpu", "kinds", "placements", "review", "row", "unknown", "violations")
+
+    def __init__(
+        self,
+        row: list[float],
+        review: tuple[str, str, str, str],
+        kinds: tuple[str, ...],
+        gpu: int,
+        placements: tuple[str, ...],
+        unknown: tuple[str, ...],
+        violations: tuple[tuple[str, str], ...],
+    ) -> None:
+        self.count = 0
+        self.row = row
+        self.review = review
+        self.kinds = kinds
+        self.gpu = gpu
+        self.placements = placements
+        self.unknown = unknown
+        self.violations = violations
 
 
 def rule_label(rule: str) -> str:
@@ -88,6 +130,92 @@ class ReviewCounts(Collector):
         # When each series began: keyed by the review labels, the endpoint (latency) or
         # ("mutation", kind).
         self._created: dict[object, float] = {}
+        # answered(): reviews that count the same, counted together and added up at scrape
+        # time; the tables above hold their series (at 0, in the order they were first seen).
+        self._aggregates: dict[AggregateKey, _Aggregate] = {}
+        self.max_aggregates = MAX_AGGREGATES
+
+    def answered(
+        self,
+        endpoint: str,
+        kind: str,
+        operation: str,
+        result: str,
+        seconds: float,
+        mutation_kinds: tuple[str, ...],
+        gpu_containers: int,
+        placements: tuple[str, ...],
+        violations: tuple[tuple[str, str], ...],
+        cuda_unknown: tuple[str, ...],
+    ) -> None:
+        """One answered review, as mutated() per kind, review_done() and, when it evaluated
+        GPU containers or violations, evaluated() count it: one dict update, not several."""
+        key = (
+            endpoint,
+            kind,
+            operation,
+            result,
+            mutation_kinds,
+            gpu_containers,
+            placements,
+            violations,
+            cuda_unknown,
+        )
+        found = self._aggregates.get(key)
+        if found is None:
+            found = self._aggregate(key)
+            if found is None:
+                for mutation in mutation_kinds:
+                    self.mutated(mutation)
+                self.review_done(endpoint, kind, operation, result, seconds)
+                if gpu_containers or violations:
+                    self.evaluated(gpu_containers, placements, violations, cuda_unknown)
+                return
+        found.count += 1
+        row = found.row
+        row[bisect_left(LATENCY_BUCKETS, seconds)] += 1
+        row[-1] += seconds
+
+    def _aggregate(self, key: AggregateKey) -> _Aggregate | None:
+        """A new aggregate, its series created (at 0) in the order the direct methods would
+        create them; None when there are already `max_aggregates`."""
+        if len(self._aggregates) >= self.max_aggregates:
+            return None
+        endpoint, kind, operation, result, kinds, gpu, placements, violations, unknown = key
+        for mutation in kinds:
+            self._add(self.mutations, mutation, "mutation", 0)
+        review = (endpoint, kind, operation, result)
+        if review not in self.reviews:
+            self.reviews[review] = 0
+            self._created[review] = time.time()
+        row = self._latency_row(endpoint)
+        placement_labels: tuple[str, ...] = ()
+        unknown_labels: tuple[str, ...] = ()
+        violation_labels: tuple[tuple[str, str], ...] = ()
+        if gpu or violations:
+            placement_labels = tuple(r if r in _PLACEMENTS else OTHER for r in placements)
+            for rule in placement_labels:
+                self._add(self.placements, rule, "placement", 0)
+            unknown_labels = tuple(r if r in CUDA_UNKNOWN_REASONS else OTHER for r in unknown)
+            for reason in unknown_labels:
+                self._add(self.cuda_unknown, reason, "cuda-unknown", 0)
+            violation_labels = tuple(self._violation_labels_of(pair) for pair in violations)
+            for labels in violation_labels:
+                self._add_violation(labels, 0)
+        else:
+            gpu = 0
+        found = _Aggregate(
+            row, review, kinds, gpu, placement_labels, unknown_labels, violation_labels
+        )
+        self._aggregates[key] = found
+        return found
+
+    def _latency_row(self, endpoint: str) -> list[float]:
+        row = self.latency.get(endpoint)
+        if row is None:
+            row = self.latency[endpoint] = [0.0] * (len(LATENCY_BUCKETS) + 2)
+            self._created[endpoint] = time.time()
+        return row
 
     def review_done(
         self, endpoint: str, kind: str, operation: str, result: str, seconds: float
@@ -98,10 +226,7 @@ class ReviewCounts(Collector):
             count = 0
             self._created[key] = time.time()
         self.reviews[key] = count + 1
-        row = self.latency.get(endpoint)
-        if row is None:
-            row = self.latency[endpoint] = [0.0] * (len(LATENCY_BUCKETS) + 2)
-            self._created[endpoint] = time.time()
+        row = self._latency_row(endpoint)
         # The first bucket whose bound is >= seconds, as Histogram.observe counts (le);
         # past the last bound, the +Inf bucket.
         row[bisect_left(LATENCY_BUCKETS, seconds)] += 1
@@ -130,14 +255,18 @@ class ReviewCounts(Collector):
             label = reason if reason in CUDA_UNKNOWN_REASONS else OTHER
             self._add(self.cuda_unknown, label, "cuda-unknown")
         for pair in violations:
-            labels = self._violation_labels.get(pair)
-            if labels is None:
-                labels = self._violation_label(*pair)
-            count = self.violations.get(labels)
-            if count is None:
-                count = 0
-                self._created[("violation", labels)] = time.time()
-            self.violations[labels] = count + 1
+            self._add_violation(self._violation_labels_of(pair), 1)
+
+    def _violation_labels_of(self, pair: tuple[str, str]) -> tuple[str, str]:
+        labels = self._violation_labels.get(pair)
+        return labels if labels is not None else self._violation_label(*pair)
+
+    def _add_violation(self, labels: tuple[str, str], n: int) -> None:
+        count = self.violations.get(labels)
+        if count is None:
+            count = 0
+            self._created[("violation", labels)] = time.time()
+        self.violations[labels] = count + n
 
     def _violation_label(self, configmap: str, rule: str) -> tuple[str, str]:
         policy = policy_name(configmap)
@@ -152,20 +281,55 @@ class ReviewCounts(Collector):
             self._violation_labels[(configmap, rule)] = labels
         return labels
 
-    def _add(self, table: dict[str, int], label: str, series: str) -> None:
+    def _add(self, table: dict[str, int], label: str, series: str, n: int = 1) -> None:
         count = table.get(label)
         if count is None:
             count = 0
             self._created[(series, label)] = time.time()
-        table[label] = count + 1
+        table[label] = count + n
+
+    def _totals(
+        self,
+    ) -> tuple[
+        dict[tuple[str, str, str, str], int],
+        dict[str, int],
+        dict[tuple[str, str], int],
+        dict[str, int],
+        dict[str, int],
+        int,
+    ]:
+        """Reviews, mutations, violations, placements, unknown CUDA and GPU containers: the
+        tables plus the aggregates (whose series the tables hold already, in their order)."""
+        reviews = dict(self.reviews)
+        mutations = dict(self.mutations)
+        violations = dict(self.violations)
+        placements = dict(self.placements)
+        unknown = dict(self.cuda_unknown)
+        gpu = self.gpu_containers
+        for found in list(self._aggregates.values()):
+            n = found.count
+            reviews[found.review] += n
+            for mutation in found.kinds:
+                mutations[mutation] += n
+            gpu += found.gpu * n
+            for rule in found.placements:
+                placements[rule] += n
+            for reason in found.unknown:
+                unknown[reason] += n
+            for labels in found.violations:
+                violations[labels] += n
+        return reviews, mutations, violations, placements, unknown, gpu
 
     def collect(self) -> Iterable[Metric]:
+        review_counts, mutation_counts, violation_counts, placement_counts, unknown_counts, gpu = (
+            self._totals()
+        )
         reviews = CounterMetricFamily(
             "gpu_webhook_reviews",
             "Admission reviews answered, by endpoint, kind, operation and result.",
             labels=["endpoint", "kind", "operation", "result"],
         )
-        for key, count in list(self.reviews.items()):
+        for key, count in review_counts.items():
             reviews.add_metric(list(key), count, created=self._created[key])
         yield reviews
         latency = HistogramMetricFamily(
@@ -188,7 +352,7 @@ class ReviewCounts(Collector):
         mutations = CounterMetricFamily(
             "gpu_webhook_mutations", "Mutations returned by /mutate, by type.", labels=["type"]
         )
-        for kind, count in list(self.mutations.items()):
+        for kind, count in mutation_counts.items():
             mutations.add_metric([kind], count, created=self._created[("mutation", kind)])
         yield mutations
         violations = CounterMetricFamily(
@@ -198,7 +362,7 @@ class ReviewCounts(Collector):
             f"{MAX_POLICY_LABELS}) and rule.",
             labels=["policy", "rule"],
         )
-        for labels, count in list(self.violations.items()):
+        for labels, count in violation_counts.items():
             created = self._created[("violation", labels)]
             violations.add_metric(list(labels), count, created=created)
         yield violations
@@ -208,7 +372,7 @@ class ReviewCounts(Collector):
             "minorVersion, forward, architecture-floor, compute).",
             labels=["rule"],
         )
-        for rule, count in list(self.placements.items()):
+        for rule, count in placement_counts.items():
             placements.add_metric([rule], count, created=self._created[("placement", rule)])
         yield placements
         unknown = CounterMetricFamily(
@@ -217,12 +381,12 @@ class ReviewCounts(Collector):
             "by reason (not-known, lookups-off, or the registry lookup's result).",
             labels=["reason"],
         )
-        for reason, count in list(self.cuda_unknown.items()):
+        for reason, count in unknown_counts.items():
             unknown.add_metric([reason], count, created=self._created[("cuda-unknown", reason)])
         yield unknown
         yield CounterMetricFamily(
             "gpu_webhook_gpu_containers",
             "GPU containers in the objects /mutate evaluated.",
-            value=self.gpu_containers,
+            value=gpu,
             created=self._gpu_created,
         )

@@ -15,9 +15,11 @@ from webhook.admission.decisions import CachedAnswer, normalized_key, split_uid
 from webhook.admission.jsoncodec import std_dumps
 from webhook.admission.reviews import (
     AdmissionRequest,
+    Allowed,
     ReviewDecodeError,
     decode_review,
     denied_response,
+    encode_allowed,
 )
 from webhook.admission.state import STATE, Outcome, WebhookState
 from webhook.core.kinds.builtin import BUILTIN_KINDS
@@ -30,11 +32,6 @@ review_log = logging.getLogger("webhook.review")
 # added in the config counts as "other", so labels stay bounded by the code, not the input.
 WORKLOAD_KINDS = frozenset({"ConfigMap", *(k.kind for k in BUILTIN_KINDS)})
 OPERATIONS = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})
-
-
-def _label(value: str, known: frozenset[str]) -> str:
-    # Metric labels from request data are bounded, or any client could explode cardinality.
-    return value if value in known else "other"
 
 
 def make_review_handler(
@@ -87,8 +84,12 @@ def make_review_handler(
             if hit is not None:
                 return _cached(state, endpoint, hit, req.uid.encode(), start, req.name)
         outcome = await decide(state, endpoint, req, snapshots)
+        response = outcome.response
         try:
-            payload = state.codec.dumps(outcome.response)
+            if isinstance(response, Allowed):
+                payload = encode_allowed(req.api_version, req.uid, response, state.codec.dumps)
+            else:
+                payload = state.codec.dumps(response)
         except (TypeError, ValueError) as exc:
             # Unreachable for well-formed decisions; kept so an encoder surprise is a denial.
             log.error("cannot encode the response for uid %s: %s", req.uid, exc)
@@ -100,28 +101,19 @@ def make_review_handler(
                 cacheable=False,
             )
             payload = std_dumps(outcome.response)
+        # Metric labels from request data are bounded, or any client could explode cardinality.
+        kind = req.kind
+        operation = req.operation
         labels = (
-            _label(req.kind, WORKLOAD_KINDS),
-            _label(req.operation, OPERATIONS),
+            kind if kind in WORKLOAD_KINDS else "other",
+            operation if operation in OPERATIONS else "other",
             outcome.result,
         )
-        fields = {
-            "endpoint": endpoint,
-            "uid": req.uid,
-            "kind": req.kind,
-            "namespace": req.namespace,
-            "name": req.name,
-            "operation": req.operation,
-            # `kubectl debug` (pods/ephemeralcontainers) is an UPDATE: say which one it was.
-            **({"subResource": req.sub_resource} if req.sub_resource else {}),
-            "user": req.username,
-            "dryRun": req.dry_run,
-            "allowed": outcome.response["response"]["allowed"],
-            "result": outcome.result,
-            "mutations": outcome.mutations,
-            "warnings": outcome.warnings,
-        }
-        if cache is not None and outcome.cacheable:
+        store = cache is not None and outcome.cacheable
+        # The log line's fields only when a line is written or the answer is kept.
+        log_on = review_log.isEnabledFor(logging.INFO)
+        fields = _fields(endpoint, req, outcome) if log_on or store else None
+        if store and cache is not None and fields is not None:
             what: dict[str, Any] = {
                 "labels": labels,
                 "mutation_kinds": outcome.mutation_kinds,
@@ -139,10 +131,33 @@ def make_review_handler(
             plain_allowed = outcome.result == "allowed" and not outcome.warnings
             if normal is not None and (endpoint == "mutate" or plain_allowed):
                 cache.put(endpoint, normal, uid, payload, **what)
-        _done(state, endpoint, labels, outcome, fields, req.uid, start)
+        _done(state, endpoint, labels, outcome, fields if log_on else None, req.uid, start)
         return web.Response(body=payload, content_type="application/json")
 
     return handle
+
+
+def _fields(endpoint: str, req: AdmissionRequest, outcome: Outcome) -> dict[str, Any]:
+    """The per-review log line's fields but its duration."""
+    fields: dict[str, Any] = {
+        "endpoint": endpoint,
+        "uid": req.uid,
+        "kind": req.kind,
+        "namespace": req.namespace,
+        "name": req.name,
+        "operation": req.operation,
+    }
+    # `kubectl debug` (pods/ephemeralcontainers) is an UPDATE: say which one it was.
+    if req.sub_resource:
+        fields["subResource"] = req.sub_resource
+    fields["user"] = req.username
+    fields["dryRun"] = req.dry_run
+    response = outcome.response
+    fields["allowed"] = isinstance(response, Allowed) or response["response"]["allowed"]
+    fields["result"] = outcome.result
+    fields["mutations"] = outcome.mutations
+    fields["warnings"] = outcome.warnings
+    return fields
 
 
 _GENERATED = b'"generateName":"'
@@ -171,9 +186,11 @@ def _cached(
     """The answer to a body seen before but for its uid (and `name`), with this uid; logged
     and counted as the full path would."""
     payload = hit.response(uid)
-    fields = dict(hit.fields)
-    if name is not None:
-        fields["name"] = name
+    fields = None
+    if review_log.isEnabledFor(logging.INFO):
+        fields = dict(hit.fields)
+        if name is not None:
+            fields["name"] = name
     _done(state, endpoint, hit.labels, hit, fields, uid.decode(), start)
     return web.Response(body=payload, content_type="application/json")
 
@@ -183,21 +200,26 @@ def _done(
     endpoint: str,
     labels: tuple[str, str, str],
     answer: Outcome | CachedAnswer,
-    fields: dict[str, Any],
+    fields: dict[str, Any] | None,
     uid: str,
     start: float,
 ) -> None:
-    """Metrics and the per-review log line of one answered review."""
+    """Metrics and the per-review log line (of `fields`; None: not logged) of one review."""
     elapsed = time.perf_counter() - start
-    counts = state.metrics.counts
-    for kind in answer.mutation_kinds:
-        counts.mutated(kind)
-    counts.review_done(endpoint, *labels, elapsed)
-    if answer.gpu_containers or answer.violations:
-        counts.evaluated(
-            answer.gpu_containers, answer.placements, answer.violations, answer.cuda_unknown
-        )
-    if review_log.isEnabledFor(logging.INFO):
+    kind, operation, result = labels
+    state.metrics.counts.answered(
+        endpoint,
+        kind,
+        operation,
+        result,
+        elapsed,
+        answer.mutation_kinds,
+        answer.gpu_containers,
+        answer.placements,
+        answer.violations,
+        answer.cuda_unknown,
+    )
+    if fields is not None:
         # `fields` is this review's own dict (a copy for a cached answer): completed in place.
         line = fields
         line["uid"] = uid

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from webhook.admission.jsoncodec import std_dumps
 from webhook.core.base.errors import WebhookError
@@ -164,11 +164,24 @@ def limit_warnings(warnings: Iterable[str]) -> list[str]:
     """Deduplicate, shorten each to MAX_WARNING_CHARS and summarise the tail past the budget."""
     # Warnings travel as HTTP Warning headers (the API server refuses control characters) to
     # terminals (escape codes, bidi overrides): clean_text removes both.
-    cleaned = (clean_text(w) for w in warnings if w)
-    unique = list(dict.fromkeys(_shorten(w, MAX_WARNING_CHARS) for w in cleaned if w))
-    sizes = [len(w.encode()) for w in unique]
-    if len(unique) <= MAX_WARNINGS and sum(sizes) <= MAX_WARNINGS_BYTES:
+    # One pass: clean, drop the empty, shorten, keep the first of equal ones, add up sizes.
+    seen: dict[str, None] = {}
+    total = 0
+    for warning in warnings:
+        if not warning:
+            continue
+        text = clean_text(warning)
+        if not text:
+            continue
+        if len(text) > MAX_WARNING_CHARS:
+            text = _shorten(text, MAX_WARNING_CHARS)
+        if text not in seen:
+            seen[text] = None
+            total += len(text) if text.isascii() else len(text.encode())
+    unique = list(seen)
+    if len(unique) <= MAX_WARNINGS and total <= MAX_WARNINGS_BYTES:
         return unique
+    sizes = [len(w.encode()) for w in unique]
     kept: list[str] = []
     used = 0
     # The summary line is ASCII and short; 200 bytes keeps it inside the budget.
@@ -213,6 +226,63 @@ def build_response(
         response["patch"] = base64.b64encode(dumps(list(patch))).decode("ascii")
     if warnings:
         response["warnings"] = limit_warnings(warnings)
+    return {"apiVersion": api_version, "kind": "AdmissionReview", "response": response}
+
+
+class Allowed(NamedTuple):
+    """An allowed answer before it is encoded (encode_allowed): its JSON patch in base64
+    (empty: none) and its warnings, limited (limit_warnings)."""
+
+    patch: bytes
+    # None: the decision had none (a list emptied by limit_warnings is still written).
+    warnings: list[str] | None
+
+
+ALLOWED = Allowed(b"", None)
+# What dumps writes before the uid of an answer, per apiVersion (both plain ASCII constants).
+_HEADS = {
+    version: b'{"apiVersion":"'
+    + version.encode()
+    + b'","kind":"AdmissionReview","response":{"uid":'
+    for version in SUPPORTED_API_VERSIONS
+}
+
+
+def allowed(
+    patch: Sequence[Mapping[str, Any]] | None = None,
+    warnings: Sequence[str] = (),
+    dumps: Dumps = std_dumps,
+) -> Allowed:
+    """An allowed answer's parts: what build_response computes for it (patch and warnings)."""
+    if not patch and not warnings:
+        return ALLOWED
+    encoded = base64.b64encode(dumps(list(patch))) if patch else b""
+    return Allowed(encoded, limit_warnings(warnings) if warnings else None)
+
+
+def encode_allowed(api_version: str, uid: str, answer: Allowed, dumps: Dumps = std_dumps) -> bytes:
+    """The bytes `dumps(build_response(...))` writes for this allowed answer, without building
+    the dicts and re-encoding the base64 patch."""
+    head = _HEADS.get(api_version)
+    if head is None:
+        return dumps(allowed_dict(api_version, uid, answer))
+    parts = [head, dumps(uid), b',"allowed":true']
+    if answer.patch:
+        parts += (b',"patchType":"JSONPatch","patch":"', answer.patch, b'"')
+    if answer.warnings is not None:
+        parts += (b',"warnings":', dumps(answer.warnings))
+    parts.append(b"}}")
+    return b"".join(parts)
+
+
+def allowed_dict(api_version: str, uid: str, answer: Allowed) -> dict[str, Any]:
+    """The answer encode_allowed writes, as build_response builds it."""
+    response: dict[str, Any] = {"uid": uid, "allowed": True}
+    if answer.patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = answer.patch.decode("ascii")
+    if answer.warnings is not None:
+        response["warnings"] = answer.warnings
     return {"apiVersion": api_version, "kind": "AdmissionReview", "response": response}
 
 

@@ -14,6 +14,7 @@ from aiohttp import web
 from webhook.admission.decisions import DecisionCache
 from webhook.admission.jsoncodec import JsonCodec
 from webhook.admission.metrics import Metrics
+from webhook.admission.reviews import Allowed
 from webhook.core.config.model import WebhookConfig
 from webhook.core.evaluation.evaluate import Decision
 from webhook.registry.resolver import ImageResolver
@@ -68,7 +69,8 @@ STATE = web.AppKey("state", WebhookState)
 
 
 class Outcome(NamedTuple):
-    response: dict[str, Any]
+    # A denial's AdmissionReview, or an allowed answer not yet encoded (reviews.encode_allowed).
+    response: dict[str, Any] | Allowed
     result: str  # allowed | patched | denied | error
     mutations: int
     warnings: int
