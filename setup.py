@@ -77,6 +77,14 @@ COMPILED = [
     # (what compiling them saved was within this VM's noise; docs/benchmarks.md).
     "webhook/admission/decisions.py",
     "webhook/admission/reviews.py",
+    "webhook/admission/body.py",
+    "webhook/admission/decide.py",
+    "webhook/admission/endpoints.py",
+    "webhook/admission/jsoncodec.py",
+    "webhook/admission/logs.py",
+    "webhook/admission/review_counts.py",
+    "webhook/admission/review_handler.py",
+    "webhook/admission/state.py",
 ]
 
 if os.environ.get("GPU_WEBHOOK_COMPILE") == "1":

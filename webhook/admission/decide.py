@@ -102,16 +102,14 @@ async def decide(
         what = _what(req)
         # The object does not have the shape its kind requires: say so, as the API server would.
         return Outcome(denied_response(req, f"cannot evaluate {what}: {exc}"), "denied", 0, 0)
-    except Exception as exc:
+    except Exception as error:  # not `exc`: mypyc types one name per async function (above)
         what = _what(req)
         # A 403 denial like any other (SPEC §7: a well-formed review never yields a 500); the
         # message says it is the webhook's fault, and failurePolicy does not apply to denials.
         log.error(
             "internal error evaluating %s (uid %s)\n%s", what, req.uid, traceback.format_exc()
         )
-        message = (
-            f"internal error evaluating {what}: {type(exc).__name__}: {exc}; see the webhook logs"
-        )
+        message = f"internal error evaluating {what}: {type(error).__name__}: {error}; see the webhook logs"
         return Outcome(denied_response(req, message), "error", 0, 0, cacheable=False)
     # An answer that waited on a registry depends on its cache's age, not only on the body.
     cacheable = not (decision.unresolved_images and state.images is not None)

@@ -67,15 +67,16 @@ def make_review_handler(
                     return _cached(state, endpoint, hit, split[1], start)
         try:
             data = state.codec.loads(body)
+        # Each except names its own variable: mypyc gives a name one type per async function.
         except (ValueError, RecursionError) as exc:
             # orjson.JSONDecodeError and json.JSONDecodeError are ValueErrors; so is bad UTF-8.
             state.metrics.rejected.labels(endpoint, "400").inc()
             return plain(400, f"request body is not valid JSON: {exc}")
         try:
             req = decode_review(data)
-        except ReviewDecodeError as exc:
+        except ReviewDecodeError as bad:
             state.metrics.rejected.labels(endpoint, "400").inc()
-            return plain(400, f"request body is not an AdmissionReview: {exc}")
+            return plain(400, f"request body is not an AdmissionReview: {bad}")
         normal = None
         if cache is not None:
             normal = _normalized_key(state, endpoint, req, data)
@@ -90,11 +91,11 @@ def make_review_handler(
                 payload = encode_allowed(req.api_version, req.uid, response, state.codec.dumps)
             else:
                 payload = state.codec.dumps(response)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError) as unencodable:
             # Unreachable for well-formed decisions; kept so an encoder surprise is a denial.
-            log.error("cannot encode the response for uid %s: %s", req.uid, exc)
+            log.error("cannot encode the response for uid %s: %s", req.uid, unencodable)
             outcome = Outcome(
-                denied_response(req, f"internal error encoding the response: {exc}"),
+                denied_response(req, f"internal error encoding the response: {unencodable}"),
                 "error",
                 0,
                 0,

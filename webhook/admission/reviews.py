@@ -52,6 +52,36 @@ class AdmissionRequest:
     old_object: Mapping[str, Any] | None
     username: str
 
+    # Written out, as the core's per-review classes do (workloads/pods.ContainerRef says why):
+    # mypyc compiles it, the one @dataclass generates stays interpreted (issue 40).
+    def __init__(
+        self,
+        api_version: str,
+        uid: str,
+        kind: str,
+        group: str,
+        operation: str,
+        namespace: str,
+        name: str,
+        object: Mapping[str, Any] | None,
+        dry_run: bool,
+        sub_resource: str,
+        old_object: Mapping[str, Any] | None,
+        username: str,
+    ) -> None:
+        self.api_version = api_version
+        self.uid = uid
+        self.kind = kind
+        self.group = group
+        self.operation = operation
+        self.namespace = namespace
+        self.name = name
+        self.object = object
+        self.dry_run = dry_run
+        self.sub_resource = sub_resource
+        self.old_object = old_object
+        self.username = username
+
     @property
     def ref(self) -> str:
         """`namespace/name` for logs and messages (name may be a generateName prefix)."""
