@@ -203,3 +203,70 @@ def test_a_normal_mount_path_is_kept_as_normpath_would() -> None:
         if _normpath(p) != "/" + posixpath.normpath("/" + p.strip()).lstrip("/")
     }
     assert wrong == {}
+
+
+# The admission layer's modules a /mutate or /validate review runs, around the core (issue 40):
+# all compiled (setup.py). app.py (building the app), runner.py, lifecycle.py, gauges.py,
+# metrics.py and limits.py run at start-up or on a scrape, never per review.
+ADMISSION_PATH = {
+    f"webhook/admission/{m}.py"
+    for m in (
+        "body",
+        "decide",
+        "decisions",
+        "endpoints",
+        "jsoncodec",
+        "logs",
+        "review_counts",
+        "review_handler",
+        "reviews",
+        "state",
+    )
+}
+
+
+def test_every_admission_module_a_review_runs_is_compiled() -> None:
+    assert sorted(ADMISSION_PATH - compiled_list()) == []
+
+
+def test_no_admission_object_of_a_review_takes_a_generated_constructor() -> None:
+    # A review's AdmissionRequest (decode_review) and Outcome (decide): neither the __init__
+    # @dataclass generates nor a NamedTuple's __new__, both code compiled from a string.
+    from webhook.admission.reviews import ALLOWED, decode_review  # noqa: PLC0415
+    from webhook.admission.state import Outcome  # noqa: PLC0415
+
+    body = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "u-1",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "operation": "CREATE",
+            "namespace": "ml",
+            "object": pod(container("train", "busybox:1.36", limits={GPU: "1"})),
+        },
+    }
+    generated: set[str] = set()
+
+    def profile(frame: FrameType, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code.co_filename == "<string>":
+            made = frame.f_locals.get("self", frame.f_locals.get("_cls"))
+            cls = made if isinstance(made, type) else type(made)
+            generated.add(f"{cls.__module__}.{cls.__qualname__}")
+
+    sys.setprofile(profile)
+    try:
+        req = decode_review(body)
+        outcome = Outcome(ALLOWED, "allowed", 0, 0)
+    finally:
+        sys.setprofile(None)
+    assert sorted(g for g in generated if g.startswith("webhook.")) == []
+    # What the handler reads of them.
+    assert (req.uid, req.kind, req.namespace, req.operation, req.ref) == (
+        "u-1",
+        "Pod",
+        "ml",
+        "CREATE",
+        "ml/train",
+    )
+    assert (outcome.result, outcome.cacheable, outcome.placements) == ("allowed", True, ())
