@@ -20,6 +20,8 @@ from types import FrameType
 from typing import Any
 
 from tests.helpers import GPU, VCORE, container, pod, standard_policies, workload
+from webhook.admission.reviews import ALLOWED, decode_review
+from webhook.admission.state import Outcome
 from webhook.core.access.control import _normpath
 from webhook.core.config.model import WebhookConfig, load_config
 from webhook.core.evaluation.evaluate import evaluate
@@ -232,9 +234,6 @@ def test_every_admission_module_a_review_runs_is_compiled() -> None:
 def test_no_admission_object_of_a_review_takes_a_generated_constructor() -> None:
     # A review's AdmissionRequest (decode_review) and Outcome (decide): neither the __init__
     # @dataclass generates nor a NamedTuple's __new__, both code compiled from a string.
-    from webhook.admission.reviews import ALLOWED, decode_review  # noqa: PLC0415
-    from webhook.admission.state import Outcome  # noqa: PLC0415
-
     body = {
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",

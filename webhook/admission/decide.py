@@ -109,7 +109,8 @@ async def decide(
         log.error(
             "internal error evaluating %s (uid %s)\n%s", what, req.uid, traceback.format_exc()
         )
-        message = f"internal error evaluating {what}: {type(error).__name__}: {error}; see the webhook logs"
+        name = type(error).__name__
+        message = f"internal error evaluating {what}: {name}: {error}; see the webhook logs"
         return Outcome(denied_response(req, message), "error", 0, 0, cacheable=False)
     # An answer that waited on a registry depends on its cache's age, not only on the body.
     cacheable = not (decision.unresolved_images and state.images is not None)
