@@ -293,10 +293,12 @@ def test_a_gpu_pod_from_its_replicaset_gets_cuda_placement(server: RunningServer
     ]
     expected = copy.deepcopy(sent["request"]["object"])
     expected["spec"]["affinity"] = CUDA_12_4_AFFINITY
-    expected["spec"]["volumes"] = [
+    expected["spec"]["volumes"].append(
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}}
-    ]
-    expected["spec"]["containers"][0]["volumeMounts"] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    )
+    expected["spec"]["containers"][0]["volumeMounts"].append(
+        {"name": "dshm", "mountPath": "/dev/shm"}
+    )
     assert jsonpatch.apply_patch(sent["request"]["object"], decode_patch(response)) == expected
     reply, sent = answer_of(server, "/validate", path)
     assert assert_answers(reply, sent, path.name) == {
