@@ -14,7 +14,6 @@ registry); its Nodes are tainted so no other module's pods take them.
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -25,7 +24,7 @@ import pytest
 
 from webhook.core.policies.policyset import PolicySet
 
-from .conftest import Cluster, api_error
+from .conftest import Cluster, api_error, kapi_nodes
 from .test_e2e_admission import call
 from .test_e2e_scheduling import create, scheduled, serving, workload
 
@@ -70,29 +69,15 @@ def scheduler(cluster: Cluster) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def nodes(core: Any, cluster: Cluster, scheduler: dict[str, str]) -> Iterator[dict[str, str]]:
     """arch -> Node name: one amd64 and one arm64 GPU node (CUDA 12.4, 16 GPUs, RDMA)."""
-    env = {
-        **os.environ,
-        "KUBECONFIG": str(cluster.kubeconfig),
-        "PATH": f"{scheduler['bin']}:{os.environ.get('PATH', '')}",
-    }
-    made: dict[str, str] = {}
-    try:
-        for arch in ("amd64", "arm64"):
-            name = f"gaw-rf-{RUN}-{arch}"
-            subprocess.run(
-                ["bash", str(Path(scheduler["tools"]) / "node.sh"), name,
-                 "cuda-major-version=12", "cuda-minor-version=4", f"gaw-rf={RUN}",
-                 "--capacity", f"nvidia.com/gpu=16,{RDMA}=16",
-                 "--taint", f"{TAINT}={RUN}:NoSchedule"],
-                check=True, env=env, capture_output=True, timeout=60,
-            )  # fmt: skip
-            made[arch] = name
+    labels = {"cuda-major-version": "12", "cuda-minor-version": "4", "gaw-rf": RUN}
+    specs = dict.fromkeys(("amd64", "arm64"), (labels, f"nvidia.com/gpu=16,{RDMA}=16"))
+    with kapi_nodes(
+        core, cluster, scheduler, specs, prefix=f"gaw-rf-{RUN}", taint=f"{TAINT}={RUN}:NoSchedule"
+    ) as made:
+        for arch, name in made.items():
             # node.sh labels every node amd64 (a kubelet sets it from GOARCH).
             core.patch_node(name, {"metadata": {"labels": {"kubernetes.io/arch": arch}}})
         yield made
-    finally:
-        for name in made.values():
-            core.delete_node(name)
 
 
 @pytest.fixture(scope="module")
