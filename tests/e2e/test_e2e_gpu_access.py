@@ -118,7 +118,8 @@ def test_a_privileged_pod_and_a_cdi_annotation(
     if mode == "off":
         pytest.skip("the webhook runs with gpuAccess.mode: off")
     expected = expected_for(pod, namespace, policies, webhook_config, None)
-    starts = f"Pod {namespace}/{pod['metadata']['name']}, "
+    # Two findings (the privileged container, the CDI annotation): the message lists them.
+    starts = f"Pod {namespace}/{pod['metadata']['name']}: 2 GPU policy violations:"
     admitted = _judged(
         mode, expected, starts, core.create_namespaced_pod, namespace, pod, dry_run="All"
     )

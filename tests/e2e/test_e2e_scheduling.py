@@ -561,7 +561,9 @@ def test_pinned_pods_under_forward_compatibility_and_deny(
             apps.delete_namespaced_daemon_set(app, namespace)
         create_pod = core.create_namespaced_pod
         created, shown = call(create_pod, namespace, _pinned_pod(gpu_nodes["a100"], ENV_12_8))
-        assert created["spec"]["nodeName"] == gpu_nodes["a100"] and shown == []
+        assert created["spec"]["nodeName"] == gpu_nodes["a100"]
+        # No CUDA warning; the /dev/shm fix (on by default) says what it mounted.
+        assert shown == ['mounted a 16Gi memory-backed /dev/shm in container "main" (shm fix)']
         core.delete_namespaced_pod(created["metadata"]["name"], namespace, grace_period_seconds=0)
         # Without the image's declaration: the CUDA rule alone, and the 12.2 driver is denied.
         message = denial(create_pod, namespace, _pinned_pod(gpu_nodes["a100"], None), dry_run="All")
