@@ -203,6 +203,47 @@ def run(
     )
 
 
+# The /dev/shm runtime fix is on by default (issue 39): every accelerator pod that mounts nothing
+# at /dev/shm gets a `dshm` volume, its mount and one warning line. Tests of another rule (CUDA
+# placement, env fixes, resources, workload kinds, ...) compare whole objects, patches and warning
+# tuples, and a pod with nothing to do for that rule must show no change: they evaluate without
+# the shm rule, through these helpers, and say so at the top of the module. What the rule adds
+# with the shipped config is asserted in test_runtime_fixes.py, the CLI, audit and admission tests.
+def without_shm(config: WebhookConfig | None = None) -> WebhookConfig:
+    """`config` (default: the shipped one) with the /dev/shm fix switched off."""
+    config = config or WebhookConfig()
+    fixes = config.runtime_fixes
+    shm = fixes.shm.model_copy(update={"enabled": False})
+    return config.model_copy(update={"runtime_fixes": fixes.model_copy(update={"shm": shm})})
+
+
+def load_without_shm(source: Any) -> WebhookConfig:
+    """load_config(source) with the /dev/shm fix switched off (see `without_shm`)."""
+    from webhook.core.config.model import load_config
+
+    return without_shm(load_config(source))
+
+
+def run_without_shm(
+    obj: Mapping[str, Any],
+    policy_set: PolicySet | None = None,
+    config: WebhookConfig | None = None,
+    **kw: Any,
+) -> Decision:
+    """run() with the /dev/shm fix switched off (see `without_shm`)."""
+    return run(obj, policy_set, without_shm(config), **kw)
+
+
+def assert_idempotent_without_shm(
+    decision: Decision,
+    policy_set: PolicySet | None = None,
+    config: WebhookConfig | None = None,
+    **kw: Any,
+) -> None:
+    """assert_idempotent() with the /dev/shm fix switched off (see `without_shm`)."""
+    assert_idempotent(decision, policy_set, without_shm(config), **kw)
+
+
 def apply(decision: Decision) -> dict[str, Any]:
     """The object the API server would store: the original with decision.patch applied."""
     assert decision.original is not None

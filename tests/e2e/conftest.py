@@ -17,10 +17,12 @@ import base64
 import json
 import os
 import ssl
+import subprocess
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -100,6 +102,42 @@ def cluster(pytestconfig: pytest.Config) -> Iterator[Cluster]:
 @pytest.fixture(autouse=True)
 def _require_cluster(cluster: Cluster) -> None:
     """Every e2e test needs the cluster (and is skipped, with the reason, without one)."""
+
+
+@contextmanager
+def kapi_nodes(
+    core: Any,
+    cluster: Cluster,
+    scheduler: Mapping[str, str],
+    nodes: Mapping[str, tuple[Mapping[str, str], str]],
+    *,
+    prefix: str,
+    taint: str,
+) -> Iterator[dict[str, str]]:
+    """short name -> Node name: for each `short: (labels, capacity)` a Node `{prefix}-{short}`
+    made by the kapi tools' node.sh (schedulable, Ready, that extended-resource capacity, no
+    kubelet), tainted with `taint` (KEY=VALUE:EFFECT) so only pods that tolerate it land there;
+    deleted on exit. `scheduler`: the module's fixture (`tools`, `bin` from scripts/e2e-kapi.sh)."""
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(cluster.kubeconfig),
+        "PATH": f"{scheduler['bin']}:{os.environ.get('PATH', '')}",
+    }
+    names: dict[str, str] = {}
+    try:
+        for short, (labels, capacity) in nodes.items():
+            name = f"{prefix}-{short}"
+            subprocess.run(
+                ["bash", str(Path(scheduler["tools"]) / "node.sh"), name,
+                 *[f"{k}={v}" for k, v in labels.items()],
+                 "--capacity", capacity, "--taint", taint],
+                check=True, env=env, capture_output=True, timeout=60,
+            )  # fmt: skip
+            names[short] = name
+        yield names
+    finally:
+        for name in names.values():
+            core.delete_node(name)
 
 
 @pytest.fixture(scope="session")

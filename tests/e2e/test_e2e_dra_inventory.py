@@ -13,10 +13,8 @@ GPU capacity, tainted) are selected by a label of this module only.
 from __future__ import annotations
 
 import os
-import subprocess
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,7 +23,7 @@ from webhook.core.base.versions import CudaVersion
 from webhook.core.config.model import WebhookConfig
 from webhook.core.placement.dra import DraNode
 
-from .conftest import Cluster, InventoryReader, cluster_slices, synced_inventory
+from .conftest import Cluster, InventoryReader, cluster_slices, kapi_nodes, synced_inventory
 from .test_e2e_scheduling import create, scheduled, workload
 
 pytestmark = pytest.mark.e2e
@@ -87,42 +85,29 @@ def dra_nodes(core: Any, cluster: Cluster, scheduler: dict[str, str]) -> Iterato
     from kubernetes import client
 
     custom = client.CustomObjectsApi(core.api_client)
-    env = {
-        **os.environ,
-        "KUBECONFIG": str(cluster.kubeconfig),
-        "PATH": f"{scheduler['bin']}:{os.environ.get('PATH', '')}",
+    specs: dict[str, tuple[dict[str, str], str]] = {
+        **{short: ({SELECT: RUN}, "nvidia.com/gpu=8") for short in NODES},
+        **{short: ({SELECT: RUN}, "amd.com/gpu=8") for short in AMD_NODES},
     }
-    names: dict[str, str] = {}
     slices: list[str] = []
-    try:
-        for short, (cuda, compute) in NODES.items():
-            name = f"gaw-dra-{RUN}-{short}"
-            subprocess.run(
-                ["bash", str(Path(scheduler["tools"]) / "node.sh"), name, f"{SELECT}={RUN}",
-                 "--capacity", "nvidia.com/gpu=8", "--taint", f"{TAINT}={RUN}:NoSchedule"],
-                check=True, env=env, capture_output=True, timeout=60,
-            )  # fmt: skip
-            names[short] = name
-            body = _slice(name, cuda, compute)
-            custom.create_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", body)
-            slices.append(body["metadata"]["name"])
-        for short, version in AMD_NODES.items():
-            name = f"gaw-dra-{RUN}-{short}"
-            subprocess.run(
-                ["bash", str(Path(scheduler["tools"]) / "node.sh"), name, f"{SELECT}={RUN}",
-                 "--capacity", "amd.com/gpu=8", "--taint", f"{TAINT}={RUN}:NoSchedule"],
-                check=True, env=env, capture_output=True, timeout=60,
-            )  # fmt: skip
-            names[short] = name
-            body = _amd_slice(name, version)
-            custom.create_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", body)
-            slices.append(body["metadata"]["name"])
-        yield names
-    finally:
-        for sliced in slices:
-            custom.delete_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", sliced)
-        for name in names.values():
-            core.delete_node(name)
+    with kapi_nodes(
+        core, cluster, scheduler, specs, prefix=f"gaw-dra-{RUN}", taint=f"{TAINT}={RUN}:NoSchedule"
+    ) as names:
+        try:
+            for short, (cuda, compute) in NODES.items():
+                body = _slice(names[short], cuda, compute)
+                custom.create_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", body)
+                slices.append(body["metadata"]["name"])
+            for short, version in AMD_NODES.items():
+                body = _amd_slice(names[short], version)
+                custom.create_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", body)
+                slices.append(body["metadata"]["name"])
+            yield names
+        finally:
+            for sliced in slices:
+                custom.delete_cluster_custom_object(
+                    "resource.k8s.io", "v1", "resourceslices", sliced
+                )
 
 
 def _amd_slice(node: str, version: str) -> dict[str, Any]:

@@ -71,6 +71,20 @@ def _mode(config: WebhookConfig) -> str:
     return config.gpu_access.mode
 
 
+def _judged(
+    mode: str, expected: Any, starts: str, method: Any, *args: Any, **kw: Any
+) -> tuple[dict[str, Any], list[str]] | None:
+    """A request through the access entry, as the webhook's mode says (every test below): under
+    `enforce` it is denied with the core's exact message, which starts with `starts` (None is
+    returned); under `warn` it is admitted: the object and the warnings shown are returned."""
+    if mode == "enforce":
+        message = denial(method, *args, **kw)
+        assert message == expected.denial_message()
+        assert message.startswith(starts)
+        return None
+    return call(method, *args, **kw)
+
+
 def test_a_pod_setting_nvidia_visible_devices_without_a_gpu_request(
     core: Any, namespace: str, policies: PolicySet, webhook_config: WebhookConfig
 ) -> None:
@@ -83,13 +97,12 @@ def test_a_pod_setting_nvidia_visible_devices_without_a_gpu_request(
         'container "app" sets NVIDIA_VISIBLE_DEVICES=all but requests no GPU: '
         "request nvidia.com/gpu or set it to void"
     )
-    if mode == "enforce":
-        assert not expected.allowed
-        message = denial(core.create_namespaced_pod, namespace, pod)
-        assert message == expected.denial_message()
-        assert message.startswith(f"Pod {namespace}/{pod['metadata']['name']}, {text}.")
+    assert expected.allowed == (mode != "enforce")
+    starts = f"Pod {namespace}/{pod['metadata']['name']}, {text}."
+    admitted = _judged(mode, expected, starts, core.create_namespaced_pod, namespace, pod)
+    if admitted is None:
         return
-    created, shown = call(core.create_namespaced_pod, namespace, pod)
+    created, shown = admitted
     assert text in shown
     assert created["spec"]["containers"][0]["env"] == [
         {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}
@@ -105,12 +118,14 @@ def test_a_privileged_pod_and_a_cdi_annotation(
     if mode == "off":
         pytest.skip("the webhook runs with gpuAccess.mode: off")
     expected = expected_for(pod, namespace, policies, webhook_config, None)
-    if mode == "enforce":
-        assert denial(core.create_namespaced_pod, namespace, pod, dry_run="All") == (
-            expected.denial_message()
-        )
+    # Two findings (the privileged container, the CDI annotation): the message lists them.
+    starts = f"Pod {namespace}/{pod['metadata']['name']}: 2 GPU policy violations:"
+    admitted = _judged(
+        mode, expected, starts, core.create_namespaced_pod, namespace, pod, dry_run="All"
+    )
+    if admitted is None:
         return
-    _, shown = call(core.create_namespaced_pod, namespace, pod, dry_run="All")
+    _, shown = admitted
     assert list(expected.warnings) == [w for w in shown if w in expected.warnings]
     assert len(expected.warnings) == 2
 
@@ -273,23 +288,22 @@ def test_a_pod_update_swapping_busybox_for_a_cuda_image(
     new = json.loads(json.dumps(old))
     new["spec"]["containers"][0]["image"] = CUDA_IMAGE
     expected = _expected_update(new, old, namespace, policies, webhook_config)
-    if mode == "enforce" and not _void_or_denied(old["spec"]["containers"][0]):
-        assert not expected.allowed
-        message = denial(
-            core.patch_namespaced_pod, name, namespace, patch, _content_type=JSON_PATCH
-        )
-        assert message == expected.denial_message()
-        assert message.startswith(
-            f'Pod {namespace}/{name}, container "app" changes its image while its device '
-            "variables are not void: recreate the pod"
-        )
+    # Under enforce the swap is denied unless the container's device variables are void already.
+    denied = mode == "enforce" and not _void_or_denied(old["spec"]["containers"][0])
+    assert expected.allowed != denied
+    starts = (
+        f'Pod {namespace}/{name}, container "app" changes its image while its device '
+        "variables are not void: recreate the pod"
+    )
+    admitted = _judged(
+        "enforce" if denied else "warn", expected, starts,
+        core.patch_namespaced_pod, name, namespace, patch, _content_type=JSON_PATCH,
+    )  # fmt: skip
+    if admitted is None:
         stored = core.read_namespaced_pod(name, namespace)
         assert stored.spec.containers[0].image == "busybox:1.36"
         return
-    updated, shown = call(
-        core.patch_namespaced_pod, name, namespace, patch, _content_type=JSON_PATCH
-    )
-    assert expected.allowed
+    updated, shown = admitted
     assert updated["spec"]["containers"][0]["image"] == CUDA_IMAGE
     assert [w for w in shown if w in expected.warnings] == list(expected.warnings)
     if mode == "enforce":
@@ -357,26 +371,16 @@ def test_a_sysadmin_debug_container_is_denied_under_enforce(
         new, old, namespace, policies, webhook_config, "ephemeralcontainers"
     )
     text = 'ephemeral container "debugger" is privileged but requests no GPU'
-    if mode == "enforce":
-        message = denial(
-            core.patch_namespaced_pod_ephemeralcontainers,
-            name,
-            namespace,
-            patch,
-            _content_type=JSON_PATCH,
-        )
-        assert message == expected.denial_message()
-        assert message.startswith(f"Pod {namespace}/{name}, {text}")
+    admitted = _judged(
+        mode, expected, f"Pod {namespace}/{name}, {text}",
+        core.patch_namespaced_pod_ephemeralcontainers, name, namespace, patch,
+        _content_type=JSON_PATCH,
+    )  # fmt: skip
+    if admitted is None:
         stored = core.read_namespaced_pod(name, namespace)
         assert not stored.spec.ephemeral_containers
         return
-    updated, shown = call(
-        core.patch_namespaced_pod_ephemeralcontainers,
-        name,
-        namespace,
-        patch,
-        _content_type=JSON_PATCH,
-    )
+    updated, shown = admitted
     assert updated["spec"]["ephemeralContainers"][0]["securityContext"] == {"privileged": True}
     assert any(w.startswith(text) for w in shown), shown
 
@@ -408,13 +412,12 @@ def test_a_pod_padded_with_100000_env_entries_still_reaches_the_webhook(
     )
     expected = expected_for(pod, namespace, policies, webhook_config, None)
     # A dry run: the point is admission, and etcd need not store a 1.6 MB pod.
-    if mode == "enforce":
-        message = denial(core.create_namespaced_pod, namespace, pod, dry_run="All")
-        assert message == expected.denial_message()
-        assert message.startswith(f"Pod {namespace}/{pod['metadata']['name']}, {text}.")
-        return
-    _, shown = call(core.create_namespaced_pod, namespace, pod, dry_run="All")
-    assert text in shown
+    starts = f"Pod {namespace}/{pod['metadata']['name']}, {text}."
+    admitted = _judged(
+        mode, expected, starts, core.create_namespaced_pod, namespace, pod, dry_run="All"
+    )
+    if admitted is not None:
+        assert text in admitted[1]
 
 
 # Other vendors' routes (SPEC §12, §13), each through the chart's access entry: the exact denial
@@ -451,10 +454,9 @@ def test_another_vendors_route_without_a_request(
         pod["spec"]["volumes"] = [{"name": "dev", "hostPath": {"path": host_path}}]
     expected = expected_for(pod, namespace, policies, webhook_config, None)
     assert expected.access, "the core finds no route: the case is wrong"
-    if mode == "enforce":
-        message = denial(core.create_namespaced_pod, namespace, pod, dry_run="All")
-        assert message == expected.denial_message()
-        assert message.startswith(f"Pod {namespace}/{pod['metadata']['name']}, ")
-        return
-    _, shown = call(core.create_namespaced_pod, namespace, pod, dry_run="All")
-    assert expected.warnings and set(expected.warnings) <= set(shown)
+    starts = f"Pod {namespace}/{pod['metadata']['name']}, "
+    admitted = _judged(
+        mode, expected, starts, core.create_namespaced_pod, namespace, pod, dry_run="All"
+    )
+    if admitted is not None:
+        assert expected.warnings and set(expected.warnings) <= set(admitted[1])

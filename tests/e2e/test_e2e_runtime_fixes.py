@@ -1,17 +1,19 @@
 """Runtime fixes on the real API server and scheduler (issue 39, SPEC §14): an amd64-only image in
 a cluster of amd64 and arm64 GPU nodes is bound to amd64, a multi-arch one to either; /dev/shm
 and IPC_LOCK are in the stored pod; Pod Security `restricted` and `baseline` namespaces admit
-every pod the webhook mutated (the API server runs PodSecurity admission: checked here).
+every pod the webhook mutated (the API server runs PodSecurity admission: checked here); a
+PyTorch DDP Job or Deployment gets its /dev/shm from the shipped config (the rule is on by
+default) in the pods the controllers create.
 
 Needs KAPI_CONTROLLERS=1 scripts/e2e-kapi.sh (the real scheduler; a webhook registered by URL).
 A webhook with this module's config runs in place of the session's one (test_e2e_scheduling's
-`serving`); its Nodes are tainted so no other module's pods take them.
+`serving`): the shipped defaults plus an `architecture.images` table (the images here are in no
+registry); its Nodes are tainted so no other module's pods take them.
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -22,9 +24,9 @@ import pytest
 
 from webhook.core.policies.policyset import PolicySet
 
-from .conftest import Cluster, api_error
+from .conftest import Cluster, api_error, kapi_nodes
 from .test_e2e_admission import call
-from .test_e2e_scheduling import serving
+from .test_e2e_scheduling import create, scheduled, serving, workload
 
 pytestmark = pytest.mark.e2e
 
@@ -32,9 +34,9 @@ RUN = uuid.uuid4().hex[:6]
 TAINT = "gaw-rf-only"
 RDMA = "rdma/hca_shared_devices_a"
 AMD64_ONLY, MULTI = "registry.local/ml/amd64-only-trainer:1.0", "registry.local/ml/multi-arch:1.0"
+# /dev/shm and RDMA as shipped (WebhookConfig's defaults, the chart's values): not set here.
 SETTINGS: dict[str, Any] = {
     "runtimeFixes": {
-        "shm": {"enabled": True},
         "architecture": {
             "images": [
                 {"image": "amd64-only", "architectures": ["amd64"]},
@@ -66,30 +68,16 @@ def scheduler(cluster: Cluster) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def nodes(core: Any, cluster: Cluster, scheduler: dict[str, str]) -> Iterator[dict[str, str]]:
-    """arch -> Node name: one amd64 and one arm64 GPU node (CUDA 12.4, 8 GPUs, RDMA)."""
-    env = {
-        **os.environ,
-        "KUBECONFIG": str(cluster.kubeconfig),
-        "PATH": f"{scheduler['bin']}:{os.environ.get('PATH', '')}",
-    }
-    made: dict[str, str] = {}
-    try:
-        for arch in ("amd64", "arm64"):
-            name = f"gaw-rf-{RUN}-{arch}"
-            subprocess.run(
-                ["bash", str(Path(scheduler["tools"]) / "node.sh"), name,
-                 "cuda-major-version=12", "cuda-minor-version=4", f"gaw-rf={RUN}",
-                 "--capacity", f"nvidia.com/gpu=8,{RDMA}=8",
-                 "--taint", f"{TAINT}={RUN}:NoSchedule"],
-                check=True, env=env, capture_output=True, timeout=60,
-            )  # fmt: skip
-            made[arch] = name
+    """arch -> Node name: one amd64 and one arm64 GPU node (CUDA 12.4, 16 GPUs, RDMA)."""
+    labels = {"cuda-major-version": "12", "cuda-minor-version": "4", "gaw-rf": RUN}
+    specs = dict.fromkeys(("amd64", "arm64"), (labels, f"nvidia.com/gpu=16,{RDMA}=16"))
+    with kapi_nodes(
+        core, cluster, scheduler, specs, prefix=f"gaw-rf-{RUN}", taint=f"{TAINT}={RUN}:NoSchedule"
+    ) as made:
+        for arch, name in made.items():
             # node.sh labels every node amd64 (a kubelet sets it from GOARCH).
             core.patch_node(name, {"metadata": {"labels": {"kubernetes.io/arch": arch}}})
         yield made
-    finally:
-        for name in made.values():
-            core.delete_node(name)
 
 
 @pytest.fixture(scope="module")
@@ -143,22 +131,16 @@ def fixing(
         yield f"https://127.0.0.1:{int(scheduler['port']) + 7}", directory / "ca.crt"
 
 
-def _pod(image: str = AMD64_ONLY, *, rdma: bool = True, restricted: bool = False) -> dict[str, Any]:
-    limits = {"nvidia.com/gpu": "1", **({RDMA: "1"} if rdma else {})}
-    container: dict[str, Any] = {
-        "name": "trainer",
-        "image": image,
-        "command": ["sleep", "3600"],
-        "env": [{"name": "CUDA_VERSION", "value": "12.4.1"}],
-        "resources": {"limits": limits},
-    }
+def _spec(container: dict[str, Any], *, restricted: bool) -> dict[str, Any]:
+    """A pod spec on this module's nodes running `container`; `restricted`: one that Pod Security
+    `restricted` admits (k8s.io/pod-security-admission policy: runAsNonRoot, seccompProfile
+    RuntimeDefault, capabilities drop ALL, allowPrivilegeEscalation false)."""
     spec: dict[str, Any] = {
         "nodeSelector": {"gaw-rf": RUN},
         "tolerations": [{"key": TAINT, "operator": "Equal", "value": RUN, "effect": "NoSchedule"}],
         "containers": [container],
     }
     if restricted:
-        # What Pod Security `restricted` requires of a pod (k8s.io/pod-security-admission).
         container["securityContext"] = {
             "allowPrivilegeEscalation": False,
             "capabilities": {"drop": ["ALL"]},
@@ -168,7 +150,20 @@ def _pod(image: str = AMD64_ONLY, *, rdma: bool = True, restricted: bool = False
             "runAsUser": 1000,
             "seccompProfile": {"type": "RuntimeDefault"},
         }
+    return spec
+
+
+def _pod(image: str = AMD64_ONLY, *, rdma: bool = True, restricted: bool = False) -> dict[str, Any]:
+    limits = {"nvidia.com/gpu": "1", **({RDMA: "1"} if rdma else {})}
+    container: dict[str, Any] = {
+        "name": "trainer",
+        "image": image,
+        "command": ["sleep", "3600"],
+        "env": [{"name": "CUDA_VERSION", "value": "12.4.1"}],
+        "resources": {"limits": limits},
+    }
     name = f"rf-{uuid.uuid4().hex[:6]}"
+    spec = _spec(container, restricted=restricted)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
 
 
@@ -278,3 +273,60 @@ def test_inventory_shows_the_namespace_levels(fixing: tuple[str, Path]) -> None:
     assert all(counts.get(level, 0) >= 1 for level in ("privileged", "baseline", "restricted"))
     assert counts.get("unlabelled", 0) >= 1  # default, kube-system, the session's namespace
     assert document["sources"]["Namespace"]["synced"] is True
+
+
+# PyTorch's published runtime image (Docker Hub pytorch/pytorch, tag
+# <torch>-cuda<major.minor>-cudnn<N>-runtime): CUDA 12.4 from its tag, as on these nodes.
+PYTORCH = "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"
+
+
+@pytest.mark.parametrize(
+    ("kind", "level", "memory", "size"),
+    [
+        # No memory limit: the sizeLimit (16Gi); a 24Gi limit: memoryFraction 0.5 of it.
+        ("Job", "privileged", None, "16Gi"),
+        ("Deployment", "baseline", "24Gi", "12Gi"),
+        ("Job", "restricted", "24Gi", "12Gi"),
+    ],
+)
+def test_pytorch_ddp_pod_gets_dev_shm_from_the_shipped_config(
+    fixing: tuple[str, Path], core: Any, apps: Any, namespaces: dict[str, str],
+    nodes: dict[str, str], kind: str, level: str, memory: str | None, size: str,
+) -> None:  # fmt: skip
+    """Issue 39's done condition: a PyTorch DDP pod (torchrun, two GPUs) created through a Job or
+    Deployment has a memory-backed /dev/shm in the STORED pod, with the size the docs promise,
+    is admitted by Pod Security at the namespace's level, and is bound to a GPU node."""
+    from kubernetes import client
+
+    batch, ns = client.BatchV1Api(core.api_client), namespaces[level]
+    limits = {"nvidia.com/gpu": "2", **({"memory": memory} if memory else {})}
+    container: dict[str, Any] = {
+        "name": "trainer",
+        "image": PYTORCH,
+        "command": ["torchrun", "--nproc_per_node=2", "train.py"],
+        "resources": {"limits": limits},
+    }
+    app = f"ddp-{kind.lower()}-{uuid.uuid4().hex[:6]}"
+    template = {
+        "metadata": {"labels": {"app": app}},
+        "spec": _spec(container, restricted=level != "privileged"),
+    }
+    created, warnings = create(
+        kind, workload(kind, app, template), apps=apps, batch=batch, namespace=ns
+    )
+    # The workload itself is not changed (mutateTemplates is off by default); its warnings say
+    # what its pods will get.
+    assert "volumes" not in created["spec"]["template"]["spec"]
+    assert (
+        f'will apply to pods: mounted a {size} memory-backed /dev/shm in container "trainer" '
+        "(shm fix)"
+    ) in warnings
+    # The pod the controller made: admitted by Pod Security after the webhook's patch, stored
+    # with the volume, bound to one of the GPU nodes.
+    ((name, node),) = scheduled(core, ns, app).items()
+    assert node in nodes.values()
+    stored = core.api_client.sanitize_for_serialization(core.read_namespaced_pod(name, ns))
+    assert _shm(stored) == (
+        [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": size}}],
+        [{"name": "dshm", "mountPath": "/dev/shm"}],
+    )

@@ -33,7 +33,7 @@ from webhook.core.config.model import WebhookConfig, load_config
 from webhook.core.evaluation.evaluate import evaluate
 from webhook.core.policies.policyset import PolicySet
 
-from .conftest import ROOT, Cluster, cluster_inventory
+from .conftest import ROOT, Cluster, cluster_inventory, kapi_nodes
 from .test_e2e_admission import admitted_pod, call, denial, expected_for
 
 pytestmark = pytest.mark.e2e
@@ -127,35 +127,23 @@ def gpu_nodes(
     core: Any, cluster: Cluster, scheduler: dict[str, str], namespace: str
 ) -> Iterator[dict[str, str]]:
     """short name -> Node name, made by node.sh with 8 GPUs each."""
-    env = {
-        **os.environ,
-        "KUBECONFIG": str(cluster.kubeconfig),
-        "PATH": f"{scheduler['bin']}:{os.environ.get('PATH', '')}",
-    }
-    names: dict[str, str] = {}
     # Pods other modules left Pending (no node could take them) would be bound to these nodes
     # the moment they appear, before node.sh's taint is set, and take their GPUs: they are
     # done with, so they go first.
     for pod in core.list_namespaced_pod(namespace).items:
         if not pod.spec.node_name:
             core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
-    try:
-        for short, labels in NODES.items():
-            name = f"gaw-sched-{RUN}-{short}"
-            args = [f"{k}={v}" for k, v in labels.items()]
-            args += [f"gaw-sched={RUN}", f"gaw-sched-node={short}"]
-            # Tainted: pods other e2e modules left Pending (unschedulable until now) must not
-            # take these nodes' GPUs; this module's pods tolerate the taint.
-            subprocess.run(
-                ["bash", str(Path(scheduler["tools"]) / "node.sh"), name, *args,
-                 "--capacity", "nvidia.com/gpu=8", "--taint", f"{TAINT_KEY}={RUN}:NoSchedule"],
-                check=True, env=env, capture_output=True, timeout=60,
-            )  # fmt: skip
-            names[short] = name
+    # Tainted: pods other e2e modules left Pending (unschedulable until now) must not take these
+    # nodes' GPUs; this module's pods tolerate the taint.
+    specs = {
+        short: ({**labels, "gaw-sched": RUN, "gaw-sched-node": short}, "nvidia.com/gpu=8")
+        for short, labels in NODES.items()
+    }
+    with kapi_nodes(
+        core, cluster, scheduler, specs, prefix=f"gaw-sched-{RUN}",
+        taint=f"{TAINT_KEY}={RUN}:NoSchedule",
+    ) as names:  # fmt: skip
         yield names
-    finally:
-        for name in names.values():
-            core.delete_node(name)
 
 
 def _ready(url: str, ca: Path) -> bool:
@@ -573,7 +561,9 @@ def test_pinned_pods_under_forward_compatibility_and_deny(
             apps.delete_namespaced_daemon_set(app, namespace)
         create_pod = core.create_namespaced_pod
         created, shown = call(create_pod, namespace, _pinned_pod(gpu_nodes["a100"], ENV_12_8))
-        assert created["spec"]["nodeName"] == gpu_nodes["a100"] and shown == []
+        assert created["spec"]["nodeName"] == gpu_nodes["a100"]
+        # No CUDA warning; the /dev/shm fix (on by default) says what it mounted.
+        assert shown == ['mounted a 16Gi memory-backed /dev/shm in container "main" (shm fix)']
         core.delete_namespaced_pod(created["metadata"]["name"], namespace, grace_period_seconds=0)
         # Without the image's declaration: the CUDA rule alone, and the 12.2 driver is denied.
         message = denial(create_pod, namespace, _pinned_pod(gpu_nodes["a100"], None), dry_run="All")

@@ -20,11 +20,9 @@ by a label of this module only and tainted, so no other module's pod lands on th
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,7 +30,7 @@ import pytest
 from webhook.core.config.model import WebhookConfig
 from webhook.core.policies.policyset import PolicySet
 
-from .conftest import Cluster, cluster_inventory
+from .conftest import Cluster, cluster_inventory, kapi_nodes
 from .test_e2e_admission import call, expected_for
 from .test_e2e_scheduling import create, scheduled, workload
 
@@ -93,27 +91,19 @@ def vendor_nodes(
     core: Any, cluster: Cluster, scheduler: dict[str, str]
 ) -> Iterator[dict[str, str]]:
     """short name -> Node name, made by node.sh with the vendors' labels and devices."""
-    env = {
-        **os.environ,
-        "KUBECONFIG": str(cluster.kubeconfig),
-        "PATH": f"{scheduler['bin']}:{os.environ.get('PATH', '')}",
+    specs = {
+        short: ({**labels, SELECT: RUN, PIN: short}, capacity)
+        for short, (labels, capacity) in NODES.items()
     }
-    names: dict[str, str] = {}
-    try:
-        for short, (labels, capacity) in NODES.items():
-            name = f"gaw-vendor-{RUN}-{short}"
-            args = [f"{k}={v}" for k, v in labels.items()]
-            args += [f"{SELECT}={RUN}", f"{PIN}={short}"]
-            subprocess.run(
-                ["bash", str(Path(scheduler["tools"]) / "node.sh"), name, *args,
-                 "--capacity", capacity, "--taint", f"{TAINT}={RUN}:NoSchedule"],
-                check=True, env=env, capture_output=True, timeout=60,
-            )  # fmt: skip
-            names[short] = name
+    with kapi_nodes(
+        core,
+        cluster,
+        scheduler,
+        specs,
+        prefix=f"gaw-vendor-{RUN}",
+        taint=f"{TAINT}={RUN}:NoSchedule",
+    ) as names:
         yield names
-    finally:
-        for name in names.values():
-            core.delete_node(name)
 
 
 def _pod_spec(image: str, resource: str, node: str | None, env: Any = None) -> dict[str, Any]:

@@ -74,6 +74,19 @@ def apply_patch(obj: dict[str, Any], response: dict[str, Any]) -> dict[str, Any]
     return patched
 
 
+# What the /dev/shm fix (on by default) adds to a pod with an accelerator container "train".
+SHM_NOTE = 'mounted a 16Gi memory-backed /dev/shm in container "train" (shm fix)'
+
+
+def with_shm(obj: dict[str, Any]) -> dict[str, Any]:
+    """`obj` (a pod, its one container) with the /dev/shm fix's volume and mount."""
+    obj["spec"]["containers"][0]["volumeMounts"] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    obj["spec"]["volumes"] = [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}}
+    ]
+    return obj
+
+
 def affinity(major: int, minor_gt: int) -> dict[str, Any]:
     """vGPU: the driver's major equals `major` (Gt/Lt compare integers, SPEC §4)."""
     exprs = [
@@ -109,13 +122,14 @@ def test_mutate_defaults_env_and_affinity_for_a_paddle_vgpu_pod(server: RunningS
     train["resources"]["limits"]["tencent.com/vcuda-memory"] = "8"
     train["env"] = [{"name": "FLAGS_allocator_strategy", "value": "naive_best_fit"}]
     expected["spec"]["affinity"] = affinity(11, 7)
-    assert apply_patch(obj, response) == expected
+    assert apply_patch(obj, response) == with_shm(expected)
     assert response["allowed"] is True
     assert response["warnings"] == [
         'defaulted tencent.com/vcuda-memory=8 in container "train"',
         'set FLAGS_allocator_strategy=naive_best_fit in container "train" '
         "(paddle-on-gpu-manager fix)",
         f"required vGPU nodes with CUDA ≥ 11.8 (image {PADDLE})",
+        SHM_NOTE,
     ]
 
 
@@ -220,6 +234,7 @@ def test_deployment_template_is_not_patched_but_warned(
     assert response["warnings"] == [
         'will apply to pods: defaulted tencent.com/vcuda-memory=8 in container "train"',
         "will apply to pods: required vGPU nodes with CUDA ≥ 12.2 (image nvidia/cuda:12.2.0-base)",
+        f"will apply to pods: {SHM_NOTE}",
     ]
 
 
@@ -334,10 +349,10 @@ def test_shipped_policies_default_vcuda_memory(server: RunningServer, tmp_path: 
         response = server.review("/mutate", admission_review(obj))["response"]
     finally:
         server.store.replace(store_before)
-    # The CUDA affinity is opted out: the default is the only change.
+    # The CUDA affinity is opted out: the default (and /dev/shm) are the only changes.
     expected = copy.deepcopy(obj)
     expected["spec"]["containers"][0]["resources"]["limits"] = {
         "tencent.com/vcuda-core": "100",
         "tencent.com/vcuda-memory": memory["data"]["defaultValue"],
     }
-    assert apply_patch(obj, response) == expected
+    assert apply_patch(obj, response) == with_shm(expected)

@@ -63,6 +63,8 @@ def test_good_pytorchjob_is_not_patched_but_warned(server: RunningServer) -> Non
         # The shorter prefix keeps the image whole (issue 17 item 6).
         "for replica Worker pods: required vGPU nodes with CUDA ≥ 12.1 "
         "(image pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime)",
+        "will apply to replica Worker pods: mounted a 16Gi memory-backed /dev/shm in container "
+        '"pytorch" (shm fix)',
     ]
     validate = server.review("/validate", job_review(obj))["response"]
     assert validate == {"uid": UID, "allowed": True}
@@ -120,7 +122,9 @@ def test_dra_pod_placement_follows_the_claim_snapshot(server: RunningServer) -> 
         store.claims = None
     assert response["warnings"] == [
         "required GPU nodes with CUDA ≥ 12.4 "
-        "(annotation features.alauda.io/cuda-version), preferably < 14.0"
+        "(annotation features.alauda.io/cuda-version), preferably < 14.0",
+        # A GPU container by its claim: the /dev/shm fix (on by default) applies too.
+        'mounted a 16Gi memory-backed /dev/shm in container "c" (shm fix)',
     ]
     mutated = apply_patch(dra_pod(), response)
     terms = mutated["spec"]["affinity"]["nodeAffinity"][
@@ -168,7 +172,9 @@ def test_trainjob_without_image_is_warned_what_its_pods_get_and_not_patched(
     assert "patch" not in response
     # no "CUDA version unknown" advice: the image comes from the runtime
     assert response["warnings"] == [
-        'will apply to trainer pods: set requests.nvidia.com/gpu=1 from limits in container "node"'
+        'will apply to trainer pods: set requests.nvidia.com/gpu=1 from limits in container "node"',
+        'will apply to trainer pods: mounted a 16Gi memory-backed /dev/shm in container "node" '
+        "(shm fix)",
     ]
     assert server.review("/validate", review_of(obj))["response"] == {"uid": UID, "allowed": True}
     old = copy.deepcopy(obj)
@@ -188,6 +194,8 @@ def test_cluster_training_runtime_is_checked_without_a_namespace(server: Running
     assert response["warnings"] == [
         "will apply to replicated job node pods: set requests.nvidia.com/gpu=2 from limits in "
         'container "node"',
+        "will apply to replicated job node pods: mounted a 16Gi memory-backed /dev/shm in "
+        'container "node" (shm fix)',
         "replicated job node: CUDA of ghcr.io/kubeflow/trainer/torchtune-trainer unknown: "
         "set features.alauda.io/cuda-version",
     ]
@@ -205,17 +213,26 @@ def test_llm_inference_service_and_knative_service(server: RunningServer) -> Non
     llm = data("kserve_llmisvc_pd-qwen2-7b-gpu.yaml")
     # requests = limits already, and `main` takes its image from the LLMInferenceServiceConfig
     response = server.review("/mutate", review_of(llm))["response"]
-    # Only the RDMA runtime fix speaks: its containers request rdma/roce_gdr without IPC_LOCK,
-    # and this server knows no namespace's Pod Security level (SPEC §14).
+    # Only the runtime fixes speak: /dev/shm (on by default) for its two templates' GPU
+    # containers, and RDMA: they request rdma/roce_gdr without IPC_LOCK, and this server knows
+    # no namespace's Pod Security level (SPEC §14).
     warnings = response.pop("warnings")
     assert response == {"uid": UID, "allowed": True}
-    assert warnings and all("needs IPC_LOCK; not added" in w for w in warnings)
+    assert warnings[:2] == [
+        f'will apply to {role} pods: mounted a 16Gi memory-backed /dev/shm in container "main" '
+        "(shm fix)"
+        for role in ("main", "prefill")
+    ]
+    assert warnings[2:] and all("needs IPC_LOCK; not added" in w for w in warnings[2:])
     ksvc = data("knative_service_vllm.yaml")
     response = server.review("/mutate", review_of(ksvc))["response"]
     assert "patch" not in response
     assert response["warnings"] == [
+        # Half of the container's memory limit (16Gi): the /dev/shm fix, on by default.
+        "will apply to pods: mounted a 8Gi memory-backed /dev/shm in container "
+        '"kfserving-container" (shm fix)',
         "CUDA version of rtalaricw/vllm:0.1 unknown, no affinity: set "
-        "features.alauda.io/cuda-version or imageCudaTable"
+        "features.alauda.io/cuda-version or imageCudaTable",
     ]
     text = server.request("GET", "/metrics").text
     assert 'kind="LLMInferenceService"' in text and 'kind="Service"' in text

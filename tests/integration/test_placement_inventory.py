@@ -25,6 +25,7 @@ from tests.helpers import (
     node_terms,
     preferred,
     preferred_terms,
+    without_shm,
 )
 from tests.integration.test_admission import admission_review
 from webhook.admission.app import create_app
@@ -104,6 +105,9 @@ async def start(kube: FakeKube, tmp_path: Path) -> AsyncIterator[Callable[..., A
     clients: list[TestClient[Any, Any]] = []
 
     async def started(config: WebhookConfig) -> Webhook:
+        # Placement alone: without the /dev/shm fix (on by default), whose volume and warning
+        # would be in every pod here (its own tests: tests/unit/test_runtime_fixes.py).
+        config = without_shm(config)
         store = PolicyStore()
         args = argparse.Namespace(policies=None, kubeconfig=str(kube.write_kubeconfig(tmp_path)))
         app = create_app(config, store, policy_source=_policy_source(args, store, config))
@@ -209,7 +213,7 @@ async def held_nodes_webhook(
     list): released by the caller with `kube.release("nodes")`."""
     kube.hold("nodes")
     store = PolicyStore()
-    config = WebhookConfig()
+    config = without_shm()  # placement alone, as in `start`
     args = argparse.Namespace(policies=None, kubeconfig=str(kube.write_kubeconfig(tmp_path)))
     source = _policy_source(args, store, config)
     app = create_app(config, store, policy_source=source, ready_timeout=ready_timeout)

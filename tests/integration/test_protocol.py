@@ -287,10 +287,18 @@ def test_a_gpu_pod_from_its_replicaset_gets_cuda_placement(server: RunningServer
     assert response["patchType"] == "JSONPatch"
     assert response["warnings"] == [
         "required GPU nodes with CUDA ≥ 12.4 (image nvidia/cuda:12.4.1-runtime-ubuntu22.04), "
-        "preferably < 14.0"
+        "preferably < 14.0",
+        # The /dev/shm fix (on by default): half of the container's 16Gi memory limit.
+        'mounted a 8Gi memory-backed /dev/shm in container "train" (shm fix)',
     ]
     expected = copy.deepcopy(sent["request"]["object"])
     expected["spec"]["affinity"] = CUDA_12_4_AFFINITY
+    expected["spec"]["volumes"].append(
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}}
+    )
+    expected["spec"]["containers"][0]["volumeMounts"].append(
+        {"name": "dshm", "mountPath": "/dev/shm"}
+    )
     assert jsonpatch.apply_patch(sent["request"]["object"], decode_patch(response)) == expected
     reply, sent = answer_of(server, "/validate", path)
     assert assert_answers(reply, sent, path.name) == {
@@ -362,6 +370,7 @@ def test_metrics_after_some_reviews(server: RunningServer) -> None:
         'result="allowed"}': 1.0,
         'gpu_webhook_mutations_total{type="cuda-affinity"}': 1.0,
         'gpu_webhook_mutations_total{type="requests-from-limits"}': 1.0,
+        'gpu_webhook_mutations_total{type="shm"}': 1.0,
         'gpu_webhook_rejected_requests_total{endpoint="mutate",status="400"}': 1.0,
         'gpu_webhook_review_duration_seconds_count{endpoint="mutate"}': 1.0,
         'gpu_webhook_review_duration_seconds_count{endpoint="validate"}': 1.0,
@@ -488,12 +497,12 @@ def test_one_json_log_line_per_review(
         "dryRun": True,
         "allowed": True,
         "result": "patched",
-        "mutations": 2,
-        "warnings": 2,
+        "mutations": 3,
+        "warnings": 3,
     }
     text = LogFormatter("text").format(records[0])
     assert " INFO    webhook.review: review endpoint=mutate uid=" in text
-    assert "dryRun=True allowed=True result=patched mutations=2" in text
+    assert "dryRun=True allowed=True result=patched mutations=3" in text
 
 
 def test_a_subresource_review_names_it_in_its_log_line(
@@ -562,6 +571,7 @@ def test_a_hostile_image_reference_neither_stalls_the_server_nor_is_matched(
     # Named by its start and length: a string this long is no image reference.
     assert response["warnings"] == [
         'set requests.nvidia.com/gpu=1 from limits in container "c"',
+        'mounted a 16Gi memory-backed /dev/shm in container "c" (shm fix)',
         f"CUDA of {image[:40]}… ({len(image)} characters) unknown: set "
         "features.alauda.io/cuda-version",
     ]

@@ -21,6 +21,7 @@ from tests.helpers import (
     node_terms,
     pod,
     standard_policies,
+    without_shm,
 )
 from tests.integration.helpers import metric_samples
 from tests.integration.test_admission import admission_review, apply_patch
@@ -74,6 +75,9 @@ class Webhook:
 
 
 async def started(client: RegistryClient, config: WebhookConfig) -> Webhook:
+    # What registry lookups decide, alone: without the /dev/shm fix (on by default), whose volume
+    # and warning would be in every pod here (its own tests: tests/unit/test_runtime_fixes.py).
+    config = without_shm(config)
     store = PolicyStore()
     store.replace(standard_policies())
     images = ImageResolver(client, config.registry_lookups)

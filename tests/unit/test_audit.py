@@ -217,15 +217,15 @@ def test_owner_reference_cycles_end() -> None:
 
 
 def test_pods_that_would_get_something_new_are_reported_as_changes_not_denials() -> None:
-    """A pod created before the webhook (no requests copied from limits, no CUDA affinity)
-    would get them if created again: a change, and the pod is not denied."""
+    """A pod created before the webhook (no requests copied from limits, no CUDA affinity, no
+    /dev/shm) would get them if created again: a change, and the pod is not denied."""
     bare = pod(container("train", image=IMAGE, limits={GPU: "2"}), name="old")
     audit = Audit()
     add(audit, bare, "Pod", "v1", standard_policies(), owner=False)
     (finding,) = audit.result().findings
     assert not finding.denied
     rules = sorted(p.rule for p in finding.changes.values())
-    assert rules == ["cuda-affinity", "requests-from-limits"]
+    assert rules == ["cuda-affinity", "requests-from-limits", "shm"]
     assert all(p.pods == 1 and p.example == "old" for p in finding.changes.values())
 
 

@@ -94,7 +94,10 @@ async def test_a_run_writes_one_policy_report_per_namespace_and_its_status(
         ("fail", "PyTorchJob", "bert", "max: 4"),
     ]
     assert ml["summary"] == {"pass": 0, "fail": 2, "warn": 0, "error": 0, "skip": 0}
-    assert findings(written["research"]) == [("warn", "Pod", "old", "cuda-affinity")]
+    assert findings(written["research"]) == [
+        ("warn", "Pod", "old", "cuda-affinity"),
+        ("warn", "Pod", "old", "shm"),
+    ]
     status = store.audit
     assert status is not None
     assert (status.runs, status.failures, status.last_error) == (1, 0, None)
@@ -157,7 +160,8 @@ async def test_reports_of_others_are_never_touched(
     assert by_name[("research", "kyverno-ml")]["results"] == []
     assert "labels" not in by_name[("ml", "gpu-admission-webhook")]["metadata"]
     assert findings(by_name[("research", "gpu-admission-webhook")]) == [
-        ("warn", "Pod", "old", "cuda-affinity")
+        ("warn", "Pod", "old", "cuda-affinity"),
+        ("warn", "Pod", "old", "shm"),
     ]
     # With the tightened policy, ml needs a report but the name is taken by someone else's.
     store.replace(tightened(tmp_path))
@@ -324,7 +328,10 @@ async def test_a_run_that_may_not_list_pods_erases_nothing(
         "complete run are kept"
     )
     assert {ns: r["metadata"]["resourceVersion"] for ns, r in reports(cluster).items()} == before
-    assert findings(reports(cluster)["research"]) == [("warn", "Pod", "old", "cuda-affinity")]
+    assert findings(reports(cluster)["research"]) == [
+        ("warn", "Pod", "old", "cuda-affinity"),
+        ("warn", "Pod", "old", "shm"),
+    ]
     assert (status.pods, status.workloads, status.denied, status.changed, status.findings) == (
         figures
     )

@@ -14,9 +14,16 @@ from tests.helpers import (
     node_terms,
     pod,
     standard_policies,
+    without_shm,
     workload,
 )
-from webhook.core.config.model import WebhookConfig, load_config
+
+# Tests of DRA claims: evaluated without the /dev/shm fix (on by default), whose volume and warning
+# would be in every pod here (tests/helpers.py `without_shm`; the rule's own tests:
+# test_runtime_fixes.py).
+from tests.helpers import (
+    load_without_shm as load_config,
+)
 from webhook.core.evaluation.evaluate import Decision, evaluate
 from webhook.core.workloads.claims import ClaimIndex, device_classes
 
@@ -76,9 +83,7 @@ def dra_pod(*pod_claims: dict[str, Any], containers: list[dict[str, Any]]) -> di
 
 
 def evaluate_with(obj: dict[str, Any], claims: ClaimIndex | None = INDEX, **kw: Any) -> Decision:
-    return evaluate(
-        obj, standard_policies(), kw.pop("config", WebhookConfig()), claims=claims, **kw
-    )
+    return evaluate(obj, standard_policies(), kw.pop("config", without_shm()), claims=claims, **kw)
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,10 @@ from tests.fakekube import (
     resource_claim,
     running,
 )
+
+# Tests of the claim cache: evaluated without the /dev/shm fix (on by default), whose volume and
+# warning would be in every pod here (tests/helpers.py `without_shm`; the rule's own tests:
+# test_runtime_fixes.py).
 from tests.helpers import (
     PREFERRED_12_4_TERMS,
     REQUIRED_12_4_TERMS,
@@ -30,8 +34,8 @@ from tests.helpers import (
     node_terms,
     pod,
     standard_policies,
+    without_shm,
 )
-from webhook.core.config.model import WebhookConfig
 from webhook.core.evaluation.evaluate import evaluate
 from webhook.sources.claims import ClaimTemplateSource, ResourceClaimSource, claim_sources
 from webhook.sources.store import PolicyStore
@@ -148,7 +152,7 @@ async def test_a_pod_naming_a_cached_resource_claim_gets_cuda_placement(
     kube.put(resource_claim("ml", "nic", NIC))
     obj = claim_pod(resourceClaimName="shared-gpu")
     # Before the cache has the claim: evaluated as without it, and the warning says so.
-    early = evaluate(obj, standard_policies(), WebhookConfig(), claims=store.claims)
+    early = evaluate(obj, standard_policies(), without_shm(), claims=store.claims)
     assert early.patch == []
     assert early.warnings == (
         "ResourceClaim shared-gpu: no DRA claim data here; evaluated without it "
@@ -171,7 +175,7 @@ async def test_a_pod_naming_a_cached_resource_claim_gets_cuda_placement(
     assert listing.accept == "application/json"
     assert store.claims is not None and dict(store.claims.templates) == {}
 
-    decision = evaluate(obj, standard_policies(), WebhookConfig(), claims=store.claims)
+    decision = evaluate(obj, standard_policies(), without_shm(), claims=store.claims)
     assert decision.allowed
     assert decision.warnings == ()
     assert decision.notes == (
@@ -184,7 +188,7 @@ async def test_a_pod_naming_a_cached_resource_claim_gets_cuda_placement(
 
     # A claim the cache does not hold: no placement, and the warning says why.
     unknown = claim_pod(resourceClaimName="brand-new")
-    decision = evaluate(unknown, standard_policies(), WebhookConfig(), claims=store.claims)
+    decision = evaluate(unknown, standard_policies(), without_shm(), claims=store.claims)
     assert decision.patch == []
     assert decision.warnings == (
         "ResourceClaim brand-new: not in the DRA cache yet; evaluated without it "
@@ -208,14 +212,14 @@ async def test_a_cached_claim_on_a_nic_class_gets_no_placement_because_of_its_cl
     }
 
     nic = claim_pod(resourceClaimName="nic")
-    decision = evaluate(nic, standard_policies(), WebhookConfig(), claims=store.claims)
+    decision = evaluate(nic, standard_policies(), without_shm(), claims=store.claims)
     assert decision.allowed
     assert (decision.patch, decision.warnings, decision.notes) == ([], (), ())
     assert apply(decision) == nic
 
     # The control: the same pod naming the GPU claim of the same cache is placed.
     gpu = claim_pod(resourceClaimName="shared-gpu")
-    decision = evaluate(gpu, standard_policies(), WebhookConfig(), claims=store.claims)
+    decision = evaluate(gpu, standard_policies(), without_shm(), claims=store.claims)
     assert decision.allowed
     assert decision.warnings == ()
     assert decision.notes == (
@@ -262,13 +266,14 @@ async def test_templates_and_claims_are_both_kept_when_both_sources_sync(
         claim_pod(resourceClaimTemplateName="one-gpu"),
         claim_pod(resourceClaimName="other"),
     ):
-        decision = evaluate(obj, standard_policies(), WebhookConfig(), claims=store.claims)
+        decision = evaluate(obj, standard_policies(), without_shm(), claims=store.claims)
         assert node_terms(apply(decision)) == REQUIRED_12_4_TERMS
 
 
 async def test_forbidden_resource_claims_leave_templates_working(
     kube: FakeKube, store: PolicyStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+
     caplog.set_level(logging.DEBUG, logger="webhook")
     kube.put(claim_template("ml", "one-gpu", GPU))
     kube.put(resource_claim("ml", "shared-gpu", GPU))
@@ -303,10 +308,10 @@ async def test_forbidden_resource_claims_leave_templates_working(
     assert len(warnings) == 1 and warnings[0].startswith(reason)
 
     by_template = claim_pod(resourceClaimTemplateName="one-gpu")
-    decision = evaluate(by_template, standard_policies(), WebhookConfig(), claims=store.claims)
+    decision = evaluate(by_template, standard_policies(), without_shm(), claims=store.claims)
     assert node_terms(apply(decision)) == REQUIRED_12_4_TERMS
     by_claim = claim_pod(resourceClaimName="shared-gpu")
-    decision = evaluate(by_claim, standard_policies(), WebhookConfig(), claims=store.claims)
+    decision = evaluate(by_claim, standard_policies(), without_shm(), claims=store.claims)
     assert decision.patch == []
     assert decision.warnings == (
         "ResourceClaim shared-gpu: not in the DRA cache yet; evaluated without it "

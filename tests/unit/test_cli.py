@@ -154,7 +154,8 @@ def test_review_with_config_file(tmp_path: Path) -> None:
     assert code == 1
     deployment = json.loads(text)[2]
     assert deployment["changes"] == [
-        "required vGPU nodes with CUDA ≥ 12.2 (image nvidia/cuda:12.2.0-runtime-ubuntu22.04)"
+        "required vGPU nodes with CUDA ≥ 12.2 (image nvidia/cuda:12.2.0-runtime-ubuntu22.04)",
+        'mounted a 16Gi memory-backed /dev/shm in container "app" (shm fix)',
     ]
     assert deployment["patch"][0]["path"] == "/spec/template/spec/affinity"
 
@@ -356,9 +357,9 @@ def test_console_script_reviews_a_directory_despite_unreadable_files(tmp_path: P
     )
     assert proc.returncode == 2  # not 1: the review is incomplete
     assert proc.stdout == (
-        f"ALLOWED  {tmp_path}/a-good.yaml#1 Pod ml/good: 0 violation(s), 1 change(s), "
+        f"ALLOWED  {tmp_path}/a-good.yaml#1 Pod ml/good: 0 violation(s), 2 change(s), "
         "1 warning(s)\n"
-        f"DENIED   {tmp_path}/e-bad.yaml#1 Pod ml/bad: 1 violation(s), 1 change(s), "
+        f"DENIED   {tmp_path}/e-bad.yaml#1 Pod ml/bad: 1 violation(s), 2 change(s), "
         "1 warning(s)\n"
     )
     assert proc.stderr == (
@@ -517,9 +518,9 @@ def test_summary_is_one_line_per_document_without_objects() -> None:
     code, text = cli("review", "-f", EXAMPLE, "--policies", POLICIES, "-o", "summary")
     assert code == 1
     assert text.splitlines() == [
-        f"ALLOWED  {EXAMPLE}#1 Pod ml/paddle-train: 0 violation(s), 3 change(s), 0 warning(s)",
-        f"ALLOWED  {EXAMPLE}#2 Pod ml/torch-infer: 0 violation(s), 2 change(s), 0 warning(s)",
-        f"DENIED   {EXAMPLE}#3 Deployment ml/bad-share: 1 violation(s), 1 change(s), 0 warning(s)",
+        f"ALLOWED  {EXAMPLE}#1 Pod ml/paddle-train: 0 violation(s), 4 change(s), 0 warning(s)",
+        f"ALLOWED  {EXAMPLE}#2 Pod ml/torch-infer: 0 violation(s), 3 change(s), 0 warning(s)",
+        f"DENIED   {EXAMPLE}#3 Deployment ml/bad-share: 1 violation(s), 2 change(s), 0 warning(s)",
     ]
 
 

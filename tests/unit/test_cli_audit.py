@@ -50,6 +50,9 @@ OLD_CHANGE = (
     "--- Pod research/old (the pod)\n"
     "  - gpu-admission-webhook (cuda-affinity): required GPU nodes with CUDA ≥ 12.4 "
     "(image nvidia/cuda:12.4.1-runtime-ubuntu22.04), preferably < 14.0\n"
+    # The /dev/shm fix, on by default, is what a pod created again gets too.
+    '  - gpu-admission-webhook (shm): mounted a 16Gi memory-backed /dev/shm in container "main" '
+    "(shm fix)\n"
 )
 
 
@@ -119,7 +122,7 @@ async def test_summary_and_json_outputs(
     assert out == (
         "DENIED   Deployment ml/train: 1 violation(s); template denied, 3 of 3 pod(s) denied\n"
         "DENIED   PyTorchJob ml/bert: 2 violation(s); template denied, 2 of 2 pod(s) denied\n"
-        "CHANGES  Pod research/old: 1 change(s); the pod\n"
+        "CHANGES  Pod research/old: 2 change(s); the pod\n"
     )
     # The context lines went to stderr, so stdout stays machine-readable.
     assert f"gpu-webhook audit: policies: proposed, from {folder}\n" in capsys.readouterr().err
@@ -184,7 +187,7 @@ async def test_a_missing_crd_and_a_forbidden_kind_are_notes_and_pods_still_group
         "DENIED   Deployment ml/train: 1 violation(s); template denied\n"
         "DENIED   PyTorchJob ml/bert: 1 violation(s); 2 of 2 pod(s) denied\n"
         "DENIED   ReplicaSet ml/train-5d8f9c: 1 violation(s); 3 of 3 pod(s) denied\n"
-        "CHANGES  Pod research/old: 1 change(s); the pod\n"
+        "CHANGES  Pod research/old: 2 change(s); the pod\n"
     )
     assert cluster.lists(PYTORCHJOBS) == []
 
@@ -211,7 +214,7 @@ async def test_one_namespace(cluster: FakeKube, tmp_path: Path) -> None:
         "-o", "summary",
     )  # fmt: skip
     assert code == 0
-    assert out == "CHANGES  Pod research/old: 1 change(s); the pod\n"
+    assert out == "CHANGES  Pod research/old: 2 change(s); the pod\n"
     paths = {r.path for r in cluster.lists() if r.path.endswith(("/pods", "/deployments"))}
     assert paths == {
         "/api/v1/namespaces/research/pods",

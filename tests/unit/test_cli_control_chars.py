@@ -5,18 +5,16 @@ the same string), JUnit XML (which must parse) and the one-line errors on stderr
 
 from __future__ import annotations
 
-import io
 import json
 import re
 from pathlib import Path
-from typing import Any
 from xml.etree import ElementTree as ET
 
 import pytest
 import yaml
 
 from tests.helpers import CONFIGMAPS
-from webhook.cli import main
+from tests.unit.test_cli import cli, write
 
 # ESC [2J (clear the screen), BEL, NUL, SOH, a carriage return, DEL, CSI (C1) 31m, NEL (C1).
 HOSTILE = "\x1b[2J\x07\x00\x01\r\x7f\x9b31m\x85"
@@ -37,17 +35,6 @@ POD = {
         ]
     },
 }
-
-
-def cli(*argv: str) -> tuple[int, str]:
-    out = io.StringIO()
-    code = main(list(argv), out=out)
-    return code, out.getvalue()
-
-
-def write(path: Path, *docs: Any) -> Path:
-    path.write_text(yaml.safe_dump_all(docs, sort_keys=False), encoding="utf-8")
-    return path
 
 
 def test_review_text_escapes_names_images_and_messages(tmp_path: Path) -> None:

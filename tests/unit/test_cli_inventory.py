@@ -212,7 +212,7 @@ def test_kubectl_json_output_and_machine_formats_keep_their_shape(
         "-o",
         "summary",
     )
-    assert out == f"ALLOWED  {manifest}#1 Pod ml/train: 0 violation(s), 2 change(s), 1 warning(s)\n"
+    assert out == f"ALLOWED  {manifest}#1 Pod ml/train: 0 violation(s), 3 change(s), 1 warning(s)\n"
     assert capsys.readouterr().err == "gpu-webhook review: " + HEADER.format(nodes=nodes)
 
 

@@ -59,6 +59,15 @@ HAMI_POD = {
 }
 
 
+def with_shm(pod: dict[str, Any]) -> dict[str, Any]:
+    """A copy of `pod` with what the /dev/shm fix (on by default) adds to its one container."""
+    patched: dict[str, Any] = json.loads(json.dumps(pod))
+    patched["spec"]["containers"][0]["volumeMounts"] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    volume = {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}}
+    patched["spec"]["volumes"] = [volume]
+    return patched
+
+
 def suite(tmp_path: Path, results: list[dict[str, Any]], **extra: Any) -> Path:
     """A test directory: resources.yaml (the two pods) and a gpu-webhook-test.yaml."""
     write(tmp_path / "resources.yaml", MPS_POD, HAMI_POD)
@@ -173,7 +182,7 @@ def test_detailed_results_list_each_check_and_the_answer(tmp_path: Path) -> None
 
 def test_a_patched_object_that_differs_shows_a_unified_diff(tmp_path: Path) -> None:
     # The author forgot that requests are set from limits (CRL requests: fromLimits).
-    write(tmp_path / "expected.yaml", HAMI_POD)
+    write(tmp_path / "expected.yaml", with_shm(HAMI_POD))
     suite(
         tmp_path,
         [{"name": "half", "verdict": "allowed", "patchedResource": "expected.yaml"}],
@@ -184,18 +193,21 @@ def test_a_patched_object_that_differs_shows_a_unified_diff(tmp_path: Path) -> N
     assert text.endswith(
         "--- expected (expected.yaml)\n"
         "+++ patched by the webhook\n"
-        "@@ -11,3 +11,6 @@\n"
+        "@@ -11,6 +11,9 @@\n"
         "       limits:\n"
         "         nvidia.com/gpu: '1'\n"
         "         nvidia.com/gpucores: '50'\n"
         "+      requests:\n"
         "+        nvidia.com/gpu: '1'\n"
         "+        nvidia.com/gpucores: '50'\n"
+        "     volumeMounts:\n"
+        "     - mountPath: /dev/shm\n"
+        "       name: dshm\n"
         "\nTest summary: 0 passed, 1 failed\n"
     )
     # Written as the webhook patches it, the same object passes (compared as a document: key
     # order and YAML style do not matter).
-    patched = json.loads(json.dumps(HAMI_POD))
+    patched = with_shm(HAMI_POD)
     patched["spec"]["containers"][0]["resources"]["requests"] = {
         "nvidia.com/gpucores": "50",
         "nvidia.com/gpu": "1",
@@ -222,7 +234,7 @@ def test_a_patched_object_is_compared_as_json_types(
     pod = json.loads(json.dumps(HAMI_POD))
     pod["spec"][field] = actual
     write(tmp_path / "resources.yaml", pod)
-    patched = json.loads(json.dumps(pod))
+    patched = with_shm(pod)
     patched["spec"]["containers"][0]["resources"]["requests"] = {
         "nvidia.com/gpucores": "50",
         "nvidia.com/gpu": "1",

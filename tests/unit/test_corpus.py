@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import io
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from tests.helpers import (
     node_terms,
     preferred,
     preferred_terms,
+    without_shm,
 )
 from webhook.cli import main
 from webhook.core.base.errors import ManifestError, WebhookError
@@ -56,8 +58,16 @@ def shortest(image: str) -> str:
     return f"CUDA of {image} unknown: set features.alauda.io/cuda-version"
 
 
-DEFAULT = WebhookConfig()
-MUTATE = load_config({"mutateTemplates": True})
+# The shipped config: every document below is evaluated with it for idempotence, and with and
+# without the /dev/shm fix (on by default) to show that fix adds nothing but its volume, its
+# mounts and its lines.
+SHIPPED = WebhookConfig()
+SHIPPED_MUTATE = load_config({"mutateTemplates": True})
+# The exact outcomes below are the other rules' (CUDA placement, resources, env fixes, claims):
+# evaluated without the /dev/shm fix, whose additions test_shm_adds_only_its_volume_mounts_and_lines
+# checks on every document (its own tests: test_runtime_fixes.py).
+DEFAULT = without_shm(SHIPPED)
+MUTATE = without_shm(SHIPPED_MUTATE)
 
 
 def _files(folder: Path) -> list[str]:
@@ -81,7 +91,7 @@ def evaluate_doc(name: str, index: int = 0, config: WebhookConfig = DEFAULT) -> 
 EXPECTED_INVALID: dict[tuple[str, int], str] = {}
 
 
-@pytest.mark.parametrize("config", [DEFAULT, MUTATE], ids=["templates-off", "templates-on"])
+@pytest.mark.parametrize("config", [SHIPPED, SHIPPED_MUTATE], ids=["templates-off", "templates-on"])
 @pytest.mark.parametrize("name", _files(MANIFESTS))
 def test_every_document_evaluates_and_is_idempotent(name: str, config: WebhookConfig) -> None:
     policy_set = shipped()
@@ -97,6 +107,56 @@ def test_every_document_evaluates_and_is_idempotent(name: str, config: WebhookCo
                 evaluate(doc, policy_set, config)
             assert str(refused.value) == reason
     assert all(i < len(docs) for n, i in EXPECTED_INVALID if n == name)
+
+
+_SHM_LINE = re.compile(
+    r"(will apply to [^:]+: )?mounted a \S+ memory-backed /dev/shm in .* \(shm fix\)"
+)
+
+
+def _without_dshm(obj: Any) -> Any:
+    """`obj` without the volumes and mounts named dshm* (a list they alone made is dropped), so
+    that what the shm fix added compares away."""
+    if isinstance(obj, Mapping):
+        out: dict[str, Any] = {}
+        for key, value in obj.items():
+            if key in ("volumes", "volumeMounts") and isinstance(value, list):
+                kept = [
+                    _without_dshm(v)
+                    for v in value
+                    if not (isinstance(v, Mapping) and str(v.get("name", "")).startswith("dshm"))
+                ]
+                if kept or not value:
+                    out[key] = kept
+                continue
+            out[key] = _without_dshm(value)
+        return out
+    if isinstance(obj, list):
+        return [_without_dshm(v) for v in obj]
+    return obj
+
+
+@pytest.mark.parametrize("config", [SHIPPED, SHIPPED_MUTATE], ids=["templates-off", "templates-on"])
+@pytest.mark.parametrize("name", _files(MANIFESTS))
+def test_shm_adds_only_its_volume_mounts_and_lines(name: str, config: WebhookConfig) -> None:
+    """Issue 39: on every upstream manifest, the shipped config (the /dev/shm fix on) gives the
+    same outcome as without the fix except its `dshm` volume, its /dev/shm mounts and its lines."""
+    policy_set = shipped()
+    for index, doc in enumerate(read_documents(MANIFESTS / name)):
+        if not isinstance(doc, Mapping) or (name, index) in EXPECTED_INVALID:
+            continue
+        shipped_decision = evaluate(doc, policy_set, config)
+        other = evaluate(doc, policy_set, without_shm(config))
+        assert [n for n in shipped_decision.notes if not _SHM_LINE.fullmatch(n)] == list(
+            other.notes
+        )
+        assert shipped_decision.warnings == other.warnings
+        assert shipped_decision.violations == other.violations
+        # The stored objects (each patch applied): the same but for dshm.
+        if shipped_decision.original is not None and other.original is not None:
+            assert _without_dshm(apply(shipped_decision)) == _without_dshm(apply(other))
+        else:  # not handled (a Service, a ConfigMap): nothing to patch either way
+            assert shipped_decision.patch == other.patch == []
 
 
 # --- exact outcomes for a chosen subset ----------------------------------------------------------

@@ -15,7 +15,6 @@ from tests.helpers import (
     VCORE,
     VMEM,
     apply,
-    assert_idempotent,
     container,
     crl,
     expr,
@@ -24,11 +23,23 @@ from tests.helpers import (
     policies,
     preferred,
     preferred_terms,
-    run,
+)
+
+# Tests of CUDA node affinity: evaluated without the /dev/shm fix (on by default), whose volume and
+# warning would be in every pod here (tests/helpers.py `without_shm`; the rule's own tests:
+# test_runtime_fixes.py).
+from tests.helpers import (
+    assert_idempotent_without_shm as assert_idempotent,
+)
+from tests.helpers import (
+    load_without_shm as load_config,
+)
+from tests.helpers import (
+    run_without_shm as run,
 )
 from webhook.core.base.errors import ConfigError, ObjectShapeError
 from webhook.core.base.wording import after, fit
-from webhook.core.config.model import CudaLabels, WebhookConfig, load_config
+from webhook.core.config.model import CudaLabels, WebhookConfig
 from webhook.core.placement.cuda import (
     CudaVersion,
     Range,

@@ -16,7 +16,19 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import apply, node_terms, pod, run, workload
+from tests.helpers import (
+    apply,
+    node_terms,
+    pod,
+    workload,
+)
+
+# Tests of forward-compatible CUDA bounds: evaluated without the /dev/shm fix (on by default), whose
+# volume and warning would be in every pod here (tests/helpers.py `without_shm`; the rule's own
+# tests: test_runtime_fixes.py).
+from tests.helpers import (
+    run_without_shm as run,
+)
 from tests.unit.test_cuda_rules import (
     A100,
     AT_LEAST_12_8_GFD,

@@ -23,16 +23,24 @@ import pytest
 from tests.helpers import (
     GPU,
     apply,
-    assert_idempotent,
     container,
     expr,
     node_terms,
     pod,
-    run,
     standard_policies,
     workload,
 )
+
+# Tests of CUDA minor-version compatibility: evaluated without the /dev/shm fix (on by default),
+# whose volume and warning would be in every pod here (tests/helpers.py `without_shm`; the rule's
+# own tests: test_runtime_fixes.py).
+from tests.helpers import (
+    assert_idempotent_without_shm as assert_idempotent,
+)
 from tests.helpers import preferred_terms as preferred_of
+from tests.helpers import (
+    run_without_shm as run,
+)
 from tests.unit.test_cuda_rules import AT_LEAST_12_4, MAJ, MIN, MV, REQUIRE_12_8, terms
 from tests.unit.test_placement_inventory import GMAJ, GMIN, gfd, gpu_pod, nodes
 from tests.unit.test_terms_bruteforce import selects
@@ -86,6 +94,7 @@ def registry_review(
 def test_minor_version_never_places_below_what_the_image_declares(
     env: tuple[tuple[str, str], ...],
 ) -> None:
+
     decision = run(env_pod(*env), config=MV)
     assert node_terms(apply(decision)) == terms(*AT_LEAST_12_8)
     assert decision.notes[0].startswith(

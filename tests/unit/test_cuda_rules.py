@@ -17,20 +17,31 @@ from tests.helpers import (
     CONFIGMAPS,
     DATA,
     apply,
-    assert_idempotent,
     container,
     expr,
     node_terms,
     pod,
-    run,
     standard_policies,
 )
+
+# Tests of the CUDA rules: evaluated without the /dev/shm fix (on by default), whose volume and
+# warning would be in every pod here (tests/helpers.py `without_shm`; the rule's own tests:
+# test_runtime_fixes.py).
+from tests.helpers import (
+    assert_idempotent_without_shm as assert_idempotent,
+)
+from tests.helpers import (
+    load_without_shm as load_config,
+)
 from tests.helpers import preferred_terms as preferred_of
+from tests.helpers import (
+    run_without_shm as run,
+)
 from tests.unit.test_placement_inventory import CMAJ, CMIN, DENY, GMAJ, gfd, gpu_pod, nodes
 from webhook.cli import main
 from webhook.core.base.errors import ConfigError
 from webhook.core.base.versions import CudaVersion
-from webhook.core.config.model import WebhookConfig, load_config
+from webhook.core.config.model import WebhookConfig
 from webhook.core.evaluation.evaluate import evaluate
 from webhook.core.images.facts import ImageQuery
 from webhook.core.images.requires import branch_list, forward_branches

@@ -12,13 +12,24 @@ from tests.helpers import (
     VCORE,
     VMEM,
     apply,
-    assert_idempotent,
     container,
     expr,
     pod,
-    run,
 )
-from webhook.core.config.model import WebhookConfig, load_config
+
+# Tests of environment fixes: evaluated without the /dev/shm fix (on by default), whose volume and
+# warning would be in every pod here (tests/helpers.py `without_shm`; the rule's own tests:
+# test_runtime_fixes.py).
+from tests.helpers import (
+    assert_idempotent_without_shm as assert_idempotent,
+)
+from tests.helpers import (
+    load_without_shm as load_config,
+)
+from tests.helpers import (
+    run_without_shm as run,
+)
+from webhook.core.config.model import WebhookConfig
 
 NO_CUDA = WebhookConfig(cuda_affinity=False)
 # GPU access control judges envFrom in a device container (SPEC §12): off where only env fixes

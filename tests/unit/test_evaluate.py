@@ -54,6 +54,20 @@ VGPU_AFFINITY = {
 }
 
 
+# With the shipped config every accelerator pod also gets a memory-backed /dev/shm (issue 39).
+SHM_NOTE = 'mounted a 16Gi memory-backed /dev/shm in container "c" (shm fix)'
+
+
+def with_shm(spec: dict[str, Any]) -> dict[str, Any]:
+    """`spec` (one container) as stored after the /dev/shm fix."""
+    mount = {"name": "dshm", "mountPath": "/dev/shm"}
+    return {
+        **spec,
+        "containers": [{**spec["containers"][0], "volumeMounts": [mount]}],
+        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}}],
+    }
+
+
 def limits_pod(limits: dict[str, str], image: str = IMAGE) -> dict[str, Any]:
     """A pod whose one container asks for `limits` (requests equal: nothing to default)."""
     return pod(container(image=image, limits=limits, requests=dict(limits)))
@@ -94,8 +108,8 @@ def test_every_gpu_resource_kind_gets_its_rule(
 ) -> None:
     original = limits_pod(limits)
     decision = run(original, policies())  # no CRL: the config's names alone decide
-    assert apply(decision)["spec"] == {**original["spec"], "affinity": affinity}
-    assert decision.notes == (note,)
+    assert apply(decision)["spec"] == with_shm({**original["spec"], "affinity": affinity})
+    assert decision.notes == (note, SHM_NOTE)
     assert decision.warnings == ()
 
 
@@ -158,7 +172,7 @@ def test_a_long_unknown_resource_keeps_its_name_within_120_characters() -> None:
 
 def test_a_gpu_container_next_to_an_unknown_gpu_resource_is_still_placed() -> None:
     decision = run(limits_pod({"nvidia.com/gpu": "1", "example.com/gpu-nic": "1"}), policies())
-    assert decision.notes == (PGPU_NOTE,)
+    assert decision.notes == (PGPU_NOTE, SHM_NOTE)
     assert decision.warnings == (
         "resource example.com/gpu-nic is not a known GPU resource: add it to gpuResourceNames "
         "to check it",
@@ -170,7 +184,7 @@ def test_a_crl_key_that_says_gpu_is_known() -> None:
     assert list(ps.by_key) == ["example.com/gpu-foo"]
     decision = run(limits_pod({"example.com/gpu-foo": "1"}), ps)
     assert decision.warnings == ()
-    assert decision.notes == (PGPU_NOTE,)
+    assert decision.notes == (PGPU_NOTE, SHM_NOTE)
 
 
 def test_configured_names_and_patterns() -> None:
@@ -182,9 +196,9 @@ def test_configured_names_and_patterns() -> None:
         }
     )
     placed = run(limits_pod({"example.com/npu-large": "1"}), policies(), config)
-    assert placed.notes == (PGPU_NOTE,)
+    assert placed.notes == (PGPU_NOTE, SHM_NOTE)
     shared = run(limits_pod({"example.com/share2": "1"}), policies(), config)
-    assert shared.notes == (VGPU_NOTE,)
+    assert shared.notes == (VGPU_NOTE, SHM_NOTE)
     # the defaults are replaced, not extended: nvidia.com/gpu is no longer a GPU name here
     assert run(limits_pod({"nvidia.com/gpu": "1"}), policies(), config).warnings == (
         "resource nvidia.com/gpu is not a known GPU resource: add it to gpuResourceNames to "

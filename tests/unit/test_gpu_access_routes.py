@@ -16,6 +16,9 @@ from typing import Any
 import pytest
 import yaml
 
+# Tests of GPU access control's device routes: evaluated without the /dev/shm fix (on by default),
+# whose volume and warning would be in every pod here (tests/helpers.py `without_shm`; the rule's
+# own tests: test_runtime_fixes.py).
 from tests.helpers import (
     CONFIGMAPS,
     GPU,
@@ -25,13 +28,18 @@ from tests.helpers import (
     container,
     get,
     pod,
-    run,
     standard_policies,
+)
+from tests.helpers import (
+    load_without_shm as load_config,
+)
+from tests.helpers import (
+    run_without_shm as run,
 )
 from webhook.cli import main
 from webhook.core.audit.audit import Audit, audit_config, evaluate_object
 from webhook.core.base.errors import ConfigError
-from webhook.core.config.model import WebhookConfig, load_config
+from webhook.core.config.model import WebhookConfig
 from webhook.core.evaluation.evaluate import Decision, evaluate
 from webhook.core.families import FAMILIES, family_named, family_of
 

@@ -7,9 +7,22 @@ import re
 
 import pytest
 
-from tests.helpers import GPU, container, pod, run
+# Tests of the shipped image knowledge: evaluated without the /dev/shm fix (on by default), whose
+# volume and warning would be in every pod here (tests/helpers.py `without_shm`; the rule's own
+# tests: test_runtime_fixes.py).
+from tests.helpers import (
+    GPU,
+    container,
+    pod,
+)
+from tests.helpers import (
+    load_without_shm as load_config,
+)
+from tests.helpers import (
+    run_without_shm as run,
+)
 from webhook.core.base.versions import CudaVersion
-from webhook.core.config.model import DEFAULT_IMAGE_PATTERNS, WebhookConfig, load_config
+from webhook.core.config.model import DEFAULT_IMAGE_PATTERNS, WebhookConfig
 from webhook.core.images.knowledge import (
     ImageKnowledge,
     KnowledgeError,

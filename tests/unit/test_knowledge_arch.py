@@ -9,7 +9,13 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import GPU, apply, container, expr, node_terms, pod, run, standard_policies
+# Tests of per-architecture image knowledge: evaluated without the /dev/shm fix (on by default),
+# whose volume and warning would be in every pod here (tests/helpers.py `without_shm`; the rule's
+# own tests: test_runtime_fixes.py).
+from tests.helpers import GPU, apply, container, expr, node_terms, pod, standard_policies
+from tests.helpers import (
+    run_without_shm as run,
+)
 from tests.unit.test_knowledge import ARCH_GROUP, GOOD
 from webhook.cli import main
 from webhook.core.base.versions import CudaVersion

@@ -13,8 +13,22 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.helpers import GPU, crl, policies, run
-from webhook.core.config.model import WebhookConfig, load_config
+from tests.helpers import (
+    GPU,
+    crl,
+    policies,
+)
+
+# Tests of operators' workload kinds: evaluated without the /dev/shm fix (on by default), whose
+# volume and warning would be in every pod here (tests/helpers.py `without_shm`; the rule's own
+# tests: test_runtime_fixes.py).
+from tests.helpers import (
+    load_without_shm as load_config,
+)
+from tests.helpers import (
+    run_without_shm as run,
+)
+from webhook.core.config.model import WebhookConfig
 from webhook.core.evaluation.evaluate import Decision, evaluate
 from webhook.core.policies.policyset import PolicySet
 
@@ -202,6 +216,7 @@ def update(new: dict[str, Any], old: dict[str, Any], policy_set: PolicySet = ONE
 def test_update_with_unchanged_templates_is_allowed_untouched_under_a_tightened_policy(
     name: str, path: tuple[str, ...], value: Any
 ) -> None:
+
     old = doc(name)
     assert not run(old, NO_GPU).allowed  # a CREATE would be denied now
     new = copy.deepcopy(old)

@@ -7,8 +7,24 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import GPU, VCORE, VMEM, container, run, standard_policies
-from webhook.core.config.model import WebhookConfig, load_config
+from tests.helpers import (
+    GPU,
+    VCORE,
+    VMEM,
+    container,
+    standard_policies,
+)
+
+# Tests of operators' kinds: evaluated without the /dev/shm fix (on by default), whose volume and
+# warning would be in every pod here (tests/helpers.py `without_shm`; the rule's own tests:
+# test_runtime_fixes.py).
+from tests.helpers import (
+    load_without_shm as load_config,
+)
+from tests.helpers import (
+    run_without_shm as run,
+)
+from webhook.core.config.model import WebhookConfig
 from webhook.core.evaluation.evaluate import Decision, evaluate
 
 TORCH = "pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime"

@@ -16,13 +16,23 @@ from tests.helpers import (
     VCORE,
     VMEM,
     apply,
-    assert_idempotent,
     container,
     pod,
-    run,
     workload,
 )
-from webhook.core.config.model import load_config
+
+# Tests of DaemonSet placement: evaluated without the /dev/shm fix (on by default), whose volume and
+# warning would be in every pod here (tests/helpers.py `without_shm`; the rule's own tests:
+# test_runtime_fixes.py).
+from tests.helpers import (
+    assert_idempotent_without_shm as assert_idempotent,
+)
+from tests.helpers import (
+    load_without_shm as load_config,
+)
+from tests.helpers import (
+    run_without_shm as run,
+)
 from webhook.core.placement.inventory import NodeInventory
 
 MAJOR, MINOR = "cuda-major-version", "cuda-minor-version"
@@ -118,6 +128,7 @@ def test_compute_capability_note() -> None:
 def test_with_an_inventory_the_unfit_nodes_are_counted(
     nodes: list[dict[str, str]], warnings: tuple[str, ...]
 ) -> None:
+
     decision = run(daemonset(gpu()), inventory=inventory(*nodes))
     assert decision.notes == (PGPU_NOTE,)
     assert decision.warnings == warnings

@@ -12,17 +12,28 @@ from tests.helpers import (
     VCORE,
     VMEM,
     apply,
-    assert_idempotent,
     container,
     expr,
     node_terms,
     pod,
     preferred,
     preferred_terms,
-    run,
+)
+
+# Tests of placement with a node inventory: evaluated without the /dev/shm fix (on by default),
+# whose volume and warning would be in every pod here (tests/helpers.py `without_shm`; the rule's
+# own tests: test_runtime_fixes.py).
+from tests.helpers import (
+    assert_idempotent_without_shm as assert_idempotent,
+)
+from tests.helpers import (
+    load_without_shm as load_config,
+)
+from tests.helpers import (
+    run_without_shm as run,
 )
 from webhook.core.base.versions import CudaVersion
-from webhook.core.config.model import WebhookConfig, load_config
+from webhook.core.config.model import WebhookConfig
 from webhook.core.placement.inventory import NodeInventory
 
 MAJOR, MINOR = "cuda-major-version", "cuda-minor-version"

@@ -14,11 +14,19 @@ from tests.helpers import (
     PREFERRED_12_4_TERMS,
     REQUIRED_12_4_TERMS,
     apply,
-    assert_idempotent,
     container,
     expr,
     pod,
-    run,
+)
+
+# Tests of the placement terms a user wrote: evaluated without the /dev/shm fix (on by default),
+# whose volume and warning would be in every pod here (tests/helpers.py `without_shm`; the rule's
+# own tests: test_runtime_fixes.py).
+from tests.helpers import (
+    assert_idempotent_without_shm as assert_idempotent,
+)
+from tests.helpers import (
+    run_without_shm as run,
 )
 
 MAJOR = "cuda-major-version"
@@ -140,6 +148,7 @@ def test_a_mentioned_label_leaves_only_its_own_part_alone(
     warnings: tuple[str, ...],
     notes: tuple[str, ...],
 ) -> None:
+
     original = gpu_pod(args, **spec)
     decision = run(original)
     mutated = apply(decision)

@@ -14,16 +14,26 @@ from tests.helpers import (
     VCORE,
     VMEM,
     apply,
-    assert_idempotent,
     container,
     expr,
     node_terms,
     pod,
     preferred,
     preferred_terms,
-    run,
 )
-from webhook.core.config.model import load_config
+
+# Tests of the CUDA major skew: evaluated without the /dev/shm fix (on by default), whose volume and
+# warning would be in every pod here (tests/helpers.py `without_shm`; the rule's own tests:
+# test_runtime_fixes.py).
+from tests.helpers import (
+    assert_idempotent_without_shm as assert_idempotent,
+)
+from tests.helpers import (
+    load_without_shm as load_config,
+)
+from tests.helpers import (
+    run_without_shm as run,
+)
 from webhook.core.placement.inventory import NodeInventory
 
 MAJOR, MINOR = "cuda-major-version", "cuda-minor-version"
@@ -91,6 +101,7 @@ def nodes(*versions: str, scheme: tuple[str, str] = (MAJOR, MINOR)) -> NodeInven
 def test_nodes_beyond_the_skew_admit_with_a_warning(
     image: str, inventory: NodeInventory, warnings: tuple[str, ...]
 ) -> None:
+
     decision = run(gpu_pod(image), inventory=inventory)
     assert decision.allowed
     assert decision.warnings == warnings

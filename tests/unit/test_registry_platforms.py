@@ -55,7 +55,9 @@ async def test_the_resolution_carries_the_platforms_even_without_a_cuda_version(
 
 def test_registry_platforms_place_the_pod() -> None:
     image = "registry.example.com/team/trainer:1"
-    config = load_config({"cudaAffinity": False})
+    # The architecture fix alone: CUDA placement and the /dev/shm fix (on by default; its own
+    # tests are in test_runtime_fixes.py) switched off.
+    config = load_config({"cudaAffinity": False, "runtimeFixes": {"shm": {"enabled": False}}})
     nodes = NodeInventory.build(
         {"a": {"kubernetes.io/arch": "amd64"}, "b": {"kubernetes.io/arch": "arm64"}},
         config=config,

@@ -33,7 +33,8 @@ def two_namespaces() -> AuditResult:
     audit = Audit()
     deployment_with_pods(audit, namespace="ml")
     deployment_with_pods(audit, namespace="research", name="big", pods=2)
-    # A pod created before the webhook: it would get CUDA affinity (a warn result).
+    # A pod created before the webhook: it would get CUDA affinity, its requests and /dev/shm
+    # (a warn result each).
     bare = pod(container("train", image=IMAGE, limits={GPU: "2"}), name="old", namespace="ml")
     add(audit, bare, "Pod", "v1", standard_policies(), owner=False)
     return audit.result()
@@ -54,7 +55,7 @@ def test_one_policyreport_per_namespace_with_one_result_per_finding_and_rule() -
         },
     }
     assert "source" not in ml  # a PolicyReport has no report-level source
-    assert ml["summary"] == {"pass": 0, "fail": 1, "warn": 2, "error": 0, "skip": 0}
+    assert ml["summary"] == {"pass": 0, "fail": 1, "warn": 3, "error": 0, "skip": 0}
     fail = ml["results"][0]
     assert {k: v for k, v in fail.items() if k != "message"} == {
         "source": "gpu-admission-webhook",
@@ -83,7 +84,7 @@ def test_one_policyreport_per_namespace_with_one_result_per_finding_and_rule() -
     assert fail["message"].startswith(MAX_GPU_MESSAGE)
     assert fail["message"].endswith("(in the template and 3 pod(s))")
     warns = [r for r in ml["results"] if r["result"] == "warn"]
-    assert {r["rule"] for r in warns} == {"cuda-affinity", "requests-from-limits"}
+    assert {r["rule"] for r in warns} == {"cuda-affinity", "requests-from-limits", "shm"}
     assert all(r["resources"][0]["name"] == "old" for r in warns)
     assert all(r["properties"] == {"scope": "the pod"} for r in warns)
     research = reports["research"]["results"]

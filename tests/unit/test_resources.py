@@ -16,15 +16,23 @@ from tests.helpers import (
     VCORE,
     VMEM,
     apply,
-    assert_idempotent,
     container,
     crl,
     get,
     pod,
     policies,
-    run,
     standard_policies,
     workload,
+)
+
+# Tests of the CRL resource rules: evaluated without the /dev/shm fix (on by default), whose volume
+# and warning would be in every pod here (tests/helpers.py `without_shm`; the rule's own tests:
+# test_runtime_fixes.py).
+from tests.helpers import (
+    assert_idempotent_without_shm as assert_idempotent,
+)
+from tests.helpers import (
+    run_without_shm as run,
 )
 from webhook.core.config.model import WebhookConfig
 from webhook.core.policies.policyset import PolicySet
@@ -755,6 +763,7 @@ def test_pod_request_without_limit_is_left_to_the_api_server() -> None:
 def test_problem_reported_once_on_the_limit(
     kind: str, limits: dict[str, str], requests: dict[str, str] | None
 ) -> None:
+
     the_pod = pod(container(limits=limits, requests=requests))
     obj = the_pod if kind == "Pod" else workload(kind, the_pod)
     where = 'Pod ml/train, container "c"' if kind == "Pod" else f'{kind} ml/app, container "c"'

@@ -8,8 +8,9 @@ import copy
 from typing import Any
 
 import pytest
+import yaml
 
-from tests.helpers import GPU, apply, container, pod, workload
+from tests.helpers import GPU, ROOT, apply, container, pod, without_shm, workload
 from tests.helpers import run as run_with
 from webhook.core.config.model import WebhookConfig, load_config
 from webhook.core.evaluation.evaluate import evaluate
@@ -26,7 +27,8 @@ def run(
     return run_with(obj, PolicySet.empty(), config, inventory=inventory)
 
 
-SHM_ON = load_config({"cudaAffinity": False, "runtimeFixes": {"shm": {"enabled": True}}})
+# The /dev/shm fix is on by default (issue 39): the shipped config, CUDA placement aside.
+SHM_ON = WebhookConfig(cuda_affinity=False)
 IMAGE = "pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime"
 SHM_MOUNT = {"name": "dshm", "mountPath": "/dev/shm"}
 
@@ -96,6 +98,24 @@ def test_shm_is_never_added_over_what_the_user_mounted(
     assert (decision.patch, decision.notes, decision.warnings) == ([], (), ())
 
 
+def test_shm_is_on_in_the_shipped_config_and_the_charts_values() -> None:
+    """Issue 39: with the shipped config a PyTorch DDP pod (two GPUs, torchrun) gets /dev/shm."""
+    values = yaml.safe_load((ROOT / "charts" / "gpu-admission-webhook" / "values.yaml").read_text())
+    ddp = pod(
+        container(
+            "trainer", IMAGE, limits={GPU: 2}, command=["torchrun", "--nproc_per_node=2", "t.py"]
+        )
+    )
+    for config in (WebhookConfig(), load_config(values["config"])):
+        decision = run_with(ddp, PolicySet.empty(), config)
+        spec = apply(decision)["spec"]
+        assert spec["volumes"] == [shm_volume()]
+        assert spec["containers"][0]["volumeMounts"] == [SHM_MOUNT]
+        assert 'mounted a 16Gi memory-backed /dev/shm in container "trainer" (shm fix)' in (
+            decision.notes
+        )
+
+
 def test_shm_is_not_added_with_host_ipc_or_when_opted_out_or_off() -> None:
     for original, config in (
         (gpu_pod(hostIPC=True), SHM_ON),
@@ -106,7 +126,10 @@ def test_shm_is_not_added_with_host_ipc_or_when_opted_out_or_off() -> None:
             ),
             SHM_ON,
         ),
-        (gpu_pod(), WebhookConfig(cuda_affinity=False)),  # the default: off
+        (
+            gpu_pod(),
+            load_config({"cudaAffinity": False, "runtimeFixes": {"shm": {"enabled": False}}}),
+        ),
         (pod(container("cpu-only", IMAGE)), SHM_ON),  # no accelerator
     ):
         decision = run(original, config=config)
@@ -151,7 +174,9 @@ def test_template_shows_what_will_apply_to_pods() -> None:
 # --- RDMA --------------------------------------------------------------------------------
 
 RDMA = "rdma/hca_shared_devices_a"
-NO_CUDA = WebhookConfig(cuda_affinity=False)
+# The RDMA tests look at the capability alone: these pods have a GPU, whose /dev/shm (on by
+# default) the tests above show.
+NO_CUDA = without_shm(WebhookConfig(cuda_affinity=False))
 
 
 def rdma_pod(**kw: Any) -> dict[str, Any]:
@@ -459,4 +484,8 @@ def test_pods_bound_to_a_node_get_no_architecture_affinity() -> None:
     decision = run(
         bound, config=ARCH_CONFIG.model_copy(update={"cuda_affinity": False}), inventory=MIXED
     )
-    assert (decision.patch, decision.notes) == ([], ())
+    # No affinity; the /dev/shm fix (on by default) still mounts its volume.
+    assert "affinity" not in apply(decision)["spec"]
+    assert decision.notes == (
+        'mounted a 16Gi memory-backed /dev/shm in container "trainer" (shm fix)',
+    )

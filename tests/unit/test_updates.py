@@ -7,8 +7,25 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import GPU, VCORE, apply, container, crl, pod, policies, workload
-from webhook.core.config.model import WebhookConfig, load_config
+from tests.helpers import (
+    GPU,
+    VCORE,
+    apply,
+    container,
+    crl,
+    pod,
+    policies,
+    without_shm,
+    workload,
+)
+
+# Tests of updates: evaluated without the /dev/shm fix (on by default), whose volume and warning
+# would be in every pod here (tests/helpers.py `without_shm`; the rule's own tests:
+# test_runtime_fixes.py).
+from tests.helpers import (
+    load_without_shm as load_config,
+)
+from webhook.core.config.model import WebhookConfig
 from webhook.core.evaluation.evaluate import Decision, evaluate
 from webhook.core.policies.policyset import PolicySet
 
@@ -17,7 +34,7 @@ TIGHT: PolicySet = policies(
     crl(GPU, "nvidia", name="cf-crl-nvidia-gpu", requests="fromLimits", max="4"),
     crl(VCORE, "gpu-manager", defaultValue="10", wholeUnit="100"),
 )
-DEFAULT = WebhookConfig()
+DEFAULT = without_shm()
 MUTATING = load_config({"mutateTemplates": True})
 TOO_MANY = (
     "limits.nvidia.com/gpu='8' is above the maximum 4 (max: 4 in ConfigMap "
@@ -494,6 +511,7 @@ def arch_term(arch: str) -> dict[str, Any]:
 def test_moving_a_per_architecture_image_to_arm64_is_judged(
     before: dict[str, Any], after: dict[str, Any]
 ) -> None:
+
     old, new = vllm(**before), vllm(**after)
     decision = review(new, old=old)
     assert decision.reason == ""

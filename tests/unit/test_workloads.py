@@ -11,17 +11,28 @@ from tests.helpers import (
     VCORE,
     VMEM,
     apply,
-    assert_idempotent,
     container,
     expr,
     get,
     node_terms,
     pod,
-    run,
     workload,
 )
+
+# Tests of workload kinds and their pod templates: evaluated without the /dev/shm fix (on by
+# default), whose volume and warning would be in every pod here (tests/helpers.py `without_shm`; the
+# rule's own tests: test_runtime_fixes.py).
+from tests.helpers import (
+    assert_idempotent_without_shm as assert_idempotent,
+)
+from tests.helpers import (
+    load_without_shm as load_config,
+)
+from tests.helpers import (
+    run_without_shm as run,
+)
 from webhook.core.base.errors import ObjectShapeError
-from webhook.core.config.model import ANNOTATION_INJECTED_AFFINITY, WebhookConfig, load_config
+from webhook.core.config.model import ANNOTATION_INJECTED_AFFINITY, WebhookConfig
 from webhook.core.placement.terms import digest
 from webhook.core.workloads.pods import find_pod_spec, handles_kind, object_ref
 

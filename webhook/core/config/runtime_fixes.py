@@ -60,9 +60,11 @@ class FixMatch(ConfigModel):
 class ShmFix(FixMatch):
     """A memory-backed emptyDir at /dev/shm for accelerator pods that mount nothing there."""
 
-    # Off by default: switched on, it changes every accelerator pod that mounts nothing at
-    # /dev/shm, which an upgrade must not do unasked (the chart's values switch it).
-    enabled: bool = False
+    # On by default (issue 39: with the shipped config a PyTorch DDP pod must get its /dev/shm).
+    # Switched off with `enabled: false` (config, chart value runtimeFixes.shm.enabled) or per
+    # pod with the runtime-fixes opt-out annotation; docs/concepts/runtime-fixes.md says what
+    # changes for existing pods on upgrade.
+    enabled: bool = True
 
     # The largest sizeLimit written. A memory-backed emptyDir is tmpfs, and its pages count
     # against the pod's memory (Kubernetes API, EmptyDirVolumeSource.sizeLimit: "The maximum
