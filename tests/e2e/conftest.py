@@ -104,6 +104,34 @@ def _require_cluster(cluster: Cluster) -> None:
     """Every e2e test needs the cluster (and is skipped, with the reason, without one)."""
 
 
+# What scripts/e2e-kapi.sh exports with KAPI_CONTROLLERS=1: the kapi tools and their bin (for
+# node.sh), and the session webhook's URL, CA and port (for a module's own webhook entries).
+_SCHEDULER_ENV = {
+    "tools": "E2E_KAPI_TOOLS",
+    "bin": "E2E_KAPI_BIN",
+    "url": "E2E_WEBHOOK_URL",
+    "ca": "E2E_WEBHOOK_CA",
+    "port": "E2E_WEBHOOK_PORT",
+}
+
+
+def real_scheduler(cluster: Cluster, what: str, *, webhook: bool = False) -> dict[str, str]:
+    """The scheduling modules' `scheduler` fixture: `tools` and `bin` (and with `webhook` the
+    session webhook's `url`, `ca`, `port`), or the module skipped, saying that `what` needs the
+    real scheduler and a webhook registered by URL (KAPI_CONTROLLERS=1 scripts/e2e-kapi.sh)."""
+    if os.environ.get("E2E_SCHEDULER") != "1" or cluster.mode != "url":
+        pytest.skip(
+            f"{what} needs the real scheduler and a webhook registered by URL: "
+            "KAPI_CONTROLLERS=1 scripts/e2e-kapi.sh"
+        )
+    keys = list(_SCHEDULER_ENV) if webhook else ["tools", "bin"]
+    found = {key: os.environ.get(_SCHEDULER_ENV[key], "") for key in keys}
+    missing = [_SCHEDULER_ENV[key] for key in keys if not found[key]]
+    if missing:
+        pytest.skip(f"{what} needs {', '.join(missing)} (scripts/e2e-kapi.sh)")
+    return found
+
+
 @contextmanager
 def kapi_nodes(
     core: Any,

@@ -12,7 +12,6 @@ GPU capacity, tainted) are selected by a label of this module only.
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -23,7 +22,14 @@ from webhook.core.base.versions import CudaVersion
 from webhook.core.config.model import WebhookConfig
 from webhook.core.placement.dra import DraNode
 
-from .conftest import Cluster, InventoryReader, cluster_slices, kapi_nodes, synced_inventory
+from .conftest import (
+    Cluster,
+    InventoryReader,
+    cluster_slices,
+    kapi_nodes,
+    real_scheduler,
+    synced_inventory,
+)
 from .test_e2e_scheduling import create, scheduled, workload
 
 pytestmark = pytest.mark.e2e
@@ -39,15 +45,7 @@ AMD_NODES = {"mi-old": "6.12.12", "mi-new": "6.14.14"}
 
 @pytest.fixture(scope="module")
 def scheduler(cluster: Cluster) -> dict[str, str]:
-    if os.environ.get("E2E_SCHEDULER") != "1" or cluster.mode != "url":
-        pytest.skip(
-            "the DRA inventory e2e needs the real scheduler and a webhook registered by URL: "
-            "KAPI_CONTROLLERS=1 scripts/e2e-kapi.sh"
-        )
-    tools, binaries = os.environ.get("E2E_KAPI_TOOLS"), os.environ.get("E2E_KAPI_BIN")
-    if not tools or not binaries:
-        pytest.skip("needs E2E_KAPI_TOOLS and E2E_KAPI_BIN (scripts/e2e-kapi.sh)")
-    return {"tools": tools, "bin": binaries}
+    return real_scheduler(cluster, "the DRA inventory e2e")
 
 
 def _slice(node: str, cuda: str, compute: str) -> dict[str, Any]:

@@ -13,7 +13,6 @@ registry); its Nodes are tainted so no other module's pods take them.
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -24,7 +23,7 @@ import pytest
 
 from webhook.core.policies.policyset import PolicySet
 
-from .conftest import Cluster, api_error, kapi_nodes
+from .conftest import Cluster, api_error, kapi_nodes, real_scheduler
 from .test_e2e_admission import call
 from .test_e2e_scheduling import create, scheduled, serving, workload
 
@@ -51,19 +50,7 @@ BIND_SECONDS = 60.0
 
 @pytest.fixture(scope="module")
 def scheduler(cluster: Cluster) -> dict[str, str]:
-    """What test_e2e_scheduling's fixture of this name gives: the kapi tools, its bin, the
-    session webhook's URL, CA and port (set by scripts/e2e-kapi.sh with KAPI_CONTROLLERS=1)."""
-    names = {
-        "tools": "E2E_KAPI_TOOLS",
-        "bin": "E2E_KAPI_BIN",
-        "url": "E2E_WEBHOOK_URL",
-        "ca": "E2E_WEBHOOK_CA",
-        "port": "E2E_WEBHOOK_PORT",
-    }
-    found = {key: os.environ.get(env, "") for key, env in names.items()}
-    if os.environ.get("E2E_SCHEDULER") != "1" or cluster.mode != "url" or not all(found.values()):
-        pytest.skip("runtime fixes e2e needs KAPI_CONTROLLERS=1 scripts/e2e-kapi.sh")
-    return found
+    return real_scheduler(cluster, "the runtime fixes e2e", webhook=True)
 
 
 @pytest.fixture(scope="module")

@@ -33,7 +33,7 @@ from webhook.core.config.model import WebhookConfig, load_config
 from webhook.core.evaluation.evaluate import evaluate
 from webhook.core.policies.policyset import PolicySet
 
-from .conftest import ROOT, Cluster, cluster_inventory, kapi_nodes
+from .conftest import ROOT, Cluster, cluster_inventory, kapi_nodes, real_scheduler
 from .test_e2e_admission import admitted_pod, call, denial, expected_for
 
 pytestmark = pytest.mark.e2e
@@ -99,27 +99,9 @@ FORWARD: dict[str, Any] = {
 BIND_SECONDS = 60.0
 
 
-def _env(name: str) -> str:
-    value = os.environ.get(name)
-    if not value:
-        pytest.skip(f"scheduling e2e needs {name} (scripts/e2e-kapi.sh with KAPI_CONTROLLERS=1)")
-    return value
-
-
 @pytest.fixture(scope="module")
 def scheduler(cluster: Cluster) -> dict[str, str]:
-    if os.environ.get("E2E_SCHEDULER") != "1" or cluster.mode != "url":
-        pytest.skip(
-            "scheduling e2e needs the real scheduler and a webhook registered by URL: "
-            "KAPI_CONTROLLERS=1 scripts/e2e-kapi.sh"
-        )
-    return {
-        "tools": _env("E2E_KAPI_TOOLS"),
-        "bin": _env("E2E_KAPI_BIN"),
-        "url": _env("E2E_WEBHOOK_URL"),
-        "ca": _env("E2E_WEBHOOK_CA"),
-        "port": _env("E2E_WEBHOOK_PORT"),
-    }
+    return real_scheduler(cluster, "the scheduling e2e", webhook=True)
 
 
 @pytest.fixture(scope="module")

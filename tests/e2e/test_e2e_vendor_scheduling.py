@@ -19,7 +19,6 @@ by a label of this module only and tainted, so no other module's pod lands on th
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -30,7 +29,7 @@ import pytest
 from webhook.core.config.model import WebhookConfig
 from webhook.core.policies.policyset import PolicySet
 
-from .conftest import Cluster, cluster_inventory, kapi_nodes
+from .conftest import Cluster, cluster_inventory, kapi_nodes, real_scheduler
 from .test_e2e_admission import call, expected_for
 from .test_e2e_scheduling import create, scheduled, workload
 
@@ -75,15 +74,7 @@ VLLM_ASCEND = "quay.io/ascend/vllm-ascend:v0.11.0rc1"  # CANN 8.3.RC1, the 910b 
 
 @pytest.fixture(scope="module")
 def scheduler(cluster: Cluster) -> dict[str, str]:
-    if os.environ.get("E2E_SCHEDULER") != "1" or cluster.mode != "url":
-        pytest.skip(
-            "the vendor scheduling e2e needs the real scheduler and a webhook registered by "
-            "URL: KAPI_CONTROLLERS=1 scripts/e2e-kapi.sh"
-        )
-    tools, binaries = os.environ.get("E2E_KAPI_TOOLS"), os.environ.get("E2E_KAPI_BIN")
-    if not tools or not binaries:
-        pytest.skip("needs E2E_KAPI_TOOLS and E2E_KAPI_BIN (scripts/e2e-kapi.sh)")
-    return {"tools": tools, "bin": binaries}
+    return real_scheduler(cluster, "the vendor scheduling e2e")
 
 
 @pytest.fixture(scope="module")
