@@ -120,6 +120,15 @@ def test_serve_refuses_an_unreadable_policy_directory(tmp_path: Path) -> None:
     assert result.stderr.endswith(f"error: {tmp_path / 'nope'} is neither a file nor a directory\n")
 
 
+def _replace(path: Path, text: str) -> None:
+    """Write `path` as one rename, as the kubelet updates a mounted ConfigMap (its AtomicWriter,
+    pkg/volume/util/atomic_writer.go, swaps a symlink): `write_text` truncates first, and a poll
+    in between read an empty file, a valid policy set without the edited policy."""
+    staged = path.with_name(f".{path.name}.tmp")
+    staged.write_text(text)
+    os.replace(staged, path)
+
+
 def test_serve_reloads_changed_policy_files_without_restart(
     tmp_path: Path, policy_dir: Path
 ) -> None:
@@ -137,11 +146,11 @@ def test_serve_reloads_changed_policy_files_without_restart(
 
         assert default_vcuda_core() == "10"
         data = {**TEST_POLICIES[name], "defaultValue": "30"}
-        (policies / f"{name}.yaml").write_text(yaml.safe_dump(crl_configmap(name, data)))
+        _replace(policies / f"{name}.yaml", yaml.safe_dump(crl_configmap(name, data)))
         poll(lambda: default_vcuda_core() == "30", "the changed policy file is reloaded")
         # A broken edit: once the reload has run (/policies names the error), the last good
         # policies are still in force.
-        (policies / f"{name}.yaml").write_text("data: [unclosed\n")
+        _replace(policies / f"{name}.yaml", "data: [unclosed\n")
         poll(lambda: "sourceError" in listed(), "the broken policy file is read")
         broken = listed()
         assert broken["sourceError"].startswith(f"cannot reload policies from {policies}: ")
@@ -150,7 +159,7 @@ def test_serve_reloads_changed_policy_files_without_restart(
         assert default_vcuda_core() == "30"
         # Fixed: the error is gone, and the fixed file's values are in force.
         data = {**TEST_POLICIES[name], "defaultValue": "40"}
-        (policies / f"{name}.yaml").write_text(yaml.safe_dump(crl_configmap(name, data)))
+        _replace(policies / f"{name}.yaml", yaml.safe_dump(crl_configmap(name, data)))
         poll(
             lambda: "sourceError" not in listed() and default_vcuda_core() == "40",
             "the fixed policy file is reloaded",
