@@ -167,6 +167,7 @@ TITLES = {
     "gc": "the cyclic GC (inside the rows above)",
 }
 ENDPOINTS = ("mutate", "validate")
+UNMARKED = " unmarked"  # live, --overhead: a webhook's run without the markers
 
 
 # ---------------------------------------------------------------------------------------------
@@ -574,6 +575,45 @@ def client_child(args: argparse.Namespace) -> int:
     return 0
 
 
+def serve_child(args: argparse.Namespace) -> int:
+    """Runs under callgrind: `gpu-webhook serve` (`args.serve`, its command line) with the
+    stage interceptors of the in-process mode installed on its app before it serves: when
+    aiohttp's runner binds the app to the event loop (Application._set_loop, before the app's
+    start-up and its first request), the app holding the webhook's state gets intercept();
+    the plan (what was intercepted, counted by symbol, missing) goes to `args.out`."""
+    sys.path.insert(0, str(args.marks))
+    gwb_marks: Any = importlib.import_module("gwb_marks")
+    # The measured tree's webhook first on the path, before anything imports it.
+    sys.path.insert(0, str(args.tree))
+    from aiohttp import web_app
+
+    import webhook
+    from webhook.admission.state import STATE
+    from webhook.cli import main as webhook_main
+
+    set_loop = web_app.Application._set_loop
+    done: list[Any] = []
+
+    def _set_loop(app: Any, loop: Any) -> None:
+        set_loop(app, loop)
+        state = app.get(STATE)
+        if state is None or any(state is seen for seen in done):
+            return
+        done.append(state)
+        plan = intercept(state, gwb_marks)
+        evaluate_module = importlib.import_module("webhook.core.evaluation.evaluate")
+        info = {
+            "webhook": str(Path(webhook.__file__).resolve().parent),
+            "compiled": not str(evaluate_module.__file__).endswith(".py"),
+            "plan": plan,
+            "on_valgrind": gwb_marks.on_valgrind(),
+        }
+        Path(args.out).write_text(json.dumps(info, indent=2))
+
+    setattr(web_app.Application, "_set_loop", _set_loop)  # noqa: B010 (a method replaced)
+    return webhook_main(args.serve)
+
+
 def _control(pid: int, *options: str) -> None:
     done = subprocess.run(
         ["callgrind_control", *options, str(pid)],
@@ -587,9 +627,17 @@ def _control(pid: int, *options: str) -> None:
 
 
 def run_live(
-    kind: str, tree: Path, work: Path, tls: Any, bodies: Path, config: Path, tag: str
+    kind: str,
+    tree: Path,
+    work: Path,
+    tls: Any,
+    bodies: Path,
+    config: Path,
+    tag: str,
+    marks: Path | None = None,
 ) -> dict[str, Any]:
-    """One server under callgrind; instructions per review in the measured window."""
+    """One server under callgrind; instructions per review in the measured window, by ELF
+    object and, for the webhook started with the `marks` extension (serve_child), by stage."""
     from bench.harness.servers import env, free_port, server_argv, wait_ready
 
     out = work / f"live-{tag}"
@@ -601,6 +649,14 @@ def run_live(
     server = server_argv(kind, port, tls, REPO / "configmaps", config=config, extra=once)
     # `python -c` imports the webhook of the directory it runs in.
     cwd = tree if kind == "webhook" else REPO
+    marked = kind == "webhook" and marks is not None
+    if marked:
+        # The same `gpu-webhook serve` command line, through serve_child's interceptors.
+        server = [
+            *(sys.executable, str(Path(__file__).resolve()), "live-server"),
+            *("--tree", str(tree), "--marks", str(marks), "--out", str(out / "info.json")),
+            *server[server.index("serve") :],
+        ]
     argv = valgrind_argv(out / "cg.%p", "--instr-atstart=no") + server
     started = time.monotonic()
     process = subprocess.Popen(
@@ -649,14 +705,21 @@ def run_live(
         raise RuntimeError("callgrind wrote no dump of the measured window")
     profile = read(dumps[0])
     reviews = sum(statuses.values())
-    return {
+    result: dict[str, Any] = {
         "server": kind,
         "reviews": reviews,
         "statuses": statuses,
+        "marked": marked,
         "per_review": round(profile.total / reviews),
         "objects": {k: round(v / reviews) for k, v in grouped(profile.by_object).items()},
         "seconds": round(time.monotonic() - started, 1),
     }
+    if marked:
+        info = json.loads((out / "info.json").read_text())
+        costs = stage_costs(profile, info["plan"])
+        result["info"] = info
+        result["stages"] = {k: round(v / reviews) for k, v in costs.items()}
+    return result
 
 
 def wait_ready_long(port: int, ca: Path, process: Any, wait_ready: Callable[..., None]) -> None:
@@ -825,6 +888,73 @@ def print_ab(ab: dict[str, Any]) -> None:
         print(f"tree / baseline, reviews/s, median of the rounds' ratios: {ratio}")
 
 
+LIVE_REST = "aiohttp, TLS and the event loop (the rest)"
+LIVE_ROWS = (*TOP_STAGES[:2], "access", "placement", *TOP_STAGES[2:], "other", "total", "gc")
+
+
+def _median(runs: Sequence[dict[str, Any]], *keys: str) -> float:
+    """The median over runs of run[keys[0]][keys[1]]...; 0 where a run lacks it."""
+    values = []
+    for run in runs:
+        value: Any = run
+        for key in keys:
+            value = value.get(key, 0) if isinstance(value, dict) else 0
+        values.append(value)
+    return statistics.median(values) if values else 0
+
+
+def live_stages(results: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float | None]]:
+    """Live: per row of LIVE_ROWS, per marked server, the median instructions per review; the
+    no-op's column holds its total as "other" (aiohttp, TLS, the loop and its own handler) and
+    as "total", None elsewhere (it has no stages)."""
+    marked = [name for name, runs in results.items() if runs and "stages" in runs[0]]
+    table: dict[str, dict[str, float | None]] = {}
+    for row in LIVE_ROWS:
+        cells: dict[str, float | None] = {}
+        if "no-op" in results:
+            noop = _median(results["no-op"], "per_review")
+            cells["no-op"] = noop if row in ("other", "total") else None
+        for name in marked:
+            cells[name] = _median(results[name], "stages", row)
+        table[row] = cells
+    return table
+
+
+def live_objects(results: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float]]:
+    """Live: per ELF object group, the median instructions per review of each server and, for
+    each webhook, `NAME - no-op`: what it runs there beyond the no-op server (negative: less)."""
+    groups: list[str] = []
+    for runs in results.values():
+        for group in runs[0]["objects"] if runs else ():
+            if group not in groups:
+                groups.append(group)
+    table: dict[str, dict[str, float]] = {}
+    for group in groups:
+        cells = {name: _median(runs, "objects", group) for name, runs in results.items()}
+        if "no-op" in results:
+            for name in results:
+                if name != "no-op":
+                    cells[f"{name} - no-op"] = cells[name] - cells["no-op"]
+        table[group] = cells
+    return table
+
+
+def markers_overhead(results: dict[str, list[dict[str, Any]]]) -> dict[str, float]:
+    """Live, --overhead: per webhook, its total with the markers / without, - 1, in %."""
+    overhead = {}
+    for name, runs in results.items():
+        unmarked = results.get(f"{name}{UNMARKED}")
+        if runs and "stages" in runs[0] and unmarked:
+            plain = _median(unmarked, "per_review")
+            with_marks = _median(runs, "per_review")
+            overhead[name] = round((with_marks / plain - 1) * 100, 2) if plain else 0.0
+    return overhead
+
+
+def _cell(value: float | None) -> str:
+    return "" if value is None else f"{value:,.0f}"
+
+
 def print_live(results: dict[str, list[dict[str, Any]]]) -> None:
     table = Table(
         Column("live server (TLS, 1 connection)", 34, align="<"),
@@ -844,27 +974,48 @@ def print_live(results: dict[str, list[dict[str, Any]]]) -> None:
         tree = statistics.median(r["per_review"] for r in results["tree"])
         base = statistics.median(r["per_review"] for r in results["baseline"])
         print(f"tree / baseline, instructions per review: {tree / base:.4f}")
-    # Per ELF object: instructions per review, and what each server adds to the no-op's.
-    names = list(results)
+    for name, percent in markers_overhead(results).items():
+        print(f"{name}: the markers add {percent:+.2f} % to the total (vs '{name}{UNMARKED}')")
+    stages = live_stages(results)
+    names = list(stages["total"])
+    if len(names) > ("no-op" in names):
+        # By stage: the in-process mode's stages, measured in the live server.
+        columns = [Column("live: instructions per review by stage", 44, align="<")]
+        columns += [Column(name, 14) for name in names]
+        by_stage = Table(*columns)
+        print()
+        print(by_stage.header())
+        for row in LIVE_ROWS:
+            title = LIVE_REST if row == "other" else TITLES[row]
+            print(by_stage.row(title, *(_cell(stages[row][name]) for name in names)))
+        for name in names:
+            runs = results[name]
+            if name == "no-op" or len(runs) < 2:
+                continue
+            most = max(spread([r["stages"][row] for r in runs]) for row in LIVE_ROWS)
+            print(f"{name}: {len(runs)} runs; spread of any stage at most {most} %")
+        for name in names:
+            if name == "no-op":
+                continue
+            plan = results[name][0]["info"]["plan"]
+            missing = [m for done in plan.values() for m in done["missing"]]
+            if missing:
+                print(f"{name}: not in this tree (their cost is in the rest): {', '.join(missing)}")
+    # Per ELF object: each server's instructions per review, and what a webhook adds to the
+    # no-op's there (where the webhook's extra instructions are).
+    objects = live_objects(results)
+    if not objects:
+        return
     columns = [Column("live: instructions per review by object", 44, align="<")]
-    columns += [Column(name, 12, ",") for name in names]
-    columns += [Column(f"{name} share", 12, ".1%") for name in names if name != "no-op"]
-    objects = Table(*columns)
+    columns += [Column(name, max(12, len(name))) for name in next(iter(objects.values()))]
+    by_object = Table(*columns)
     print()
-    print(objects.header())
-    groups: list[str] = []
-    for name in names:
-        for group in results[name][0]["objects"]:
-            if group not in groups:
-                groups.append(group)
-    for group in groups:
-        values = [results[name][0]["objects"].get(group, 0) for name in names]
-        shares = [
-            results[name][0]["objects"].get(group, 0) / results[name][0]["per_review"]
-            for name in names
-            if name != "no-op"
-        ]
-        print(objects.row(group, *values, *shares))
+    print(by_object.header())
+    for group, cells in objects.items():
+        print(by_object.row(group, *(_cell(value) for value in cells.values())))
+    names = list(next(iter(objects.values())))
+    totals = [sum(cells[name] for cells in objects.values()) for name in names]
+    print(by_object.row("total", *(_cell(value) for value in totals)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -877,6 +1028,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for option in ("--tree", "--marks", "--bodies", "--config", "--out"):
         child.add_argument(option, required=True)
     child.add_argument("--no-stages", action="store_true")
+    live_server = commands.add_parser("live-server", help=argparse.SUPPRESS)
+    for option in ("--tree", "--marks", "--out"):
+        live_server.add_argument(option, required=True)
+    live_server.add_argument("serve", nargs=argparse.REMAINDER)
     client = commands.add_parser("client", help=argparse.SUPPRESS)
     client.add_argument("--port", type=int, required=True)
     client.add_argument("--ca", required=True)
@@ -895,7 +1050,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--no-stages",
         action="store_true",
-        help="in-process without the stage markers (the total only: what the markers add)",
+        help="without the stage markers, in-process and live (the total only: what the "
+        "markers add)",
+    )
+    parser.add_argument(
+        "--overhead",
+        action="store_true",
+        help="live: also run each webhook without the markers and print what they add",
     )
     parser.add_argument("--warmup", type=int, default=100, help="per endpoint, not measured")
     parser.add_argument("--live-reviews", type=int, default=1000, help="live: measured reviews")
@@ -921,6 +1082,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return inprocess_child(args)
     if args.command == "client":
         return client_child(args)
+    if args.command == "live-server":
+        return serve_child(args)
     return run_main(args)
 
 
@@ -962,10 +1125,10 @@ def run_main(args: argparse.Namespace) -> int:
             return 0
         trees = _trees(args, args.baseline)
         report["trees"] = {name: str(path) for name, path in trees.items()}
+        marks, why = build_marks(work / "marks")
+        if marks is None:
+            raise SystemExit(f"the callgrind markers cannot be built: {why}")
         if args.mode in ("both", "inprocess"):
-            marks, why = build_marks(work / "marks")
-            if marks is None:
-                raise SystemExit(f"the callgrind markers cannot be built: {why}")
             bodies = work / "inprocess-bodies.json"
             # Whole turns of the mix (10 objects, each to /mutate and /validate).
             turn = len(server_templates("distinct"))
@@ -998,14 +1161,21 @@ def run_main(args: argparse.Namespace) -> int:
                     }
                 )
             )
-            live: dict[str, list[dict[str, Any]]] = {"no-op": [], **{n: [] for n in trees}}
+            # name -> (tree, with the markers); "no-op" is the no-op server.
+            servers: dict[str, tuple[Path, bool]] = {"no-op": (REPO, False)}
+            servers.update({n: (t, not args.no_stages) for n, t in trees.items()})
+            if args.overhead and not args.no_stages:
+                servers.update({f"{n}{UNMARKED}": (t, False) for n, t in trees.items()})
+            live: dict[str, list[dict[str, Any]]] = {name: [] for name in servers}
             for repeat in range(args.repeat):
-                for name, runs in live.items():
+                for name, (tree, marked) in servers.items():
                     print(f"live server under callgrind: {name}, run {repeat + 1}", flush=True)
                     kind = "noop" if name == "no-op" else "webhook"
-                    tree = trees.get(name, REPO)
-                    tag = f"{name}-{repeat}"
-                    runs.append(run_live(kind, tree, work, tls, bodies, config, tag))
+                    tag = f"{name.replace(' ', '-')}-{repeat}"
+                    with_marks = marks if marked else None
+                    live[name].append(
+                        run_live(kind, tree, work, tls, bodies, config, tag, with_marks)
+                    )
             report["live"] = live
             print_live(live)
     if args.json:
