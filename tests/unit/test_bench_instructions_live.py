@@ -168,7 +168,12 @@ def test_print_live(capsys: pytest.CaptureFixture[str]) -> None:
 def test_live_server_command_line(monkeypatch: pytest.MonkeyPatch) -> None:
     """The marked server's wrapper takes `gpu-webhook serve`'s command line unchanged."""
     seen: list[Any] = []
-    monkeypatch.setattr(instr, "serve_child", lambda args: seen.append(args) or 0)
+
+    def serve_child(args: Any) -> int:
+        seen.append(args)
+        return 0
+
+    monkeypatch.setattr(instr, "serve_child", serve_child)
     argv = ["live-server", "--tree", "/t", "--marks", "/m", "--out", "/o/info.json"]
     serve = ["serve", "--host", "127.0.0.1", "--port", "1", "--policies-poll", "0"]
     assert instr.main([*argv, *serve]) == 0
