@@ -54,12 +54,25 @@ another, then `callgrind_control --dump`. Instructions per review = the dump's t
 and log flushes, is in it). One connection, one review at a time: every review pays a full
 event-loop turn (wrk's 32 connections batch them).
 
+Live, by stage: the webhook runs through this script's `live-server` command (serve_child), the
+same `gpu-webhook serve` command line with the in-process mode's interceptors (STAGES,
+intercept()) installed on the app when aiohttp's runner binds it to the loop, before its
+start-up and first request; the live dump's gwb_stage_* inclusive costs give the same stages
+per review, and the rest is "aiohttp, TLS and the event loop" (reading and parsing the request,
+the handler's glue, writing the answer, the loop's turn), printed beside the no-op's total. The
+ELF object table prints each server's instructions per review per object and each webhook
+minus the no-op: where the webhook's extra instructions run. `--no-stages` starts the webhook
+unwrapped (the unmarked total); `--overhead` runs each webhook both ways and prints what the
+markers add.
+
 Determinism: every figure is a count, not a time; the measured processes run with
 PYTHONHASHSEED=0; `--repeat 2` runs everything twice and prints the spread, (max - min) / min.
 
     .venv/bin/python bench/bench_instructions.py                      # this tree, both modes
     .venv/bin/python bench/bench_instructions.py --compiled           # build/compiled
     .venv/bin/python bench/bench_instructions.py --baseline ../main --compiled --json out.json
+    .venv/bin/python bench/bench_instructions.py --mode live --baseline ../main --compiled \
+        --repeat 2 --overhead                                          # live, by stage
     .venv/bin/python bench/bench_instructions.py --ab ../main --compiled --rounds 5  # wall clock
 
 Needs valgrind (`make bench-deps`: Debian's valgrind, with its headers for the markers), a C
