@@ -751,8 +751,10 @@ def wait_ready_long(port: int, ca: Path, process: Any, wait_ready: Callable[...,
 
 
 def run_ab(args: argparse.Namespace, trees: dict[str, Path], work: Path, tls: Any) -> Any:
-    """Rounds of (no-op, each tree) under wrk, alternating in one sitting: reviews/s and
-    server CPU µs per review, medians over rounds and the round-by-round ratio tree/baseline."""
+    """Rounds of (no-op, each tree) under wrk, alternating in one sitting: reviews/s, server
+    CPU µs per review (and its user and system parts, /proc/PID/stat's utime and stime) and the
+    server's minor page faults per review (minflt), medians over rounds and the round-by-round
+    ratio tree/baseline."""
     from bench.harness.load.wrk import run_wrk, write_templates, wrk_path
     from bench.harness.objects import server_templates
     from bench.harness.servers import server
@@ -780,14 +782,29 @@ def run_ab(args: argparse.Namespace, trees: dict[str, Path], work: Path, tls: An
                     cpus=wrk_cpus,
                     warmup=2,
                 )
-            cpu_us = result.server_cpu / result.rps * 1e6 if result.rps else 0.0
-            rows[name].append({"rps": result.rps, "cpu_us": cpu_us})
-            print(f"  round {round_ + 1} {name}: {result.rps:,.0f}/s, {cpu_us:.1f} CPU µs/review")
+            per_review = 1e6 / result.rps if result.rps else 0.0
+            sample = {
+                "rps": result.rps,
+                "cpu_us": result.server_cpu * per_review,
+                "user_us": result.server_user_cpu * per_review,
+                "system_us": result.server_system_cpu * per_review,
+                "minor_faults": result.server_minor_faults_per_request,
+            }
+            rows[name].append(sample)
+            print(
+                f"  round {round_ + 1} {name}: {result.rps:,.0f}/s, "
+                f"{sample['cpu_us']:.1f} CPU µs/review (user {sample['user_us']:.1f}, "
+                f"system {sample['system_us']:.1f}), "
+                f"{sample['minor_faults']:.2f} minor page faults/review"
+            )
     summary: dict[str, Any] = {}
     for name, samples in rows.items():
         summary[name] = {
             "rps": round(statistics.median(s["rps"] for s in samples)),
-            "cpu_us": round(statistics.median(s["cpu_us"] for s in samples), 1),
+            **{
+                key: round(statistics.median(s[key] for s in samples), 2 if "faults" in key else 1)
+                for key in ("cpu_us", "user_us", "system_us", "minor_faults")
+            },
             "vs_noop": round(
                 statistics.median(
                     s["rps"] / n["rps"] for s, n in zip(samples, rows["noop"], strict=True)
@@ -888,6 +905,9 @@ def print_ab(ab: dict[str, Any]) -> None:
         Column(f"wall clock, wrk, {ab['rounds']} rounds (medians)", 40, align="<"),
         Column("reviews/s", 11, ",.0f"),
         Column("CPU µs/review", 14, ".1f"),
+        Column("user µs", 8, ".1f"),
+        Column("system µs", 10, ".1f"),
+        Column("minflt/review", 14, ".2f"),
         Column("vs no-op", 9, ".3f"),
     )
     print()
@@ -895,7 +915,8 @@ def print_ab(ab: dict[str, Any]) -> None:
     for name in ("noop", "baseline", "tree"):
         if name in summary:
             row = summary[name]
-            print(table.row(name, row["rps"], row["cpu_us"], row["vs_noop"]))
+            cells = (row["cpu_us"], row["user_us"], row["system_us"], row["minor_faults"])
+            print(table.row(name, row["rps"], *cells, row["vs_noop"]))
     if "tree_vs_baseline" in summary:
         ratio = summary["tree_vs_baseline"]
         print(f"tree / baseline, reviews/s, median of the rounds' ratios: {ratio}")

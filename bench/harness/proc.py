@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -19,9 +20,40 @@ def rss_kib(pid: int | str = "self") -> int:
 
 
 def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    # utime and stime are fields 14 and 15 of /proc/PID/stat (proc(5)); here 0-based after ")"
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    usage = cpu_usage(pid)
+    return usage.user + usage.system
+
+
+@dataclass(frozen=True)
+class CpuUsage:
+    """A process's CPU time so far, in user and in system mode (seconds), and its page faults
+    (minor: no I/O, a page mapped or zeroed; major: read from disk)."""
+
+    user: float
+    system: float
+    minor_faults: int
+    major_faults: int
+
+    def __sub__(self, other: CpuUsage) -> CpuUsage:
+        return CpuUsage(
+            self.user - other.user,
+            self.system - other.system,
+            self.minor_faults - other.minor_faults,
+            self.major_faults - other.major_faults,
+        )
+
+
+def parse_stat(text: str) -> CpuUsage:
+    """/proc/PID/stat's (proc(5)) minflt, majflt, utime and stime: fields 10, 12, 14 and 15,
+    counted from 1; after the command's ")" (which may hold spaces) they are 0-based 7, 9, 11
+    and 12. Times are in clock ticks."""
+    fields = text.rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return CpuUsage(int(fields[11]) / tick, int(fields[12]) / tick, int(fields[7]), int(fields[9]))
+
+
+def cpu_usage(pid: int) -> CpuUsage:
+    return parse_stat(Path(f"/proc/{pid}/stat").read_text())
 
 
 def taskset(cpus: set[int]) -> list[str]:

@@ -179,3 +179,20 @@ def test_live_server_command_line(monkeypatch: pytest.MonkeyPatch) -> None:
     assert instr.main([*argv, *serve]) == 0
     assert seen[0].serve == serve
     assert Path(seen[0].tree) == Path("/t")
+
+
+def test_proc_stat_user_system_and_faults() -> None:
+    """/proc/PID/stat (proc(5)): a command with spaces and ")" in it; minflt is field 10,
+    majflt 12, utime 14, stime 15 (clock ticks)."""
+    import os
+
+    from bench.harness.proc import CpuUsage, cpu_usage, parse_stat
+
+    tick = os.sysconf("SC_CLK_TCK")
+    text = "4242 (gpu (web) hook) S 1 4242 4242 0 -1 4194560 1500 0 7 0 300 120 0 0 20 0 3 0"
+    usage = parse_stat(text)
+    assert usage == CpuUsage(300 / tick, 120 / tick, 1500, 7)
+    assert usage - CpuUsage(100 / tick, 20 / tick, 500, 7) == CpuUsage(
+        200 / tick, 100 / tick, 1000, 0
+    )
+    assert cpu_usage(os.getpid()).minor_faults > 0

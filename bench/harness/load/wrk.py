@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.harness.proc import cpu_seconds, taskset
+from bench.harness.proc import cpu_usage, taskset
 
 LUA = r"""
 -- Each template is split once, at init, into literal pieces and placeholders; a request is one
@@ -117,6 +117,11 @@ class WrkResult:
     wrk_cpu: float  # cores the load generator used during the run
     server_cpu: float  # cores the server process used during the run
     kinstructions_per_review: int  # user-space instructions / 1000 (0: perf not available)
+    # server_cpu split into user and system mode (cores), and the server's minor page faults
+    # per request (/proc/PID/stat): where a server's system time per review comes from.
+    server_user_cpu: float = 0.0
+    server_system_cpu: float = 0.0
+    server_minor_faults_per_request: float = 0.0
 
     def as_dict(self) -> dict[str, float | int]:
         return dict(self.__dict__)
@@ -166,7 +171,7 @@ def run_wrk(
     argv.append(str(random.randrange(10**12)))
     if cpus:
         argv = taskset(cpus) + argv
-    server_before = cpu_seconds(server_pid)
+    server_before = cpu_usage(server_pid)
     # Instructions the server ran in user space (perf, from Debian's linux-perf, where the
     # machine exposes counters): repeatable where the wall-clock rate swings with the machine.
     counter = None
@@ -190,7 +195,8 @@ def run_wrk(
     _, status, usage = os.wait4(process.pid, 0)
     process.returncode = os.waitstatus_to_exitcode(status)
     wall = time.monotonic() - began
-    server_cpu = (cpu_seconds(server_pid) - server_before) / wall
+    server = cpu_usage(server_pid) - server_before
+    server_cpu = (server.user + server.system) / wall
     instructions = 0
     if counter is not None:
         counter.send_signal(signal.SIGINT)
@@ -218,4 +224,7 @@ def run_wrk(
         wrk_cpu=round((usage.ru_utime + usage.ru_stime) / wall, 3),
         server_cpu=round(server_cpu, 3),
         kinstructions_per_review=round(instructions / int(total.group(1)) / 1000),
+        server_user_cpu=round(server.user / wall, 3),
+        server_system_cpu=round(server.system / wall, 3),
+        server_minor_faults_per_request=round(server.minor_faults / int(total.group(1)), 2),
     )
