@@ -789,21 +789,24 @@ def run_ab(args: argparse.Namespace, trees: dict[str, Path], work: Path, tls: An
                 "user_us": result.server_user_cpu * per_review,
                 "system_us": result.server_system_cpu * per_review,
                 "minor_faults": result.server_minor_faults_per_request,
+                **result.server_activity_per_request,
             }
             rows[name].append(sample)
             print(
                 f"  round {round_ + 1} {name}: {result.rps:,.0f}/s, "
                 f"{sample['cpu_us']:.1f} CPU µs/review (user {sample['user_us']:.1f}, "
-                f"system {sample['system_us']:.1f}), "
-                f"{sample['minor_faults']:.2f} minor page faults/review"
+                f"system {sample['system_us']:.1f}), per review: "
+                f"{sample['minor_faults']:.2f} minor page faults, "
+                + ", ".join(f"{k} {v:g}" for k, v in result.server_activity_per_request.items())
             )
     summary: dict[str, Any] = {}
     for name, samples in rows.items():
         summary[name] = {
             "rps": round(statistics.median(s["rps"] for s in samples)),
             **{
-                key: round(statistics.median(s[key] for s in samples), 2 if "faults" in key else 1)
-                for key in ("cpu_us", "user_us", "system_us", "minor_faults")
+                key: round(statistics.median(s[key] for s in samples), 2 - key.endswith("_us"))
+                for key in samples[0]
+                if key != "rps"
             },
             "vs_noop": round(
                 statistics.median(

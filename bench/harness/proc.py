@@ -56,6 +56,28 @@ def cpu_usage(pid: int) -> CpuUsage:
     return parse_stat(Path(f"/proc/{pid}/stat").read_text())
 
 
+def activity(pid: int) -> dict[str, int]:
+    """A process's system activity so far, all its threads: read and write system calls and
+    their bytes (/proc/PID/io: syscr, syscw, rchar, wchar; read(2), write(2) and their
+    relatives) and context switches (voluntary_ctxt_switches and nonvoluntary_ctxt_switches of
+    each /proc/PID/task/TID/status: the process's status has its main thread's only)."""
+    counts: dict[str, int] = {}
+    for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("syscr", "syscw", "rchar", "wchar"):
+            counts[key] = int(value)
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            text = (task / "status").read_text()
+        except OSError:
+            continue  # the thread ended meanwhile
+        for line in text.splitlines():
+            key, _, value = line.partition(":")
+            if key.endswith("ctxt_switches"):
+                counts[key] = counts.get(key, 0) + int(value)
+    return counts
+
+
 def taskset(cpus: set[int]) -> list[str]:
     """The prefix running a command on `cpus` only (util-linux's taskset)."""
     return ["taskset", "-c", ",".join(str(cpu) for cpu in sorted(cpus))]

@@ -22,10 +22,10 @@ import shutil
 import signal
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.harness.proc import cpu_usage, taskset
+from bench.harness.proc import activity, cpu_usage, taskset
 
 LUA = r"""
 -- Each template is split once, at init, into literal pieces and placeholders; a request is one
@@ -122,6 +122,8 @@ class WrkResult:
     server_user_cpu: float = 0.0
     server_system_cpu: float = 0.0
     server_minor_faults_per_request: float = 0.0
+    # The server's system calls, bytes and context switches per request (proc.activity).
+    server_activity_per_request: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, float | int]:
         return dict(self.__dict__)
@@ -172,6 +174,7 @@ def run_wrk(
     if cpus:
         argv = taskset(cpus) + argv
     server_before = cpu_usage(server_pid)
+    activity_before = activity(server_pid)
     # Instructions the server ran in user space (perf, from Debian's linux-perf, where the
     # machine exposes counters): repeatable where the wall-clock rate swings with the machine.
     counter = None
@@ -196,6 +199,7 @@ def run_wrk(
     process.returncode = os.waitstatus_to_exitcode(status)
     wall = time.monotonic() - began
     server = cpu_usage(server_pid) - server_before
+    activity_after = activity(server_pid)
     server_cpu = (server.user + server.system) / wall
     instructions = 0
     if counter is not None:
@@ -227,4 +231,8 @@ def run_wrk(
         server_user_cpu=round(server.user / wall, 3),
         server_system_cpu=round(server.system / wall, 3),
         server_minor_faults_per_request=round(server.minor_faults / int(total.group(1)), 2),
+        server_activity_per_request={
+            key: round((activity_after[key] - activity_before.get(key, 0)) / int(total.group(1)), 2)
+            for key in activity_after
+        },
     )
