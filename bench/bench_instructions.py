@@ -1040,7 +1040,13 @@ def print_live(results: dict[str, list[dict[str, Any]]]) -> None:
                 print(f"{name}: not in this tree (their cost is in the rest): {', '.join(missing)}")
     # Per ELF object: each server's instructions per review, and what a webhook adds to the
     # no-op's there (where the webhook's extra instructions are).
-    objects = live_objects(results)
+    # (An unmarked run's objects are its marked run's but for the markers: not repeated.)
+    shown = {
+        name: runs
+        for name, runs in results.items()
+        if not (name.endswith(UNMARKED) and name.removesuffix(UNMARKED) in results)
+    }
+    objects = live_objects(shown)
     if not objects:
         return
     columns = [Column("live: instructions per review by object", 44, align="<")]

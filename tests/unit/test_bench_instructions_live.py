@@ -196,3 +196,14 @@ def test_proc_stat_user_system_and_faults() -> None:
         200 / tick, 100 / tick, 1000, 0
     )
     assert cpu_usage(os.getpid()).minor_faults > 0
+
+
+def test_print_live_objects_without_unmarked_repeats(capsys: pytest.CaptureFixture[str]) -> None:
+    instr.print_live(RESULTS)
+    header = next(
+        line
+        for line in capsys.readouterr().out.splitlines()
+        if line.startswith("live: instructions per review by object")
+    )
+    assert header.split()[-5:] == ["no-op", "tree", "tree", "-", "no-op"]
+    assert "unmarked" not in header
