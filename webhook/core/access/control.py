@@ -23,9 +23,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from webhook.core.base.errors import QuantityError
-from webhook.core.base.quantity import parse_quantity
-from webhook.core.base.shapes import is_mapping
+from webhook.core.base.quantity import parsed
+from webhook.core.base.shapes import as_dict, is_mapping
 from webhook.core.base.wording import cut
 from webhook.core.families.catalog import (
     FAMILIES,
@@ -152,34 +151,36 @@ def ephemeral_containers(spec: Mapping[str, Any]) -> tuple[ContainerRef, ...]:
 def _nonzero(values: Any, key: str) -> bool:
     if not is_mapping(values) or key not in values:
         return False
-    try:
-        return bool(parse_quantity(values[key]))
-    except QuantityError:
-        return True  # a value that does not parse is not zero (its own check reports it)
+    value = parsed(values[key])
+    # A value that does not parse is not zero (its own check reports it).
+    return value.error != 0 or value.numerator != 0
 
 
 def container_families(container: Mapping[str, Any]) -> frozenset[str]:
     """The device families whose devices a container's extended resources request (a key set
     to zero requests none)."""
-    resources = container.get("resources")
+    resources = as_dict(container).get("resources")
     if not resources or not is_mapping(resources):
         return _NONE
-    limits, requests = resources.get("limits"), resources.get("requests")
-    found: set[str] = set()
+    lists = as_dict(resources)
+    limits, requests = lists.get("limits"), lists.get("requests")
+    found: set[str] | None = None
     for values in (limits, requests):
         if not is_mapping(values):
             continue
-        for key in values:
+        for key in as_dict(values):
             if not isinstance(key, str) or "/" not in key:
                 continue
             family = family_of(key)
             if (
                 family is not None
-                and family.name not in found
+                and (found is None or family.name not in found)
                 and (_nonzero(limits, key) or _nonzero(requests, key))
             ):
+                if found is None:
+                    found = set()
                 found.add(family.name)
-    return frozenset(found)
+    return frozenset(found) if found else _NONE
 
 
 def _names_devices(family: Family, entry: Mapping[str, Any]) -> bool:
@@ -262,10 +263,14 @@ def _device_volumes(spec: Mapping[str, Any]) -> dict[str, str]:
 class _Context:
     request: str  # the NVIDIA resource to advise (config gpuRequestAdvice)
     devices: Mapping[str, str]  # device hostPath volumes: name -> path
-    env_ignored: frozenset[str]  # families whose nodes ignore device variables (nodeSettings)
+    # Families whose nodes ignore device variables (nodeSettings).
+    env_ignored: frozenset[str] | tuple[str, ...]
 
     def __init__(
-        self, request: str, devices: Mapping[str, str], env_ignored: frozenset[str]
+        self,
+        request: str,
+        devices: Mapping[str, str],
+        env_ignored: frozenset[str] | tuple[str, ...],
     ) -> None:
         self.request = request
         self.devices = devices
@@ -301,15 +306,16 @@ def _env_findings(
     """Every env entry of a device variable that names devices, and in a device container its
     sharing limiter's controls. Returns the findings, the void variables the container sets
     (any value), and whether it names a CUDA version."""
-    env = c.container.get("env")
+    env = as_dict(c.container).get("env")
     found: list[AccessFinding] = []
     names: set[str] = set()
     cuda = False
     if type(env) is not list:
         return found, names, cuda
-    for entry in env:
-        if not is_mapping(entry):
+    for item in env:
+        if not is_mapping(item):
             continue
+        entry = as_dict(item)
         name = entry.get("name")
         if type(name) is not str:
             continue
@@ -430,7 +436,7 @@ def container_findings(
     c: ContainerRef, own: frozenset[str], ctx: _Context
 ) -> tuple[list[AccessFinding], Candidate]:
     """One container's findings, whatever it requests, and what `void` may close in it."""
-    container = c.container
+    container = as_dict(c.container)
     privileged = _privileged(container)
     # The label only where a finding can name it (most containers have none of these).
     needs = privileged or container.get("env") or container.get("volumeMounts")
@@ -458,9 +464,9 @@ def container_findings(
                     "drop privileged or exempt its namespace in gpuAccess",
                 )
             )
-    if c.container.get("volumeMounts"):
-        found += _mount_findings(c.container, where, device, ctx)
-    env_from = _env_from(c.container)
+    if container.get("volumeMounts"):
+        found += _mount_findings(container, where, device, ctx)
+    env_from = _env_from(container)
     if env_from and device:
         # envFrom comes before env in the kubelet's list (kubelet_pods.go
         # makeEnvironmentVariables), after the device plugin's: a ConfigMap key can replace the
@@ -507,7 +513,9 @@ def findings(
     device variables (gpuAccess.nodeSettings); `containers` the containers to judge (default:
     all of the pod's, ephemeral ones included).
     """
-    ctx = _Context(request, _device_volumes(pod.spec), frozenset(env_ignored))
+    # The config's tuple as it is (only `in` reads it); anything else as a frozenset.
+    ignored = env_ignored if type(env_ignored) is tuple else frozenset(env_ignored)
+    ctx = _Context(request, _device_volumes(pod.spec), ignored)
     found: list[AccessFinding] = []
     candidates: list[Candidate] = []
     requested: set[str] = set()
@@ -535,7 +543,7 @@ def findings(
             found.append(AccessFinding("", f"annotation {cut(key, _MAX_KEY)} {what}", advice))
     refs = (*pod.containers, *ephemeral_containers(pod.spec)) if containers is None else containers
     for c in refs:
-        own = devices.get(id(c.container), frozenset())
+        own = devices.get(id(c.container), _NONE)
         more, candidate = container_findings(c, own, ctx)
         found += more
         candidates.append(candidate)

@@ -55,7 +55,9 @@ def _claimed_families(claims: PodClaims, container: Mapping[str, Any]) -> frozen
 
 def access_applies(config: WebhookConfig, namespace: str | None) -> bool:
     """Whether GPU access control judges pods of `namespace`."""
-    return config.gpu_access.checks and namespace not in config.gpu_access.exempt_namespaces
+    # `mode != "off"` is GpuAccess.checks, without its interpreted property.
+    rules = config.gpu_access
+    return rules.mode != "off" and namespace not in rules.exempt_namespaces
 
 
 def _note_prefixes(role: str) -> tuple[str, ...]:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any
 
-from webhook.core.base.errors import ObjectShapeError, QuantityError, QuantityRangeError
-from webhook.core.base.quantity import format_quantity, parse_quantity
+from webhook.core.base.errors import ObjectShapeError
+from webhook.core.base.quantity import Parsed, format_quantity, parsed
 from webhook.core.policies.crl import (
     LimitsPolicy,
     RequestsPolicy,
@@ -59,7 +58,9 @@ class ResourceLists:
         return cls(limits, requests)
 
     def keys(self) -> set[str]:
-        return set(self.limits) | set(self.requests)
+        keys = set(self.limits)
+        keys.update(self.requests)
+        return keys
 
     def zero_keys(self, candidates: Iterable[str]) -> set[str]:
         """The candidates whose values are all zero: a key set to "0" (or null) asks for no
@@ -72,10 +73,8 @@ class ResourceLists:
 def _is_zero(values: Mapping[str, Any], key: str) -> bool:
     if key not in values:
         return True
-    try:
-        return not parse_quantity(values[key])  # Fraction truth: non-zero numerator
-    except QuantityError:
-        return False
+    value = parsed(values[key])
+    return value.error == 0 and value.numerator == 0  # Fraction truth: non-zero numerator
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,37 +148,37 @@ def defaults(lists: ResourceLists, used: Iterable[ResourceLimitation]) -> list[R
     return changes
 
 
+_NO_PROBLEMS: tuple[ResourceProblem, ...] = ()
+
+
 def _value_problems(
     policy: ResourceLimitation, field: str, raw: Any
-) -> tuple[Fraction | None, list[ResourceProblem]]:
-    try:
-        value = parse_quantity(raw)
-    except QuantityError as exc:
+) -> tuple[Parsed, tuple[ResourceProblem, ...]]:
+    # parsed(): parse_quantity's value as native ints, kept per text (quantity.Parsed).
+    value = parsed(raw)
+    if value.error:
         # A Kubernetes quantity of 10^4000 or more is valid but not evaluated: say which.
-        problem = "is too large to evaluate" if isinstance(exc, QuantityRangeError) else ""
-        return None, [
-            ResourceProblem(
-                policy, field, raw, problem or "is not a valid quantity", "dataType: integer"
-            )
-        ]
+        problem = "is too large to evaluate" if value.error == 2 else "is not a valid quantity"
+        return value, (ResourceProblem(policy, field, raw, problem, "dataType: integer"),)
     # A Fraction keeps its sign on the numerator: the same test as `value < 0`, without
     # Fraction's generic comparison (this runs for every value of every used key).
     if value.denominator != 1 or value.numerator < 0:
-        return value, [
+        return value, (
             ResourceProblem(
                 policy, field, raw, "is not a whole number ≥ 0", f"dataType: {policy.data_type}"
-            )
-        ]
-    problem = bound_problem(int(value), policy.min, policy.max, policy.whole_unit)
+            ),
+        )
+    # A whole value: its numerator is int(value).
+    problem = bound_problem(value.numerator, policy.min, policy.max, policy.whole_unit)
     if not problem:
-        return value, []
+        return value, _NO_PROBLEMS
     if "minimum" in problem:
         rule = f"min: {policy.min}"
     elif "maximum" in problem:
         rule = f"max: {policy.max}"
     else:
         rule = f"wholeUnit: {policy.whole_unit}"
-    return value, [ResourceProblem(policy, field, raw, problem, rule)]
+    return value, (ResourceProblem(policy, field, raw, problem, rule),)
 
 
 # kubernetes pkg/apis/core/validation/validation.go, ValidateResourceRequirements: a request
@@ -235,22 +234,23 @@ def _policy_problems(
                 "requests: required",
             )
         )
-    lim_value = req_value = None
+    # Parsed values (None: not set); `same` compares two that parsed as Fraction's == does.
+    lim_value: Parsed | None = None
+    req_value: Parsed | None = None
     if lim is not MISSING:
         # A limit the webhook defaulted comes from a linted policy: nothing to report on it.
         lim_value, found = _value_problems(policy, "limits", lim)
-        if ("limits", key) not in derived:
+        if found and ("limits", key) not in derived:
             problems += found
     if req is not MISSING:
         req_value, found = _value_problems(policy, "requests", req)
         # Reported once, on the field the user wrote: a request the webhook copied from the
         # limit, or one equal to the limit (on a Pod the API server copies it there), shares
         # the limit's problems, which are already reported on limits.
-        mirrors_limit = lim is not MISSING and (
-            req == lim or (req_value is not None and req_value == lim_value)
-        )
-        if ("requests", key) not in derived and not mirrors_limit:
-            problems += found
+        if found:
+            mirrors_limit = lim_value is not None and (req == lim or req_value.same(lim_value))
+            if ("requests", key) not in derived and not mirrors_limit:
+                problems += found
     # The API server defaults a Pod container's requests from its limits before
     # admission (SetDefaults_Pod in kubernetes pkg/apis/core/v1/defaults.go: for each
     # container with limits, every key missing from requests is set to the limit, "only on a
@@ -261,10 +261,8 @@ def _policy_problems(
     # defaulted. A template is judged as its pods will be (SPEC §6): every pod made from a
     # template that writes requests = limits has requests = limits, and is admitted, so the
     # template is too. (`is_pod` still matters above: a template's request without a limit.)
-    # (req_value tested first: Fraction == None takes Fraction's slow generic path.)
-    defaulted_by_apiserver = (
-        lim_value is not None and req_value is not None and lim_value == req_value
-    )
+    same = lim_value is not None and req_value is not None and lim_value.same(req_value)
+    defaulted_by_apiserver = same
     if (
         presence
         and policy.requests is RequestsPolicy.DISABLED
@@ -274,7 +272,13 @@ def _policy_problems(
         problems.append(
             ResourceProblem(policy, "requests", req, "is not allowed", "requests: disabled")
         )
-    if lim_value is not None and req_value is not None and lim_value != req_value:
+    if (
+        lim_value is not None
+        and req_value is not None
+        and lim_value.error == 0
+        and req_value.error == 0
+        and not same
+    ):
         problems.append(
             ResourceProblem(
                 policy,
