@@ -67,7 +67,7 @@ def apply_resources(
     no GPU container, and only its own value checks run.
     """
     where = container_label(c)
-    lists = ResourceLists.of(c.container, f"{state.ref} {where}")
+    lists = ResourceLists.of(c.container, state.ref, where)
     keys = lists.keys()
     if not keys:
         return GpuKeys(keys, False, False, [])

@@ -8,6 +8,7 @@ from typing import Any
 
 from webhook.core.base.errors import ObjectShapeError
 from webhook.core.base.quantity import Parsed, format_quantity, parsed
+from webhook.core.base.shapes import as_dict, is_mapping
 from webhook.core.policies.crl import (
     LimitsPolicy,
     RequestsPolicy,
@@ -16,7 +17,7 @@ from webhook.core.policies.crl import (
 )
 from webhook.core.policies.policyset import PolicySet
 
-_EMPTY: Mapping[str, Any] = {}
+_EMPTY: dict[str, Any] = {}  # never written to: the caller copies before defaulting
 
 
 class _Missing:
@@ -31,31 +32,34 @@ MISSING: Any = _Missing()
 
 @dataclass(slots=True)  # not frozen: built per review, and frozen __init__ is ~5x slower
 class ResourceLists:
-    """A container's `resources.limits` and `resources.requests` (empty when absent)."""
+    """A container's `resources.limits` and `resources.requests` (empty when absent), as
+    dicts: decoded JSON's own (shapes.as_dict), whose reads are direct dict calls."""
 
-    limits: Mapping[str, Any]
-    requests: Mapping[str, Any]
+    limits: dict[str, Any]
+    requests: dict[str, Any]
 
     # Written out: @dataclass's own __init__ stays interpreted under mypyc (pods.ContainerRef).
-    def __init__(self, limits: Mapping[str, Any], requests: Mapping[str, Any]) -> None:
+    def __init__(self, limits: dict[str, Any], requests: dict[str, Any]) -> None:
         self.limits = limits
         self.requests = requests
 
     @classmethod
-    def of(cls, container: Mapping[str, Any], where: str) -> ResourceLists:
-        resources = container.get("resources")
+    def of(cls, container: Mapping[str, Any], ref: str, where: str) -> ResourceLists:
+        """`ref` and `where` name the container in a shape error (`Pod ns/a container "x"`:
+        the text is built only then)."""
+        resources = as_dict(container).get("resources")
         if resources is None:
             return cls(_EMPTY, _EMPTY)
-        # `dict` first: decoded JSON, and the Mapping ABC check costs several times more.
-        if not isinstance(resources, dict) and not isinstance(resources, Mapping):
-            raise ObjectShapeError(f"{where}.resources must be an object")
-        limits = resources.get("limits") or _EMPTY
-        requests = resources.get("requests") or _EMPTY
-        if not isinstance(limits, dict) and not isinstance(limits, Mapping):
-            raise ObjectShapeError(f"{where}.resources.limits must be an object")
-        if not isinstance(requests, dict) and not isinstance(requests, Mapping):
-            raise ObjectShapeError(f"{where}.resources.requests must be an object")
-        return cls(limits, requests)
+        if not is_mapping(resources):
+            raise ObjectShapeError(f"{ref} {where}.resources must be an object")
+        found = as_dict(resources)
+        limits = found.get("limits") or _EMPTY
+        requests = found.get("requests") or _EMPTY
+        if not is_mapping(limits):
+            raise ObjectShapeError(f"{ref} {where}.resources.limits must be an object")
+        if not is_mapping(requests):
+            raise ObjectShapeError(f"{ref} {where}.resources.requests must be an object")
+        return cls(as_dict(limits), as_dict(requests))
 
     def keys(self) -> set[str]:
         keys = set(self.limits)
@@ -70,7 +74,7 @@ class ResourceLists:
         }
 
 
-def _is_zero(values: Mapping[str, Any], key: str) -> bool:
+def _is_zero(values: dict[str, Any], key: str) -> bool:
     if key not in values:
         return True
     value = parsed(values[key])
@@ -121,11 +125,24 @@ def used_policies(keys: Iterable[str], policies: PolicySet) -> list[ResourceLimi
     Groups go in name order: `keys` is a set, whose order changes with the hash seed and once
     defaults add keys, and messages must come out in the same order on every evaluation.
     """
-    groups: set[str] = set()
+    # The usual container uses one group: no set, no sort (`in` then `[]` on the snapshot's
+    # mapping proxy: most keys, cpu and memory, are in no group).
+    by_key = policies.by_key
+    first: str | None = None
+    groups: set[str] | None = None
     for key in keys:
-        limitation = policies.by_key.get(key)
-        if limitation is not None:
-            groups.add(limitation.group)
+        if key in by_key:
+            group = by_key[key].group
+            if first is None:
+                first = group
+            elif group != first:
+                if groups is None:
+                    groups = {first}
+                groups.add(group)
+    if first is None:
+        return []
+    if groups is None:
+        return list(policies.by_group[first])
     return [lim for group in sorted(groups) for lim in policies.by_group[group]]
 
 
