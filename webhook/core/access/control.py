@@ -135,7 +135,7 @@ def label(c: ContainerRef) -> str:
 
 def ephemeral_containers(spec: Mapping[str, Any]) -> tuple[ContainerRef, ...]:
     """A pod's ephemeral containers (kubectl debug; the pods/ephemeralcontainers subresource)."""
-    items = spec.get(EPHEMERAL)
+    items = as_dict(spec).get(EPHEMERAL)
     if type(items) is not list:
         return ()
     found = []
@@ -243,7 +243,7 @@ def _path_family(norm: str) -> Family | None:
 
 def _device_volumes(spec: Mapping[str, Any]) -> dict[str, str]:
     """volume name -> host path, for the pod's hostPath volumes that reach device nodes."""
-    volumes = spec.get("volumes")
+    volumes = as_dict(spec).get("volumes")
     found: dict[str, str] = {}
     if type(volumes) is not list:
         return found
@@ -301,12 +301,13 @@ def _limiter_family(name: str) -> Family | None:
 
 
 def _env_findings(
-    c: ContainerRef, where: str, own: frozenset[str], ctx: _Context
+    c: ContainerRef, container: dict[str, Any], own: frozenset[str], ctx: _Context
 ) -> tuple[list[AccessFinding], set[str], bool]:
     """Every env entry of a device variable that names devices, and in a device container its
     sharing limiter's controls. Returns the findings, the void variables the container sets
     (any value), and whether it names a CUDA version."""
-    env = as_dict(c.container).get("env")
+    env = container.get("env")
+    where = ""  # label(c), made for the first finding (most containers have none)
     found: list[AccessFinding] = []
     names: set[str] = set()
     cuda = False
@@ -328,6 +329,7 @@ def _env_findings(
         if family is None:
             limiter = _limiter_family(name) if own else None
             if limiter is not None and limiter.name in own:
+                where = where or label(c)
                 # HAMi-core reads its limits from the process env; the device plugin writes
                 # them (and the kubelet puts the container's own env after): a user's value
                 # raises or switches off the share it was given.
@@ -342,6 +344,7 @@ def _env_findings(
             continue
         if not _names_devices(family, entry):
             continue
+        where = where or label(c)
         noun, request = _advice_for(family, ctx)
         if family.name in own:
             # The kubelet appends the container's env after the device plugin's
@@ -438,11 +441,12 @@ def container_findings(
     """One container's findings, whatever it requests, and what `void` may close in it."""
     container = as_dict(c.container)
     privileged = _privileged(container)
-    # The label only where a finding can name it (most containers have none of these).
-    needs = privileged or container.get("env") or container.get("volumeMounts")
-    where = label(c) if needs or container.get("envFrom") else ""
-    found, names, cuda = _env_findings(c, where, own, ctx)
+    found, names, cuda = _env_findings(c, container, own, ctx)
     device = bool(own)
+    mounts = container.get("volumeMounts")
+    env_from = _env_from(container)
+    # The label only where a finding can name it (most containers have none of these).
+    where = label(c) if privileged or mounts or (env_from and device) else ""
     if privileged:
         # A privileged container gets every device node of its node (runc/containerd mount the
         # host's /dev; the toolkit honours its env whatever its strategy: cuda_image.go
@@ -464,9 +468,8 @@ def container_findings(
                     "drop privileged or exempt its namespace in gpuAccess",
                 )
             )
-    if container.get("volumeMounts"):
+    if mounts:
         found += _mount_findings(container, where, device, ctx)
-    env_from = _env_from(container)
     if env_from and device:
         # envFrom comes before env in the kubelet's list (kubelet_pods.go
         # makeEnvironmentVariables), after the device plugin's: a ConfigMap key can replace the
@@ -515,15 +518,16 @@ def findings(
     """
     # The config's tuple as it is (only `in` reads it); anything else as a frozenset.
     ignored = env_ignored if type(env_ignored) is tuple else frozenset(env_ignored)
-    ctx = _Context(request, _device_volumes(pod.spec), ignored)
+    spec = as_dict(pod.spec)
+    ctx = _Context(request, _device_volumes(spec), ignored)
     found: list[AccessFinding] = []
     candidates: list[Candidate] = []
-    requested: set[str] = set()
-    for fams in devices.values():
-        requested |= fams
-    runtime = pod.spec.get("runtimeClassName")
+    runtime = spec.get("runtimeClassName")
     if runtime_classes and isinstance(runtime, str) and runtime in runtime_classes:
         family = family_named(runtime_classes[runtime])
+        requested: set[str] = set()
+        for fams in devices.values():
+            requested |= fams
         if family is not None and family.name not in requested:
             noun, advice = _advice_for(family, ctx)
             found.append(
@@ -534,19 +538,27 @@ def findings(
                     f"request {advice} or drop it",
                 )
             )
-    for key in pod.annotations:
+    for key in as_dict(pod.annotations):
         if isinstance(key, str) and key.startswith(DEVICE_ANNOTATION_PREFIXES):
             if key.startswith("mounts."):
                 what, advice = "names host mounts", "remove it"
             else:
                 what, advice = "names devices", f"request {request} or a DRA claim instead"
             found.append(AccessFinding("", f"annotation {cut(key, _MAX_KEY)} {what}", advice))
-    refs = (*pod.containers, *ephemeral_containers(pod.spec)) if containers is None else containers
+    if containers is None:
+        ephemeral = ephemeral_containers(spec)
+        refs: Iterable[ContainerRef] = (
+            (*pod.containers, *ephemeral) if ephemeral else pod.containers
+        )
+    else:
+        refs = containers
     for c in refs:
         own = devices.get(id(c.container), _NONE)
         more, candidate = container_findings(c, own, ctx)
         found += more
         candidates.append(candidate)
+    if not found:
+        return found, candidates
     # The same text twice (a duplicated env entry) is one finding.
     unique = list({f.text(): f for f in found}.values())
     return unique, candidates
