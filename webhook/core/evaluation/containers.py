@@ -23,6 +23,7 @@ from webhook.core.policies.gpu_keys import GpuKeys, cuda_or_unknown, says_gpu
 from webhook.core.policies.policyset import PolicySet
 from webhook.core.policies.resources import (
     MISSING,
+    NO_DERIVED,
     ResourceLists,
     ResourceProblem,
     check,
@@ -110,7 +111,7 @@ def apply_resources(
     if not used:
         return GpuKeys(asked, False, gpu, unknown)
     changes = defaults(lists, used)
-    derived: frozenset[tuple[str, str]] = frozenset()
+    derived = NO_DERIVED
     if changes:
         limits, requests = dict(lists.limits), dict(lists.requests)
         resources = (*state.container_path(c), "resources")

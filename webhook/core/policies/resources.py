@@ -166,6 +166,8 @@ def defaults(lists: ResourceLists, used: Iterable[ResourceLimitation]) -> list[R
 
 
 _NO_PROBLEMS: tuple[ResourceProblem, ...] = ()
+# No (field, key) set by the webhook (one object: mypyc evaluates a default per call).
+NO_DERIVED: frozenset[tuple[str, str]] = frozenset()
 
 
 def _value_problems(
@@ -314,7 +316,7 @@ def check(
     used: Iterable[ResourceLimitation],
     *,
     is_pod: bool,
-    derived: frozenset[tuple[str, str]] = frozenset(),
+    derived: frozenset[tuple[str, str]] = NO_DERIVED,
 ) -> list[ResourceProblem]:
     """Every rule the container breaks (SPEC §3 checks), in policy order.
 
@@ -336,6 +338,6 @@ def value_checks(
     problems: list[ResourceProblem] = []
     for policy in policies:
         problems += _policy_problems(
-            policy, lists, is_pod=is_pod, derived=frozenset(), presence=False
+            policy, lists, is_pod=is_pod, derived=NO_DERIVED, presence=False
         )
     return problems
