@@ -270,7 +270,7 @@ def apply_access(
                     violations_only,
                 )
             continue
-        voided = _void(state, candidate, config, enforce, violations_only, audit)
+        voided = _void(state, candidate, config, enforce, violations_only, audit, mode)
         if voided:
             grouped.setdefault(voided, []).append(container_label(c))
     # One note per set of variables, not one per container: every container of every pod gets
@@ -296,11 +296,11 @@ def _void(
     enforce: bool,
     violations_only: bool,
     audit: bool,
+    mode: str,
 ) -> tuple[tuple[str, str], ...]:
     """Write the container's voids under `enforce` (and list what `known` would for the
-    audit). Returns the voids written when the caller is to say so (several variables), or ()."""
-    rules = config.gpu_access
-    mode = rules.void_image_devices
+    audit). Returns the voids written when the caller is to say so (several variables), or ().
+    `mode` is config.gpu_access.void_image_devices (read once per pod by the caller)."""
     c = candidate.ref
     env_from = candidate.env_from
     # The image config and envFrom stay open where void is not written: under `enforce` a
