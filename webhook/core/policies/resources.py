@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from webhook.core.base.errors import ObjectShapeError
 from webhook.core.base.quantity import Parsed, format_quantity, parsed
@@ -17,6 +17,13 @@ from webhook.core.policies.crl import (
 )
 from webhook.core.policies.policyset import PolicySet
 
+# The policy values the checks compare with, as Final module constants: mypyc reads them
+# from a C static, where `LimitsPolicy.REQUIRED` is a global lookup and an attribute read.
+_LIMITS_REQUIRED: Final = LimitsPolicy.REQUIRED
+_LIMITS_DISABLED: Final = LimitsPolicy.DISABLED
+_REQUESTS_REQUIRED: Final = RequestsPolicy.REQUIRED
+_REQUESTS_DISABLED: Final = RequestsPolicy.DISABLED
+_FROM_LIMITS: Final = RequestsPolicy.FROM_LIMITS
 _EMPTY: dict[str, Any] = {}  # never written to: the caller copies before defaulting
 
 
@@ -156,11 +163,11 @@ def defaults(lists: ResourceLists, used: Iterable[ResourceLimitation]) -> list[R
             lim is MISSING
             and req is MISSING
             and policy.default is not None
-            and policy.limits is not LimitsPolicy.DISABLED
+            and policy.limits is not _LIMITS_DISABLED
         ):
             lim = policy.default_text or str(policy.default)
             changes.append(ResourceDefault("limits", policy.key, lim, "resource-default"))
-        if policy.requests is RequestsPolicy.FROM_LIMITS and lim is not MISSING and req is MISSING:
+        if policy.requests is _FROM_LIMITS and lim is not MISSING and req is MISSING:
             changes.append(ResourceDefault("requests", policy.key, lim, "requests-from-limits"))
     return changes
 
@@ -222,7 +229,7 @@ def _policy_problems(
     key = policy.key
     lim = lists.limits.get(key, MISSING)
     req = lists.requests.get(key, MISSING)
-    if presence and policy.limits is LimitsPolicy.REQUIRED and lim is MISSING:
+    if presence and policy.limits is _LIMITS_REQUIRED and lim is MISSING:
         problems.append(
             ResourceProblem(
                 policy, "limits", MISSING, "is required but not set", "limits: required"
@@ -234,16 +241,11 @@ def _policy_problems(
                 policy, "limits", MISSING, _NO_LIMIT.format(key=key), "requests need limits"
             )
         )
-    if presence and policy.limits is LimitsPolicy.DISABLED and lim is not MISSING:
+    if presence and policy.limits is _LIMITS_DISABLED and lim is not MISSING:
         problems.append(
             ResourceProblem(policy, "limits", lim, "is not allowed", "limits: disabled")
         )
-    if (
-        presence
-        and policy.requests is RequestsPolicy.REQUIRED
-        and req is MISSING
-        and lim is MISSING
-    ):
+    if presence and policy.requests is _REQUESTS_REQUIRED and req is MISSING and lim is MISSING:
         problems.append(
             ResourceProblem(
                 policy,
@@ -284,7 +286,7 @@ def _policy_problems(
     defaulted_by_apiserver = same
     if (
         presence
-        and policy.requests is RequestsPolicy.DISABLED
+        and policy.requests is _REQUESTS_DISABLED
         and req is not MISSING
         and not defaulted_by_apiserver
     ):
