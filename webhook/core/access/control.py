@@ -23,9 +23,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from webhook.core.base.errors import QuantityError
-from webhook.core.base.quantity import parse_quantity
-from webhook.core.base.shapes import is_mapping
+from webhook.core.base.quantity import parsed
+from webhook.core.base.shapes import as_dict, is_mapping
 from webhook.core.base.wording import cut
 from webhook.core.families.catalog import (
     FAMILIES,
@@ -136,7 +135,7 @@ def label(c: ContainerRef) -> str:
 
 def ephemeral_containers(spec: Mapping[str, Any]) -> tuple[ContainerRef, ...]:
     """A pod's ephemeral containers (kubectl debug; the pods/ephemeralcontainers subresource)."""
-    items = spec.get(EPHEMERAL)
+    items = as_dict(spec).get(EPHEMERAL)
     if type(items) is not list:
         return ()
     found = []
@@ -152,34 +151,36 @@ def ephemeral_containers(spec: Mapping[str, Any]) -> tuple[ContainerRef, ...]:
 def _nonzero(values: Any, key: str) -> bool:
     if not is_mapping(values) or key not in values:
         return False
-    try:
-        return bool(parse_quantity(values[key]))
-    except QuantityError:
-        return True  # a value that does not parse is not zero (its own check reports it)
+    value = parsed(values[key])
+    # A value that does not parse is not zero (its own check reports it).
+    return value.error != 0 or value.numerator != 0
 
 
 def container_families(container: Mapping[str, Any]) -> frozenset[str]:
     """The device families whose devices a container's extended resources request (a key set
     to zero requests none)."""
-    resources = container.get("resources")
+    resources = as_dict(container).get("resources")
     if not resources or not is_mapping(resources):
         return _NONE
-    limits, requests = resources.get("limits"), resources.get("requests")
-    found: set[str] = set()
+    lists = as_dict(resources)
+    limits, requests = lists.get("limits"), lists.get("requests")
+    found: set[str] | None = None
     for values in (limits, requests):
         if not is_mapping(values):
             continue
-        for key in values:
+        for key in as_dict(values):
             if not isinstance(key, str) or "/" not in key:
                 continue
             family = family_of(key)
             if (
                 family is not None
-                and family.name not in found
+                and (found is None or family.name not in found)
                 and (_nonzero(limits, key) or _nonzero(requests, key))
             ):
+                if found is None:
+                    found = set()
                 found.add(family.name)
-    return frozenset(found)
+    return frozenset(found) if found else _NONE
 
 
 def _names_devices(family: Family, entry: Mapping[str, Any]) -> bool:
@@ -242,7 +243,7 @@ def _path_family(norm: str) -> Family | None:
 
 def _device_volumes(spec: Mapping[str, Any]) -> dict[str, str]:
     """volume name -> host path, for the pod's hostPath volumes that reach device nodes."""
-    volumes = spec.get("volumes")
+    volumes = as_dict(spec).get("volumes")
     found: dict[str, str] = {}
     if type(volumes) is not list:
         return found
@@ -262,10 +263,14 @@ def _device_volumes(spec: Mapping[str, Any]) -> dict[str, str]:
 class _Context:
     request: str  # the NVIDIA resource to advise (config gpuRequestAdvice)
     devices: Mapping[str, str]  # device hostPath volumes: name -> path
-    env_ignored: frozenset[str]  # families whose nodes ignore device variables (nodeSettings)
+    # Families whose nodes ignore device variables (nodeSettings).
+    env_ignored: frozenset[str] | tuple[str, ...]
 
     def __init__(
-        self, request: str, devices: Mapping[str, str], env_ignored: frozenset[str]
+        self,
+        request: str,
+        devices: Mapping[str, str],
+        env_ignored: frozenset[str] | tuple[str, ...],
     ) -> None:
         self.request = request
         self.devices = devices
@@ -296,20 +301,22 @@ def _limiter_family(name: str) -> Family | None:
 
 
 def _env_findings(
-    c: ContainerRef, where: str, own: frozenset[str], ctx: _Context
+    c: ContainerRef, container: dict[str, Any], own: frozenset[str], ctx: _Context
 ) -> tuple[list[AccessFinding], set[str], bool]:
     """Every env entry of a device variable that names devices, and in a device container its
     sharing limiter's controls. Returns the findings, the void variables the container sets
     (any value), and whether it names a CUDA version."""
-    env = c.container.get("env")
+    env = container.get("env")
+    where = ""  # label(c), made for the first finding (most containers have none)
     found: list[AccessFinding] = []
     names: set[str] = set()
     cuda = False
     if type(env) is not list:
         return found, names, cuda
-    for entry in env:
-        if not is_mapping(entry):
+    for item in env:
+        if not is_mapping(item):
             continue
+        entry = as_dict(item)
         name = entry.get("name")
         if type(name) is not str:
             continue
@@ -322,6 +329,7 @@ def _env_findings(
         if family is None:
             limiter = _limiter_family(name) if own else None
             if limiter is not None and limiter.name in own:
+                where = where or label(c)
                 # HAMi-core reads its limits from the process env; the device plugin writes
                 # them (and the kubelet puts the container's own env after): a user's value
                 # raises or switches off the share it was given.
@@ -336,6 +344,7 @@ def _env_findings(
             continue
         if not _names_devices(family, entry):
             continue
+        where = where or label(c)
         noun, request = _advice_for(family, ctx)
         if family.name in own:
             # The kubelet appends the container's env after the device plugin's
@@ -430,13 +439,14 @@ def container_findings(
     c: ContainerRef, own: frozenset[str], ctx: _Context
 ) -> tuple[list[AccessFinding], Candidate]:
     """One container's findings, whatever it requests, and what `void` may close in it."""
-    container = c.container
+    container = as_dict(c.container)
     privileged = _privileged(container)
-    # The label only where a finding can name it (most containers have none of these).
-    needs = privileged or container.get("env") or container.get("volumeMounts")
-    where = label(c) if needs or container.get("envFrom") else ""
-    found, names, cuda = _env_findings(c, where, own, ctx)
+    found, names, cuda = _env_findings(c, container, own, ctx)
     device = bool(own)
+    mounts = container.get("volumeMounts")
+    env_from = _env_from(container)
+    # The label only where a finding can name it (most containers have none of these).
+    where = label(c) if privileged or mounts or (env_from and device) else ""
     if privileged:
         # A privileged container gets every device node of its node (runc/containerd mount the
         # host's /dev; the toolkit honours its env whatever its strategy: cuda_image.go
@@ -458,9 +468,8 @@ def container_findings(
                     "drop privileged or exempt its namespace in gpuAccess",
                 )
             )
-    if c.container.get("volumeMounts"):
-        found += _mount_findings(c.container, where, device, ctx)
-    env_from = _env_from(c.container)
+    if mounts:
+        found += _mount_findings(container, where, device, ctx)
     if env_from and device:
         # envFrom comes before env in the kubelet's list (kubelet_pods.go
         # makeEnvironmentVariables), after the device plugin's: a ConfigMap key can replace the
@@ -507,15 +516,18 @@ def findings(
     device variables (gpuAccess.nodeSettings); `containers` the containers to judge (default:
     all of the pod's, ephemeral ones included).
     """
-    ctx = _Context(request, _device_volumes(pod.spec), frozenset(env_ignored))
+    # The config's tuple as it is (only `in` reads it); anything else as a frozenset.
+    ignored = env_ignored if type(env_ignored) is tuple else frozenset(env_ignored)
+    spec = as_dict(pod.spec)
+    ctx = _Context(request, _device_volumes(spec), ignored)
     found: list[AccessFinding] = []
     candidates: list[Candidate] = []
-    requested: set[str] = set()
-    for fams in devices.values():
-        requested |= fams
-    runtime = pod.spec.get("runtimeClassName")
+    runtime = spec.get("runtimeClassName")
     if runtime_classes and isinstance(runtime, str) and runtime in runtime_classes:
         family = family_named(runtime_classes[runtime])
+        requested: set[str] = set()
+        for fams in devices.values():
+            requested |= fams
         if family is not None and family.name not in requested:
             noun, advice = _advice_for(family, ctx)
             found.append(
@@ -526,19 +538,27 @@ def findings(
                     f"request {advice} or drop it",
                 )
             )
-    for key in pod.annotations:
+    for key in as_dict(pod.annotations):
         if isinstance(key, str) and key.startswith(DEVICE_ANNOTATION_PREFIXES):
             if key.startswith("mounts."):
                 what, advice = "names host mounts", "remove it"
             else:
                 what, advice = "names devices", f"request {request} or a DRA claim instead"
             found.append(AccessFinding("", f"annotation {cut(key, _MAX_KEY)} {what}", advice))
-    refs = (*pod.containers, *ephemeral_containers(pod.spec)) if containers is None else containers
+    if containers is None:
+        ephemeral = ephemeral_containers(spec)
+        refs: Iterable[ContainerRef] = (
+            (*pod.containers, *ephemeral) if ephemeral else pod.containers
+        )
+    else:
+        refs = containers
     for c in refs:
-        own = devices.get(id(c.container), frozenset())
+        own = devices.get(id(c.container), _NONE)
         more, candidate = container_findings(c, own, ctx)
         found += more
         candidates.append(candidate)
+    if not found:
+        return found, candidates
     # The same text twice (a duplicated env entry) is one finding.
     unique = list({f.text(): f for f in found}.values())
     return unique, candidates

@@ -260,6 +260,59 @@ def parse_quantity(raw: object) -> Fraction:
     raise QuantityError(f"a quantity must be a string or a number, got {type(raw).__name__}")
 
 
+class Parsed:
+    """parse_quantity's answer for one manifest value, as the request path reads it: the
+    value's numerator and denominator as plain ints (Fraction's are properties, and its `==`
+    and `int()` run interpreted), or which error it raised (`error`: 0 none, 1 not a quantity,
+    2 too large: QuantityRangeError)."""
+
+    def __init__(self, value: Fraction | None, error: int) -> None:
+        self.value = value
+        self.error = error
+        self.numerator: int = value.numerator if value is not None else 0
+        self.denominator: int = value.denominator if value is not None else 1
+
+    def same(self, other: Parsed) -> bool:
+        """Whether both parsed and are the same number: Fraction's own `==` between two
+        Fractions, which are kept in lowest terms with a positive denominator."""
+        return (
+            self.error == 0
+            and other.error == 0
+            and self.numerator == other.numerator
+            and self.denominator == other.denominator
+        )
+
+
+# Manifest text -> its Parsed (texts of up to _CACHED_LENGTH characters): parse_quantity of a
+# string is a pure function of the string, so the string is the whole key. Bounded: emptied
+# when full, as a cache of the few values a cluster writes ("1", "2", "500m") refills at once.
+_PARSED: dict[str, Parsed] = {}
+_PARSED_MAX = 4096
+
+
+def parsed(raw: object) -> Parsed:
+    """parse_quantity(raw) as a Parsed: the same value, and QuantityError caught (any other
+    exception propagates, as from parse_quantity)."""
+    if type(raw) is str and len(raw) <= _CACHED_LENGTH:
+        found = _PARSED.get(raw)
+        if found is None:
+            found = _parse_parts(raw)
+            if len(_PARSED) >= _PARSED_MAX:
+                _PARSED.clear()
+            _PARSED[raw] = found
+        return found
+    return _parse_parts(raw)
+
+
+def _parse_parts(raw: object) -> Parsed:
+    try:
+        return Parsed(parse_quantity(raw), 0)
+    except QuantityRangeError:
+        return Parsed(None, 2)
+    except QuantityError:
+        return Parsed(None, 1)
+
+
 _SI_SUFFIX = {0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P", 18: "E"}
 
 

@@ -17,3 +17,10 @@ def is_mapping(value: Any) -> TypeGuard[Mapping[Any, Any]]:
     if value is None or kind is list or kind is str or kind is int or kind is bool:
         return False
     return isinstance(value, Mapping)
+
+
+def as_dict(value: Mapping[str, Any]) -> dict[str, Any]:
+    """A mapping as a dict to read: decoded JSON's dict itself (whose reads mypyc compiles to
+    direct dict calls, where a `Mapping` gets a generic method lookup per read), any other
+    mapping copied (the same keys and values: reading it gives the same answers)."""
+    return value if type(value) is dict else dict(value)

@@ -23,6 +23,7 @@ from webhook.core.policies.gpu_keys import GpuKeys, cuda_or_unknown, says_gpu
 from webhook.core.policies.policyset import PolicySet
 from webhook.core.policies.resources import (
     MISSING,
+    NO_DERIVED,
     ResourceLists,
     ResourceProblem,
     check,
@@ -67,7 +68,7 @@ def apply_resources(
     no GPU container, and only its own value checks run.
     """
     where = container_label(c)
-    lists = ResourceLists.of(c.container, f"{state.ref} {where}")
+    lists = ResourceLists.of(c.container, state.ref, where)
     keys = lists.keys()
     if not keys:
         return GpuKeys(keys, False, False, [])
@@ -110,7 +111,7 @@ def apply_resources(
     if not used:
         return GpuKeys(asked, False, gpu, unknown)
     changes = defaults(lists, used)
-    derived: frozenset[tuple[str, str]] = frozenset()
+    derived = NO_DERIVED
     if changes:
         limits, requests = dict(lists.limits), dict(lists.requests)
         resources = (*state.container_path(c), "resources")
@@ -269,7 +270,7 @@ def apply_access(
                     violations_only,
                 )
             continue
-        voided = _void(state, candidate, config, enforce, violations_only, audit)
+        voided = _void(state, candidate, config, enforce, violations_only, audit, mode)
         if voided:
             grouped.setdefault(voided, []).append(container_label(c))
     # One note per set of variables, not one per container: every container of every pod gets
@@ -295,11 +296,11 @@ def _void(
     enforce: bool,
     violations_only: bool,
     audit: bool,
+    mode: str,
 ) -> tuple[tuple[str, str], ...]:
     """Write the container's voids under `enforce` (and list what `known` would for the
-    audit). Returns the voids written when the caller is to say so (several variables), or ()."""
-    rules = config.gpu_access
-    mode = rules.void_image_devices
+    audit). Returns the voids written when the caller is to say so (several variables), or ().
+    `mode` is config.gpu_access.void_image_devices (read once per pod by the caller)."""
     c = candidate.ref
     env_from = candidate.env_from
     # The image config and envFrom stay open where void is not written: under `enforce` a

@@ -9,7 +9,7 @@ from typing import Any
 from webhook.core.access.control import container_families, ephemeral_containers
 from webhook.core.base.annotations import parse_opt_out
 from webhook.core.base.patches import Draft
-from webhook.core.base.shapes import is_mapping
+from webhook.core.base.shapes import as_dict, is_mapping
 from webhook.core.base.wording import Message, fit
 from webhook.core.config.model import ANNOTATION_ENV_FIXES, WebhookConfig
 from webhook.core.evaluation.containers import (
@@ -55,7 +55,9 @@ def _claimed_families(claims: PodClaims, container: Mapping[str, Any]) -> frozen
 
 def access_applies(config: WebhookConfig, namespace: str | None) -> bool:
     """Whether GPU access control judges pods of `namespace`."""
-    return config.gpu_access.checks and namespace not in config.gpu_access.exempt_namespaces
+    # `mode != "off"` is GpuAccess.checks, without its interpreted property.
+    rules = config.gpu_access
+    return rules.mode != "off" and namespace not in rules.exempt_namespaces
 
 
 def _note_prefixes(role: str) -> tuple[str, ...]:
@@ -86,7 +88,7 @@ def _evaluate_spec(
     env_fixes_on = False
     if not violations_only:
         opted_out, warning = parse_opt_out(
-            ANNOTATION_ENV_FIXES, pod.annotations.get(ANNOTATION_ENV_FIXES)
+            ANNOTATION_ENV_FIXES, as_dict(pod.annotations).get(ANNOTATION_ENV_FIXES)
         )
         env_fixes_on = not opted_out
         if warning:
@@ -270,7 +272,7 @@ def evaluate_pod(
         object_ref=ref,
         violations=tuple(violations),
         notes=tuple(texts),
-        warnings=tuple(dict.fromkeys(warnings)),
+        warnings=_unique(warnings),
         mutation_kinds=tuple(kinds) if mutated is not None else (),
         original=obj,
         mutated=mutated,
@@ -281,6 +283,13 @@ def evaluate_pod(
         gpu_containers=gpu_containers,
         cuda_unknown=tuple(cuda_unknown) if cuda_unknown else (),
     )
+
+
+def _unique(texts: list[str]) -> tuple[str, ...]:
+    """tuple(dict.fromkeys(texts)): each text once, in order (none or one: nothing to drop)."""
+    if len(texts) < 2:
+        return tuple(texts)
+    return tuple(dict.fromkeys(texts))
 
 
 def _update_devices(

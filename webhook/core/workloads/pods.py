@@ -8,7 +8,7 @@ from functools import lru_cache
 from typing import Any
 
 from webhook.core.base.errors import ObjectShapeError
-from webhook.core.base.shapes import is_mapping
+from webhook.core.base.shapes import as_dict, is_mapping
 from webhook.core.config.model import WebhookConfig, WorkloadEntry
 from webhook.core.kinds.builtin import BUILTIN_KINDS
 from webhook.core.kinds.registry import Found, Path, TemplateRule, WorkloadKind, follow, walk
@@ -164,8 +164,9 @@ def _containers(
     spec: Mapping[str, Any], kind: str, at: tuple[str | int, ...], tpl: TemplateRule
 ) -> list[ContainerRef]:
     found: list[ContainerRef] = []
+    fields = as_dict(spec)
     for list_name in CONTAINER_LISTS:
-        items = spec.get(list_name)
+        items = fields.get(list_name)
         if items is None:
             continue
         if not isinstance(items, list):
@@ -175,11 +176,11 @@ def _containers(
                 raise ObjectShapeError(
                     f"{_where(kind, (*at, list_name))}[{index}] must be an object"
                 )
-            name = item.get("name")
+            name = as_dict(item).get("name")
             label = name if isinstance(name, str) else f"#{index}"
             found.append(ContainerRef(list_name, index, label, item, tpl.image_from))
     for key in tpl.containers:
-        item = spec.get(key)
+        item = fields.get(key)
         if item is None:
             continue
         item = _mapping(item, kind, (*at, key))
@@ -247,16 +248,20 @@ def _pod_spec(
         else:
             # KServe's ComponentExtensionSpec carries the pod annotations as `annotations`;
             # the object's own annotations reach its pods too (KServe propagates them).
-            meta = _mapping(obj.get("metadata"), kind, ("metadata",))
-            outer = _mapping(meta.get("annotations"), kind, ("metadata", "annotations"))
-            own = _mapping(node.get("annotations"), kind, (*path, "annotations"))
+            meta = _mapping(as_dict(obj).get("metadata"), kind, ("metadata",))
+            outer = _mapping(as_dict(meta).get("annotations"), kind, ("metadata", "annotations"))
+            own = _mapping(as_dict(node).get("annotations"), kind, (*path, "annotations"))
             annotations = {**outer, **own} if own else outer
     else:
-        meta = _mapping(node.get("metadata"), kind, (*path, "metadata"))
-        annotations = _mapping(meta.get("annotations"), kind, (*path, "metadata", "annotations"))
+        # as_dict: the reads of decoded JSON's dicts are direct dict calls (shapes.as_dict).
+        fields = as_dict(node)
+        meta = _mapping(fields.get("metadata"), kind, (*path, "metadata"))
+        annotations = _mapping(
+            as_dict(meta).get("annotations"), kind, (*path, "metadata", "annotations")
+        )
         if tpl.annotations is not None:
             annotations = _annotations(kind, obj, tpl.annotations)
-        raw_spec = node.get("spec")
+        raw_spec = fields.get("spec")
         if raw_spec is None:
             return None
         spec_path = (*path, "spec")
@@ -296,8 +301,8 @@ def find_pod_spec(kind: str, obj: Mapping[str, Any]) -> PodSpecRef | None:
 
 def object_ref(kind: str, obj: Mapping[str, Any], namespace: str | None = None) -> str:
     """`Pod default/train` style reference for messages (generateName shown as `name*`)."""
-    meta = obj.get("metadata")
-    meta = meta if isinstance(meta, Mapping) else {}
+    found = as_dict(obj).get("metadata")
+    meta = as_dict(found) if is_mapping(found) else _EMPTY
     name = meta.get("name") or (f"{meta['generateName']}*" if meta.get("generateName") else None)
     ns = meta.get("namespace") or namespace
     if not name:
