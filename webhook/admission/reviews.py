@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from webhook.admission.jsoncodec import std_dumps
 from webhook.core.base.errors import WebhookError
@@ -259,13 +259,30 @@ def build_response(
     return {"apiVersion": api_version, "kind": "AdmissionReview", "response": response}
 
 
-class Allowed(NamedTuple):
+class Allowed:
     """An allowed answer before it is encoded (encode_allowed): its JSON patch in base64
-    (empty: none) and its warnings, limited (limit_warnings)."""
+    (empty: none) and its warnings, limited (limit_warnings).
 
-    patch: bytes
-    # None: the decision had none (a list emptied by limit_warnings is still written).
-    warnings: list[str] | None
+    A plain class with its __init__ written out, not a NamedTuple: one is built per patched or
+    warned review, and a NamedTuple's __new__ runs interpreted in the compiled build."""
+
+    def __init__(self, patch: bytes, warnings: list[str] | None) -> None:
+        self.patch = patch
+        # None: the decision had none (a list emptied by limit_warnings is still written).
+        self.warnings = warnings
+
+    def __repr__(self) -> str:
+        return f"Allowed(patch={self.patch!r}, warnings={self.warnings!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Allowed)
+            and self.patch == other.patch
+            and self.warnings == other.warnings
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.patch, None if self.warnings is None else tuple(self.warnings)))
 
 
 ALLOWED = Allowed(b"", None)
