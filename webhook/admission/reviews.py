@@ -88,7 +88,16 @@ class AdmissionRequest:
         return f"{self.namespace}/{self.name}" if self.namespace else self.name
 
 
-def _str_field(container: Mapping[str, Any], key: str, where: str) -> str:
+def _as_dict(value: Mapping[str, Any]) -> dict[str, Any]:
+    """`value` typed as the dict it is (what JSON decodes to), so that compiled code reads it
+    with direct dict calls rather than generic method calls; another Mapping (a hand-written
+    test's) as a copy, which reads the same."""
+    if isinstance(value, dict):
+        return value
+    return dict(value)
+
+
+def _str_field(container: dict[str, Any], key: str, where: str) -> str:
     value = container.get(key)
     if value is None:
         return ""
@@ -117,6 +126,7 @@ def decode_review(data: Any) -> AdmissionRequest:
         raise ReviewDecodeError(
             f"the body is a JSON {type(data).__name__}, expected an AdmissionReview object"
         )
+    data = _as_dict(data)
     kind = data.get("kind")
     if kind != "AdmissionReview":
         raise ReviewDecodeError(f"kind must be AdmissionReview, got {kind!r}")
@@ -128,9 +138,10 @@ def decode_review(data: Any) -> AdmissionRequest:
             f"apiVersion {api_version!r} is not supported; "
             f"use {' or '.join(SUPPORTED_API_VERSIONS)}"
         )
-    request = data.get("request")
-    if not is_mapping(request):
+    found = data.get("request")
+    if not is_mapping(found):
         raise ReviewDecodeError("the AdmissionReview has no request object")
+    request = _as_dict(found)
     uid = request.get("uid")
     if not isinstance(uid, str) or not uid:
         raise ReviewDecodeError("request.uid is missing; the API server always sends one")
@@ -145,14 +156,15 @@ def decode_review(data: Any) -> AdmissionRequest:
     if operation in ("CREATE", "UPDATE") and obj is None:
         raise ReviewDecodeError(f"request.object is missing for operation {operation}")
 
-    kind_gvk = request.get("kind")
-    if kind_gvk is None:
-        kind_gvk = {}
-    if not is_mapping(kind_gvk):
+    gvk = request.get("kind")
+    if gvk is None:
+        gvk = {}
+    if not is_mapping(gvk):
         raise ReviewDecodeError(
             f"request.kind must be an object like {{group, version, kind}}, "
-            f"got {type(kind_gvk).__name__}"
+            f"got {type(gvk).__name__}"
         )
+    kind_gvk = _as_dict(gvk)
     object_kind = _str_field(kind_gvk, "kind", "request.kind")
     if not object_kind and obj is not None:
         # Trimmed fixtures omit request.kind; the object's own kind is the next best source.
