@@ -202,6 +202,25 @@ def _shorten(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + _ELLIPSIS
 
 
+# A warning's text as limit_warnings sends it (cleaned, shortened) and its size in UTF-8 bytes,
+# by the warning: the same few warnings (a policy's, a placement's) come back review after
+# review, and cleaning reads every character. The key is the whole input of the pure function
+# _cleaned; at most _CLEANED_MAX entries (emptied when full: warnings name images and pods).
+_CLEANED: dict[str, tuple[str, int]] = {}
+_CLEANED_MAX = 4096
+
+
+def _cleaned(warning: str) -> tuple[str, int]:
+    text = clean_text(warning)
+    if len(text) > MAX_WARNING_CHARS:
+        text = _shorten(text, MAX_WARNING_CHARS)
+    known = (text, len(text) if text.isascii() else len(text.encode()))
+    if len(_CLEANED) >= _CLEANED_MAX:
+        _CLEANED.clear()
+    _CLEANED[warning] = known
+    return known
+
+
 def limit_warnings(warnings: Iterable[str]) -> list[str]:
     """Deduplicate, shorten each to MAX_WARNING_CHARS and summarise the tail past the budget."""
     # Warnings travel as HTTP Warning headers (the API server refuses control characters) to
@@ -212,14 +231,15 @@ def limit_warnings(warnings: Iterable[str]) -> list[str]:
     for warning in warnings:
         if not warning:
             continue
-        text = clean_text(warning)
+        known = _CLEANED.get(warning)
+        if known is None:
+            known = _cleaned(warning)
+        text, size = known
         if not text:
             continue
-        if len(text) > MAX_WARNING_CHARS:
-            text = _shorten(text, MAX_WARNING_CHARS)
         if text not in seen:
             seen[text] = None
-            total += len(text) if text.isascii() else len(text.encode())
+            total += size
     unique = list(seen)
     if len(unique) <= MAX_WARNINGS and total <= MAX_WARNINGS_BYTES:
         return unique
