@@ -28,7 +28,8 @@ from setuptools import setup
 #   the interpreter crashed in its garbage collector (tests/unit/test_logs.py). They are thin
 #   shells; the formatting and batching a review runs are admission/loglines.py's, compiled
 #   (its docstring has the details). The rest of the admission layer a review runs is
-#   compiled (below). Never per review: app.py, runner.py, lifecycle.py, gauges.py, metrics.py, limits.py (start-up, scrapes);
+#   compiled (below). Never per review: app.py, runner.py, lifecycle.py, gauges.py,
+#   metrics.py, limits.py (start-up, scrapes);
 # - the offline-only parts: base/manifests.py, core/audit, policies/native*.py,
 #   images/knowledge.py (the CLI and the audit, never a review), and placement/dra.py (read
 #   when ResourceSlices change and the node inventory is rebuilt, not in a review).
