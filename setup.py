@@ -22,11 +22,14 @@ from setuptools import setup
 # - workloads/claim_classes.py: ClaimClasses subclasses frozenset, which mypyc does not support
 #   for native classes (a review reaches it only for a pod with a GPU DRA claim);
 # - the package __init__ modules (families/__init__.py re-exports catalog.py's names);
-# - admission/logs.py: its LogFormatter and BatchedStreamHandler subclass logging's classes;
-#   compiled (mypyc makes them non-native classes), a test of them crashed the interpreter
-#   in its garbage collector (tests/unit/test_logs.py, then test_patches.py), so it stays
-#   interpreted. The rest of the admission layer a review runs is compiled (below). Never per
-#   review: app.py, runner.py, lifecycle.py, gauges.py, metrics.py, limits.py (start-up, scrapes);
+# - admission/logs.py: its LogFormatter and BatchedStreamHandler subclass logging's classes,
+#   which mypyc (2.4.1) makes native classes whose deallocator Py_CLEARs the `__weakref__` slot
+#   instead of clearing the weak references (logging keeps weak references to every handler):
+#   the interpreter crashed in its garbage collector (tests/unit/test_logs.py). They are thin
+#   shells; the formatting and batching a review runs are admission/loglines.py's, compiled
+#   (its docstring has the details). The rest of the admission layer a review runs is
+#   compiled (below). Never per review: app.py, runner.py, lifecycle.py, gauges.py,
+#   metrics.py, limits.py (start-up, scrapes);
 # - the offline-only parts: base/manifests.py, core/audit, policies/native*.py,
 #   images/knowledge.py (the CLI and the audit, never a review), and placement/dra.py (read
 #   when ResourceSlices change and the node inventory is rebuilt, not in a review).
@@ -89,6 +92,7 @@ COMPILED = [
     "webhook/admission/review_counts.py",
     "webhook/admission/review_handler.py",
     "webhook/admission/state.py",
+    "webhook/admission/loglines.py",
 ]
 
 if os.environ.get("GPU_WEBHOOK_COMPILE") == "1":

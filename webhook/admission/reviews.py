@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from webhook.admission.jsoncodec import std_dumps
 from webhook.core.base.errors import WebhookError
@@ -88,7 +88,16 @@ class AdmissionRequest:
         return f"{self.namespace}/{self.name}" if self.namespace else self.name
 
 
-def _str_field(container: Mapping[str, Any], key: str, where: str) -> str:
+def _as_dict(value: Mapping[str, Any]) -> dict[str, Any]:
+    """`value` typed as the dict it is (what JSON decodes to), so that compiled code reads it
+    with direct dict calls rather than generic method calls; another Mapping (a hand-written
+    test's) as a copy, which reads the same."""
+    if isinstance(value, dict):
+        return value
+    return dict(value)
+
+
+def _str_field(container: dict[str, Any], key: str, where: str) -> str:
     value = container.get(key)
     if value is None:
         return ""
@@ -117,6 +126,7 @@ def decode_review(data: Any) -> AdmissionRequest:
         raise ReviewDecodeError(
             f"the body is a JSON {type(data).__name__}, expected an AdmissionReview object"
         )
+    data = _as_dict(data)
     kind = data.get("kind")
     if kind != "AdmissionReview":
         raise ReviewDecodeError(f"kind must be AdmissionReview, got {kind!r}")
@@ -128,9 +138,10 @@ def decode_review(data: Any) -> AdmissionRequest:
             f"apiVersion {api_version!r} is not supported; "
             f"use {' or '.join(SUPPORTED_API_VERSIONS)}"
         )
-    request = data.get("request")
-    if not is_mapping(request):
+    found = data.get("request")
+    if not is_mapping(found):
         raise ReviewDecodeError("the AdmissionReview has no request object")
+    request = _as_dict(found)
     uid = request.get("uid")
     if not isinstance(uid, str) or not uid:
         raise ReviewDecodeError("request.uid is missing; the API server always sends one")
@@ -145,14 +156,15 @@ def decode_review(data: Any) -> AdmissionRequest:
     if operation in ("CREATE", "UPDATE") and obj is None:
         raise ReviewDecodeError(f"request.object is missing for operation {operation}")
 
-    kind_gvk = request.get("kind")
-    if kind_gvk is None:
-        kind_gvk = {}
-    if not is_mapping(kind_gvk):
+    gvk = request.get("kind")
+    if gvk is None:
+        gvk = {}
+    if not is_mapping(gvk):
         raise ReviewDecodeError(
             f"request.kind must be an object like {{group, version, kind}}, "
-            f"got {type(kind_gvk).__name__}"
+            f"got {type(gvk).__name__}"
         )
+    kind_gvk = _as_dict(gvk)
     object_kind = _str_field(kind_gvk, "kind", "request.kind")
     if not object_kind and obj is not None:
         # Trimmed fixtures omit request.kind; the object's own kind is the next best source.
@@ -190,6 +202,25 @@ def _shorten(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + _ELLIPSIS
 
 
+# A warning's text as limit_warnings sends it (cleaned, shortened) and its size in UTF-8 bytes,
+# by the warning: the same few warnings (a policy's, a placement's) come back review after
+# review, and cleaning reads every character. The key is the whole input of the pure function
+# _cleaned; at most _CLEANED_MAX entries (emptied when full: warnings name images and pods).
+_CLEANED: dict[str, tuple[str, int]] = {}
+_CLEANED_MAX = 4096
+
+
+def _cleaned(warning: str) -> tuple[str, int]:
+    text = clean_text(warning)
+    if len(text) > MAX_WARNING_CHARS:
+        text = _shorten(text, MAX_WARNING_CHARS)
+    known = (text, len(text) if text.isascii() else len(text.encode()))
+    if len(_CLEANED) >= _CLEANED_MAX:
+        _CLEANED.clear()
+    _CLEANED[warning] = known
+    return known
+
+
 def limit_warnings(warnings: Iterable[str]) -> list[str]:
     """Deduplicate, shorten each to MAX_WARNING_CHARS and summarise the tail past the budget."""
     # Warnings travel as HTTP Warning headers (the API server refuses control characters) to
@@ -200,14 +231,15 @@ def limit_warnings(warnings: Iterable[str]) -> list[str]:
     for warning in warnings:
         if not warning:
             continue
-        text = clean_text(warning)
+        known = _CLEANED.get(warning)
+        if known is None:
+            known = _cleaned(warning)
+        text, size = known
         if not text:
             continue
-        if len(text) > MAX_WARNING_CHARS:
-            text = _shorten(text, MAX_WARNING_CHARS)
         if text not in seen:
             seen[text] = None
-            total += len(text) if text.isascii() else len(text.encode())
+            total += size
     unique = list(seen)
     if len(unique) <= MAX_WARNINGS and total <= MAX_WARNINGS_BYTES:
         return unique
@@ -259,13 +291,30 @@ def build_response(
     return {"apiVersion": api_version, "kind": "AdmissionReview", "response": response}
 
 
-class Allowed(NamedTuple):
+class Allowed:
     """An allowed answer before it is encoded (encode_allowed): its JSON patch in base64
-    (empty: none) and its warnings, limited (limit_warnings)."""
+    (empty: none) and its warnings, limited (limit_warnings).
 
-    patch: bytes
-    # None: the decision had none (a list emptied by limit_warnings is still written).
-    warnings: list[str] | None
+    A plain class with its __init__ written out, not a NamedTuple: one is built per patched or
+    warned review, and a NamedTuple's __new__ runs interpreted in the compiled build."""
+
+    def __init__(self, patch: bytes, warnings: list[str] | None) -> None:
+        self.patch = patch
+        # None: the decision had none (a list emptied by limit_warnings is still written).
+        self.warnings = warnings
+
+    def __repr__(self) -> str:
+        return f"Allowed(patch={self.patch!r}, warnings={self.warnings!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Allowed)
+            and self.patch == other.patch
+            and self.warnings == other.warnings
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.patch, None if self.warnings is None else tuple(self.warnings)))
 
 
 ALLOWED = Allowed(b"", None)
