@@ -74,6 +74,8 @@ ARCHITECTURE_FLOORS: Mapping[int, CudaVersion] = MappingProxyType(
     {11: CudaVersion(3, 5), 12: CudaVersion(5, 0), 13: CudaVersion(7, 5)}
 )
 _NEWEST_FLOOR = max(ARCHITECTURE_FLOORS)
+# The same as a dict: compiled, a lookup in it is a direct call, in a Mapping a generic one.
+_FLOORS: dict[int, CudaVersion] = dict(ARCHITECTURE_FLOORS)
 
 
 # NVIDIA's minor-version compatibility (CUDA Compatibility guide, "Minor Version
@@ -111,8 +113,8 @@ def driver_11_0(labels: Mapping[str, str] | None) -> bool | None:
 def architecture_floor(runtime: CudaVersion) -> CudaVersion | None:
     """The lowest compute capability CUDA `runtime` supports; None below CUDA 11."""
     if runtime.major > _NEWEST_FLOOR:
-        return ARCHITECTURE_FLOORS[_NEWEST_FLOOR]
-    return ARCHITECTURE_FLOORS.get(runtime.major)
+        return _FLOORS[_NEWEST_FLOOR]
+    return _FLOORS.get(runtime.major)
 
 
 class Detection(NamedTuple):
@@ -149,13 +151,29 @@ class Range(NamedTuple):
         return f"≥ {self.low} and < {self.max_major + 1}.0"
 
 
+# cuda_range's answers by its arguments (all it reads): a NamedTuple's constructor stays
+# interpreted under mypyc (~5k instructions), a dict lookup does not. Bounded: emptied when
+# full (the runtimes come from what pods write).
+_RANGES: dict[tuple[CudaVersion, bool, int | None], Range] = {}
+_MAX_RANGES = 1024
+
+
 def cuda_range(runtime: CudaVersion, *, vgpu: bool, skew: int | None) -> Range:
     """Node driver versions D for a container needing CUDA `runtime` R (SPEC §4, the
     reference's rules): D ≥ R always; vGPU: D.major = R.major too; a physical GPU: at most
     `skew` majors newer, or no upper bound when `skew` is None (the skew as a preference)."""
+    key = (runtime, vgpu, skew)
+    found = _RANGES.get(key)
+    if found is not None:
+        return found
     if vgpu:
-        return Range(runtime, runtime.major)
-    return Range(runtime, None if skew is None else runtime.major + skew)
+        found = Range(runtime, runtime.major)
+    else:
+        found = Range(runtime, None if skew is None else runtime.major + skew)
+    if len(_RANGES) >= _MAX_RANGES:
+        _RANGES.clear()
+    _RANGES[key] = found
+    return found
 
 
 def compatible(driver: CudaVersion, runtime: CudaVersion, *, vgpu: bool, skew: int) -> bool:

@@ -4,7 +4,7 @@ under the compatibility mode the pod and the config choose."""
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Any, NamedTuple
+from typing import Any
 
 from webhook.core.base.errors import QuantityError
 from webhook.core.base.quantity import parse_quantity
@@ -31,21 +31,37 @@ NOT_ENFORCED_YET = (
 )
 
 
-class Need(NamedTuple):
-    container: ContainerRef
-    requirement: cuda.Requirement
-    vgpu: bool
-    range: cuda.Range  # required
-    recommended: cuda.Range  # within maxMajorSkew: required, or preferred (majorSkew: prefer)
-    # Under minor-version compatibility: the version the full feature set needs (D ≥ R),
-    # preferred; None when the required range already asks for it.
-    full: CudaVersion | None = None
-    # minorVersion was in force but the image's own requirement (Requirement.declared, which
-    # NVIDIA's toolkit checks in legacy mode) kept the container at D ≥ R.
-    checked: bool = False
-    # minorVersion for CUDA 11.x: nodes advertising CUDA 11.0 run it too when their driver
-    # labels say ≥ 450.80.02 (cuda.MINOR_VERSION_DRIVER_11); the range starts at 11.1.
-    driver_11_0: bool = False
+class Need:
+    """What one GPU container needs (its CUDA range, and how it was set)."""
+
+    # Written out: a NamedTuple's constructor stays interpreted under mypyc (~2k instructions
+    # per container, issue 40). Read-only once built.
+    def __init__(
+        self,
+        container: ContainerRef,
+        requirement: cuda.Requirement,
+        vgpu: bool,
+        range: cuda.Range,
+        recommended: cuda.Range,
+        full: CudaVersion | None = None,
+        checked: bool = False,
+        driver_11_0: bool = False,
+    ) -> None:
+        self.container = container
+        self.requirement = requirement
+        self.vgpu = vgpu
+        self.range = range  # required
+        # Within maxMajorSkew: required, or preferred (majorSkew: prefer).
+        self.recommended = recommended
+        # Under minor-version compatibility: the version the full feature set needs (D ≥ R),
+        # preferred; None when the required range already asks for it.
+        self.full = full
+        # minorVersion was in force but the image's own requirement (Requirement.declared,
+        # which NVIDIA's toolkit checks in legacy mode) kept the container at D ≥ R.
+        self.checked = checked
+        # minorVersion for CUDA 11.x: nodes advertising CUDA 11.0 run it too when their driver
+        # labels say ≥ 450.80.02 (cuda.MINOR_VERSION_DRIVER_11); the range starts at 11.1.
+        self.driver_11_0 = driver_11_0
 
 
 # NVIDIA's minor-version compatibility holds "from CUDA 11 onwards" (CUDA Compatibility guide,
