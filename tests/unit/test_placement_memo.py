@@ -18,7 +18,7 @@ from webhook.core.config.labels import ANNOTATION_CUDA_COMPATIBILITY, ANNOTATION
 from webhook.core.config.model import WebhookConfig, load_config
 from webhook.core.evaluation.evaluate import evaluate
 from webhook.core.outcome.decision import Decision
-from webhook.core.placement import cuda, ranges
+from webhook.core.placement import cuda, needs, ranges
 from webhook.core.placement.inventory import NodeInventory
 from webhook.core.policies.policyset import PolicySet
 
@@ -96,7 +96,7 @@ def _pods() -> Iterator[Mapping[str, Any]]:
         "python:3.12",
     ]
     for image in images:
-        for key, value in ((GPU, "1"), (VCORE, "50"), (VCORE, "100")):
+        for key, value in ((GPU, "1"), (VCORE, "50"), (VCORE, "100"), (VCORE, "150")):
             yield pod(container("main", image, limits={key: value}))
         yield pod(
             container("a", image, limits={GPU: "1"}),
@@ -147,6 +147,8 @@ def _evaluate(
 def _clear() -> None:
     ranges._PARTS.clear()
     cuda._RANGES.clear()
+    cuda._DETECTIONS.clear()
+    needs._LAST_UNITS.clear()
 
 
 CASES = [
@@ -175,8 +177,11 @@ def test_warm_memos_answer_as_emptied_ones() -> None:
 def test_memos_stay_bounded(bound: int, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ranges, "_MAX_PARTS", bound)
     monkeypatch.setattr(cuda, "_MAX_RANGES", bound)
+    monkeypatch.setattr(cuda, "_MAX_DETECTIONS", bound)
+    monkeypatch.setattr(needs, "_MAX_UNITS", bound)
     _clear()
     seen = [_evaluate(obj, config, inventory) for obj, config, inventory in CASES[:40]]
     assert len(ranges._PARTS) <= bound and len(cuda._RANGES) <= bound
+    assert len(cuda._DETECTIONS) <= bound and len(needs._LAST_UNITS[0].units) <= bound
     _clear()
     assert seen == [_evaluate(obj, config, inventory) for obj, config, inventory in CASES[:40]]

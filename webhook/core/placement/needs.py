@@ -113,14 +113,55 @@ def _resource_value(state: PodState, c: ContainerRef, key: str) -> Any:
     return _value_in(node.get("resources") if is_mapping(node) else None, key)
 
 
+class _WholeUnits:
+    """The CRL wholeUnit of each vGPU resource key (0: none, or not a vGPU key) under one
+    (policies, config) pair, worked out once per key: both are immutable snapshots (a reload
+    makes new ones), and the unit reads nothing else. Bounded: emptied when full (the keys
+    come from what pods write)."""
+
+    def __init__(self, policies: PolicySet, config: WebhookConfig) -> None:
+        self.policies = policies
+        self.config = config
+        self.units: dict[str, int] = {}
+
+    def unit(self, key: str) -> int:
+        found = self.units.get(key)
+        if found is None:
+            policy = self.policies.by_key.get(key)
+            found = 0
+            if policy is not None and policy.whole_unit and key in self.config.vgpu_resources:
+                found = policy.whole_unit
+            if len(self.units) >= _MAX_UNITS:
+                self.units.clear()
+            self.units[key] = found
+        return found
+
+
+_MAX_UNITS = 1024
+# The last (policies, config) pair's units: every review passes the same snapshots until a
+# reload, and the entry keeps them referenced (identity compared, never reused meanwhile).
+_LAST_UNITS: list[_WholeUnits] = []
+
+
+def _whole_units(policies: PolicySet, config: WebhookConfig) -> _WholeUnits:
+    if _LAST_UNITS:
+        last = _LAST_UNITS[0]
+        if last.policies is policies and last.config is config:
+            return last
+    units = _WholeUnits(policies, config)
+    _LAST_UNITS[:] = [units]
+    return units
+
+
 def _whole_card(
     state: PodState, c: ContainerRef, keys: set[str], policies: PolicySet, config: WebhookConfig
 ) -> bool:
     """GPU-Manager whole-card mode: a vGPU key at a positive multiple of its CRL wholeUnit
     (vcuda-core 100, 200, ...) hands the container whole GPUs, with native CUDA support."""
+    units = _whole_units(policies, config)
     for key in keys:
-        policy = policies.by_key.get(key)
-        if policy is None or not policy.whole_unit or key not in config.vgpu_resources:
+        unit = units.unit(key)
+        if not unit:
             continue
         raw = _resource_value(state, c, key)
         if isinstance(raw, str) and raw.isascii() and raw.isdigit():
@@ -130,7 +171,7 @@ def _whole_card(
                 value = parse_quantity(raw)
             except QuantityError:
                 continue
-        if value > 0 and value % policy.whole_unit == 0:
+        if value > 0 and value % unit == 0:
             return True
     return False
 

@@ -51,11 +51,14 @@ def _compute_requirement(
     if req is not None or not config.compute_capability_rules:
         return req
     # The highest, the first of equals (a loop: max with a lambda costs ~6k compiled).
+    rules = config.compute_capability_rules
     best: cuda.Requirement | None = None
     for c, _ in gpu:
-        found = cuda.compute_requirement(
-            c.container, config.compute_capability_rules, container_label(c), container_env(envs, c)
-        )
+        env = container_env(envs, c)
+        found = cuda.compute_requirement(c.container, rules, "", env)
+        if found is not None:
+            # Matched (rarely): again with the container's label, which the source names.
+            found = cuda.compute_requirement(c.container, rules, container_label(c), env)
         if found is not None and (best is None or found.version > best.version):
             best = found
     return best
