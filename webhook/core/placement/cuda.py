@@ -187,7 +187,13 @@ def env_values(container: Mapping[str, Any]) -> dict[str, str | None]:
     if not isinstance(env, list):
         return values
     for item in env:
-        if is_mapping(item) and isinstance(item.get("name"), str):
+        if type(item) is dict:
+            # The decoded JSON's own type: a direct lookup compiled (the same reads as below).
+            name = item.get("name")
+            if isinstance(name, str):
+                value = item.get("value")
+                values[name] = value if isinstance(value, str) else None
+        elif is_mapping(item) and isinstance(item.get("name"), str):
             value = item.get("value")
             values[item["name"]] = value if isinstance(value, str) else None
     return values

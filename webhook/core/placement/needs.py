@@ -240,24 +240,24 @@ def container_needs(
             if not (c.image_from and not c.container.get("image")):
                 unknown.append(c)
             continue
+        version = req.version  # read once: a NamedTuple field is a generic lookup compiled
         whole = _whole_card(state, c, keys, policies, config)
         vgpu = not whole and config.vgpu_resources.any_of(keys)
         gpu_manager = not whole and config.gpu_manager_resources.any_of(keys)
-        if gpu_manager and req.version >= _V12_4:
+        if gpu_manager and version >= _V12_4:
             state.warnings.append(
                 short(
-                    f"{container_label(c)} needs CUDA {req.version}: "
+                    f"{container_label(c)} needs CUDA {version}: "
                     "GPU-Manager vGPU supports CUDA < 12.4"
                 )
             )
-        if req.version < _V11_4 and config.mps_memory_resources.any_of(keys):
+        if version < _V11_4 and config.mps_memory_resources.any_of(keys):
             state.warnings.append(
                 short(
-                    f"{container_label(c)} needs CUDA {req.version}: "
-                    "MPS memory limits need CUDA ≥ 11.4"
+                    f"{container_label(c)} needs CUDA {version}: MPS memory limits need CUDA ≥ 11.4"
                 )
             )
-        runtime, full, checked, driver_11_0 = req.version, None, False, False
+        runtime, full, checked, driver_11_0 = version, None, False, False
         if minor_version and not vgpu and runtime.major >= _MINOR_VERSION_FROM:
             # Any driver of R's major family runs it (limited feature-set): required from
             # R.major.0 on; D ≥ R, the full feature set, is preferred. GFD and the manual
