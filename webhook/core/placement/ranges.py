@@ -205,9 +205,15 @@ def cuda_terms(
             warning = fit.skew_warning(facts, rng, prefer, runtime)
             if warning:
                 state.warnings.append(short(warning))
-    part = _cuda_part(
-        config,
-        facts,
+    # The terms and notes, once per distinct inputs of _build_cuda_part (a complete key: all
+    # it reads; of `top`, its range's upper bound and its requirement's version and source).
+    # The config and the facts (immutable snapshots, rebuilt rather than changed) by identity:
+    # the entry keeps them referenced, so no other object takes their identity while it lives,
+    # and a hit checks they are the very objects.
+    req = top.requirement
+    key = (
+        id(config),
+        id(facts),
         rng,
         on_11_0,
         forward,
@@ -215,10 +221,21 @@ def cuda_terms(
         prefer,
         top.range.max_major,
         vgpu,
-        top.requirement,
+        req.version,
+        req.source,
         top.checked,
         compatibility,
     )
+    found = _PARTS.get(key)
+    if found is not None and found[0] is config and found[1] is facts:
+        part = found[2]
+    else:
+        part = _build_cuda_part(
+            config, facts, rng, on_11_0, forward, full, prefer, top, vgpu, compatibility
+        )
+        if len(_PARTS) >= _MAX_PARTS:
+            _PARTS.clear()
+        _PARTS[key] = (config, facts, part)
     plan.cuda = list(part.cuda)  # a list of its own: callers may add terms to it
     if on_11_0:
         plan.driver_keys = frozenset(DRIVER_VERSION_LABELS)
@@ -261,67 +278,11 @@ class _CudaPart:
         self.want = want
 
 
-# _cuda_part's answers by its arguments (config and inventory facts by identity: see there).
+# _build_cuda_part's answers by what it reads (config and inventory facts by identity: see
+# cuda_terms).
 # Bounded: emptied when full, a few hundred distinct (range, image source, rule) per config.
 _PARTS: dict[tuple[object, ...], tuple[WebhookConfig, InventoryFacts | None, _CudaPart]] = {}
 _MAX_PARTS = 1024
-
-
-def _cuda_part(
-    config: WebhookConfig,
-    facts: InventoryFacts | None,
-    rng: cuda.Range,
-    on_11_0: bool,
-    forward: Branches,
-    full: CudaVersion | None,
-    prefer: cuda.Range | None,
-    top_max_major: int | None,
-    vgpu: bool,
-    top: cuda.Requirement,
-    checked: bool,
-    compatibility: str,
-) -> _CudaPart:
-    """_build_cuda_part, once per distinct arguments. The key is complete: those arguments
-    are all _build_cuda_part reads (of `top`: its version and source). The config and the
-    facts (immutable snapshots, rebuilt rather than changed) are keyed by identity, and the
-    entry keeps them referenced, so no other object can take their identity while it lives
-    (and a hit checks they are the very objects)."""
-    key = (
-        id(config),
-        id(facts),
-        rng,
-        on_11_0,
-        forward,
-        full,
-        prefer,
-        top_max_major,
-        vgpu,
-        top.version,
-        top.source,
-        checked,
-        compatibility,
-    )
-    found = _PARTS.get(key)
-    if found is not None and found[0] is config and found[1] is facts:
-        return found[2]
-    part = _build_cuda_part(
-        config,
-        facts,
-        rng,
-        on_11_0,
-        forward,
-        full,
-        prefer,
-        top_max_major,
-        vgpu,
-        top,
-        checked,
-        compatibility,
-    )
-    if len(_PARTS) >= _MAX_PARTS:
-        _PARTS.clear()
-    _PARTS[key] = (config, facts, part)
-    return part
 
 
 def _build_cuda_part(
@@ -332,13 +293,13 @@ def _build_cuda_part(
     forward: Branches,
     full: CudaVersion | None,
     prefer: cuda.Range | None,
-    top_max_major: int | None,
+    need: Need,
     vgpu: bool,
-    top: cuda.Requirement,
-    checked: bool,
     compatibility: str,
 ) -> _CudaPart:
-    """The CUDA terms and notes of cuda_terms (SPEC §4), from what its checks decided."""
+    """The CUDA terms and notes of cuda_terms (SPEC §4), from what its checks decided (`need`:
+    the container needing the highest CUDA)."""
+    top, checked, top_max_major = need.requirement, need.checked, need.range.max_major
     schemes = config.schemes[:1] if facts is None else facts.carried
     dra = facts is not None and DRA_SCHEME in schemes
     if dra:
