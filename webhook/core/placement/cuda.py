@@ -109,6 +109,9 @@ def driver_11_0(labels: Mapping[str, str] | None) -> bool | None:
     )
 
 
+_NO_ARCHS: Mapping[str, Requirement] = MappingProxyType({})
+
+
 def architecture_floor(runtime: CudaVersion) -> CudaVersion | None:
     """The lowest compute capability CUDA `runtime` supports; None below CUDA 11."""
     if runtime.major > _NEWEST_FLOOR:
@@ -116,15 +119,23 @@ def architecture_floor(runtime: CudaVersion) -> CudaVersion | None:
     return _FLOORS.get(runtime.major)
 
 
-class Detection(NamedTuple):
+class Detection:
     """A container's CUDA requirement (None: unknown) and warnings met on the way."""
 
-    requirement: Requirement | None  # on linux/amd64 when by_arch is set
-    warnings: tuple[Message, ...] = ()
-    # Architecture -> requirement, for an image whose CUDA differs by architecture (shipped
-    # knowledge: one tag, a multi-platform index); an architecture not listed is unknown.
-    # Built once per image (the detection cache), read-only.
-    by_arch: Mapping[str, Requirement] = MappingProxyType({})
+    # Written out: a NamedTuple's constructor and fields are generic calls under mypyc (issue
+    # 40); a plain class's are direct. Read-only once built.
+    def __init__(
+        self,
+        requirement: Requirement | None,
+        warnings: tuple[Message, ...] = (),
+        by_arch: Mapping[str, Requirement] = _NO_ARCHS,
+    ) -> None:
+        self.requirement = requirement  # on linux/amd64 when by_arch is set
+        self.warnings = warnings
+        # Architecture -> requirement, for an image whose CUDA differs by architecture
+        # (shipped knowledge: one tag, a multi-platform index); an architecture not listed is
+        # unknown. Built once per image (the detection cache), read-only.
+        self.by_arch = by_arch
 
 
 class Range(NamedTuple):
@@ -253,7 +264,7 @@ def detect(
             )
             return Detection(requirement, tuple(warnings))
         warnings.append(_implausible("env NVIDIA_REQUIRE_CUDA", version))
-    image = container.get("image")
+    image = _image_of(container)
     # Over-long references are no image (image_version); checked before the cache.
     if isinstance(image, str) and image and len(image) <= MAX_REFERENCE_LENGTH:
         found = _image_detection(image, config.image_rules)
@@ -265,6 +276,13 @@ def detect(
             return found
         return Detection(found.requirement, (*warnings, *found.warnings), found.by_arch)
     return Detection(None, tuple(warnings))
+
+
+def _image_of(container: Mapping[str, Any]) -> Any:
+    if isinstance(container, dict):
+        # The decoded JSON: compiled, a direct lookup where a Mapping's is a method call.
+        return container.get("image")
+    return container.get("image")
 
 
 def _declared(match: re.Match[str] | None) -> CudaVersion | None:
