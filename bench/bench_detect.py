@@ -67,7 +67,7 @@ def run(checkout: Path, rounds: int, inner: int) -> dict[str, dict[str, Any]]:
             cached.append((time.perf_counter() - start) / inner * 1e6)
             total = 0.0
             for _ in range(inner):
-                cuda._image_detection.cache_clear()
+                cuda._DETECTIONS.clear()
                 images._image_version.cache_clear()
                 start = time.perf_counter()
                 cuda.detect(container, config, env)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from functools import lru_cache
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -74,6 +73,8 @@ ARCHITECTURE_FLOORS: Mapping[int, CudaVersion] = MappingProxyType(
     {11: CudaVersion(3, 5), 12: CudaVersion(5, 0), 13: CudaVersion(7, 5)}
 )
 _NEWEST_FLOOR = max(ARCHITECTURE_FLOORS)
+# The same as a dict: compiled, a lookup in it is a direct call, in a Mapping a generic one.
+_FLOORS: dict[int, CudaVersion] = dict(ARCHITECTURE_FLOORS)
 
 
 # NVIDIA's minor-version compatibility (CUDA Compatibility guide, "Minor Version
@@ -108,22 +109,33 @@ def driver_11_0(labels: Mapping[str, str] | None) -> bool | None:
     )
 
 
+_NO_ARCHS: Mapping[str, Requirement] = MappingProxyType({})
+
+
 def architecture_floor(runtime: CudaVersion) -> CudaVersion | None:
     """The lowest compute capability CUDA `runtime` supports; None below CUDA 11."""
     if runtime.major > _NEWEST_FLOOR:
-        return ARCHITECTURE_FLOORS[_NEWEST_FLOOR]
-    return ARCHITECTURE_FLOORS.get(runtime.major)
+        return _FLOORS[_NEWEST_FLOOR]
+    return _FLOORS.get(runtime.major)
 
 
-class Detection(NamedTuple):
+class Detection:
     """A container's CUDA requirement (None: unknown) and warnings met on the way."""
 
-    requirement: Requirement | None  # on linux/amd64 when by_arch is set
-    warnings: tuple[Message, ...] = ()
-    # Architecture -> requirement, for an image whose CUDA differs by architecture (shipped
-    # knowledge: one tag, a multi-platform index); an architecture not listed is unknown.
-    # Built once per image (the detection cache), read-only.
-    by_arch: Mapping[str, Requirement] = MappingProxyType({})
+    # Written out: a NamedTuple's constructor and fields are generic calls under mypyc (issue
+    # 40); a plain class's are direct. Read-only once built.
+    def __init__(
+        self,
+        requirement: Requirement | None,
+        warnings: tuple[Message, ...] = (),
+        by_arch: Mapping[str, Requirement] = _NO_ARCHS,
+    ) -> None:
+        self.requirement = requirement  # on linux/amd64 when by_arch is set
+        self.warnings = warnings
+        # Architecture -> requirement, for an image whose CUDA differs by architecture
+        # (shipped knowledge: one tag, a multi-platform index); an architecture not listed is
+        # unknown. Built once per image (the detection cache), read-only.
+        self.by_arch = by_arch
 
 
 class Range(NamedTuple):
@@ -149,13 +161,29 @@ class Range(NamedTuple):
         return f"≥ {self.low} and < {self.max_major + 1}.0"
 
 
+# cuda_range's answers by its arguments (all it reads): a NamedTuple's constructor stays
+# interpreted under mypyc (~5k instructions), a dict lookup does not. Bounded: emptied when
+# full (the runtimes come from what pods write).
+_RANGES: dict[tuple[CudaVersion, bool, int | None], Range] = {}
+_MAX_RANGES = 1024
+
+
 def cuda_range(runtime: CudaVersion, *, vgpu: bool, skew: int | None) -> Range:
     """Node driver versions D for a container needing CUDA `runtime` R (SPEC §4, the
     reference's rules): D ≥ R always; vGPU: D.major = R.major too; a physical GPU: at most
     `skew` majors newer, or no upper bound when `skew` is None (the skew as a preference)."""
+    key = (runtime, vgpu, skew)
+    found = _RANGES.get(key)
+    if found is not None:
+        return found
     if vgpu:
-        return Range(runtime, runtime.major)
-    return Range(runtime, None if skew is None else runtime.major + skew)
+        found = Range(runtime, runtime.major)
+    else:
+        found = Range(runtime, None if skew is None else runtime.major + skew)
+    if len(_RANGES) >= _MAX_RANGES:
+        _RANGES.clear()
+    _RANGES[key] = found
+    return found
 
 
 def compatible(driver: CudaVersion, runtime: CudaVersion, *, vgpu: bool, skew: int) -> bool:
@@ -170,7 +198,13 @@ def env_values(container: Mapping[str, Any]) -> dict[str, str | None]:
     if not isinstance(env, list):
         return values
     for item in env:
-        if is_mapping(item) and isinstance(item.get("name"), str):
+        if type(item) is dict:
+            # The decoded JSON's own type: a direct lookup compiled (the same reads as below).
+            name = item.get("name")
+            if isinstance(name, str):
+                value = item.get("value")
+                values[name] = value if isinstance(value, str) else None
+        elif is_mapping(item) and isinstance(item.get("name"), str):
             value = item.get("value")
             values[item["name"]] = value if isinstance(value, str) else None
     return values
@@ -200,7 +234,7 @@ def detect(
     warnings: list[Message] = []
     env = env_values(container) if env is None else env
     cuda_env = env.get("CUDA_VERSION")
-    version = CudaVersion.parse(cuda_env)
+    version = None if cuda_env is None else CudaVersion.parse(cuda_env)
     require = env.get("NVIDIA_REQUIRE_CUDA")
     match = _REQUIRE_CUDA.search(require) if require else None
     checked = not requirements_disabled(env)
@@ -230,7 +264,7 @@ def detect(
             )
             return Detection(requirement, tuple(warnings))
         warnings.append(_implausible("env NVIDIA_REQUIRE_CUDA", version))
-    image = container.get("image")
+    image = _image_of(container)
     # Over-long references are no image (image_version); checked before the cache.
     if isinstance(image, str) and image and len(image) <= MAX_REFERENCE_LENGTH:
         found = _image_detection(image, config.image_rules)
@@ -242,6 +276,13 @@ def detect(
             return found
         return Detection(found.requirement, (*warnings, *found.warnings), found.by_arch)
     return Detection(None, tuple(warnings))
+
+
+def _image_of(container: Mapping[str, Any]) -> Any:
+    if isinstance(container, dict):
+        # The decoded JSON: compiled, a direct lookup where a Mapping's is a method call.
+        return container.get("image")
+    return container.get("image")
 
 
 def _declared(match: re.Match[str] | None) -> CudaVersion | None:
@@ -265,11 +306,28 @@ def _for_archs(found: Detection, archs: tuple[str, ...]) -> Detection:
     return Detection(best, found.warnings, found.by_arch)
 
 
-@lru_cache(maxsize=4096)
+# _image_detection's answers by its arguments (all it reads). A dict rather than lru_cache:
+# compiled, a call through lru_cache's wrapper costs ~2k instructions, a dict lookup a tenth.
+# Bounded: emptied when full. The key holds the ImageRules, so its identity stays its own.
+_DETECTIONS: dict[tuple[str, ImageRules], Detection] = {}
+_MAX_DETECTIONS = 4096
+
+
 def _image_detection(image: str, rules: ImageRules) -> Detection:
     """What the image alone says, built once per distinct (image, config): replicas and
     repeated submissions of the same image are most of the reviews. (Immutable: safe to
     share.) Keyed on the config's ImageRules, hashed by identity, not on its table."""
+    key = (image, rules)
+    found = _DETECTIONS.get(key)
+    if found is None:
+        found = _detect_image(image, rules)
+        if len(_DETECTIONS) >= _MAX_DETECTIONS:
+            _DETECTIONS.clear()
+        _DETECTIONS[key] = found
+    return found
+
+
+def _detect_image(image: str, rules: ImageRules) -> Detection:
     guess = image_version(image, rules.patterns, rules.table, rules.knowledge)
     if guess is None:
         return Detection(None)

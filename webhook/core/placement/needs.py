@@ -4,7 +4,7 @@ under the compatibility mode the pod and the config choose."""
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Any, NamedTuple
+from typing import Any
 
 from webhook.core.base.errors import QuantityError
 from webhook.core.base.quantity import parse_quantity
@@ -31,21 +31,37 @@ NOT_ENFORCED_YET = (
 )
 
 
-class Need(NamedTuple):
-    container: ContainerRef
-    requirement: cuda.Requirement
-    vgpu: bool
-    range: cuda.Range  # required
-    recommended: cuda.Range  # within maxMajorSkew: required, or preferred (majorSkew: prefer)
-    # Under minor-version compatibility: the version the full feature set needs (D ≥ R),
-    # preferred; None when the required range already asks for it.
-    full: CudaVersion | None = None
-    # minorVersion was in force but the image's own requirement (Requirement.declared, which
-    # NVIDIA's toolkit checks in legacy mode) kept the container at D ≥ R.
-    checked: bool = False
-    # minorVersion for CUDA 11.x: nodes advertising CUDA 11.0 run it too when their driver
-    # labels say ≥ 450.80.02 (cuda.MINOR_VERSION_DRIVER_11); the range starts at 11.1.
-    driver_11_0: bool = False
+class Need:
+    """What one GPU container needs (its CUDA range, and how it was set)."""
+
+    # Written out: a NamedTuple's constructor stays interpreted under mypyc (~2k instructions
+    # per container, issue 40). Read-only once built.
+    def __init__(
+        self,
+        container: ContainerRef,
+        requirement: cuda.Requirement,
+        vgpu: bool,
+        range: cuda.Range,
+        recommended: cuda.Range,
+        full: CudaVersion | None = None,
+        checked: bool = False,
+        driver_11_0: bool = False,
+    ) -> None:
+        self.container = container
+        self.requirement = requirement
+        self.vgpu = vgpu
+        self.range = range  # required
+        # Within maxMajorSkew: required, or preferred (majorSkew: prefer).
+        self.recommended = recommended
+        # Under minor-version compatibility: the version the full feature set needs (D ≥ R),
+        # preferred; None when the required range already asks for it.
+        self.full = full
+        # minorVersion was in force but the image's own requirement (Requirement.declared,
+        # which NVIDIA's toolkit checks in legacy mode) kept the container at D ≥ R.
+        self.checked = checked
+        # minorVersion for CUDA 11.x: nodes advertising CUDA 11.0 run it too when their driver
+        # labels say ≥ 450.80.02 (cuda.MINOR_VERSION_DRIVER_11); the range starts at 11.1.
+        self.driver_11_0 = driver_11_0
 
 
 # NVIDIA's minor-version compatibility holds "from CUDA 11 onwards" (CUDA Compatibility guide,
@@ -97,14 +113,55 @@ def _resource_value(state: PodState, c: ContainerRef, key: str) -> Any:
     return _value_in(node.get("resources") if is_mapping(node) else None, key)
 
 
+class _WholeUnits:
+    """The CRL wholeUnit of each vGPU resource key (0: none, or not a vGPU key) under one
+    (policies, config) pair, worked out once per key: both are immutable snapshots (a reload
+    makes new ones), and the unit reads nothing else. Bounded: emptied when full (the keys
+    come from what pods write)."""
+
+    def __init__(self, policies: PolicySet, config: WebhookConfig) -> None:
+        self.policies = policies
+        self.config = config
+        self.units: dict[str, int] = {}
+
+    def unit(self, key: str) -> int:
+        found = self.units.get(key)
+        if found is None:
+            policy = self.policies.by_key.get(key)
+            found = 0
+            if policy is not None and policy.whole_unit and key in self.config.vgpu_resources:
+                found = policy.whole_unit
+            if len(self.units) >= _MAX_UNITS:
+                self.units.clear()
+            self.units[key] = found
+        return found
+
+
+_MAX_UNITS = 1024
+# The last (policies, config) pair's units: every review passes the same snapshots until a
+# reload, and the entry keeps them referenced (identity compared, never reused meanwhile).
+_LAST_UNITS: list[_WholeUnits] = []
+
+
+def _whole_units(policies: PolicySet, config: WebhookConfig) -> _WholeUnits:
+    if _LAST_UNITS:
+        last = _LAST_UNITS[0]
+        if last.policies is policies and last.config is config:
+            return last
+    units = _WholeUnits(policies, config)
+    _LAST_UNITS[:] = [units]
+    return units
+
+
 def _whole_card(
     state: PodState, c: ContainerRef, keys: set[str], policies: PolicySet, config: WebhookConfig
 ) -> bool:
     """GPU-Manager whole-card mode: a vGPU key at a positive multiple of its CRL wholeUnit
     (vcuda-core 100, 200, ...) hands the container whole GPUs, with native CUDA support."""
+    units = _whole_units(policies, config)
     for key in keys:
-        policy = policies.by_key.get(key)
-        if policy is None or not policy.whole_unit or key not in config.vgpu_resources:
+        unit = units.unit(key)
+        if not unit:
             continue
         raw = _resource_value(state, c, key)
         if isinstance(raw, str) and raw.isascii() and raw.isdigit():
@@ -114,7 +171,7 @@ def _whole_card(
                 value = parse_quantity(raw)
             except QuantityError:
                 continue
-        if value > 0 and value % policy.whole_unit == 0:
+        if value > 0 and value % unit == 0:
             return True
     return False
 
@@ -183,24 +240,24 @@ def container_needs(
             if not (c.image_from and not c.container.get("image")):
                 unknown.append(c)
             continue
+        version = req.version  # read once: a NamedTuple field is a generic lookup compiled
         whole = _whole_card(state, c, keys, policies, config)
         vgpu = not whole and config.vgpu_resources.any_of(keys)
         gpu_manager = not whole and config.gpu_manager_resources.any_of(keys)
-        if gpu_manager and req.version >= _V12_4:
+        if gpu_manager and version >= _V12_4:
             state.warnings.append(
                 short(
-                    f"{container_label(c)} needs CUDA {req.version}: "
+                    f"{container_label(c)} needs CUDA {version}: "
                     "GPU-Manager vGPU supports CUDA < 12.4"
                 )
             )
-        if req.version < _V11_4 and config.mps_memory_resources.any_of(keys):
+        if version < _V11_4 and config.mps_memory_resources.any_of(keys):
             state.warnings.append(
                 short(
-                    f"{container_label(c)} needs CUDA {req.version}: "
-                    "MPS memory limits need CUDA ≥ 11.4"
+                    f"{container_label(c)} needs CUDA {version}: MPS memory limits need CUDA ≥ 11.4"
                 )
             )
-        runtime, full, checked, driver_11_0 = req.version, None, False, False
+        runtime, full, checked, driver_11_0 = version, None, False, False
         if minor_version and not vgpu and runtime.major >= _MINOR_VERSION_FROM:
             # Any driver of R's major family runs it (limited feature-set): required from
             # R.major.0 on; D ≥ R, the full feature set, is preferred. GFD and the manual

@@ -3,8 +3,6 @@ against the node inventory when there is one, and injected as required node affi
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from webhook.core.base.annotations import parse_opt_out
 from webhook.core.base.versions import CudaVersion
 from webhook.core.base.wording import Wording
@@ -52,21 +50,29 @@ def _compute_requirement(
         state.warnings.append(short(warning))
     if req is not None or not config.compute_capability_rules:
         return req
-    found = [
-        cuda.compute_requirement(
-            c.container, config.compute_capability_rules, container_label(c), container_env(envs, c)
-        )
-        for c, _ in gpu
-    ]
-    return max((r for r in found if r is not None), key=lambda r: r.version, default=None)
+    # The highest, the first of equals (a loop: max with a lambda costs ~6k compiled).
+    rules = config.compute_capability_rules
+    best: cuda.Requirement | None = None
+    for c, _ in gpu:
+        env = container_env(envs, c)
+        found = cuda.compute_requirement(c.container, rules, "", env)
+        if found is not None:
+            # Matched (rarely): again with the container's label, which the source names.
+            found = cuda.compute_requirement(c.container, rules, container_label(c), env)
+        if found is not None and (best is None or found.version > best.version):
+            best = found
+    return best
 
 
-class _Floor(NamedTuple):
+class _Floor:
     """The architecture floor of the pod's CUDA (SPEC §4): the strictest of its containers'."""
 
-    low: CudaVersion  # minimum compute capability
-    runtime: CudaVersion  # the CUDA version that sets it
-    image: str  # the image that needs that CUDA, for the warning
+    # Written out: a NamedTuple's constructor stays interpreted under mypyc (~2k instructions
+    # per review); the image's name is worked out only for the warning.
+    def __init__(self, low: CudaVersion, runtime: CudaVersion, need: Need) -> None:
+        self.low = low  # minimum compute capability
+        self.runtime = runtime  # the CUDA version that sets it
+        self.need = need  # the container whose image needs that CUDA, for the warning
 
     @property
     def requirement(self) -> cuda.Requirement:
@@ -74,25 +80,29 @@ class _Floor(NamedTuple):
 
     def problem(self) -> Wording:
         """No node at or above the floor: names the image whole, the fixed words get shorter."""
+        container = self.need.container
+        image = container.container.get("image")
+        name = shown_image(image) if isinstance(image, str) and image else container.name
         head = f"no node with compute capability ≥ {self.low} for CUDA {self.runtime}"
         return Wording(
             (
-                f"{head} (image {self.image})",
-                f"{head} ({self.image})",
-                f"no GPU ≥ {self.low} for CUDA {self.runtime} ({self.image})",
+                f"{head} (image {name})",
+                f"{head} ({name})",
+                f"no GPU ≥ {self.low} for CUDA {self.runtime} ({name})",
             )
         )
 
 
 def _floor(needs: list[Need]) -> _Floor | None:
-    best: _Floor | None = None
+    best: Need | None = None
+    best_low: CudaVersion | None = None
     for n in needs:
         low = cuda.architecture_floor(n.requirement.version)
-        if low is not None and (best is None or low > best.low):
-            image = n.container.container.get("image")
-            name = shown_image(image) if isinstance(image, str) and image else n.container.name
-            best = _Floor(low, n.requirement.version, name)
-    return best
+        if low is not None and (best_low is None or low > best_low):
+            best, best_low = n, low
+    if best is None or best_low is None:
+        return None
+    return _Floor(best_low, best.requirement.version, best)
 
 
 def _stricter(req: cuda.Requirement | None, floor: _Floor | None) -> cuda.Requirement | None:

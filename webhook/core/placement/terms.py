@@ -54,6 +54,8 @@ def _named(term: Term) -> str | None:
 def selector_term(term: Term, base: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The NodeSelectorTerm of `term` ANDed with `base` (a user's term): label expressions
     after the user's matchExpressions, FIELD's after the user's matchFields."""
+    if base is None and not any(e.get("key") == FIELD for e in term):
+        return {"matchExpressions": list(term)}  # most pods: no term of their own, no name
     fields = [e for e in term if e.get("key") == FIELD]
     labels = [e for e in term if e.get("key") != FIELD] if fields else list(term)
     out = dict(base or {})
