@@ -50,8 +50,10 @@ class Draft:
 
     def writable(self, path: Sequence[str | int]) -> Any:
         """The dict or list at `path`, copied on first write; missing dicts are created."""
-        self.root = self._own(self.root)
         node = self.root
+        if node is self.original:  # the root is the one place copied without a parent
+            node = self.root = self._own(node)
+        owned = self._owned
         for part in path:
             # The admitted object may have the wrong shape (e.g. `affinity: []`): refuse
             # cleanly instead of indexing a list with a name.
@@ -66,8 +68,8 @@ class Draft:
                 )
             if child is None:
                 child = node[part] = {}
-                self._owned.add(id(child))
-            elif id(child) not in self._owned:
+                owned.add(id(child))
+            elif id(child) not in owned:
                 # First write below here: copy. An owned child already sits at this place
                 # (copies are only ever put where they were made), so it needs no store.
                 child = node[part] = self._own(child)
@@ -114,19 +116,30 @@ class Draft:
         `add` at the first step the original lacks (the whole new subtree), or `replace`
         where it has a value; nothing twice, nothing below an `add` already made. Equal, once
         applied, to diff(original, root) (tests/unit/test_patches.py checks it on random
-        drafts, tests/unit/test_properties.py on evaluations)."""
+        drafts, tests/unit/test_properties.py on evaluations).
+
+        One walk per place, with no string built on the way: the places already patched are
+        a tree of dicts (`made`, a place patched marked by the key None: no path step is
+        None) walked alongside, and the pointer is built once per operation made."""
         if self.writes is None:
             return diff(self.original, self.root)
         ops: list[dict[str, Any]] = []
-        made: set[str] = set()
+        made: dict[Any, Any] = {}
+        original = self.original
+        root = self.root
         for path in self.writes:
-            before: Any = self.original
-            after: Any = self.root
-            pointer = ""
+            before: Any = original
+            after: Any = root
+            depth = 0
             op = "replace"
-            gone = False
+            # The node of `made` for path[:depth] (None once the path leaves the tree), and
+            # the deepest one met with its depth: the new place is added below it.
+            node: dict[Any, Any] | None = made
+            deepest: dict[Any, Any] = made
+            deepest_at = 0
+            skip = False
             for part in path:
-                if is_mapping(before):
+                if type(before) is dict or is_mapping(before):
                     if not isinstance(part, str):
                         break
                     present = part in before
@@ -134,24 +147,58 @@ class Draft:
                     present = part < len(before)
                 else:
                     break  # a null (or scalar) where the draft put an object: replaced whole
-                pointer = f"{pointer}/{escape(part) if isinstance(part, str) else part}"
-                try:
+                depth += 1
+                if type(after) is dict and isinstance(part, str):
+                    after = after.get(part, _ABSENT)
+                    gone = after is _ABSENT
+                elif type(after) is list and isinstance(part, int) and 0 <= part < len(after):
                     after = after[part]
-                except (KeyError, IndexError, TypeError):
+                    gone = False
+                else:
+                    try:
+                        after = after[part]
+                        gone = False
+                    except (KeyError, IndexError, TypeError):
+                        gone = True
+                if gone:
                     # A later write replaced a parent of this place: its op holds the value.
-                    gone = True
+                    skip = True
                     break
-                if pointer in made:
-                    break
+                if node is not None:
+                    node = node.get(part)
+                    if node is not None:
+                        if None in node:
+                            skip = True  # patched already (here or above)
+                            break
+                        deepest, deepest_at = node, depth
                 if not present:
                     op = "add"
                     break
                 before = before[part]
-            if gone or pointer in made:
+            if skip or (depth == 0 and None in made):
                 continue
-            made.add(pointer)
-            ops.append({"op": op, "path": pointer, "value": after})
+            # Mark path[:depth] patched (a type break above stops at a place not checked yet).
+            if node is not None and deepest_at == depth:
+                if None in deepest:
+                    continue
+                deepest[None] = True
+            else:
+                for index in range(deepest_at, depth):
+                    child: dict[Any, Any] = {}
+                    deepest[path[index]] = child
+                    deepest = child
+                deepest[None] = True
+            ops.append({"op": op, "path": _pointer(path, depth), "value": after})
         return ops
+
+
+def _pointer(path: tuple[str | int, ...], depth: int) -> str:
+    """The JSON pointer of path[:depth]."""
+    pointer = ""
+    for index in range(depth):
+        part = path[index]
+        pointer = f"{pointer}/{escape(part) if isinstance(part, str) else part}"
+    return pointer
 
 
 _ABSENT: Any = object()
