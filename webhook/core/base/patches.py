@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from webhook.core.base.errors import ObjectShapeError
@@ -48,7 +48,7 @@ class Draft:
         self._owned.add(id(copy))
         return copy
 
-    def writable(self, path: Sequence[str | int]) -> Any:
+    def writable(self, path: tuple[str | int, ...]) -> Any:
         """The dict or list at `path`, copied on first write; missing dicts are created."""
         node = self.root
         if node is self.original:  # the root is the one place copied without a parent

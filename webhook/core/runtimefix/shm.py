@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from fractions import Fraction
-from functools import lru_cache
 from typing import Any
 
 from webhook.core.base.errors import ObjectShapeError, QuantityError
@@ -22,14 +21,22 @@ _LISTS = ("containers", "initContainers", "ephemeralContainers")
 _BINARY = (("Ti", 1024**4), ("Gi", 1024**3), ("Mi", 1024**2), ("Ki", 1024))
 
 
+def _field(value: Any, key: str) -> Any:
+    """value.get(key) when value is an object, else None: a direct dict lookup for the decoded
+    JSON's dicts (a method call on an untyped value is a generic attribute lookup)."""
+    if type(value) is dict:
+        return value.get(key)
+    return value.get(key) if is_mapping(value) else None
+
+
 def _mounts_shm(spec: Mapping[str, Any]) -> bool:
     """Whether any container of the spec mounts something at /dev/shm (any volume type)."""
     for list_name in _LISTS:
-        containers = spec.get(list_name)
+        containers = _field(spec, list_name)
         for c in containers if isinstance(containers, list) else ():
-            mounts = c.get("volumeMounts") if is_mapping(c) else None
+            mounts = _field(c, "volumeMounts")
             for m in mounts if isinstance(mounts, list) else ():
-                path = m.get("mountPath") if is_mapping(m) else None
+                path = _field(m, "mountPath")
                 if isinstance(path, str) and path.rstrip("/") == SHM_PATH:
                     return True
     return False
@@ -39,11 +46,9 @@ def _memory_limits(spec: Mapping[str, Any]) -> tuple[str | int | float, ...] | N
     """The app containers' memory limits as written; None when one has none (or one that is
     no quantity's spelling: the API server will say so)."""
     found: list[str | int | float] = []
-    containers = spec.get("containers")
+    containers = _field(spec, "containers")
     for c in containers if isinstance(containers, list) else ():
-        resources = c.get("resources") if is_mapping(c) else None
-        limits = resources.get("limits") if is_mapping(resources) else None
-        raw = limits.get("memory") if is_mapping(limits) else None
+        raw = _field(_field(_field(c, "resources"), "limits"), "memory")
         if raw is None or isinstance(raw, bool) or not isinstance(raw, str | int | float):
             return None
         found.append(raw)
@@ -72,10 +77,25 @@ def size_limit(rule: ShmFix, spec: Mapping[str, Any]) -> str:
     return _sized(limits, rule.memory_fraction, rule.size_limit)
 
 
-@lru_cache(maxsize=1024)
+# Pods of one workload carry the same limits: the size is worked out once per (limits as
+# written, fraction, cap), the exact inputs of _sized. Bounded: emptied when full.
+_SIZED: dict[tuple[tuple[str | int | float, ...], float, str], str] = {}
+_SIZED_MAX = 1024
+
+
 def _sized(limits: tuple[str | int | float, ...], fraction: float, cap_text: str) -> str:
-    """Pods of one workload carry the same limits: worked out once (quantities are exact
-    fractions, costly to add up on every review)."""
+    """The sizeLimit for these limits (quantities are exact fractions, costly to add up on
+    every review: memoized)."""
+    key = (limits, fraction, cap_text)
+    size = _SIZED.get(key)
+    if size is None:
+        if len(_SIZED) >= _SIZED_MAX:
+            _SIZED.clear()
+        size = _SIZED[key] = _work_out(limits, fraction, cap_text)
+    return size
+
+
+def _work_out(limits: tuple[str | int | float, ...], fraction: float, cap_text: str) -> str:
     try:
         total = sum((parse_quantity(raw) for raw in limits), Fraction(0))
     except QuantityError:
@@ -88,8 +108,10 @@ def _sized(limits: tuple[str | int | float, ...], fraction: float, cap_text: str
 
 
 def _volume_name(spec: Mapping[str, Any]) -> str:
-    volumes = spec.get("volumes")
-    taken = {v.get("name") for v in (volumes if isinstance(volumes, list) else ()) if is_mapping(v)}
+    volumes = _field(spec, "volumes")
+    taken = {
+        _field(v, "name") for v in (volumes if isinstance(volumes, list) else ()) if is_mapping(v)
+    }
     name, n = VOLUME_NAME, 1
     while name in taken:
         n += 1
@@ -102,16 +124,16 @@ def apply_shm(state: PodState, rule: ShmFix, containers: list[ContainerRef]) -> 
     the rule matches), unless the pod shares the host's IPC namespace (its /dev/shm is the
     host's) or any of its containers already mounts something there."""
     spec = state.pod.spec
-    if not containers or spec.get("hostIPC") is True or _mounts_shm(spec):
+    if not containers or _field(spec, "hostIPC") is True or _mounts_shm(spec):
         return
-    volumes = spec.get("volumes")
+    volumes = _field(spec, "volumes")
     if volumes is not None and not isinstance(volumes, list):
         raise ObjectShapeError(f"{state.ref}: volumes must be a list")
     name, size = _volume_name(spec), size_limit(rule, spec)
     volume = {"name": name, "emptyDir": {"medium": "Memory", "sizeLimit": size}}
     state.draft.extend(state.pod.spec_path, "volumes", [volume])
     for c in containers:
-        mounts = c.container.get("volumeMounts")
+        mounts = _field(c.container, "volumeMounts")
         if mounts is not None and not isinstance(mounts, list):
             raise ObjectShapeError(f"{state.ref} {container_label(c)}: volumeMounts must be a list")
         state.draft.extend(
