@@ -73,7 +73,7 @@ _write = st.tuples(
 
 
 @settings(max_examples=500, deadline=None)
-@given(st.dictionaries(_keys, _tree, max_size=4), st.lists(_write, min_size=1, max_size=6))
+@given(st.dictionaries(_keys, _tree, max_size=4), st.lists(_write, min_size=1, max_size=12))
 def test_ops_are_the_reference_ones_on_random_drafts(
     original: dict[str, Any], writes: list[Any]
 ) -> None:

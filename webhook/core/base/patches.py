@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from webhook.core.base.errors import ObjectShapeError
 from webhook.core.base.shapes import is_mapping
@@ -118,13 +118,17 @@ class Draft:
         applied, to diff(original, root) (tests/unit/test_patches.py checks it on random
         drafts, tests/unit/test_properties.py on evaluations).
 
-        One walk per place, with no string built on the way: the places already patched are
-        a tree of dicts (`made`, a place patched marked by the key None: no path step is
-        None) walked alongside, and the pointer is built once per operation made."""
+        Each place is walked once with no string built on the way; then it is skipped when a
+        place already patched is a prefix of where the walk stopped (tuples compared: a
+        review patches a handful of places), and the pointer is built once per operation
+        (memoized: the same places come back review after review).
+        tests/unit/test_patch_ops_exact.py checks the operations against the walk that
+        built a pointer per step."""
         if self.writes is None:
             return diff(self.original, self.root)
         ops: list[dict[str, Any]] = []
-        made: dict[Any, Any] = {}
+        made: list[tuple[str | int, ...]] = []
+        many: set[tuple[str | int, ...]] | None = None  # made as a set, once it grows
         original = self.original
         root = self.root
         for path in self.writes:
@@ -132,12 +136,7 @@ class Draft:
             after: Any = root
             depth = 0
             op = "replace"
-            # The node of `made` for path[:depth] (None once the path leaves the tree), and
-            # the deepest one met with its depth: the new place is added below it.
-            node: dict[Any, Any] | None = made
-            deepest: dict[Any, Any] = made
-            deepest_at = 0
-            skip = False
+            gone = False
             for part in path:
                 if type(before) is dict or is_mapping(before):
                     if not isinstance(part, str):
@@ -149,56 +148,83 @@ class Draft:
                     break  # a null (or scalar) where the draft put an object: replaced whole
                 depth += 1
                 if type(after) is dict and isinstance(part, str):
-                    after = after.get(part, _ABSENT)
-                    gone = after is _ABSENT
+                    if part not in after:
+                        gone = True
+                        break
+                    after = after[part]
                 elif type(after) is list and isinstance(part, int) and 0 <= part < len(after):
                     after = after[part]
-                    gone = False
                 else:
                     try:
                         after = after[part]
-                        gone = False
                     except (KeyError, IndexError, TypeError):
                         gone = True
-                if gone:
-                    # A later write replaced a parent of this place: its op holds the value.
-                    skip = True
-                    break
-                if node is not None:
-                    node = node.get(part)
-                    if node is not None:
-                        if None in node:
-                            skip = True  # patched already (here or above)
-                            break
-                        deepest, deepest_at = node, depth
+                        break
                 if not present:
                     op = "add"
                     break
                 before = before[part]
-            if skip or (depth == 0 and None in made):
+            # A later write replaced a parent of this place: its op holds the value.
+            if gone:
                 continue
-            # Mark path[:depth] patched (a type break above stops at a place not checked yet).
-            if node is not None and deepest_at == depth:
-                if None in deepest:
+            place = path if depth == len(path) else path[:depth]
+            if many is not None:
+                if _patched_in(many, place):
                     continue
-                deepest[None] = True
+                many.add(place)
             else:
-                for index in range(deepest_at, depth):
-                    child: dict[Any, Any] = {}
-                    deepest[path[index]] = child
-                    deepest = child
-                deepest[None] = True
-            ops.append({"op": op, "path": _pointer(path, depth), "value": after})
+                if _patched(made, place):
+                    continue
+                made.append(place)
+                if len(made) > _FEW:
+                    many = set(made)
+            ops.append({"op": op, "path": pointer(place), "value": after})
         return ops
 
 
-def _pointer(path: tuple[str | int, ...], depth: int) -> str:
-    """The JSON pointer of path[:depth]."""
-    pointer = ""
-    for index in range(depth):
-        part = path[index]
-        pointer = f"{pointer}/{escape(part) if isinstance(part, str) else part}"
-    return pointer
+# Up to this many places patched, a new place is compared with each; past it, looked up.
+_FEW: Final = 8
+
+
+def _patched(made: list[tuple[str | int, ...]], place: tuple[str | int, ...]) -> bool:
+    """Whether a place in `made` is `place` or above it (the root's own place () only
+    matches itself: a pointer per step never checked "" but the last)."""
+    depth = len(place)
+    for other in made:
+        size = len(other)
+        if size > depth or (size == 0 and depth != 0):
+            continue
+        index = 0
+        while index < size and other[index] == place[index]:
+            index += 1
+        if index == size:
+            return True
+    return False
+
+
+def _patched_in(made: set[tuple[str | int, ...]], place: tuple[str | int, ...]) -> bool:
+    """_patched, with `made` a set: each of place's prefixes looked up."""
+    if not place:
+        return place in made
+    return any(place[:size] in made for size in range(1, len(place) + 1))
+
+
+# JSON pointers of the places patched: the exact input is the place (a tuple of keys and
+# indexes, never bools); bounded, emptied when full.
+_POINTERS: Final[dict[tuple[str | int, ...], str]] = {}
+_POINTERS_MAX: Final = 4096
+
+
+def pointer(place: tuple[str | int, ...]) -> str:
+    """The JSON pointer (RFC 6901) of `place`."""
+    text = _POINTERS.get(place)
+    if text is None:
+        parts = [escape(part) if isinstance(part, str) else str(part) for part in place]
+        text = "".join(["/" + part for part in parts])
+        if len(_POINTERS) >= _POINTERS_MAX:
+            _POINTERS.clear()
+        _POINTERS[place] = text
+    return text
 
 
 _ABSENT: Any = object()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, Final
 
 from webhook.core.base.shapes import is_mapping
 from webhook.core.base.wording import Message, Wording, cut
@@ -56,7 +56,7 @@ class _Rule:
 
 # The last config's rules (one slot: a new config's tuple replaces it). Keyed by the tuple
 # itself, held: config parts are frozen, so the same tuple is the same rules.
-_LAST: list[tuple[tuple[EnvFixRule, ...], tuple[_Rule, ...]]] = []
+_LAST: Final[list[tuple[tuple[EnvFixRule, ...], tuple[_Rule, ...]]]] = []
 
 
 def _plain(rules: Iterable[EnvFixRule]) -> tuple[_Rule, ...]:

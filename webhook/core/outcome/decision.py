@@ -7,7 +7,7 @@ import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, Final
 
 from webhook.core.base.patches import Draft, diff
 from webhook.core.base.wording import NOTE_LIMIT, Message
@@ -169,9 +169,9 @@ class Decision:
 # clean_text's answers: the same warnings and messages come back review after review (a
 # workload's pods, a policy's wording). Keyed by the text, the whole input of a pure function;
 # texts up to _CLEAN_LONGEST characters, emptied when full.
-_CLEAN: dict[str, str] = {}
-_CLEAN_MAX = 4096
-_CLEAN_LONGEST = 1024
+_CLEAN: Final[dict[str, str]] = {}
+_CLEAN_MAX: Final = 4096
+_CLEAN_LONGEST: Final = 1024
 
 
 def clean_text(text: str) -> str:

@@ -4,6 +4,7 @@ the per-pod opt-out, and the order (after placement, whose terms the architectur
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Final
 
 from webhook.core.base.annotations import parse_opt_out
 from webhook.core.config.model import WebhookConfig
@@ -49,7 +50,7 @@ class _Plan:
 
 
 # The last config's plan (one slot: a new config replaces it).
-_LAST: list[_Plan] = []
+_LAST: Final[list[_Plan]] = []
 
 
 def _plan(fixes: RuntimeFixes) -> _Plan:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from fractions import Fraction
-from typing import Any
+from typing import Any, Final
 
 from webhook.core.base.errors import ObjectShapeError, QuantityError
 from webhook.core.base.quantity import parse_quantity
@@ -79,8 +79,8 @@ def size_limit(rule: ShmFix, spec: Mapping[str, Any]) -> str:
 
 # Pods of one workload carry the same limits: the size is worked out once per (limits as
 # written, fraction, cap), the exact inputs of _sized. Bounded: emptied when full.
-_SIZED: dict[tuple[tuple[str | int | float, ...], float, str], str] = {}
-_SIZED_MAX = 1024
+_SIZED: Final[dict[tuple[tuple[str | int | float, ...], float, str], str]] = {}
+_SIZED_MAX: Final = 1024
 
 
 def _sized(limits: tuple[str | int | float, ...], fraction: float, cap_text: str) -> str:
