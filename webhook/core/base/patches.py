@@ -138,20 +138,28 @@ class Draft:
             op = "replace"
             gone = False
             for part in path:
-                if type(before) is dict or is_mapping(before):
+                # One lookup per step in the decoded JSON's dicts (`below`: _ABSENT if absent).
+                if type(before) is dict:
+                    if not isinstance(part, str):
+                        break
+                    below = before.get(part, _ABSENT)
+                    present = below is not _ABSENT
+                elif is_mapping(before):
                     if not isinstance(part, str):
                         break
                     present = part in before
+                    below = before[part] if present else _ABSENT
                 elif isinstance(before, list) and isinstance(part, int):
                     present = part < len(before)
+                    below = before[part] if present else _ABSENT
                 else:
                     break  # a null (or scalar) where the draft put an object: replaced whole
                 depth += 1
                 if type(after) is dict and isinstance(part, str):
-                    if part not in after:
+                    after = after.get(part, _ABSENT)
+                    if after is _ABSENT:
                         gone = True
                         break
-                    after = after[part]
                 elif type(after) is list and isinstance(part, int) and 0 <= part < len(after):
                     after = after[part]
                 else:
@@ -163,7 +171,7 @@ class Draft:
                 if not present:
                     op = "add"
                     break
-                before = before[part]
+                before = below
             # A later write replaced a parent of this place: its op holds the value.
             if gone:
                 continue
@@ -227,7 +235,7 @@ def pointer(place: tuple[str | int, ...]) -> str:
     return text
 
 
-_ABSENT: Any = object()
+_ABSENT: Final[Any] = object()
 
 
 def diff(before: Any, after: Any, path: str = "") -> list[dict[str, Any]]:

@@ -8,7 +8,7 @@ from typing import Final
 
 from webhook.core.base.annotations import parse_opt_out
 from webhook.core.config.model import WebhookConfig
-from webhook.core.config.runtime_fixes import ANNOTATION_RUNTIME_FIXES, FixMatch, RuntimeFixes
+from webhook.core.config.runtime_fixes import ANNOTATION_RUNTIME_FIXES, FixMatch
 from webhook.core.envfix.fixes import repository_path
 from webhook.core.outcome.decision import PodState, short
 from webhook.core.placement.inventory import NodeInventory
@@ -16,7 +16,7 @@ from webhook.core.policies.policyset import PolicySet
 from webhook.core.policies.resources import used_policies
 from webhook.core.runtimefix.arch import apply_architecture
 from webhook.core.runtimefix.rdma import NamespaceLevels, apply_rdma, namespace_level, rdma_key
-from webhook.core.runtimefix.shm import apply_shm
+from webhook.core.runtimefix.shm import apply_shm, field_of
 from webhook.core.workloads.pods import ContainerRef
 
 Keyed = list[tuple[ContainerRef, set[str]]]
@@ -36,10 +36,13 @@ class _Match:
 class _Plan:
     """A loaded config's runtime fixes as apply_runtime_fixes reads them on every review."""
 
-    def __init__(self, fixes: RuntimeFixes) -> None:
-        # Held, so that `plan.fixes is fixes` is the same config (its id cannot be reused);
+    def __init__(self, config: WebhookConfig) -> None:
+        # Held, so that `plan.config is config` is the same config (its id cannot be reused);
         # the config is frozen (ConfigModel), so what is read here cannot change.
-        self.fixes = fixes
+        self.config = config
+        fixes = config.runtime_fixes
+        self.shm_size_limit = fixes.shm.size_limit
+        self.shm_memory_fraction = fixes.shm.memory_fraction
         self.any_enabled = fixes.any_enabled
         self.rdma = fixes.rdma if fixes.rdma.enabled else None
         self.rdma_match = _Match(fixes.rdma)
@@ -53,13 +56,13 @@ class _Plan:
 _LAST: Final[list[_Plan]] = []
 
 
-def _plan(fixes: RuntimeFixes) -> _Plan:
+def _plan(config: WebhookConfig) -> _Plan:
     """The plan of the config in force."""
     if _LAST:
         plan = _LAST[0]
-        if plan.fixes is fixes:
+        if plan.config is config:
             return plan
-    plan = _Plan(fixes)
+    plan = _Plan(config)
     _LAST[:] = [plan]
     return plan
 
@@ -96,10 +99,10 @@ def apply_runtime_fixes(
     """`accelerators`: the pod's accelerator containers with their resource keys;
     `containers`: every container with its keys (RDMA needs no accelerator); `platforms`:
     the architectures registry lookups read from images' indexes."""
-    plan = _plan(config.runtime_fixes)
+    plan = _plan(config)
     if not plan.any_enabled:
         return
-    value = state.pod.annotations.get(ANNOTATION_RUNTIME_FIXES)
+    value = field_of(state.pod.annotations, ANNOTATION_RUNTIME_FIXES)
     if value is not None:
         opted_out, warning = parse_opt_out(ANNOTATION_RUNTIME_FIXES, value)
         if warning:
@@ -123,7 +126,7 @@ def apply_runtime_fixes(
     if plan.shm is not None:
         rule = plan.shm_match
         chosen = [c for c, keys in accelerators if matches(rule, c, keys, policies)]
-        apply_shm(state, plan.shm, chosen)
+        apply_shm(state, plan.shm_size_limit, plan.shm_memory_fraction, chosen)
     if plan.architecture is not None and any(
         matches(plan.architecture_match, c, keys, policies) for c, keys in accelerators
     ):
