@@ -113,3 +113,19 @@ def test_ops_are_the_reference_ones_on_evaluations(
     decision = evaluate(obj, POLICIES, config, inventory=inventory)
     if decision.draft is not None and decision.draft.root is decision.mutated:
         assert decision.patch == reference_ops(decision.draft)
+
+
+def test_ops_are_the_reference_ones_past_eight_places() -> None:
+    # Past eight places patched, Draft.ops looks them up in a set: the same operations.
+    containers = [{"name": f"c{i}", "env": [{"name": "A", "value": "1"}]} for i in range(6)]
+    draft = Draft({"spec": {"containers": containers}, "metadata": {}})
+    for i in range(6):
+        draft.extend(("spec", "containers", i), "env", [{"name": "B", "value": "2"}])
+        draft.set(("spec", "containers", i, "resources"), "limits", {"x": "1"})
+        draft.set(("spec", "containers", i, "resources", "limits"), "y", "2")
+    draft.set(("metadata", "annotations"), "a/b~c", "1")
+    draft.extend(("spec",), "volumes", [{"name": "dshm"}])
+    draft.set(("spec", "containers", 0), "env", [])
+    ops = draft.ops()
+    assert ops == reference_ops(draft)
+    assert len(ops) > 8

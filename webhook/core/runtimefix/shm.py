@@ -66,11 +66,11 @@ def format_bytes(value: Fraction) -> str:
 def size_limit(cap: str, fraction: float, spec: Mapping[str, Any]) -> str:
     """The sizeLimit written: `cap` (the rule's `sizeLimit`), or `fraction` (its
     `memoryFraction`) of the pod's memory limits when every app container has one and that
-    is smaller. A memory-backed emptyDir
-    counts against the pod's memory: at most min(sizeLimit, sum of the containers' memory
-    limits) is usable (k8s.io/api core/v1 EmptyDirVolumeSource.SizeLimit; kubelet
-    pkg/volume/emptydir calculateEmptyDirMemorySize), so a /dev/shm as large as the limit
-    would let shared memory alone get the pod OOM-killed."""
+    is smaller. A memory-backed emptyDir counts against the pod's memory: at most
+    min(sizeLimit, sum of the containers' memory limits) is usable (k8s.io/api core/v1
+    EmptyDirVolumeSource.SizeLimit; kubelet pkg/volume/emptydir calculateEmptyDirMemorySize),
+    so a /dev/shm as large as the limit would let shared memory alone get the pod
+    OOM-killed."""
     limits = _memory_limits(spec)
     if limits is None:
         return cap
