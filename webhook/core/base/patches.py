@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Final
 
 from webhook.core.base.errors import ObjectShapeError
 from webhook.core.base.shapes import is_mapping
@@ -48,10 +48,12 @@ class Draft:
         self._owned.add(id(copy))
         return copy
 
-    def writable(self, path: Sequence[str | int]) -> Any:
+    def writable(self, path: tuple[str | int, ...]) -> Any:
         """The dict or list at `path`, copied on first write; missing dicts are created."""
-        self.root = self._own(self.root)
         node = self.root
+        if node is self.original:  # the root is the one place copied without a parent
+            node = self.root = self._own(node)
+        owned = self._owned
         for part in path:
             # The admitted object may have the wrong shape (e.g. `affinity: []`): refuse
             # cleanly instead of indexing a list with a name.
@@ -66,8 +68,8 @@ class Draft:
                 )
             if child is None:
                 child = node[part] = {}
-                self._owned.add(id(child))
-            elif id(child) not in self._owned:
+                owned.add(id(child))
+            elif id(child) not in owned:
                 # First write below here: copy. An owned child already sits at this place
                 # (copies are only ever put where they were made), so it needs no store.
                 child = node[part] = self._own(child)
@@ -114,47 +116,126 @@ class Draft:
         `add` at the first step the original lacks (the whole new subtree), or `replace`
         where it has a value; nothing twice, nothing below an `add` already made. Equal, once
         applied, to diff(original, root) (tests/unit/test_patches.py checks it on random
-        drafts, tests/unit/test_properties.py on evaluations)."""
+        drafts, tests/unit/test_properties.py on evaluations).
+
+        Each place is walked once with no string built on the way; then it is skipped when a
+        place already patched is a prefix of where the walk stopped (tuples compared: a
+        review patches a handful of places), and the pointer is built once per operation
+        (memoized: the same places come back review after review).
+        tests/unit/test_patch_ops_exact.py checks the operations against the walk that
+        built a pointer per step."""
         if self.writes is None:
             return diff(self.original, self.root)
         ops: list[dict[str, Any]] = []
-        made: set[str] = set()
+        made: list[tuple[str | int, ...]] = []
+        many: set[tuple[str | int, ...]] | None = None  # made as a set, once it grows
+        original = self.original
+        root = self.root
         for path in self.writes:
-            before: Any = self.original
-            after: Any = self.root
-            pointer = ""
+            before: Any = original
+            after: Any = root
+            depth = 0
             op = "replace"
             gone = False
             for part in path:
-                if is_mapping(before):
+                # One lookup per step in the decoded JSON's dicts (`below`: _ABSENT if absent).
+                if type(before) is dict:
+                    if not isinstance(part, str):
+                        break
+                    below = before.get(part, _ABSENT)
+                    present = below is not _ABSENT
+                elif is_mapping(before):
                     if not isinstance(part, str):
                         break
                     present = part in before
+                    below = before[part] if present else _ABSENT
                 elif isinstance(before, list) and isinstance(part, int):
                     present = part < len(before)
+                    below = before[part] if present else _ABSENT
                 else:
                     break  # a null (or scalar) where the draft put an object: replaced whole
-                pointer = f"{pointer}/{escape(part) if isinstance(part, str) else part}"
-                try:
+                depth += 1
+                if type(after) is dict and isinstance(part, str):
+                    after = after.get(part, _ABSENT)
+                    if after is _ABSENT:
+                        gone = True
+                        break
+                elif type(after) is list and isinstance(part, int) and 0 <= part < len(after):
                     after = after[part]
-                except (KeyError, IndexError, TypeError):
-                    # A later write replaced a parent of this place: its op holds the value.
-                    gone = True
-                    break
-                if pointer in made:
-                    break
+                else:
+                    try:
+                        after = after[part]
+                    except (KeyError, IndexError, TypeError):
+                        gone = True
+                        break
                 if not present:
                     op = "add"
                     break
-                before = before[part]
-            if gone or pointer in made:
+                before = below
+            # A later write replaced a parent of this place: its op holds the value.
+            if gone:
                 continue
-            made.add(pointer)
-            ops.append({"op": op, "path": pointer, "value": after})
+            place = path if depth == len(path) else path[:depth]
+            if many is not None:
+                if _patched_in(many, place):
+                    continue
+                many.add(place)
+            else:
+                if _patched(made, place):
+                    continue
+                made.append(place)
+                if len(made) > _FEW:
+                    many = set(made)
+            ops.append({"op": op, "path": pointer(place), "value": after})
         return ops
 
 
-_ABSENT: Any = object()
+# Up to this many places patched, a new place is compared with each; past it, looked up.
+_FEW: Final = 8
+
+
+def _patched(made: list[tuple[str | int, ...]], place: tuple[str | int, ...]) -> bool:
+    """Whether a place in `made` is `place` or above it (the root's own place () only
+    matches itself: a pointer per step never checked "" but the last)."""
+    depth = len(place)
+    for other in made:
+        size = len(other)
+        if size > depth or (size == 0 and depth != 0):
+            continue
+        index = 0
+        while index < size and other[index] == place[index]:
+            index += 1
+        if index == size:
+            return True
+    return False
+
+
+def _patched_in(made: set[tuple[str | int, ...]], place: tuple[str | int, ...]) -> bool:
+    """_patched, with `made` a set: each of place's prefixes looked up."""
+    if not place:
+        return place in made
+    return any(place[:size] in made for size in range(1, len(place) + 1))
+
+
+# JSON pointers of the places patched: the exact input is the place (a tuple of keys and
+# indexes, never bools); bounded, emptied when full.
+_POINTERS: Final[dict[tuple[str | int, ...], str]] = {}
+_POINTERS_MAX: Final = 4096
+
+
+def pointer(place: tuple[str | int, ...]) -> str:
+    """The JSON pointer (RFC 6901) of `place`."""
+    text = _POINTERS.get(place)
+    if text is None:
+        parts = [escape(part) if isinstance(part, str) else str(part) for part in place]
+        text = "".join(["/" + part for part in parts])
+        if len(_POINTERS) >= _POINTERS_MAX:
+            _POINTERS.clear()
+        _POINTERS[place] = text
+    return text
+
+
+_ABSENT: Final[Any] = object()
 
 
 def diff(before: Any, after: Any, path: str = "") -> list[dict[str, Any]]:

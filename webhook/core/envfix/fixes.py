@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, Final
 
 from webhook.core.base.shapes import is_mapping
 from webhook.core.base.wording import Message, Wording, cut
@@ -43,17 +43,46 @@ def repository_path(image: str) -> str:
     return ref[:colon] if colon > last_slash else ref
 
 
-def rule_matches(rule: EnvFixRule, container: Mapping[str, Any], used: Iterable[str]) -> bool:
+class _Rule:
+    """What env_fixes reads of an EnvFixRule (a pydantic model: each attribute read costs
+    hundreds of instructions interpreted), read once per loaded config."""
+
+    def __init__(self, rule: EnvFixRule) -> None:
+        self.name = rule.name
+        self.resources = rule.resources
+        self.image_re, self.container_re = rule.compiled
+        self.env = tuple(rule.env.items())
+
+
+# The last config's rules (one slot: a new config's tuple replaces it). Keyed by the tuple
+# itself, held: config parts are frozen, so the same tuple is the same rules.
+_LAST: Final[list[tuple[tuple[EnvFixRule, ...], tuple[_Rule, ...]]]] = []
+
+
+def _plain(rules: Iterable[EnvFixRule]) -> tuple[_Rule, ...]:
+    if type(rules) is not tuple:
+        return tuple(_Rule(rule) for rule in rules)
+    if _LAST:
+        held, plain = _LAST[0]
+        if held is rules:
+            return plain
+    plain = tuple(_Rule(rule) for rule in rules)
+    _LAST[:] = [(rules, plain)]
+    return plain
+
+
+def rule_matches(rule: _Rule, container: Mapping[str, Any], used: Iterable[str]) -> bool:
     if rule.resources:
         keys = used if isinstance(used, (set, frozenset)) else set(used)
         if keys.isdisjoint(rule.resources):
             return False
-    image_re, container_re = rule.compiled
+    image_re = rule.image_re
     if image_re is not None:
         image = container.get("image")
         repository = repository_path(image) if isinstance(image, str) else ""
         if not image_re.search(repository):
             return False
+    container_re = rule.container_re
     if container_re is not None:
         name = container.get("name")
         if not isinstance(name, str) or not container_re.fullmatch(name):
@@ -65,7 +94,7 @@ def env_fixes(
     container: Mapping[str, Any], used: set[str], rules: Iterable[EnvFixRule]
 ) -> tuple[list[EnvAddition], list[Message]]:
     """(variables to add, warnings about user values that conflict with a fix)."""
-    matching = [rule for rule in rules if rule_matches(rule, container, used)]
+    matching = [rule for rule in _plain(rules) if rule_matches(rule, container, used)]
     if not matching:  # most GPU containers: no fix applies, the env is not read
         return [], []
     env = container.get("env")
@@ -83,7 +112,7 @@ def env_fixes(
     additions: list[EnvAddition] = []
     warnings: list[Message] = []
     for rule in matching:
-        for name, value in rule.env.items():
+        for name, value in rule.env:
             if name not in existing:
                 if any(a.name == name for a in additions):
                     continue

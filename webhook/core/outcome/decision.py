@@ -7,7 +7,7 @@ import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, Final
 
 from webhook.core.base.patches import Draft, diff
 from webhook.core.base.wording import NOTE_LIMIT, Message
@@ -166,6 +166,14 @@ class Decision:
         return "\n".join(lines)
 
 
+# clean_text's answers: the same warnings and messages come back review after review (a
+# workload's pods, a policy's wording). Keyed by the text, the whole input of a pure function;
+# texts up to _CLEAN_LONGEST characters, emptied when full.
+_CLEAN: Final[dict[str, str]] = {}
+_CLEAN_MAX: Final = 4096
+_CLEAN_LONGEST: Final = 1024
+
+
 def clean_text(text: str) -> str:
     """`text` on one line with no control, format (bidi overrides, zero-width) or escape codes.
 
@@ -173,6 +181,17 @@ def clean_text(text: str) -> str:
     Warning headers: U+202E or U+2066-2069 reorder what a reader sees, "\x1b[31m" recolours a
     terminal, and the API server refuses control characters in warnings.
     """
+    if len(text) > _CLEAN_LONGEST or type(text) is not str:  # a str subclass is its own answer
+        return _clean(text)
+    cleaned = _CLEAN.get(text)
+    if cleaned is None:
+        if len(_CLEAN) >= _CLEAN_MAX:
+            _CLEAN.clear()
+        cleaned = _CLEAN[text] = _clean(text)
+    return cleaned
+
+
+def _clean(text: str) -> str:
     if "\x1b" in text:
         text = _ANSI.sub("", text)
     # isprintable() is False for every category removed below (Other, Separator except the

@@ -6,13 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from fractions import Fraction
-from functools import lru_cache
-from typing import Any
+from typing import Any, Final
 
 from webhook.core.base.errors import ObjectShapeError, QuantityError
 from webhook.core.base.quantity import parse_quantity
 from webhook.core.base.shapes import is_mapping
-from webhook.core.config.runtime_fixes import ShmFix
 from webhook.core.outcome.decision import PodState, container_label
 from webhook.core.workloads.pods import ContainerRef
 
@@ -22,14 +20,22 @@ _LISTS = ("containers", "initContainers", "ephemeralContainers")
 _BINARY = (("Ti", 1024**4), ("Gi", 1024**3), ("Mi", 1024**2), ("Ki", 1024))
 
 
+def field_of(value: Any, key: str) -> Any:
+    """value.get(key) when value is an object, else None: a direct dict lookup for the decoded
+    JSON's dicts (a method call on an untyped value is a generic attribute lookup)."""
+    if type(value) is dict:
+        return value.get(key)
+    return value.get(key) if is_mapping(value) else None
+
+
 def _mounts_shm(spec: Mapping[str, Any]) -> bool:
     """Whether any container of the spec mounts something at /dev/shm (any volume type)."""
     for list_name in _LISTS:
-        containers = spec.get(list_name)
+        containers = field_of(spec, list_name)
         for c in containers if isinstance(containers, list) else ():
-            mounts = c.get("volumeMounts") if is_mapping(c) else None
+            mounts = field_of(c, "volumeMounts")
             for m in mounts if isinstance(mounts, list) else ():
-                path = m.get("mountPath") if is_mapping(m) else None
+                path = field_of(m, "mountPath")
                 if isinstance(path, str) and path.rstrip("/") == SHM_PATH:
                     return True
     return False
@@ -39,11 +45,9 @@ def _memory_limits(spec: Mapping[str, Any]) -> tuple[str | int | float, ...] | N
     """The app containers' memory limits as written; None when one has none (or one that is
     no quantity's spelling: the API server will say so)."""
     found: list[str | int | float] = []
-    containers = spec.get("containers")
+    containers = field_of(spec, "containers")
     for c in containers if isinstance(containers, list) else ():
-        resources = c.get("resources") if is_mapping(c) else None
-        limits = resources.get("limits") if is_mapping(resources) else None
-        raw = limits.get("memory") if is_mapping(limits) else None
+        raw = field_of(field_of(field_of(c, "resources"), "limits"), "memory")
         if raw is None or isinstance(raw, bool) or not isinstance(raw, str | int | float):
             return None
         found.append(raw)
@@ -59,23 +63,39 @@ def format_bytes(value: Fraction) -> str:
     return str(whole)
 
 
-def size_limit(rule: ShmFix, spec: Mapping[str, Any]) -> str:
-    """The sizeLimit written: `sizeLimit`, or the configured fraction of the pod's memory
-    limits when every app container has one and that is smaller. A memory-backed emptyDir
-    counts against the pod's memory: at most min(sizeLimit, sum of the containers' memory
-    limits) is usable (k8s.io/api core/v1 EmptyDirVolumeSource.SizeLimit; kubelet
-    pkg/volume/emptydir calculateEmptyDirMemorySize), so a /dev/shm as large as the limit
-    would let shared memory alone get the pod OOM-killed."""
+def size_limit(cap: str, fraction: float, spec: Mapping[str, Any]) -> str:
+    """The sizeLimit written: `cap` (the rule's `sizeLimit`), or `fraction` (its
+    `memoryFraction`) of the pod's memory limits when every app container has one and that
+    is smaller. A memory-backed emptyDir counts against the pod's memory: at most
+    min(sizeLimit, sum of the containers' memory limits) is usable (k8s.io/api core/v1
+    EmptyDirVolumeSource.SizeLimit; kubelet pkg/volume/emptydir calculateEmptyDirMemorySize),
+    so a /dev/shm as large as the limit would let shared memory alone get the pod
+    OOM-killed."""
     limits = _memory_limits(spec)
     if limits is None:
-        return rule.size_limit
-    return _sized(limits, rule.memory_fraction, rule.size_limit)
+        return cap
+    return _sized(limits, fraction, cap)
 
 
-@lru_cache(maxsize=1024)
+# Pods of one workload carry the same limits: the size is worked out once per (limits as
+# written, fraction, cap), the exact inputs of _sized. Bounded: emptied when full.
+_SIZED: Final[dict[tuple[tuple[str | int | float, ...], float, str], str]] = {}
+_SIZED_MAX: Final = 1024
+
+
 def _sized(limits: tuple[str | int | float, ...], fraction: float, cap_text: str) -> str:
-    """Pods of one workload carry the same limits: worked out once (quantities are exact
-    fractions, costly to add up on every review)."""
+    """The sizeLimit for these limits (quantities are exact fractions, costly to add up on
+    every review: memoized)."""
+    key = (limits, fraction, cap_text)
+    size = _SIZED.get(key)
+    if size is None:
+        if len(_SIZED) >= _SIZED_MAX:
+            _SIZED.clear()
+        size = _SIZED[key] = _work_out(limits, fraction, cap_text)
+    return size
+
+
+def _work_out(limits: tuple[str | int | float, ...], fraction: float, cap_text: str) -> str:
     try:
         total = sum((parse_quantity(raw) for raw in limits), Fraction(0))
     except QuantityError:
@@ -88,8 +108,10 @@ def _sized(limits: tuple[str | int | float, ...], fraction: float, cap_text: str
 
 
 def _volume_name(spec: Mapping[str, Any]) -> str:
-    volumes = spec.get("volumes")
-    taken = {v.get("name") for v in (volumes if isinstance(volumes, list) else ()) if is_mapping(v)}
+    volumes = field_of(spec, "volumes")
+    taken = {
+        field_of(v, "name") for v in (volumes if isinstance(volumes, list) else ()) if is_mapping(v)
+    }
     name, n = VOLUME_NAME, 1
     while name in taken:
         n += 1
@@ -97,21 +119,22 @@ def _volume_name(spec: Mapping[str, Any]) -> str:
     return name
 
 
-def apply_shm(state: PodState, rule: ShmFix, containers: list[ContainerRef]) -> None:
+def apply_shm(state: PodState, cap: str, fraction: float, containers: list[ContainerRef]) -> None:
     """Mount a memory-backed emptyDir at /dev/shm in `containers` (the accelerator containers
-    the rule matches), unless the pod shares the host's IPC namespace (its /dev/shm is the
+    the rule matches; `cap` and `fraction` its sizeLimit and memoryFraction, read once per
+    config by apply.py), unless the pod shares the host's IPC namespace (its /dev/shm is the
     host's) or any of its containers already mounts something there."""
     spec = state.pod.spec
-    if not containers or spec.get("hostIPC") is True or _mounts_shm(spec):
+    if not containers or field_of(spec, "hostIPC") is True or _mounts_shm(spec):
         return
-    volumes = spec.get("volumes")
+    volumes = field_of(spec, "volumes")
     if volumes is not None and not isinstance(volumes, list):
         raise ObjectShapeError(f"{state.ref}: volumes must be a list")
-    name, size = _volume_name(spec), size_limit(rule, spec)
+    name, size = _volume_name(spec), size_limit(cap, fraction, spec)
     volume = {"name": name, "emptyDir": {"medium": "Memory", "sizeLimit": size}}
     state.draft.extend(state.pod.spec_path, "volumes", [volume])
     for c in containers:
-        mounts = c.container.get("volumeMounts")
+        mounts = field_of(c.container, "volumeMounts")
         if mounts is not None and not isinstance(mounts, list):
             raise ObjectShapeError(f"{state.ref} {container_label(c)}: volumeMounts must be a list")
         state.draft.extend(
