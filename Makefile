@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-real lint typecheck unit unit-compiled compiled docs docs-check demo serve bench bench-deps clean
+.PHONY: install test test-real lint typecheck unit unit-compiled compiled docs docs-check reference demo serve bench bench-deps clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -53,8 +53,9 @@ unit-compiled:
 # The documentation site (docs/development/docs.md): Sphinx with MyST-Parser and Furo, into
 # build/docs. Strict: any warning (a broken link or anchor, a missing page, a page in no
 # toctree) fails it; -E reads every page afresh, so a warning of an unchanged page is never
-# hidden by Sphinx's cache. The reference pages are generated from the code at each build.
-# Offline: nothing in docs/conf.py reaches the network.
+# hidden by Sphinx's cache. The generated pages (docs/reference/*.md, the shipped-policies table
+# of docs/concepts/policies.md) are committed: `make reference` rewrites them from the code, and
+# the build fails when one is stale. Offline: nothing in docs/conf.py reaches the network.
 # DOCS_SRC/DOCS_OUT let tests/docs build a small tree with the same configuration and flags.
 SPHINX_STRICT := -W --keep-going -n -E -q
 DOCS_SRC ?= docs
@@ -64,6 +65,9 @@ docs: $(STAMP)
 	@echo "docs: $(DOCS_OUT)/index.html"
 
 docs-check: docs
+
+reference: $(STAMP)
+	$(BIN)/python -m scripts.docs_reference
 
 # The suites against the real components (docs/development/tests.md): the e2e suite on the real
 # kube-apiserver + kube-scheduler + kube-controller-manager, the real registry, the native

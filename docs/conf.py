@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # The reference generator (scripts/docs_reference/) imports the project and its scripts.
 sys.path.insert(0, str(ROOT))
 
-from scripts.docs_reference import write_references  # noqa: E402
+from scripts.docs_reference import stale, write_references  # noqa: E402
 
 project = "gpu-admission-webhook"
 author = "the gpu-admission-webhook authors"
@@ -49,14 +49,25 @@ class _TolerateEmptyGlob(logging.Filter):
         return getattr(record, "subtype", None) != "empty_glob"
 
 
-def _write_references(app: Sphinx) -> None:
-    """The reference pages, written from the code before Sphinx looks for pages
-    (scripts/docs_reference/): the CLI from its argparse parsers, the config from its
-    pydantic model, the chart's values from values.schema.json and values.yaml."""
-    write_references(Path(app.srcdir) / "reference")
+def _check_references(app: Sphinx) -> None:
+    """The generated pages (scripts/docs_reference/: the CLI from its argparse parsers, the
+    config from its pydantic model, the chart's values from values.schema.json and values.yaml,
+    the shipped-policies table from configmaps/) are committed in docs/. The build of docs/
+    never rewrites them: it fails when one is stale, naming `make reference`. Another tree
+    (tests/docs builds small ones) without a reference/ folder gets the pages written into it."""
+    src = Path(app.srcdir).resolve()
+    if src == ROOT / "docs":
+        old = stale(src)
+        if old:
+            names = ", ".join(str(p.relative_to(ROOT)) for p in old)
+            raise RuntimeError(
+                f"stale generated pages: {names}; run `make reference` and commit them"
+            )
+    elif not (src / "reference").exists():
+        write_references(src / "reference")
 
 
 def setup(app: Sphinx) -> None:
     for handler in logging.getLogger("sphinx").handlers:
         handler.filters.insert(0, _TolerateEmptyGlob())
-    app.connect("builder-inited", _write_references)
+    app.connect("builder-inited", _check_references)

@@ -10,10 +10,15 @@
 - reference/values.md from the chart's values.schema.json: every value, its type, its default
   (the chart's values.yaml) and its description (the comment above it in values.yaml).
 
-docs/conf.py calls `write_references` at the start of every Sphinx build; the pages are
-written into docs/reference/ (ignored by git, see docs/development/docs.md for why).
+- the shipped-policies table of concepts/policies.md from configmaps/ (every ConfigMap).
 
-Usage: python -m scripts.docs_reference [OUTDIR]   (default: docs/reference)
+The pages are committed, so they read on the forge without a build: `make reference` writes them
+(`generated`, `write_generated`), tests/docs/test_committed.py fails when one is stale, and
+docs/conf.py fails the docs build on a stale page of docs/ (docs/development/docs.md).
+
+Usage: python -m scripts.docs_reference [OUTDIR]
+  without OUTDIR: write every generated page and table into docs/;
+  with OUTDIR: write the three reference pages there only.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import yaml
 from scripts.docs_reference.cli import cli_page
 from scripts.docs_reference.common import DEFAULT_OUT, SCHEMA_PATH, VALUES_PATH
 from scripts.docs_reference.config import config_page
+from scripts.docs_reference.policies import POLICIES_PAGE, policies_table, with_table
 from scripts.docs_reference.values import values_comments, values_page
 
 # The one place the generator names the config model and the parsers: a move of either module
@@ -34,7 +40,16 @@ from scripts.docs_reference.values import values_comments, values_page
 from webhook.cli import build_parser
 from webhook.core.config.model import WebhookConfig
 
-__all__ = ["WebhookConfig", "build_parser", "pages", "write_references"]
+__all__ = [
+    "WebhookConfig",
+    "build_parser",
+    "generated",
+    "pages",
+    "stale",
+    "write_generated",
+    "write_references",
+]
+DOCS = DEFAULT_OUT.parent
 
 
 def pages() -> dict[str, str]:
@@ -67,10 +82,41 @@ def write_references(out: Path = DEFAULT_OUT) -> list[Path]:
     return written
 
 
+def generated(docs: Path = DOCS) -> dict[Path, str]:
+    """Path -> the text it must hold, for every generated file under `docs`: the reference pages
+    and the policies page with its shipped-policies table regenerated."""
+    out = {docs / "reference" / name: text for name, text in pages().items()}
+    page = docs / POLICIES_PAGE
+    out[page] = with_table(page.read_text(encoding="utf-8"), policies_table())
+    return out
+
+
+def stale(docs: Path = DOCS) -> list[Path]:
+    """The generated files under `docs` that are missing or differ from what the code makes."""
+    return [
+        path
+        for path, text in generated(docs).items()
+        if not path.is_file() or path.read_text(encoding="utf-8") != text
+    ]
+
+
+def write_generated(docs: Path = DOCS) -> list[Path]:
+    """Write every stale generated file under `docs`; returns the paths written."""
+    written = stale(docs)
+    texts = generated(docs)
+    for path in written:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(texts[path], encoding="utf-8")
+    return written
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("outdir", nargs="?", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("outdir", nargs="?", type=Path, default=None)
     args = parser.parse_args(argv)
-    for path in write_references(args.outdir):
+    written = write_generated() if args.outdir is None else write_references(args.outdir)
+    for path in written:
         print(f"wrote {path}")
+    if not written:
+        print("the generated pages are up to date")
     return 0
