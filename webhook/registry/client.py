@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -39,6 +40,7 @@ from webhook.registry.results import (
     UNREACHABLE,
     LookupFailure,
     LookupResult,
+    unresolved_detail,
 )
 from webhook.registry.transport import ConnectorFactory
 
@@ -148,10 +150,15 @@ class RegistryClient:
                 UNREACHABLE,
                 detail="its TLS certificate is not trusted: add its CA with --registry-ca",
             )
+        except socket.gaierror as exc:
+            # The name of the registry did not resolve (the guard's check before the request).
+            return LookupResult(UNREACHABLE, detail=unresolved_detail(exc))
         except aiohttp.ClientConnectorError as exc:
             error = exc.os_error
             if isinstance(error, AddressRefused):
                 return LookupResult(REFUSED, detail=str(error))
+            if isinstance(error, socket.gaierror):
+                return LookupResult(UNREACHABLE, detail=unresolved_detail(error))
             reason = os.strerror(error.errno) if error.errno else str(error)
             return LookupResult(UNREACHABLE, detail=f"cannot connect to {exc.host}: {reason}")
         except (aiohttp.ClientError, OSError) as exc:

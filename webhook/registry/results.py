@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from dataclasses import dataclass
 
 from webhook.core.images.facts import Requirement
@@ -49,6 +50,16 @@ class LookupResult:
     def cacheable_long(self) -> bool:
         """An answer about the image itself (kept for the tag TTL), not a failure."""
         return self.status in (FOUND, NO_CUDA)
+
+
+def unresolved_detail(error: OSError) -> str:
+    """Why a registry's name did not resolve, and the way out: the image's CUDA version from the
+    config's imageCudaTable, or registryLookups (a private registry to allow, or lookups off).
+    Short, so that the warning keeps it whole for image names of up to ~45 characters; the
+    resolver's own words (`[Errno -2] Name or service not known`) name no way out."""
+    if getattr(error, "errno", None) == socket.EAI_AGAIN:
+        return "DNS did not answer for its registry: set imageCudaTable or registryLookups"
+    return "DNS does not know its registry: set imageCudaTable or registryLookups"
 
 
 def image_name(image: str) -> str:
