@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -153,8 +154,29 @@ def _run_line(run: AuditRun) -> str:
     )
 
 
+def no_cluster_reason(kubeconfig: str | None) -> str:
+    """Why no cluster can be read, with the ways out, when no kubeconfig is given, the command
+    does not run in a pod and no file the client would read exists; "" when one may be read.
+    (The client itself says "Invalid kube-config file. Expected key current-context".)"""
+    if kubeconfig is not None or os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return ""
+    value = os.environ.get("KUBECONFIG", "")
+    paths = [p for p in value.split(os.pathsep) if p] or ["~/.kube/config"]
+    if any(Path(p).expanduser().is_file() for p in paths):
+        return ""
+    where = f"KUBECONFIG={value}" if value else "~/.kube/config"
+    return (
+        f"no cluster to audit: no --kubeconfig given, not in a pod, and {where} does not exist; "
+        "pass --kubeconfig FILE or set KUBECONFIG, or review manifests offline with "
+        "`gpu-webhook review -f FILE`"
+    )
+
+
 def cmd_audit(args: argparse.Namespace, out: TextIO) -> int:
     config = load_config(args.config)
+    reason = no_cluster_reason(args.kubeconfig)
+    if reason:
+        raise CommandError(reason)
     proposed = load_policies(args.policies) if args.policies is not None else None
     # Imported here: only a command that talks to a cluster needs the kubernetes client.
     from webhook.sources.audit import (  # noqa: PLC0415
@@ -183,7 +205,13 @@ def cmd_audit(args: argparse.Namespace, out: TextIO) -> int:
             audit_cluster(args.kubeconfig, config, policies=proposed, options=options)
         )
     except (ClusterReadError, AuditError) as exc:
-        raise CommandError(str(exc)) from None
+        message = str(exc)
+        if "current-context" in message:
+            message += (
+                "; it names no current context: set one with `kubectl config use-context "
+                "NAME`, or pass another --kubeconfig FILE"
+            )
+        raise CommandError(message) from None
     finally:
         progress.done()
     header = _header(args, snapshot, config)
