@@ -19,6 +19,7 @@ from typing import TextIO
 
 from webhook.cli.exits import EXIT_DENIED, EXIT_OK, CommandError
 from webhook.cli.testfile import FILE_PATTERN, find_test_files, parse_tests
+from webhook.cli.testinit import add_init_arguments, init_test
 from webhook.cli.testreport import junit, print_text
 from webhook.cli.testrun import Outcome, run_test
 from webhook.core.base.errors import ConfigError, ManifestError
@@ -29,7 +30,8 @@ def add_test_arguments(parser: argparse.ArgumentParser) -> None:
         "paths",
         nargs="+",
         metavar="PATH",
-        help=f"a test file, or a directory searched recursively for {FILE_PATTERN} files",
+        help=f"a test file, or a directory searched recursively for {FILE_PATTERN} files "
+        "(with --init: the test file to write, or its directory)",
     )
     parser.add_argument("--fail-only", action="store_true", help="list only the failed results")
     parser.add_argument(
@@ -44,9 +46,19 @@ def add_test_arguments(parser: argparse.ArgumentParser) -> None:
         default="text",
         help="text (a table, default), json, or junit (JUnit XML for CI systems)",
     )
+    add_init_arguments(parser)
 
 
 def cmd_test(args: argparse.Namespace, out: TextIO) -> int:
+    if args.init:
+        return init_test(args, out)
+    given = [
+        f"--{n}"
+        for n in ("file", "policies", "nodes", "claims", "config", "force")
+        if getattr(args, n) not in (None, [], False)
+    ]
+    if given:
+        raise CommandError(f"{', '.join(given)} go with --init (writing a test file)")
     files = find_test_files(args.paths)
     specs = [(path, spec) for path in files for spec in parse_tests(path)]
     total: list[Outcome] = []
