@@ -22,9 +22,9 @@ from typing import Any, TextIO
 import yaml
 
 from webhook.cli.exits import CommandError
-from webhook.cli.review import DEFAULT_POLICIES, review_document
+from webhook.cli.review import DEFAULT_POLICIES
 from webhook.cli.testfile import API_VERSION, FILE_SUFFIXES, KIND, Inventory, Suite
-from webhook.cli.testrun import Inputs, load_inputs
+from webhook.cli.testrun import Inputs, load_inputs, review_input
 from webhook.core.base.errors import ConfigError, ManifestError
 
 DEFAULT_NAME = "gpu-webhook-test.yaml"
@@ -170,15 +170,7 @@ def init_test(args: argparse.Namespace, out: TextIO) -> int:
     for (file, index, doc), selector in zip(
         inputs.documents, _selectors(inputs, base), strict=True
     ):
-        result = review_document(
-            file,
-            index,
-            doc,
-            inputs.policies,
-            inputs.config,
-            inventory=inputs.context.inventory,
-            claims=inputs.context.claims,
-        )
+        result = review_input(inputs, file, index, doc)
         entry: dict[str, Any] = selector | {"verdict": result.verdict}
         if result.verdict != "skipped":
             entry["violations"] = len(result.violations)

@@ -131,6 +131,20 @@ def load_inputs(spec: Suite, base: Path) -> Inputs:
     return Inputs(policies, config, context, documents, paths)
 
 
+def review_input(inputs: Inputs, file: str, index: int, doc: Any) -> DocumentResult:
+    """One document of the test's manifests, reviewed with the test's policies and inventory
+    (what `test` checks and what `test --init` writes)."""
+    return review_document(
+        file,
+        index,
+        doc,
+        inputs.policies,
+        inputs.config,
+        inventory=inputs.context.inventory,
+        claims=inputs.context.claims,
+    )
+
+
 def _meta(doc: Any, key: str) -> str | None:
     meta = doc.get("metadata") if isinstance(doc, Mapping) else None
     value = meta.get(key) if isinstance(meta, Mapping) else None
@@ -241,15 +255,7 @@ def run_test(spec: Suite, path: Path) -> list[Outcome]:
             outcome.checks.append(Check("resource", False, f"{what} {exp.selector()}{hint}"))
             continue
         file, index, doc = found[0]
-        result = review_document(
-            file,
-            index,
-            doc,
-            inputs.policies,
-            inputs.config,
-            inventory=inputs.context.inventory,
-            claims=inputs.context.claims,
-        )
+        result = review_input(inputs, file, index, doc)
         outcome.actual = result
         outcome.resource = f"{result.ref} ({file}#{index})"
         verdict_ok = result.verdict == exp.verdict
