@@ -98,7 +98,7 @@ test: lint typecheck docs-check
 	exit $$status
 
 # The demo installs only what it runs: the package and its runtime dependencies into $(VENV),
-# without the test, docs and fast extras or a pip upgrade (docs/guides/cli.md: about 20 s from a
+# without the test, docs and fast extras or a pip upgrade (docs/guides/cli.md: 18-37 s from a
 # fresh clone on 2 cores, most of it pip); `make install` (or any developer target) later adds
 # the rest into the same $(VENV). A full install already made serves the demo as it is (and gets
 # no demo stamp: the check runs each time, in no time). pip's output is shortened to one
