@@ -117,10 +117,10 @@ def _amd_modules(derived: Derived, name: str, body: str) -> None:
         (m, r) for r, m in re.findall(r"^\|\s*(\d+\.\d+)\.x\s*\|\s*(\d[\d.]*)\s*\|", body, re.M)
     ]
     for section in body.split("\n== ")[1:]:
-        release = re.search(r"^release: (\S+)$", section, re.M)
-        module = re.search(r"amdgpu/(\d+\.\d+\.\d+)-", section)
-        if release and module:
-            found.append((module[1], release[1]))
+        named = re.search(r"^release: (\S+)$", section, re.M)
+        dkms = re.search(r"amdgpu/(\d+\.\d+\.\d+)-", section)
+        if named and dkms:
+            found.append((dkms[1], named[1]))
     for module, release in found:
         derived.modules[("rocm", version_key(module))] = version_key(release)
         derived.origin[("modules", "rocm", module)] = name
@@ -240,8 +240,8 @@ def differences(derived: Derived, vendors: tuple[Vendor, ...]) -> list[str]:
             )
     for (vendor, release, runtime), devices in sorted(derived.qualified.items()):
         row = next((r for r in by_name[vendor].releases if r.release == release), None)
-        shipped = [q for q in (row.qualified if row else ()) if q.runtime == runtime]
-        if not shipped or set(shipped[0].devices) != set(devices):
+        listed = [q for q in (row.qualified if row else ()) if q.runtime == runtime]
+        if not listed or set(listed[0].devices) != set(devices):
             lines.append(f"~ {vendor} releases {release} {runtime} on {', '.join(devices)} only")
     for vendor, hdk, cann in sorted(derived.pairs):
         explained.add((vendor, "releases", hdk))
@@ -265,16 +265,16 @@ def differences(derived: Derived, vendors: tuple[Vendor, ...]) -> list[str]:
             lines.append(
                 f"{'+' if release not in known else '~'} {vendor} images {release}: {version}"
             )
-    for vendor in vendors:
+    for data in vendors:
         shipped_rows = [
-            *(("releases", r.release) for r in vendor.releases if r.runtimes),
-            *(("modules", r.value) for r in vendor.modules),
-            *(("devices", _plain_chip(k)) for k in vendor.devices),
-            *(("images", r) for i in vendor.images for r in i.releases),
+            *(("releases", r.release) for r in data.releases if r.runtimes),
+            *(("modules", r.value) for r in data.modules),
+            *(("devices", _plain_chip(k)) for k in data.devices),
+            *(("images", r) for i in data.images for r in i.releases),
         ]
         for table, key in shipped_rows:
-            if (vendor.name, table, key) not in explained:
-                lines.append(f"- {vendor.name} {table} {key}: no excerpt states this row")
+            if (data.name, table, key) not in explained:
+                lines.append(f"- {data.name} {table} {key}: no excerpt states this row")
     return lines
 
 
