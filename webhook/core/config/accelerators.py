@@ -90,15 +90,10 @@ class ModuleRow(ConfigModel):
     # Where the admin read it (shown by `gpu-webhook tables`).
     source: str = CONFIG_SOURCE
 
-    @field_validator("value")
+    @field_validator("value", "release")
     @classmethod
-    def _value(cls, value: str) -> str:
-        return _version(value, "modules[].value")
-
-    @field_validator("release")
-    @classmethod
-    def _release(cls, value: str) -> str:
-        return _version(value, "modules[].release")
+    def _versions(cls, value: str, info: ValidationInfo) -> str:
+        return _version(value, f"modules[].{info.field_name}")
 
 
 class ReleaseRow(ConfigModel):

@@ -16,11 +16,7 @@ from typing import Any, NamedTuple
 
 from webhook.core.base.manifests import load_yaml_documents
 from webhook.core.base.shapes import is_mapping
-from webhook.core.config.accelerators import (
-    AcceleratorImage,
-    Accelerators,
-    VendorGate,
-)
+from webhook.core.config.accelerators import AcceleratorImage, Accelerators, VendorGate
 from webhook.core.families import family_named
 from webhook.core.images.references import MAX_REFERENCE_LENGTH, normalize, split_tag
 
