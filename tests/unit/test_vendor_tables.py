@@ -358,3 +358,31 @@ def test_tables_prints_the_rows_in_force_with_their_sources(tmp_path: Path) -> N
     ][1].items()
     code, _ = cli("tables", "--vendor", "nvidia")
     assert code == 2
+
+
+def test_review_counts_the_nodes_by_the_rows_in_force(tmp_path: Path) -> None:
+    # The inventory line and the placement both read the admin's module row.
+    nodes = tmp_path / "nodes.yaml"
+    labels = {MODULE: "6.16.6", DEVICE: "75a3"}
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "mi355", "labels": labels}}
+    nodes.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [node]}))
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(json.dumps(pod(amd(ROCM_72))), encoding="utf-8")
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "accelerators:\n  rocm:\n    modules: [{value: '6.16.6', release: '30.20'}]\n",
+        encoding="utf-8",
+    )
+    code, text = cli("review", "-f", str(manifest), "--nodes", str(nodes))
+    assert code == 0
+    assert "1 AMD GPU node (amdgpu driver unknown: 1)" in text.splitlines()[0]
+    code, text = cli(
+        "review", "-f", str(manifest), "--nodes", str(nodes), "--config", str(config), "-o", "json"
+    )
+    assert code == 0
+    [result] = json.loads(text)
+    assert result["changes"][-1] == (
+        f"required nodes whose amdgpu driver runs ROCm 7.2 (image {ROCM_72})"
+    )
+    code, text = cli("review", "-f", str(manifest), "--nodes", str(nodes), "--config", str(config))
+    assert "1 AMD GPU node (amdgpu driver 30.20: 1)" in text.splitlines()[0]
