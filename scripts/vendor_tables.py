@@ -48,8 +48,6 @@ CARRIED: dict[tuple[str, str, str], str] = {
         "target is from rocm.docs.amd.com gpu-specs.html, not in the stored corpora"
         for pci in ("738c", "7408", "740c", "740f", "74a0", "74a1", "74a5", "74a9", "75a0", "75a3")
     },
-    ("cann", "devices", "950pr"): "the 950 rule of ascend-socs.txt (any SoC holding ascend950)",
-    ("cann", "devices", "950dt"): "the 950 rule of ascend-socs.txt (any SoC holding ascend950)",
 }
 
 
@@ -67,6 +65,9 @@ class Derived:
     modules: dict[tuple[str, str], str] = field(default_factory=dict)
     # (vendor, label value without an "ascend" prefix, lower case) -> device.
     devices: dict[tuple[str, str], str] = field(default_factory=dict)
+    # (vendor, text) -> device: every label value holding the text is that device (vllm-ascend:
+    # any SoC name holding "ascend950" is an Ascend 950).
+    device_rules: dict[tuple[str, str], str] = field(default_factory=dict)
     # (vendor, image release) -> runtime version.
     images: dict[tuple[str, str], str] = field(default_factory=dict)
     # Which excerpt each row came from (for the messages).
@@ -168,6 +169,8 @@ def _ascend_socs(derived: Derived, name: str, body: str) -> None:
         key = ("cann", _plain_chip(soc))
         derived.devices[key] = _FAMILIES[family]
         derived.origin[("devices", *key)] = name
+    if re.search(r'if "ascend950" in normalized:\s+return AscendDeviceType\.A5', body):
+        derived.device_rules[("cann", _plain_chip("ascend950"))] = "950"
 
 
 def _mind_cluster(derived: Derived, name: str, body: str) -> None:
@@ -258,6 +261,12 @@ def differences(derived: Derived, vendors: tuple[Vendor, ...]) -> list[str]:
         shipped = rows.get(value)
         if shipped is None or shipped.target != device:
             lines.append(f"{'+' if shipped is None else '~'} {vendor} devices {value}: {device}")
+    for (vendor, text), device in sorted(derived.device_rules.items()):
+        for key, chip in by_name[vendor].devices.items():
+            if text in _plain_chip(key):
+                explained.add((vendor, "devices", _plain_chip(key)))
+                if chip.target != device:
+                    lines.append(f"~ {vendor} devices {_plain_chip(key)}: {device}")
     for (vendor, release), version in sorted(derived.images.items()):
         explained.add((vendor, "images", release))
         known = {r: v for i in by_name[vendor].images for r, v in i.releases.items()}
