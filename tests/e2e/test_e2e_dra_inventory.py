@@ -199,10 +199,10 @@ def test_cuda_pods_are_bound_to_the_dra_described_node_that_runs_them(
         bound, warnings = run("Job", "nvidia/cuda:12.9.1-base-ubuntu22.04")
         assert bound is None
         assert any("no node supports CUDA 12.9; highest available is" in w for w in warnings)
-    # AMD: the ROCm gate reads the amdgpu driver the slices publish. ROCm 7.0 runs on amdgpu
-    # 30.10 (module 6.14.14) only; ROCm 6.4 on both.
-    rocm70 = "rocm/vllm:rocm7.0.0_vllm_0.10.2_20251006"
+    # AMD: the ROCm gate reads the amdgpu driver the slices publish. ROCm 7.14 runs on amdgpu
+    # 30.10 (module 6.14.14), not 6.4; ROCm 6.4 on both.
+    rocm714 = "rocm/vllm:rocm7.14.0_vllm_0.10.2_20251006"
     rocm64 = "rocm/pytorch:rocm6.4_ubuntu24.04_py3.12_pytorch_release_2.6.0"
-    assert run("Deployment", rocm70, "amd.com/gpu")[0] == "mi-new"
-    assert run("Job", rocm70, "amd.com/gpu")[0] == "mi-new"
+    assert run("Deployment", rocm714, "amd.com/gpu")[0] == "mi-new"
+    assert run("Job", rocm714, "amd.com/gpu")[0] == "mi-new"
     assert run("Job", rocm64, "amd.com/gpu")[0] in ("mi-old", "mi-new")

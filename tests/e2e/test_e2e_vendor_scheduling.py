@@ -7,10 +7,12 @@ them — MI210 and MI300X on two amdgpu drivers, one MI300X whose driver label i
 webhook: each pod is bound where the shipped tables say its image runs (asserted by node name),
 and waits, with the webhook's warning, where nothing does.
 
-The expected nodes follow the shipped tables (webhook/data/accelerators.yaml): amdgpu module
-6.12.12 is the ROCm 6.4 driver (ROCm 6.1-6.4), 6.14.14 amdgpu 30.10 (ROCm 6.2-7.0); device id
-740f is MI210 (gfx90a), 74a1 MI300X (gfx942); Ascend HDK 25.5.1 pairs with CANN 9.0.0 and 8.5.x,
-25.3.RC1 with CANN 8.3.RC1; chip 910B3 runs the images built for 910b, 310P3 those for 310p.
+The expected nodes follow the shipped tables (webhook/data/accelerators.yaml, docs/concepts/
+vendor-tables.md): amdgpu module 6.12.12 is the ROCm 6.4 driver (ROCm 6.1-7.1, and 7.2 on
+gfx942/gfx90a/gfx908), 6.14.14 amdgpu 30.10 (ROCm 6.2-7.2, 7.14, 10.0.0); device id 740f is
+MI210 (gfx90a), 74a1 MI300X (gfx942); Ascend HDK 25.5.1 runs CANN 9.1.X, 9.0.X, 8.5.2 and 8.5.0,
+25.3.RC1 CANN 9.1.X, 9.0.X, 8.5.2 (the CANN 9.1.1 notes' table) and 8.3.RC1; chip 910B3 runs the
+images built for 910b, 310P3 those for 310p.
 
 Needs `start.sh --controllers` and the webhook registered by URL (scripts/e2e-kapi.sh with
 KAPI_CONTROLLERS=1), like test_e2e_scheduling.py, whose helpers it uses. Its nodes are selected
@@ -60,8 +62,8 @@ NODES: dict[str, tuple[dict[str, str], str]] = {
 AMD_NODES = [n for n in NODES if n.startswith("mi")]
 
 ROCM_64 = "rocm/pytorch:rocm6.4_ubuntu24.04_py3.12_pytorch_release_2.6.0"
-ROCM_70 = "rocm/vllm:rocm7.0.0_vllm_0.10.2_20251006"
-ROCM_71 = "rocm/dev-ubuntu-24.04:7.1.1"  # amdgpu 30.30 only, by the shipped matrix
+ROCM_714 = "rocm/vllm:rocm7.14.0_vllm_0.10.2_20251006"  # amdgpu 30.10 and newer, not 6.4
+ROCM_60 = "rocm/dev-ubuntu-22.04:6.0.2"  # amdgpu 5.6 to 6.2 only, by AMD's matrix
 ROCM_72 = "rocm/dev-ubuntu-24.04:7.2.1"
 GFX942 = [{"name": "PYTORCH_ROCM_ARCH", "value": "gfx942"}]
 CANN_83_910B = "ascendai/cann:8.3.rc1-910b-ubuntu22.04-py3.11"
@@ -179,14 +181,15 @@ def test_rocm_pods_are_bound_where_the_amdgpu_driver_and_the_gpu_run_them(run: A
     assert bound in ("mi210-old", "mi300-old", "mi210-new", "mi300-new")
     assert run("Job", ROCM_64, AMD_GPU, node="mi300-empty")[0] is None
     assert run("Job", ROCM_64, AMD_GPU, node="mi210-old")[0] == "mi210-old"
-    # ROCm 7.0: only amdgpu 30.10 (module 6.14.14).
-    assert run("Deployment", ROCM_70, AMD_GPU, node="mi300-old")[0] is None
-    assert run("Deployment", ROCM_70, AMD_GPU, node="mi300-new")[0] == "mi300-new"
+    # ROCm 7.14: only amdgpu 30.10 (module 6.14.14).
+    assert run("Deployment", ROCM_714, AMD_GPU, node="mi300-old")[0] is None
+    assert run("Deployment", ROCM_714, AMD_GPU, node="mi300-new")[0] == "mi300-new"
     # Built for gfx942 only: the MI300X on the new driver, never the MI210 (no fallback).
-    assert run("Job", ROCM_70, AMD_GPU, env=GFX942)[0] == "mi300-new"
-    assert run("Job", ROCM_70, AMD_GPU, node="mi210-new", env=GFX942)[0] is None
+    assert run("Job", ROCM_714, AMD_GPU, env=GFX942)[0] == "mi300-new"
+    assert run("Job", ROCM_714, AMD_GPU, node="mi210-new", env=GFX942)[0] is None
     # ROCm 7.2: the 7.2.x release notes list amdgpu 6.4 for the MI300X-to-MI100 cell (MI210
-    # included) and 30.10 for every Instinct GPU: a per-GPU row, placed with the node's target.
+    # included), AMD's matrix 30.10 for every GPU: 6.4's is a per-GPU row, placed with the
+    # node's target.
     assert run("Job", ROCM_72, AMD_GPU, node="mi210-old")[0] == "mi210-old"
     assert run("Job", ROCM_72, AMD_GPU, node="mi300-empty")[0] is None
 
@@ -194,10 +197,10 @@ def test_rocm_pods_are_bound_where_the_amdgpu_driver_and_the_gpu_run_them(run: A
 def test_cann_pods_are_bound_where_the_hdk_and_the_chip_run_them(run: Any) -> None:
     # CANN 8.3.RC1 for 910b: HDK 25.3.RC1 on a 910B3.
     assert run("Deployment", CANN_83_910B, NPU_910)[0] == "a2-old"
-    # CANN 9.0.0 for 910b: HDK 25.5.1.
-    assert run("Job", CANN_90_910B, NPU_910)[0] == "a2-new"
-    # 310P images on the 310P nodes, by HDK.
-    assert run("Job", CANN_852_310P, NPU_310P)[0] == "p-new"
+    # CANN 9.0.0 for 910b: HDK 25.5.1 and 25.3.X (9.0.X, the CANN 9.1.1 notes' table).
+    assert run("Job", CANN_90_910B, NPU_910)[0] in ("a2-new", "a2-old")
+    # 310P images on the 310P nodes, by HDK (8.5.2 on both, 8.3.RC1 on 25.3.RC1 only).
+    assert run("Job", CANN_852_310P, NPU_310P)[0] in ("p-new", "p-old")
     assert run("Deployment", CANN_83_310P, NPU_310P)[0] == "p-old"
     # vllm-ascend through its published CANN pairing (v0.11.0rc1: CANN 8.3.RC1, 910b build).
     assert run("Deployment", VLLM_ASCEND, NPU_910)[0] == "a2-old"
@@ -210,9 +213,9 @@ def test_where_nothing_fits_the_pod_waits_with_the_webhooks_warning(
 ) -> None:
     if webhook_config.no_compatible_node == "deny":
         pytest.skip("noCompatibleNode: deny refuses these workloads (the unit tests cover it)")
-    bound, warnings = run("Job", ROCM_71, AMD_GPU)
+    bound, warnings = run("Job", ROCM_60, AMD_GPU)
     assert bound is None
-    assert any("no node's amdgpu driver supports ROCm 7.1; newest is 30.10" in w for w in warnings)
+    assert any("no node's amdgpu driver supports ROCm 6.0; newest is 30.10" in w for w in warnings)
     bound, warnings = run("Deployment", CANN_82_910B, NPU_910)
     assert bound is None
     assert any(

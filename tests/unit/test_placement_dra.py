@@ -324,7 +324,7 @@ def test_review_reads_resource_slices_beside_the_nodes(tmp_path: Path) -> None:
 # --- AMD: the ROCm gate on nodes only DRA describes -------------------------------------------
 
 ROCM_64 = "rocm/pytorch:rocm6.4_ubuntu24.04_py3.12_pytorch_release_2.6.0"
-ROCM_70 = "rocm/vllm:rocm7.0.0_vllm_0.10.2_20251006"
+ROCM_714 = "rocm/vllm:rocm7.14.0_vllm_0.10.2_20251006"
 MODULE = "amd.com/gpu.driver-version"
 
 
@@ -357,8 +357,8 @@ def test_the_rocm_gate_names_the_dra_only_nodes_whose_driver_runs_the_image() ->
         names("mi-dra-old"),
     ]
     assert_idempotent(decision, inventory=inv)
-    # ROCm 7.0 runs on amdgpu 30.10 only: the DRA-only node on 6.14.14.
-    newer = run(amd_pod(ROCM_70), inventory=inv)
+    # ROCm 7.14 runs on amdgpu 30.10 (not 6.4): the DRA-only node on 6.14.14.
+    newer = run(amd_pod(ROCM_714), inventory=inv)
     assert node_terms(apply(newer)) == [names("mi-dra-new")]
     # Only names: evaluated again (reinvocation), the pod keeps exactly these terms.
     assert_idempotent(newer, inventory=inv)
@@ -367,5 +367,5 @@ def test_the_rocm_gate_names_the_dra_only_nodes_whose_driver_runs_the_image() ->
 def test_an_amd_label_wins_over_the_slice() -> None:
     nodes = {"mi": {MODULE: "6.12.12"}}
     inv = NodeInventory.build(nodes, dra=from_objects([amd_slice("mi", "6.14.14")]))
-    decision = run(amd_pod(ROCM_70), inventory=inv)
-    assert decision.warnings[0].startswith("no node's amdgpu driver supports ROCm 7.0")
+    decision = run(amd_pod(ROCM_714), inventory=inv)
+    assert decision.warnings[0].startswith("no node's amdgpu driver supports ROCm 7.14")

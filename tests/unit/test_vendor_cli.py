@@ -13,7 +13,7 @@ import yaml
 from tests.helpers import container, pod
 from webhook.cli import main
 
-ROCM_70 = "rocm/vllm:rocm7.0.0_vllm_0.10.2_20251006"
+ROCM_714 = "rocm/vllm:rocm7.14.0_vllm_0.10.2_20251006"
 
 
 def cli(*argv: str) -> tuple[int, str]:
@@ -41,7 +41,7 @@ def test_review_places_an_amd_pod_and_counts_the_vendors_nodes(tmp_path: Path) -
     )
     manifest = tmp_path / "pod.yaml"
     manifest.write_text(
-        yaml.safe_dump(pod(container(image=ROCM_70, limits={"amd.com/gpu": "1"}))),
+        yaml.safe_dump(pod(container(image=ROCM_714, limits={"amd.com/gpu": "1"}))),
         encoding="utf-8",
     )
     code, out = cli("review", "-f", str(manifest), "--nodes", str(nodes), "-o", "json")
@@ -50,7 +50,7 @@ def test_review_places_an_amd_pod_and_counts_the_vendors_nodes(tmp_path: Path) -
     assert result["changes"] == [
         # The shipped CRL cf-crl-amd-gpu (requests: fromLimits), then the ROCm gate.
         'set requests.amd.com/gpu=1 from limits in container "c"',
-        f"required nodes whose amdgpu driver runs ROCm 7.0 (image {ROCM_70})",
+        f"required nodes whose amdgpu driver runs ROCm 7.14 (image {ROCM_714})",
     ]
     assert result["mutated"]["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"
@@ -74,21 +74,21 @@ def test_images_names_rocm_and_cann_versions() -> None:
     code, out = cli(
         "images",
         "--no-lookup",
-        ROCM_70,
+        ROCM_714,
         "ascendai/cann:8.3.rc1-910b-ubuntu22.04-py3.11",
         "quay.io/ascend/vllm-ascend:v0.11.0rc1-310p",
     )
     assert code == 0
     assert out.splitlines() == [
-        f"{ROCM_70}: ROCm 7.0 from the reference",
+        f"{ROCM_714}: ROCm 7.14 from the reference",
         "ascendai/cann:8.3.rc1-910b-ubuntu22.04-py3.11: CANN 8.3.RC1 (built for 910b) "
         "from the reference",
         "quay.io/ascend/vllm-ascend:v0.11.0rc1-310p: CANN 8.3.RC1 (built for 310p) "
         "from the shipped knowledge",
     ]
-    code, out = cli("images", "--no-lookup", "-o", "json", ROCM_70)
+    code, out = cli("images", "--no-lookup", "-o", "json", ROCM_714)
     assert json.loads(out)[0]["accelerator"] == {
         "runtime": "ROCm",
-        "version": "7.0",
+        "version": "7.14",
         "devices": [],
     }

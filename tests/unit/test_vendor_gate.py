@@ -26,12 +26,13 @@ HDK_ADMIN, HDK, CHIP = (
     "node.kubernetes.io/npu.chip.name",
 )
 ROCM_64 = "rocm/pytorch:rocm6.4_ubuntu24.04_py3.12_pytorch_release_2.6.0"
-ROCM_70 = "rocm/vllm:rocm7.0.0_vllm_0.10.2_20251006"
+ROCM_714 = "rocm/vllm:rocm7.14.0_vllm_0.10.2_20251006"
 CANN_83_910B = "ascendai/cann:8.3.rc1-910b-ubuntu22.04-py3.11"
 
 # MI210 (740f, gfx90a) and MI300X (74a1, gfx942) on two drivers: amdgpu module 6.12.12 (the
-# ROCm 6.4 driver: ROCm 6.1-6.4) and 6.14.14 (amdgpu 30.10: ROCm 6.2-7.0); an admin-labelled
-# node whose release label wins over its module label; one node with an empty driver label.
+# ROCm 6.4 driver: ROCm 6.1-7.1, and 7.2 per GPU) and 6.14.14 (amdgpu 30.10: ROCm 6.2-7.2,
+# 7.14, 10.0.0); an admin-labelled node whose release label wins over its module label; one
+# node with an empty driver label.
 AMD = NodeInventory.build(
     {
         "mi210-old": {MODULE: "6.12.12", DEVICE: "740f"},
@@ -42,7 +43,8 @@ AMD = NodeInventory.build(
         "mi300-empty": {MODULE: "", DEVICE: "74a1"},
     }
 )
-# 910B and 310P on two HDKs (25.5.1: CANN 9.0.0, 8.5.x; 25.3.RC1: CANN 8.3.RC1); one 310P
+# 910B and 310P on two HDKs (25.5.1: CANN 9.1, 9.0, 8.5.x; 25.3.RC1: CANN 9.1, 9.0, 8.5.2 and
+# 8.3.RC1); one 310P
 # node labelled by its admin (clusters before mind-cluster v26.1).
 ASCEND = NodeInventory.build(
     {
@@ -103,7 +105,7 @@ def test_rocm_6_4_runs_on_both_drivers_never_on_the_unknown_one() -> None:
 
 
 def test_rocm_7_0_only_on_the_30_10_driver() -> None:
-    decision = run(pod(amd(ROCM_70)), inventory=AMD)
+    decision = run(pod(amd(ROCM_714)), inventory=AMD)
     assert required(apply(decision)) == [
         term(among(RELEASE, "30.10.1")),
         term(absent(RELEASE), among(MODULE, "6.14.14")),
@@ -114,23 +116,24 @@ def test_rocm_7_0_only_on_the_30_10_driver() -> None:
 def test_the_image_targets_select_the_gpus_too() -> None:
     """ROCm code objects are per gfx target: PYTORCH_ROCM_ARCH=gfx942 runs on MI300X only."""
     env = [{"name": "PYTORCH_ROCM_ARCH", "value": "gfx942"}]
-    decision = run(pod(amd(ROCM_70, env=env)), inventory=AMD)
+    decision = run(pod(amd(ROCM_714, env=env)), inventory=AMD)
     assert required(apply(decision)) == [
         term(among(RELEASE, "30.10.1"), among(DEVICE, "74a1")),
         term(absent(RELEASE), among(MODULE, "6.14.14"), among(DEVICE, "74a1")),
     ]
     assert decision.notes == (
-        f"required nodes whose amdgpu driver runs ROCm 7.0 on GPU target gfx942 (image {ROCM_70})",
+        "required nodes whose amdgpu driver runs ROCm 7.14 on GPU target gfx942 "
+        f"(image {ROCM_714})",
     )
 
 
 def test_a_target_family_in_the_tag() -> None:
     env = [{"name": "PYTORCH_ROCM_ARCH", "value": "gfx90a"}]
-    no_mi210 = run(pod(amd("rocm/vllm:rocm7.0.0_gfx94X", env=env)), inventory=AMD)
+    no_mi210 = run(pod(amd("rocm/vllm:rocm7.14.0_gfx94X", env=env)), inventory=AMD)
     assert required(apply(no_mi210)) == [
         term(absent(RELEASE), among(MODULE, "6.14.14"), among(DEVICE, "740f")),
     ]
-    family = run(pod(amd("rocm/vllm:rocm7.0.0_gfx94X")), inventory=AMD)
+    family = run(pod(amd("rocm/vllm:rocm7.14.0_gfx94X")), inventory=AMD)
     assert required(apply(family)) == [
         term(among(RELEASE, "30.10.1"), among(DEVICE, "74a1")),
         term(absent(RELEASE), among(MODULE, "6.14.14"), among(DEVICE, "74a1")),
@@ -138,39 +141,44 @@ def test_a_target_family_in_the_tag() -> None:
 
 
 def test_no_node_runs_the_rocm_version_warn_then_deny() -> None:
-    image = "rocm/dev-ubuntu-24.04:7.1.1"  # amdgpu 30.30 only, by the shipped matrix
+    # AMD's matrix: ROCm 6.0 runs on amdgpu 5.6 to 6.2 (module 6.8.5 is 6.2), not on the
+    # nodes' 6.4 and 30.10.
+    image = "rocm/dev-ubuntu-22.04:6.0.2"
     warned = run(pod(amd(image)), inventory=AMD)
     assert warned.allowed
     assert warned.warnings == (
-        "no node's amdgpu driver supports ROCm 7.1; newest is 30.10 (3 nodes)",
+        "no node's amdgpu driver supports ROCm 6.0; newest is 30.10 (3 nodes)",
     )
     # It waits for a node the table says runs it (an autoscaler may add one), never lands on
     # one that cannot: the known values of AMD's matrix, not the cluster's.
-    assert required(apply(warned)) == [term(among(RELEASE, "30.30"))]
+    assert required(apply(warned)) == [
+        term(among(RELEASE, "5.6", "5.7", "6.0", "6.1", "6.2")),
+        term(absent(RELEASE), among(MODULE, "6.8.5")),
+    ]
     denied = run(pod(amd(image)), inventory=AMD, config=load_config({"noCompatibleNode": "deny"}))
     assert not denied.allowed
     assert [v.message for v in denied.violations] == [
-        "Pod ml/train: no node's amdgpu driver supports ROCm 7.1; newest is 30.10 (3 nodes)."
+        "Pod ml/train: no node's amdgpu driver supports ROCm 6.0; newest is 30.10 (3 nodes)."
     ]
 
 
 def test_containers_are_intersected() -> None:
-    both = run(pod(amd(ROCM_64, name="a"), amd(ROCM_70, name="b")), inventory=AMD)
+    both = run(pod(amd(ROCM_64, name="a"), amd(ROCM_714, name="b")), inventory=AMD)
     assert required(apply(both)) == [
         term(among(RELEASE, "30.10.1")),
         term(absent(RELEASE), among(MODULE, "6.14.14")),
     ]
-    apart = run(pod(amd("rocm/dev-ubuntu-22.04:6.0.2", name="a"), amd(ROCM_70, name="b")))
+    apart = run(pod(amd("rocm/dev-ubuntu-22.04:6.0.2", name="a"), amd(ROCM_714, name="b")))
     assert not apart.allowed
     assert [v.message for v in apart.violations] == [
         'Pod ml/train: no amdgpu driver release runs every container: container "a" needs ROCm '
-        '6.0; container "b" needs ROCm 7.0; align them or split them into separate pods.'
+        '6.0; container "b" needs ROCm 7.14; align them or split them into separate pods.'
     ]
 
 
 def test_annotation_and_unknown_images() -> None:
     annotated = pod(
-        amd("registry.corp/team/train:v3"), annotations={"features.alauda.io/rocm-version": "7.0"}
+        amd("registry.corp/team/train:v3"), annotations={"features.alauda.io/rocm-version": "7.14"}
     )
     decision = run(annotated, inventory=AMD)
     assert required(apply(decision)) == [
@@ -178,7 +186,7 @@ def test_annotation_and_unknown_images() -> None:
         term(absent(RELEASE), among(MODULE, "6.14.14")),
     ]
     assert decision.notes == (
-        "required nodes whose amdgpu driver runs ROCm 7.0 "
+        "required nodes whose amdgpu driver runs ROCm 7.14 "
         "(annotation features.alauda.io/rocm-version)",
     )
     unknown = run(pod(amd("rocm/pytorch:latest")), inventory=AMD)
@@ -215,27 +223,28 @@ def test_daemonset_and_bound_pods_are_checked_not_pinned() -> None:
         "uid": "u",
         "controller": True,
     }
-    ds_pod = pod(amd(ROCM_70), nodeName="mi300-old")
+    ds_pod = pod(amd(ROCM_714), nodeName="mi300-old")
     ds_pod["metadata"]["ownerReferences"] = [owner]
     decision = run(ds_pod, inventory=AMD)
     assert decision.patch == []
     assert decision.warnings == (
-        "node mi300-old's amdgpu driver 6.4 does not support ROCm 7.0; this DaemonSet pod needs it",
+        "node mi300-old's amdgpu driver 6.4 does not support ROCm 7.14; "
+        "this DaemonSet pod needs it",
     )
-    bound = run(pod(amd(ROCM_70), nodeName="mi300-empty"), inventory=AMD)
+    bound = run(pod(amd(ROCM_714), nodeName="mi300-empty"), inventory=AMD)
     assert bound.patch == []
     assert bound.warnings == (
         "node mi300-empty's amdgpu driver is unknown (amd.com/gpu.driver-version is empty)",
     )
-    template = run(workload("DaemonSet", pod(amd(ROCM_70))), inventory=AMD)
+    template = run(workload("DaemonSet", pod(amd(ROCM_714))), inventory=AMD)
     assert template.patch == []
     assert template.notes == (
         "will apply to pods: no ROCm affinity (DaemonSet pods are pinned); "
-        "nodes without a driver for ROCm 7.0 cannot run them",
+        "nodes without a driver for ROCm 7.14 cannot run them",
     )
     assert template.warnings == (
         "3 of 6 AMD GPU nodes cannot run these DaemonSet pods: "
-        "they need an amdgpu driver for ROCm 7.0",
+        "they need an amdgpu driver for ROCm 7.14",
     )
 
 
@@ -243,7 +252,7 @@ def test_a_mutated_template_keeps_its_own_terms_when_the_image_changes() -> None
     config = load_config({"mutateTemplates": True})
     first = run(workload("Deployment", pod(amd(ROCM_64))), config=config, inventory=AMD)
     mutated = apply(first)
-    mutated["spec"]["template"]["spec"]["containers"][0]["image"] = ROCM_70
+    mutated["spec"]["template"]["spec"]["containers"][0]["image"] = ROCM_714
     second = run(mutated, config=config, inventory=AMD)
     assert required(apply(second)["spec"]["template"]) == [
         term(among(RELEASE, "30.10.1")),
@@ -264,10 +273,14 @@ def test_cann_version_and_chip_from_the_tag() -> None:
 @pytest.mark.parametrize(
     ("image", "key", "terms"),
     [
+        # CANN 8.5.2 and 9.0.X run on HDK 25.3.X and 25.5.X (the CANN 9.1.1 notes' table).
         (
             "quay.io/ascend/cann:8.5.2-310p-ubuntu22.04-py3.11",
             "huawei.com/Ascend310P",
-            [term(absent(HDK_ADMIN), among(HDK, "25.5.1"), among(CHIP, "310P3"))],
+            [
+                term(among(HDK_ADMIN, "25.3.RC1"), among(CHIP, "310P3")),
+                term(absent(HDK_ADMIN), among(HDK, "25.5.1"), among(CHIP, "310P3")),
+            ],
         ),
         (
             "ascendai/cann:8.3.rc1-310p-ubuntu22.04-py3.11",
@@ -277,7 +290,7 @@ def test_cann_version_and_chip_from_the_tag() -> None:
         (
             "ascendai/cann:9.0.0-910b-ubuntu22.04-py3.11",
             "huawei.com/Ascend910",
-            [term(absent(HDK_ADMIN), among(HDK, "25.5.1"), among(CHIP, "910B3"))],
+            [term(absent(HDK_ADMIN), among(HDK, "25.3.RC1", "25.5.1"), among(CHIP, "910B3"))],
         ),
         # vllm-ascend through its published CANN pairing: v0.11.0rc1 is CANN 8.3.RC1, the
         # default image the A2 (910b) build.
@@ -308,7 +321,7 @@ def test_no_ascend_hdk_runs_the_cann_version() -> None:
 
 def test_a_cluster_without_the_gate_gets_nothing_new() -> None:
     config = load_config({"accelerators": {"rocm": {"enabled": False}}})
-    decision = run(pod(amd(ROCM_70)), config=config, inventory=AMD)
+    decision = run(pod(amd(ROCM_714)), config=config, inventory=AMD)
     assert (decision.patch, decision.notes, decision.warnings) == ([], (), ())
 
 
@@ -352,7 +365,7 @@ def test_the_audit_reports_a_running_amd_pod_on_a_driver_that_cannot_run_it() ->
     """A pod already bound (spec.nodeName) is checked against its node: under
     noCompatibleNode: deny the audit's finding names the vendor's rule."""
     config = load_config({"noCompatibleNode": "deny"})
-    running = pod(amd(ROCM_70), name="vllm-0", nodeName="mi300-old")
+    running = pod(amd(ROCM_714), name="vllm-0", nodeName="mi300-old")
     audit = Audit()
     audit.add(
         running,
@@ -364,25 +377,25 @@ def test_the_audit_reports_a_running_amd_pod_on_a_driver_that_cannot_run_it() ->
     (problem,) = finding.denied.values()
     assert problem.rule == "rocm"
     assert problem.message == (
-        "node mi300-old's amdgpu driver 6.4 does not support ROCm 7.0; this pod needs it."
+        "node mi300-old's amdgpu driver 6.4 does not support ROCm 7.14; this pod needs it."
     )
 
 
 def test_the_users_own_affinity_on_a_gate_label_is_kept() -> None:
-    selected = pod(amd(ROCM_70), nodeSelector={MODULE: "6.12.12"})
+    selected = pod(amd(ROCM_714), nodeSelector={MODULE: "6.12.12"})
     decision = run(selected, inventory=AMD)
     assert decision.patch == []
     assert decision.warnings == (
         UNKNOWN_LEFT_OUT,
         "your node affinity on amd.com/gpu.driver-version is kept as is; "
-        "this pod needs an amdgpu driver for ROCm 7.0",
+        "this pod needs an amdgpu driver for ROCm 7.14",
     )
 
 
 def test_the_table_answers_are_bounded_per_snapshot() -> None:
     nodes = NodeInventory.build({"n": {MODULE: "6.14.14"}})
     for patch in range(1100):
-        annotations = {"features.alauda.io/rocm-version": f"7.0.{patch}"}
+        annotations = {"features.alauda.io/rocm-version": f"7.14.{patch}"}
         run(pod(amd("registry.corp/x:1"), annotations=annotations), inventory=nodes)
     (facts,) = [v for k, v in nodes._memo.items() if k == ("vendor", "rocm")]
     assert len(facts.placements) <= 1024
@@ -391,8 +404,8 @@ def test_the_table_answers_are_bounded_per_snapshot() -> None:
 def test_a_pod_mixing_vendors_is_placed_by_no_vendor_gate() -> None:
     nvidia = container("cuda", image="nvidia/cuda:12.4.1-base", limits={"nvidia.com/gpu": "1"})
     for others in (
-        [amd(ROCM_70, name="rocm")],
-        [amd(ROCM_70, name="rocm"), npu(CANN_83_910B, name="npu")],
+        [amd(ROCM_714, name="rocm")],
+        [amd(ROCM_714, name="rocm"), npu(CANN_83_910B, name="npu")],
     ):
         both = run(pod(nvidia, *others) if len(others) == 1 else pod(*others), inventory=AMD)
         assert "containers of different accelerator vendors: no node runs them all" in both.warnings

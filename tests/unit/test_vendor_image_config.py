@@ -127,17 +127,21 @@ def test_the_config_version_and_targets_place_the_pod() -> None:
 
 
 def test_the_config_targets_the_nodes_lack_are_warned_about() -> None:
-    config = {"ROCM_VERSION": "7.0.2", "PYTORCH_ROCM_ARCH": "gfx950"}  # MI350X/MI355X only
+    # MI350X/MI355X only, ROCm 7.14 (amdgpu 30.10 and newer, AMD's matrix)
+    config = {"ROCM_VERSION": "7.14.0", "PYTORCH_ROCM_ARCH": "gfx950"}
     decision = check(pod(amd(CUSTOM)), {CUSTOM: config})
     assert decision.warnings == (
-        "no node whose amdgpu driver runs ROCm 7.0 has GPU target gfx950; "
+        "no node whose amdgpu driver runs ROCm 7.14 has GPU target gfx950; "
         "they have gfx942 (2 nodes), gfx90a (1 node)",
     )
     # Warned, and required to where the tables say it runs (75a0/75a3: MI350X/MI355X), never
     # onto the MI210 or MI300X nodes the image has no code objects for.
     assert required(apply(decision)) == [
-        term(among(RELEASE, "30.10", "30.30"), among(DEVICE, "75a0", "75a3")),
-        term(absent(RELEASE), among(MODULE, "6.14.14"), among(DEVICE, "75a0", "75a3")),
+        term(
+            among(RELEASE, "30.10", "30.20", "30.30", "31.40", "31.50"),
+            among(DEVICE, "75a0", "75a3"),
+        ),
+        term(absent(RELEASE), among(MODULE, "6.14.14", "6.19.14"), among(DEVICE, "75a0", "75a3")),
     ]
 
 

@@ -44,6 +44,7 @@ from webhook.core.placement.vendors import (
     Vendor,
     container_finding,
     device_matches,
+    in_force,
     shipped_vendors,
     version_key,
 )
@@ -303,7 +304,7 @@ def facts_of(vendor: Vendor, inventory: NodeInventory, config: WebhookConfig) ->
     assert gate is not None
     key = ("vendor", vendor.name)
     facts = inventory.memo(key, vendor_facts(vendor, gate))
-    if facts.gate is not gate:
+    if facts.gate is not gate or facts.vendor is not vendor:
         facts = vendor_facts(vendor, gate)(inventory.nodes)
         inventory.memo_set(key, facts)
     return facts
@@ -316,7 +317,7 @@ def inventory_summary(inventory: NodeInventory, config: WebhookConfig) -> list[s
     for vendor in shipped_vendors():
         gate = config.accelerators.gate(vendor.name)
         if gate is not None and gate.enabled:
-            line = summary(facts_of(vendor, inventory, config))
+            line = summary(facts_of(in_force(vendor, gate), inventory, config))
             if line:
                 found.append(line)
     return found

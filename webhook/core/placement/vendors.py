@@ -88,6 +88,8 @@ class KnownImages(NamedTuple):
     releases: Mapping[str, str]
     default_devices: tuple[str, ...]
     source: str
+    # The tag's device word -> the device (vllm-ascend's `-a5` images are Ascend 950 builds).
+    device_names: Mapping[str, str] = MappingProxyType({})
 
 
 class ImageFinding(NamedTuple):
@@ -132,14 +134,19 @@ class Vendor:
         return None
 
     def release_row(self, release: str) -> Release | None:
-        """The row of the driver release `release` ('30.10.1' -> the '30.10' row)."""
-        best: Release | None = None
-        for row in self.releases:
-            if covers(row.release, release, ".-") and (
-                best is None or len(row.release) > len(best.release)
-            ):
-                best = row
-        return best
+        """The row of the driver release `release` ('30.10.1' -> the '30.10' row). Where
+        several rows cover it (Huawei's '25.5.X' column and the '25.5.1' pairing of an older
+        release note), one row holding what they all say, named by the most specific."""
+        found = [row for row in self.releases if covers(row.release, release, ".-")]
+        if len(found) <= 1:
+            return found[0] if found else None
+        found.sort(key=lambda row: len(row.release), reverse=True)
+        return Release(
+            found[0].release,
+            tuple(dict.fromkeys(rt for row in found for rt in row.runtimes)),
+            "; ".join(dict.fromkeys(row.source for row in found)),
+            tuple(q for row in found for q in row.qualified),
+        )
 
     def device_of(self, value: str) -> str | None:
         """The device a node label value names; `Ascend910B3` is read as `910B3` (npu-smi
@@ -180,25 +187,47 @@ def _rows(data: Any, field: str, target: str, where: str) -> tuple[Row, ...]:
     )
 
 
+def _add_release(
+    releases: dict[str, Release],
+    release: str,
+    runtimes: tuple[str, ...],
+    devices: tuple[str, ...],
+    source: str,
+    at: str,
+    *,
+    admin: bool = False,
+) -> None:
+    """One table row into `releases` (by release). A row that holds only for some devices
+    joins its release's row as qualified; an admin's row adds its runtimes to a shipped one."""
+    release = version_key(release)
+    runtimes = tuple(version_key(v) for v in runtimes)
+    row = releases.get(release) or Release(release, (), source)
+    if devices:
+        more = tuple(Qualified(r, devices, source) for r in runtimes)
+        releases[release] = row._replace(qualified=row.qualified + more)
+    elif row.runtimes and not admin:
+        raise VendorDataError(f"{at}: a second row of release {release} without devices")
+    elif row.runtimes:
+        joined = tuple(dict.fromkeys((*row.runtimes, *runtimes)))
+        releases[release] = row._replace(runtimes=joined, source=f"{row.source}; {source}")
+    else:
+        releases[release] = row._replace(runtimes=runtimes, source=source)
+
+
 def _vendor(data: Any, where: str) -> Vendor:
     if not is_mapping(data):
         raise VendorDataError(f"{where} must be a mapping")
     releases: dict[str, Release] = {}
     for i, item in enumerate(data.get("releases") or []):
         at = f"{where} releases[{i}]"
-        release = version_key(_text(item, "release", at))
-        runtimes = tuple(version_key(v) for v in _strings(item, "runtimes", at))
-        source = _text(item, "source", at)
-        devices = _strings(item, "devices", at)
-        row = releases.get(release) or Release(release, (), source)
-        if devices:
-            # A row that holds only for some devices joins its release's row as qualified.
-            more = tuple(Qualified(r, devices, source) for r in runtimes)
-            releases[release] = row._replace(qualified=row.qualified + more)
-        elif row.runtimes:
-            raise VendorDataError(f"{at}: a second row of release {release} without devices")
-        else:
-            releases[release] = row._replace(runtimes=runtimes, source=source)
+        _add_release(
+            releases,
+            _text(item, "release", at),
+            _strings(item, "runtimes", at),
+            _strings(item, "devices", at),
+            _text(item, "source", at),
+            at,
+        )
     images = []
     for i, item in enumerate(data.get("images") or []):
         at = f"{where} images[{i}]"
@@ -206,6 +235,11 @@ def _vendor(data: Any, where: str) -> Vendor:
             _text(r, "release", at): version_key(_text(r, "version", at))
             for r in item.get("releases") or []
         }
+        names = item.get("deviceNames") or {}
+        if not is_mapping(names) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in names.items()
+        ):
+            raise VendorDataError(f"{at}: deviceNames must map strings to strings")
         images.append(
             KnownImages(
                 frozenset(_strings(item, "repositories", at)),
@@ -213,6 +247,7 @@ def _vendor(data: Any, where: str) -> Vendor:
                 MappingProxyType(known),
                 _strings(item, "defaultDevices", at),
                 _text(item, "source", at),
+                MappingProxyType(dict(names)),
             )
         )
     shown = data.get("shownComponents", 0)
@@ -257,14 +292,75 @@ def shipped_vendors() -> tuple[Vendor, ...]:
 
 def vendor_of(families: frozenset[str], accelerators: Accelerators) -> Vendor | None:
     """The vendor whose gate applies to a container requesting devices of `families` (the
-    device families module names each family's placement rule), enabled gates only."""
+    device families module names each family's placement rule), enabled gates only: its
+    tables in force (the shipped rows and the config's, `in_force`)."""
     for name in sorted(families):
         family = family_named(name)
         vendor = _by_name().get(family.placement) if family is not None else None
         gate = accelerators.gate(vendor.name) if vendor is not None else None
         if vendor is not None and gate is not None and gate.enabled:
-            return vendor
+            return in_force(vendor, gate)
     return None
+
+
+# (vendor name, id(gate)) -> (gate, vendor with the gate's rows): one object per config, so
+# the image cache and the inventory's per-snapshot facts (keyed by identity) stay shared.
+_IN_FORCE: dict[tuple[str, int], tuple[VendorGate, Vendor]] = {}
+
+
+def in_force(vendor: Vendor, gate: VendorGate) -> Vendor:
+    """`vendor` with the rows the admin added in the config (SPEC §13: admins extend every
+    table, rows added to the shipped ones): an admin's module and device rows are read before
+    the shipped ones of the same value, an admin's release row adds its runtimes."""
+    if not (gate.modules or gate.releases or gate.devices):
+        return vendor
+    key = (vendor.name, id(gate))
+    hit = _IN_FORCE.get(key)
+    if hit is not None and hit[0] is gate:
+        return hit[1]
+    merged = _with_rows(vendor, gate)
+    if len(_IN_FORCE) >= 32:  # configs reloaded many times: keep the newest only
+        _IN_FORCE.clear()
+    _IN_FORCE[key] = (gate, merged)
+    return merged
+
+
+def _with_rows(vendor: Vendor, gate: VendorGate) -> Vendor:
+    releases = {r.release: r for r in vendor.releases}
+    for i, row in enumerate(gate.releases):
+        _add_release(
+            releases,
+            row.release,
+            row.runtimes,
+            row.devices,
+            f"config: {row.source}",
+            f"{vendor.name}.releases[{i}]",
+            admin=True,
+        )
+    modules = tuple(
+        Row(version_key(m.value), version_key(m.release), f"config: {m.source}")
+        for m in gate.modules
+    )
+    devices = dict(vendor.devices)
+    for d in gate.devices:
+        devices[d.value.lower()] = Row(d.value, d.device, f"config: {d.source}")
+    return Vendor(
+        name=vendor.name,
+        runtime=vendor.runtime,
+        driver=vendor.driver,
+        device=vendor.device,
+        nodes=vendor.nodes,
+        annotation=vendor.annotation,
+        shown_components=vendor.shown_components,
+        env_version=vendor.env_version,
+        env_devices=vendor.env_devices,
+        tags=vendor.tags,
+        device_tags=vendor.device_tags,
+        modules=modules + vendor.modules,
+        releases=tuple(releases.values()),
+        devices=MappingProxyType(devices),
+        images=vendor.images,
+    )
 
 
 @lru_cache(maxsize=1)
@@ -322,7 +418,7 @@ def _image_finding(
         chip = match.groupdict().get("devices")
         return ImageFinding(
             known.releases[match["release"]],
-            (chip,) if chip else known.default_devices,
+            (known.device_names.get(chip, chip),) if chip else known.default_devices,
             f"{image}: {known.source}",
         )
     if devices:
