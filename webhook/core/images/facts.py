@@ -96,7 +96,7 @@ def pod_archs(spec: Mapping[str, Any]) -> tuple[str, ...]:
     terms = [t for t in required_terms(spec) or () if not is_empty_term(t)]
     allowed: set[str] = set()
     for term in terms:
-        archs = _term_archs(term)
+        archs = term_archs(term)
         if archs is None:
             return (DEFAULT_ARCH,)
         allowed |= archs
@@ -109,7 +109,7 @@ def _preference(arch: str) -> tuple[int, str]:
     return (_GPU_ARCHS.index(arch) if arch in _GPU_ARCHS else len(_GPU_ARCHS), arch)
 
 
-def _term_archs(term: Mapping[str, Any]) -> set[str] | None:
+def term_archs(term: Mapping[str, Any]) -> set[str] | None:
     """The architectures one node selector term allows; None: any."""
     exprs = term.get("matchExpressions")
     allowed: set[str] | None = None
