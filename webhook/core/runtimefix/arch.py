@@ -18,7 +18,7 @@ from webhook.core.config.model import WebhookConfig
 from webhook.core.config.runtime_fixes import ANNOTATION_INJECTED_ARCHITECTURE, ArchitectureFix
 from webhook.core.envfix.fixes import repository_path
 from webhook.core.families.catalog import family_named
-from webhook.core.images.facts import ARCH_LABELS, term_archs
+from webhook.core.images.facts import ARCH_LABELS, KNOWN_ARCHS, term_archs
 from webhook.core.images.knowledge import ImageKnowledge
 from webhook.core.images.references import MAX_REFERENCE_LENGTH, normalize, shown_image, split_tag
 from webhook.core.outcome.decision import PodState, short
@@ -201,7 +201,9 @@ def _without_own(terms: list[Any], own: tuple[str, ...] | None) -> list[Any]:
 
 def _users_archs(terms: list[Any] | None) -> set[str] | None:
     """The architectures the user's own required terms allow, when one of them names the arch
-    label (the user's choice, like a nodeSelector); None: no term names it."""
+    label (the user's choice, like a nodeSelector): those its `In` lists allow (KNOWN_ARCHS
+    names), or every known one when some term has no `In` on it (a `NotIn` alone); None: no
+    term names the label."""
     if not terms:
         return None
     mentioned = False
@@ -215,8 +217,7 @@ def _users_archs(terms: list[Any] | None) -> set[str] | None:
         ):
             mentioned = True
         archs = term_archs(term)
-        if archs is not None:
-            allowed |= archs
+        allowed |= set(KNOWN_ARCHS) if archs is None else archs
     return allowed if mentioned else None
 
 
@@ -290,15 +291,16 @@ def apply_architecture(
     users = _users_archs(terms)
     if users is not None:
         # The user's own arch requirement decides, as a nodeSelector would.
-        lacking = sorted(users - allowed)
-        if (lacking and not violations_only) or not users & allowed:
-            image = shown_image(_lacking(known, lacking[0] if lacking else ""))
-            asked = ", ".join(lacking) or "none"
-            text = f"your node affinity allows {asked}; {image} has no linux/{asked}"
-            if not users & allowed:
-                record_problem(state, config, text, "architecture")
+        # Only the architectures some node of the vendors has can matter.
+        lacking = sorted((users & cluster) - allowed)
+        stranded = not users & allowed & cluster  # no node the user allows runs the images
+        if lacking and (stranded or not violations_only):
+            image = shown_image(_lacking(known, lacking[0]))
+            said = f"your node affinity allows {lacking[0]}; {image} has no linux/{lacking[0]}"
+            if stranded:
+                record_problem(state, config, said, "architecture")
             else:
-                state.warnings.append(short(text))
+                state.warnings.append(short(said))
         return
     if violations_only:
         return

@@ -119,9 +119,8 @@ def apply_rdma(
         state.warnings.append(
             Wording(
                 (
-                    f"{where}: RDMA ({key}) needs {CAPABILITY}, which the container drops: "
-                    f"remove it from capabilities.drop",
-                    f"{where}: RDMA needs {CAPABILITY}, which the container drops",
+                    f"{where}: RDMA ({key}) needs {CAPABILITY}; not added: the container drops it",
+                    f"{where}: RDMA needs {CAPABILITY}; not added: the container drops it",
                 )
             )
         )
