@@ -607,9 +607,12 @@ async def test_a_rocm_image_whose_config_names_its_version_and_targets_is_placed
                 ]
             }
         ]
+        # Every vendor's accelerator container gets /dev/shm too (SPEC §14).
+        shm = 'mounted a 16Gi memory-backed /dev/shm in container "main" (shm fix)'
         assert warnings == [
             "required nodes whose amdgpu driver runs ROCm 6.4 on GPU target gfx942 "
-            "(image config ROCM_VERSION=6.4.1)"
+            "(image config ROCM_VERSION=6.4.1)",
+            shm,
         ]
         # A config without ROCM_VERSION: the lookup says so, and nothing is placed.
         plain = f"{registry.host}/public/rocm-plain:v1"
@@ -618,9 +621,36 @@ async def test_a_rocm_image_whose_config_names_its_version_and_targets_is_placed
         )
         assert node_terms(stored) is None
         assert warnings == [
+            shm,
             f"ROCm version of {plain} unknown, no affinity: set features.alauda.io/rocm-version",
             f"ROCm lookup of {plain}: its config sets no ROCM_VERSION",
         ]
+    finally:
+        await hook.http.close()
+
+
+async def test_an_index_of_arm64_only_requires_arm64_nodes_and_gives_its_cuda(
+    registry: FakeRegistry, tls: CertPaths
+) -> None:
+    # Issue 45 item 4: an index that lists only linux/arm64 lost its platforms and its CUDA
+    # version (the pod pins no architecture: amd64 was asked for): no affinity at all.
+    registry.push("public/grace-index", "v1", image({"arm64": CUDA_12_4}))
+    labels = {"cuda-major-version": "12", "cuda-minor-version": "4"}
+    nodes = {
+        "x86": {**labels, "kubernetes.io/arch": "amd64"},
+        "gh200": {**labels, "kubernetes.io/arch": "arm64"},
+    }
+    hook = await started_with(registry_client(tls.ca_cert, registry.host), nodes)
+    try:
+        ref = f"{registry.host}/public/grace-index:v1"
+        stored, warnings, _ = await hook.mutate(gpu_pod(ref))
+        arch = {"key": "kubernetes.io/arch", "operator": "In", "values": ["arm64"]}
+        assert node_terms(stored) == [
+            {"matchExpressions": [*term["matchExpressions"], arch]} for term in REQUIRED_12_4_TERMS
+        ]
+        assert warnings[-1] == (
+            f"required nodes of architecture arm64: {ref} has no linux/amd64 (architecture fix)"
+        )
     finally:
         await hook.http.close()
 

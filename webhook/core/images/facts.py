@@ -35,7 +35,7 @@ KNOWN_ARCHS = frozenset(
 MAX_ARCHS = 4
 # Which architectures are kept first when a pod allows more than MAX_ARCHS: those NVIDIA
 # builds CUDA for (x86_64, sbsa/arm64, ppc64le), then by name.
-_GPU_ARCHS = ("amd64", "arm64", "ppc64le")
+GPU_ARCHS = ("amd64", "arm64", "ppc64le")
 
 
 class Requirement(NamedTuple):
@@ -106,7 +106,7 @@ def pod_archs(spec: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 def _preference(arch: str) -> tuple[int, str]:
-    return (_GPU_ARCHS.index(arch) if arch in _GPU_ARCHS else len(_GPU_ARCHS), arch)
+    return (GPU_ARCHS.index(arch) if arch in GPU_ARCHS else len(GPU_ARCHS), arch)
 
 
 def term_archs(term: Mapping[str, Any]) -> set[str] | None:
