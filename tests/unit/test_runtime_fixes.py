@@ -391,7 +391,8 @@ def test_no_node_of_the_images_architecture_warns_or_denies() -> None:
     deny = ARCH_CONFIG.model_copy(update={"no_compatible_node": "deny"})
     decision = run(arm_only, config=deny, inventory=amd_only_cluster)
     assert [v.message for v in decision.violations] == [
-        "Pod ml/train: no node of architecture arm64 for example.com/arm-only:1 (NVIDIA GPU nodes are amd64)."
+        "Pod ml/train: no node of architecture arm64 for example.com/arm-only:1 (NVIDIA GPU "
+        "nodes are amd64)."
     ]
 
 
