@@ -41,13 +41,15 @@ def _resource_names(value: tuple[str, ...]) -> tuple[str, ...]:
 
 class FixMatch(ConfigModel):
     """Which accelerator containers a runtime fix applies to: every condition given must hold
-    (none given: every accelerator container)."""
+    (none given: every accelerator container — every device family's, SPEC §14)."""
 
     # The rule is in force (config and chart switch).
     enabled: bool = True
     # The container uses one of these resources (exact names or glob patterns).
     resources: tuple[str, ...] = ()
-    # The container uses a CRL policy of one of these device families (the CRL group label).
+    # The container has devices of one of these families: a families-catalog name (nvidia,
+    # amd, ascend, intel, cambricon, hygon, iluvatar, metax, enflame, kunlunxin, mthreads,
+    # neuron: by its resources or DRA claims), or the group label of a CRL policy it uses.
     families: tuple[str, ...] = ()
     # Regex searched (case-insensitive) in the image repository (the part before tag/digest).
     image: Regex | None = None
