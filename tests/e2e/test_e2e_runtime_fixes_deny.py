@@ -42,8 +42,9 @@ def scheduler(cluster: Cluster) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def nodes(core: Any, cluster: Cluster, scheduler: dict[str, str]) -> Iterator[dict[str, str]]:
-    """An amd64 GPU node (CUDA 12.4) and an arm64 CPU node (no GPU label, no GPU)."""
-    gpu = {"cuda-major-version": "12", "cuda-minor-version": "4", "gaw-rfd": RUN}
+    """An amd64 GPU node (CUDA 12.8: `serving`'s probe pod needs it, and this module denies)
+    and an arm64 CPU node (no GPU label, no GPU)."""
+    gpu = {"cuda-major-version": "12", "cuda-minor-version": "8", "gaw-rfd": RUN}
     specs = {"gpu": (gpu, "nvidia.com/gpu=8"), "cpu": ({"gaw-rfd": RUN}, "example.com/none=1")}
     with kapi_nodes(
         core, cluster, scheduler, specs, prefix=f"gaw-rfd-{RUN}", taint=f"{TAINT}={RUN}:NoSchedule"
