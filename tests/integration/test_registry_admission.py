@@ -629,39 +629,15 @@ async def test_a_rocm_image_whose_config_names_its_version_and_targets_is_placed
         await hook.http.close()
 
 
-async def test_an_index_of_arm64_only_requires_arm64_nodes_and_gives_its_cuda(
-    registry: FakeRegistry, tls: CertPaths
-) -> None:
-    # Issue 45 item 4: an index that lists only linux/arm64 lost its platforms and its CUDA
-    # version (the pod pins no architecture: amd64 was asked for): no affinity at all.
-    registry.push("public/grace-index", "v1", image({"arm64": CUDA_12_4}))
-    labels = {"cuda-major-version": "12", "cuda-minor-version": "4"}
-    nodes = {
-        "x86": {**labels, "kubernetes.io/arch": "amd64"},
-        "gh200": {**labels, "kubernetes.io/arch": "arm64"},
-    }
-    hook = await started_with(registry_client(tls.ca_cert, registry.host), nodes)
-    try:
-        ref = f"{registry.host}/public/grace-index:v1"
-        stored, warnings, _ = await hook.mutate(gpu_pod(ref))
-        arch = {"key": "kubernetes.io/arch", "operator": "In", "values": ["arm64"]}
-        assert node_terms(stored) == [
-            {"matchExpressions": [*term["matchExpressions"], arch]} for term in REQUIRED_12_4_TERMS
-        ]
-        assert warnings[-1] == (
-            f"required nodes of architecture arm64: {ref} has no linux/amd64 (architecture fix)"
-        )
-    finally:
-        await hook.http.close()
-
-
-async def test_an_arm64_only_single_manifest_requires_arm64_nodes_in_a_mixed_cluster(
-    registry: FakeRegistry, tls: CertPaths
+@pytest.mark.parametrize("index", [False, True], ids=["single-manifest", "index"])
+async def test_an_arm64_only_image_requires_arm64_nodes_in_a_mixed_cluster(
+    registry: FakeRegistry, tls: CertPaths, index: bool
 ) -> None:
     # SPEC §14 (issue 39 item 4): no index, one manifest whose config says linux/arm64 (a
     # Grace/GH200 build): the pod must not reach the x86 node, where it would fail with
-    # `exec format error`.
-    registry.push("public/grace-only", "v1", image({"arm64": CUDA_12_4}, index=False))
+    # `exec format error`. Issue 45 item 4: an index listing only linux/arm64 (the pod pins no
+    # architecture: amd64 is asked for) lost its platforms and its CUDA version: the same.
+    registry.push("public/grace-only", "v1", image({"arm64": CUDA_12_4}, index=index))
     labels = {"cuda-major-version": "12", "cuda-minor-version": "4"}
     nodes = {
         "x86": {**labels, "kubernetes.io/arch": "amd64"},

@@ -12,6 +12,7 @@ from tests.fakekube import FakeKube, node
 from tests.integration.test_placement_inventory import (  # noqa: F401 (fixtures)
     Webhook,
     gfd,
+    gpu_pod,
     kube,
     start,
 )
@@ -22,23 +23,9 @@ NO_ARM_GPU = f"no node of architecture arm64 for {ARM_ONLY} (NVIDIA GPU nodes ar
 
 
 def arm_pod() -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "train", "namespace": "ml"},
-        "spec": {
-            "containers": [
-                {
-                    "name": "train",
-                    "image": ARM_ONLY,
-                    "resources": {
-                        "limits": {"nvidia.com/gpu": "1"},
-                        "requests": {"nvidia.com/gpu": "1"},
-                    },
-                }
-            ]
-        },
-    }
+    pod = gpu_pod()
+    pod["spec"]["containers"][0]["image"] = ARM_ONLY
+    return pod
 
 
 async def test_mutate_and_validate_agree_on_the_architecture_deny(
