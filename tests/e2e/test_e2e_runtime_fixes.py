@@ -32,6 +32,7 @@ pytestmark = pytest.mark.e2e
 RUN = uuid.uuid4().hex[:6]
 TAINT = "gaw-rf-only"
 RDMA = "rdma/hca_shared_devices_a"
+AMD_GPU, ASCEND = "amd.com/gpu", "huawei.com/Ascend910"
 AMD64_ONLY, MULTI = "registry.local/ml/amd64-only-trainer:1.0", "registry.local/ml/multi-arch:1.0"
 # /dev/shm and RDMA as shipped (WebhookConfig's defaults, the chart's values): not set here.
 SETTINGS: dict[str, Any] = {
@@ -55,9 +56,12 @@ def scheduler(cluster: Cluster) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def nodes(core: Any, cluster: Cluster, scheduler: dict[str, str]) -> Iterator[dict[str, str]]:
-    """arch -> Node name: one amd64 and one arm64 GPU node (CUDA 12.4, 16 GPUs, RDMA)."""
+    """arch -> Node name: one amd64 and one arm64 GPU node (CUDA 12.4, 16 GPUs, RDMA, 8 AMD
+    GPUs and 8 Ascend 910 NPUs)."""
     labels = {"cuda-major-version": "12", "cuda-minor-version": "4", "gaw-rf": RUN}
-    specs = dict.fromkeys(("amd64", "arm64"), (labels, f"nvidia.com/gpu=16,{RDMA}=16"))
+    # AMD GPUs and Ascend NPUs too: every vendor's pod gets /dev/shm (issue 45 item 3).
+    capacity = f"nvidia.com/gpu=16,{RDMA}=16,{AMD_GPU}=8,{ASCEND}=8"
+    specs = dict.fromkeys(("amd64", "arm64"), (labels, capacity))
     with kapi_nodes(
         core, cluster, scheduler, specs, prefix=f"gaw-rf-{RUN}", taint=f"{TAINT}={RUN}:NoSchedule"
     ) as made:
@@ -315,5 +319,48 @@ def test_pytorch_ddp_pod_gets_dev_shm_from_the_shipped_config(
     stored = core.api_client.sanitize_for_serialization(core.read_namespaced_pod(name, ns))
     assert _shm(stored) == (
         [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": size}}],
+        [{"name": "dshm", "mountPath": "/dev/shm"}],
+    )
+
+
+# ROCm's and CANN's published PyTorch images (Docker Hub rocm/pytorch, ascendai/cann): the
+# vendors' DDP jobs die with "Bus error" without /dev/shm as NVIDIA's do.
+VENDOR_IMAGES = {
+    AMD_GPU: "rocm/pytorch:rocm6.4_ubuntu24.04_py3.12_pytorch_release_2.6.0",
+    ASCEND: "ascendai/cann:8.3.rc1-910b-ubuntu22.04-py3.11",
+}
+
+
+@pytest.mark.parametrize("resource", [AMD_GPU, ASCEND])
+def test_amd_and_ascend_deployments_get_dev_shm_through_the_webhook(
+    fixing: tuple[str, Path], core: Any, apps: Any, namespaces: dict[str, str],
+    nodes: dict[str, str], resource: str,
+) -> None:  # fmt: skip
+    """Issue 45 item 3: the pods a Deployment of AMD GPUs or Ascend NPUs makes are stored with
+    the webhook's memory-backed /dev/shm (sized from the pod's memory limit) and bound."""
+    from kubernetes import client
+
+    ns = namespaces["privileged"]
+    container: dict[str, Any] = {
+        "name": "trainer",
+        "image": VENDOR_IMAGES[resource],
+        "command": ["torchrun", "--nproc_per_node=2", "train.py"],
+        "resources": {"limits": {resource: "2", "memory": "24Gi"}},
+    }
+    app = f"vendor-{resource.split('.', maxsplit=1)[0]}-{uuid.uuid4().hex[:6]}"
+    template = {"metadata": {"labels": {"app": app}}, "spec": _spec(container, restricted=False)}
+    batch = client.BatchV1Api(core.api_client)
+    created, warnings = create(
+        "Deployment", workload("Deployment", app, template), apps=apps, batch=batch, namespace=ns
+    )
+    assert "volumes" not in created["spec"]["template"]["spec"]
+    assert (
+        'will apply to pods: mounted a 12Gi memory-backed /dev/shm in container "trainer" (shm fix)'
+    ) in warnings
+    ((name, node),) = scheduled(core, ns, app).items()
+    assert node in nodes.values()
+    stored = core.api_client.sanitize_for_serialization(core.read_namespaced_pod(name, ns))
+    assert _shm(stored) == (
+        [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "12Gi"}}],
         [{"name": "dshm", "mountPath": "/dev/shm"}],
     )

@@ -607,9 +607,12 @@ async def test_a_rocm_image_whose_config_names_its_version_and_targets_is_placed
                 ]
             }
         ]
+        # Every vendor's accelerator container gets /dev/shm too (SPEC §14).
+        shm = 'mounted a 16Gi memory-backed /dev/shm in container "main" (shm fix)'
         assert warnings == [
             "required nodes whose amdgpu driver runs ROCm 6.4 on GPU target gfx942 "
-            "(image config ROCM_VERSION=6.4.1)"
+            "(image config ROCM_VERSION=6.4.1)",
+            shm,
         ]
         # A config without ROCM_VERSION: the lookup says so, and nothing is placed.
         plain = f"{registry.host}/public/rocm-plain:v1"
@@ -618,6 +621,7 @@ async def test_a_rocm_image_whose_config_names_its_version_and_targets_is_placed
         )
         assert node_terms(stored) is None
         assert warnings == [
+            shm,
             f"ROCm version of {plain} unknown, no affinity: set features.alauda.io/rocm-version",
             f"ROCm lookup of {plain}: its config sets no ROCM_VERSION",
         ]
@@ -625,13 +629,15 @@ async def test_a_rocm_image_whose_config_names_its_version_and_targets_is_placed
         await hook.http.close()
 
 
-async def test_an_arm64_only_single_manifest_requires_arm64_nodes_in_a_mixed_cluster(
-    registry: FakeRegistry, tls: CertPaths
+@pytest.mark.parametrize("index", [False, True], ids=["single-manifest", "index"])
+async def test_an_arm64_only_image_requires_arm64_nodes_in_a_mixed_cluster(
+    registry: FakeRegistry, tls: CertPaths, index: bool
 ) -> None:
     # SPEC §14 (issue 39 item 4): no index, one manifest whose config says linux/arm64 (a
     # Grace/GH200 build): the pod must not reach the x86 node, where it would fail with
-    # `exec format error`.
-    registry.push("public/grace-only", "v1", image({"arm64": CUDA_12_4}, index=False))
+    # `exec format error`. Issue 45 item 4: an index listing only linux/arm64 (the pod pins no
+    # architecture: amd64 is asked for) lost its platforms and its CUDA version: the same.
+    registry.push("public/grace-only", "v1", image({"arm64": CUDA_12_4}, index=index))
     labels = {"cuda-major-version": "12", "cuda-minor-version": "4"}
     nodes = {
         "x86": {**labels, "kubernetes.io/arch": "amd64"},

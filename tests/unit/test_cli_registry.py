@@ -404,13 +404,16 @@ def test_images_and_review_read_rocm_from_the_image_config(
     ]
     code, out = cli(*common)
     limits = 'set requests.amd.com/gpu=1 from limits in container "main"'
-    assert json.loads(out)[0]["changes"] == [limits]
+    # An AMD container gets /dev/shm (SPEC §14), with or without its ROCm version.
+    shm = 'mounted a 16Gi memory-backed /dev/shm in container "main" (shm fix)'
+    assert json.loads(out)[0]["changes"] == [limits, shm]
     code, out = cli(*common, "--resolve-images", "--registry-ca", str(tls.ca_cert))
     (result,) = json.loads(out)
     assert result["changes"] == [
         limits,
         "required nodes whose amdgpu driver runs ROCm 6.4 on GPU target gfx942 "
         "(image config ROCM_VERSION=6.4.1)",
+        shm,
     ]
     assert node_terms(result["mutated"]) == [
         {

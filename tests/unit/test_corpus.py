@@ -114,12 +114,21 @@ _SHM_LINE = re.compile(
 )
 
 
+_SHM_MARK = "features.alauda.io/injected-shm"
+
+
 def _without_dshm(obj: Any) -> Any:
     """`obj` without the volumes and mounts named dshm* (a list they alone made is dropped), so
     that what the shm fix added compares away."""
     if isinstance(obj, Mapping):
         out: dict[str, Any] = {}
         for key, value in obj.items():
+            if key == "annotations" and isinstance(value, Mapping) and _SHM_MARK in value:
+                # The mark the fix writes beside its volume in a mutated template.
+                rest = {k: v for k, v in value.items() if k != _SHM_MARK}
+                if rest:
+                    out[key] = rest
+                continue
             if key in ("volumes", "volumeMounts") and isinstance(value, list):
                 kept = [
                     _without_dshm(v)

@@ -121,14 +121,24 @@ def test_every_gpu_resource_kind_gets_its_rule(
         {"example.com/gpu-foo": "0"},  # asks for nothing: no warning either
         # amd.com/gpu and HAMi's amd.com/gpumem are no CUDA device either, but the ROCm gate
         # checks them (SPEC §13): tests/unit/test_vendor_gate.py.
-        {"gpu.intel.com/i915": "1"},
-        {"mthreads.com/vgpu": "1"},
         {"cpu": "1", "memory": "1Gi"},
     ],
 )
 def test_resources_that_ask_for_no_cuda_device_are_untouched(limits: dict[str, str]) -> None:
     decision = run(limits_pod(limits), policies())
     assert (decision.patch, decision.notes, decision.warnings) == ([], (), ())
+    assert decision.allowed
+
+
+@pytest.mark.parametrize("limits", [{"gpu.intel.com/i915": "1"}, {"mthreads.com/vgpu": "1"}])
+def test_other_vendors_devices_get_no_cuda_rule_but_their_runtime_fixes(
+    limits: dict[str, str],
+) -> None:
+    # Intel's and Moore Threads' devices are accelerators (SPEC §14): /dev/shm, no CUDA rule.
+    original = limits_pod(limits)
+    decision = run(original, policies())
+    assert apply(decision)["spec"] == with_shm(original["spec"])
+    assert (decision.notes, decision.warnings) == ((SHM_NOTE,), ())
     assert decision.allowed
 
 

@@ -155,7 +155,9 @@ def test_an_intel_claim_makes_an_intel_device_container() -> None:
 
 def test_an_amd_claim_container_gets_the_rocm_gate() -> None:
     decision = check(claim_pod("amd", claimed(image=ROCM_64)), WebhookConfig(), inventory=AMD)
+    # The claim's container is an accelerator container: /dev/shm too (SPEC §14).
     assert decision.notes == (
         f"required nodes whose amdgpu driver runs ROCm 6.4 (image {ROCM_64})",
+        'mounted a 16Gi memory-backed /dev/shm in container "app" (shm fix)',
     )
     assert required(apply(decision)) is not None

@@ -84,6 +84,23 @@ async def test_the_architecture_the_pod_pins_is_the_one_read(
     assert (missing.status, missing.detail) == (INVALID, "no linux/ppc64le image in its index")
 
 
+async def test_an_index_of_arm64_only_is_read_for_a_pod_that_pins_no_architecture(
+    tls: CertPaths, registry: FakeRegistry
+) -> None:
+    # Issue 45: an index listing only linux/arm64 (a Grace build) lost its platforms and its
+    # CUDA version for the default architecture; the image runs on arm64 only, so that image is
+    # the one read, and its platform is what the architecture fix requires.
+    registry.push("team/grace", "1", image({"arm64": ["CUDA_VERSION=12.6.0"]}))
+    result = await lookup(tls, registry.host, f"{registry.host}/team/grace:1")
+    assert result.status == FOUND
+    assert result.requirement is not None
+    assert result.requirement.version == CudaVersion(12, 6)
+    assert result.platforms == ("arm64",)
+    # Another architecture asked for by the pod itself is still said to be missing.
+    missing = await lookup(tls, registry.host, f"{registry.host}/team/grace:1", arch="ppc64le")
+    assert (missing.status, missing.detail) == (INVALID, "no linux/ppc64le image in its index")
+
+
 @pytest.mark.parametrize("docker", [True, False], ids=["docker-v2", "oci"])
 @pytest.mark.parametrize("index", [True, False], ids=["index", "manifest"])
 async def test_docker_and_oci_media_types(

@@ -384,13 +384,15 @@ def test_no_node_of_the_images_architecture_warns_or_denies() -> None:
     amd_only_cluster = inventory("amd64", "amd64")
     arm_only = arch_pod("example.com/arm-only:1")
     decision = run(arm_only, config=ARCH_CONFIG, inventory=amd_only_cluster)
-    assert "no node of architecture arm64 for example.com/arm-only:1 (nodes are amd64)" in (
-        decision.warnings
+    assert (
+        "no node of architecture arm64 for example.com/arm-only:1 (NVIDIA GPU nodes are amd64)"
+        in (decision.warnings)
     )
     deny = ARCH_CONFIG.model_copy(update={"no_compatible_node": "deny"})
     decision = run(arm_only, config=deny, inventory=amd_only_cluster)
     assert [v.message for v in decision.violations] == [
-        "Pod ml/train: no node of architecture arm64 for example.com/arm-only:1 (nodes are amd64)."
+        "Pod ml/train: no node of architecture arm64 for example.com/arm-only:1 (NVIDIA GPU "
+        "nodes are amd64)."
     ]
 
 

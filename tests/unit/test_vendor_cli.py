@@ -51,6 +51,8 @@ def test_review_places_an_amd_pod_and_counts_the_vendors_nodes(tmp_path: Path) -
         # The shipped CRL cf-crl-amd-gpu (requests: fromLimits), then the ROCm gate.
         'set requests.amd.com/gpu=1 from limits in container "c"',
         f"required nodes whose amdgpu driver runs ROCm 7.14 (image {ROCM_714})",
+        # Every vendor's accelerator pod gets /dev/shm (SPEC §14).
+        'mounted a 16Gi memory-backed /dev/shm in container "c" (shm fix)',
     ]
     assert result["mutated"]["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"

@@ -8,12 +8,23 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import apply, assert_idempotent, container, pod, run, workload
+from tests.helpers import apply, assert_idempotent, container, pod, without_shm, workload
+from tests.helpers import run as run_with
 from webhook.core.audit.audit import Audit, evaluate_object
-from webhook.core.config.model import load_config
+from webhook.core.config.model import WebhookConfig, load_config
+from webhook.core.outcome.decision import Decision
 from webhook.core.placement.inventory import NodeInventory
 from webhook.core.placement.vendors import load_vendors, shipped_vendors
 from webhook.core.policies.policyset import PolicySet
+
+
+def run(
+    obj: dict[str, Any], policy_set: Any = None, config: WebhookConfig | None = None, **kw: Any
+) -> Decision:
+    """The vendor gate alone: the /dev/shm fix every vendor's pod gets (SPEC §14) is asserted in
+    test_runtime_fixes_vendors.py (tests/helpers.py: tests of another rule run without it)."""
+    return run_with(obj, policy_set, without_shm(config), **kw)
+
 
 RELEASE, MODULE, DEVICE = (
     "amdgpu-driver-release",
@@ -101,7 +112,7 @@ def test_rocm_6_4_runs_on_both_drivers_never_on_the_unknown_one() -> None:
     assert decision.warnings == (UNKNOWN_LEFT_OUT,)
     assert decision.mutation_kinds == ("rocm-affinity",)
     assert decision.placements == ("rocm",)
-    assert_idempotent(decision, inventory=AMD)
+    assert_idempotent(decision, config=without_shm(), inventory=AMD)
 
 
 def test_rocm_7_0_only_on_the_30_10_driver() -> None:
@@ -267,7 +278,7 @@ def test_cann_version_and_chip_from_the_tag() -> None:
     ]
     assert decision.warnings == ()
     assert decision.mutation_kinds == ("cann-affinity",)
-    assert_idempotent(decision, inventory=ASCEND)
+    assert_idempotent(decision, config=without_shm(), inventory=ASCEND)
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import hashlib
 import json
 from typing import Any
 
-from tests.helpers import apply, pod, standard_policies
+from tests.helpers import apply, pod, standard_policies, without_shm
 from tests.unit.test_registry_resolver import ScriptedClient, resolver
 from tests.unit.test_vendor_gate import (
     AMD,
@@ -23,7 +23,6 @@ from tests.unit.test_vendor_gate import (
     required,
     term,
 )
-from webhook.core.config.model import WebhookConfig
 from webhook.core.evaluation.evaluate import evaluate
 from webhook.core.images.facts import ImageEnv, ImageQuery
 from webhook.core.outcome.decision import Decision
@@ -54,8 +53,9 @@ def config_document(env: list[str], **platform: str) -> dict[str, Any]:
 def check(
     obj: dict[str, Any], image_env: ImageEnv | None, inventory: NodeInventory | None = AMD
 ) -> Decision:
+    # The ROCm gate alone: the /dev/shm fix (SPEC §14) is test_runtime_fixes_vendors.py's.
     return evaluate(
-        obj, standard_policies(), WebhookConfig(), inventory=inventory, image_env=image_env
+        obj, standard_policies(), without_shm(), inventory=inventory, image_env=image_env
     )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import apply, pod, run
+from tests.helpers import apply, pod
 from tests.unit.test_vendor_gate import (
     AMD,
     DEVICE,
@@ -19,6 +19,7 @@ from tests.unit.test_vendor_gate import (
     amd,
     among,
     required,
+    run,
     term,
 )
 from webhook.core.config.model import load_config

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from webhook.core.images.facts import DEFAULT_ARCH, GPU_ARCHS
 from webhook.registry.results import INVALID, LookupFailure
 
 # Values (strings, numbers, objects, arrays...) a document may hold: a large real image config
@@ -146,6 +147,14 @@ def _platform_entry(entries: list[Any], arch: str) -> Mapping[str, Any]:
         and m["platform"].get("architecture") == arch
     ]
     if not candidates:
+        others = index_platforms(entries) if arch == DEFAULT_ARCH else ()
+        if others:
+            # The default architecture (the pod pins none: images.facts pod_archs) of an index
+            # built for others only (an arm64-only Grace build): the image can run only on
+            # those, so their image is the one read — its CUDA version, and its platforms for
+            # the architecture fix, which then requires them (SPEC §14; issue 45).
+            best = min(others, key=_preference)
+            return _platform_entry(entries, best)
         raise LookupFailure(INVALID, f"no linux/{arch} image in its index")
     preferred = {"arm64": ("v8", None), "arm": ("v7", None)}.get(arch, (None,))
     for variant in preferred:
@@ -156,6 +165,11 @@ def _platform_entry(entries: list[Any], arch: str) -> Mapping[str, Any]:
 
 
 _ARCHITECTURE = re.compile(r"[a-z0-9]{1,16}")
+
+
+def _preference(arch: str) -> tuple[int, str]:
+    """The architectures NVIDIA builds CUDA for first (images.facts GPU_ARCHS), then by name."""
+    return (GPU_ARCHS.index(arch) if arch in GPU_ARCHS else len(GPU_ARCHS), arch)
 
 
 def index_platforms(entries: list[Any]) -> tuple[str, ...]:

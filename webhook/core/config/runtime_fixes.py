@@ -16,6 +16,15 @@ from webhook.core.config.fields import ConfigModel, Regex
 
 # The per-pod opt-out (SPEC §14): false/no/0/off switches every runtime fix off for the pod.
 ANNOTATION_RUNTIME_FIXES = "features.alauda.io/runtime-fixes"
+# Written by the webhook beside the kubernetes.io/arch expression it wrote into a pod template
+# (and so on the pods made from it), never read as a setting: the architectures it required,
+# so that a later evaluation (the template's image switched to another build) recomputes its
+# own expression instead of taking it for the user's (SPEC §4 "The webhook's own terms").
+ANNOTATION_INJECTED_ARCHITECTURE = "features.alauda.io/injected-architecture"
+# Written by the webhook beside the /dev/shm volume it adds (its name), never read as a setting:
+# that volume is the webhook's, sized again when the pod's memory limit changes (a reinvocation,
+# a template's new limit); every other volume at /dev/shm is the user's and left alone.
+ANNOTATION_INJECTED_SHM = "features.alauda.io/injected-shm"
 
 # Pod Security levels (k8s.io/pod-security-admission api: LevelPrivileged, LevelBaseline,
 # LevelRestricted), the values of the namespace label pod-security.kubernetes.io/enforce.
@@ -32,13 +41,15 @@ def _resource_names(value: tuple[str, ...]) -> tuple[str, ...]:
 
 class FixMatch(ConfigModel):
     """Which accelerator containers a runtime fix applies to: every condition given must hold
-    (none given: every accelerator container)."""
+    (none given: every accelerator container — every device family's, SPEC §14)."""
 
     # The rule is in force (config and chart switch).
     enabled: bool = True
     # The container uses one of these resources (exact names or glob patterns).
     resources: tuple[str, ...] = ()
-    # The container uses a CRL policy of one of these device families (the CRL group label).
+    # The container has devices of one of these families: a families-catalog name (nvidia,
+    # amd, ascend, intel, cambricon, hygon, iluvatar, metax, enflame, kunlunxin, mthreads,
+    # neuron: by its resources or DRA claims), or the group label of a CRL policy it uses.
     families: tuple[str, ...] = ()
     # Regex searched (case-insensitive) in the image repository (the part before tag/digest).
     image: Regex | None = None
@@ -82,8 +93,12 @@ class ShmFix(FixMatch):
             amount = parse_quantity(value)
         except QuantityError as exc:
             raise ValueError(f"sizeLimit: {exc}") from None
-        if amount <= 0:
-            raise ValueError(f"sizeLimit must be positive, got {value!r}")
+        if amount < 64 * 1024 * 1024:
+            # A container runtime's own /dev/shm is 64 MiB (runtimefix/shm.py RUNTIME_SHM):
+            # a smaller volume would make the fix shrink what the pod has without it.
+            raise ValueError(
+                f"sizeLimit must be at least 64Mi (the runtime's /dev/shm), got {value!r}"
+            )
         return value
 
 

@@ -104,6 +104,8 @@ def _evaluate_spec(
     # cache does not know yet makes no device container: its container is judged like any.
     devices: dict[int, frozenset[str]] = {}
     keyed: list[tuple[ContainerRef, set[str]]] = []  # every container's keys (runtime fixes)
+    # Every vendor's accelerator containers (SPEC §14): the runtime fixes' containers.
+    accelerators: list[tuple[ContainerRef, set[str]]] = []
     # Containers on other vendors' devices (SPEC §13), by vendor: their driver-release gate.
     vendors: dict[str, tuple[Vendor, list[ContainerRef]]] = {}
     for c in pod.containers:
@@ -125,6 +127,7 @@ def _evaluate_spec(
             families |= _claimed_families(vendor_claims, c.container)
         if families:
             devices[id(c.container)] = families
+            accelerators.append((c, keys.asked))
             # Not for the CUDA rules' containers (checked first: most GPU pods are NVIDIA's).
             if not (keys.crl or keys.gpu or on_gpu_claim):
                 vendor = vendor_of(families, config.accelerators)
@@ -166,10 +169,20 @@ def _evaluate_spec(
             daemonset=daemonset,
             image_env=image_env,
         )
-    if not violations_only:
-        apply_runtime_fixes(
-            state, gpu, keyed, policies, config, inventory, levels, namespace, daemonset, platforms
-        )
+    apply_runtime_fixes(
+        state,
+        accelerators,
+        keyed,
+        policies,
+        config,
+        inventory,
+        levels,
+        namespace,
+        daemonset,
+        platforms,
+        devices,
+        violations_only,
+    )
 
 
 def evaluate_pod(

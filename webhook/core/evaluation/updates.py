@@ -9,6 +9,7 @@ from typing import Any
 from webhook.core.base.errors import ObjectShapeError
 from webhook.core.base.shapes import is_mapping
 from webhook.core.config.model import WebhookConfig
+from webhook.core.config.runtime_fixes import ANNOTATION_INJECTED_SHM
 from webhook.core.images.facts import pod_archs
 from webhook.core.placement import cuda
 from webhook.core.policies.native_cel import UpdateReads
@@ -226,7 +227,24 @@ def _evaluated_part(pod: PodSpecRef, config: WebhookConfig) -> tuple[Any, ...]:
         archs,
         containers,
         pod_access,
+        _memory_part(pod) if ANNOTATION_INJECTED_SHM in pod.annotations else (),
     )
+
+
+def _memory_part(pod: PodSpecRef) -> tuple[Any, ...]:
+    """The memory limits (pod-level and the app containers') of a template carrying the
+    webhook's own /dev/shm, sized from them (runtimefix/shm.py): a new limit resizes it."""
+    limits = [_memory_limit(pod.spec)]
+    containers = pod.spec.get("containers")
+    for c in containers if isinstance(containers, list) else ():
+        limits.append(_memory_limit(c))
+    return tuple(limits)
+
+
+def _memory_limit(holder: Any) -> Any:
+    resources = holder.get("resources") if is_mapping(holder) else None
+    limits = resources.get("limits") if is_mapping(resources) else None
+    return limits.get("memory") if is_mapping(limits) else None
 
 
 def _access_part(container: Mapping[str, Any]) -> tuple[Any, ...]:

@@ -35,7 +35,7 @@ KNOWN_ARCHS = frozenset(
 MAX_ARCHS = 4
 # Which architectures are kept first when a pod allows more than MAX_ARCHS: those NVIDIA
 # builds CUDA for (x86_64, sbsa/arm64, ppc64le), then by name.
-_GPU_ARCHS = ("amd64", "arm64", "ppc64le")
+GPU_ARCHS = ("amd64", "arm64", "ppc64le")
 
 
 class Requirement(NamedTuple):
@@ -96,7 +96,7 @@ def pod_archs(spec: Mapping[str, Any]) -> tuple[str, ...]:
     terms = [t for t in required_terms(spec) or () if not is_empty_term(t)]
     allowed: set[str] = set()
     for term in terms:
-        archs = _term_archs(term)
+        archs = term_archs(term)
         if archs is None:
             return (DEFAULT_ARCH,)
         allowed |= archs
@@ -106,10 +106,10 @@ def pod_archs(spec: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 def _preference(arch: str) -> tuple[int, str]:
-    return (_GPU_ARCHS.index(arch) if arch in _GPU_ARCHS else len(_GPU_ARCHS), arch)
+    return (GPU_ARCHS.index(arch) if arch in GPU_ARCHS else len(GPU_ARCHS), arch)
 
 
-def _term_archs(term: Mapping[str, Any]) -> set[str] | None:
+def term_archs(term: Mapping[str, Any]) -> set[str] | None:
     """The architectures one node selector term allows; None: any."""
     exprs = term.get("matchExpressions")
     allowed: set[str] | None = None

@@ -68,13 +68,24 @@ def _plan(config: WebhookConfig) -> _Plan:
 
 
 def matches(
-    rule: _Match, c: ContainerRef, keys: set[str], policies: PolicySet, resources: bool = True
+    rule: _Match,
+    c: ContainerRef,
+    keys: set[str],
+    policies: PolicySet,
+    resources: bool = True,
+    families: frozenset[str] = frozenset(),
 ) -> bool:
     """Every condition the rule gives holds for the container (SPEC §14, as §5's env fixes);
-    `resources=False`: all but the resources (the RDMA rule's name its trigger)."""
+    `resources=False`: all but the resources (the RDMA rule's name its trigger). `families`:
+    the device families (families.catalog names: nvidia, amd, ascend, ...) whose devices the
+    container has; the rule's `families` match those or its CRL policies' group labels."""
     if resources and rule.resources and not rule.names.any_of(keys):
         return False
-    if rule.families and not {p.group for p in used_policies(keys, policies)} & rule.families:
+    if (
+        rule.families
+        and not families & rule.families
+        and not {p.group for p in used_policies(keys, policies)} & rule.families
+    ):
         return False
     regex = rule.image_regex
     if regex is not None:
@@ -95,12 +106,19 @@ def apply_runtime_fixes(
     namespace: str | None,
     daemonset: bool = False,
     platforms: Mapping[str, tuple[str, ...]] | None = None,
+    families: Mapping[int, frozenset[str]] | None = None,
+    violations_only: bool = False,
 ) -> None:
-    """`accelerators`: the pod's accelerator containers with their resource keys;
-    `containers`: every container with its keys (RDMA needs no accelerator); `platforms`:
-    the architectures registry lookups read from images' indexes."""
+    """`accelerators`: the pod's accelerator containers of every device family (SPEC §14:
+    §13's families, DRA claims) with their resource keys; `families`: id(container) -> the
+    device families it has; `containers`: every container with its keys (RDMA needs no
+    accelerator); `platforms`: the architectures registry lookups read from images' indexes.
+    `violations_only` (/validate): only what can deny runs, the architecture rule under
+    `noCompatibleNode: deny`, so /validate denies what /mutate's warning and the CLI say."""
     plan = _plan(config)
     if not plan.any_enabled:
+        return
+    if violations_only and (plan.architecture is None or config.no_compatible_node != "deny"):
         return
     value = field_of(state.pod.annotations, ANNOTATION_RUNTIME_FIXES)
     if value is not None:
@@ -109,25 +127,49 @@ def apply_runtime_fixes(
             state.warnings.append(short(warning))
         if opted_out:
             return
-    rdma = plan.rdma
+    rdma = plan.rdma if not violations_only else None
     if rdma is not None:
         names = plan.rdma_match.names
         level: tuple[str | None, bool] | None = None
         for c, keys in containers:
             if not keys or not names.any_of(keys):
                 continue  # most containers: one set or prefix test
-            key = rdma_key(rdma, keys)
+            key = rdma_key(rdma, keys, c)
             if key and matches(plan.rdma_match, c, keys, policies, resources=False):
                 if level is None:
                     level = namespace_level(rdma, levels, namespace)
                 apply_rdma(state, rdma, c, key, level[0], namespace, level[1])
     if not accelerators:
         return
-    if plan.shm is not None:
+    of = families or {}
+    if plan.shm is not None and not violations_only:
         rule = plan.shm_match
-        chosen = [c for c, keys in accelerators if matches(rule, c, keys, policies)]
+        chosen = [
+            c
+            for c, keys in accelerators
+            if matches(rule, c, keys, policies, families=of.get(id(c.container), _NONE))
+        ]
         apply_shm(state, plan.shm_size_limit, plan.shm_memory_fraction, chosen)
-    if plan.architecture is not None and any(
-        matches(plan.architecture_match, c, keys, policies) for c, keys in accelerators
-    ):
-        apply_architecture(state, plan.architecture, config, inventory, daemonset, platforms)
+    if plan.architecture is not None:
+        rule = plan.architecture_match
+        chosen_families: set[str] = set()
+        for c, keys in accelerators:
+            found = of.get(id(c.container), _NONE)
+            if matches(rule, c, keys, policies, families=found):
+                chosen_families |= found or _NVIDIA
+        if chosen_families:
+            apply_architecture(
+                state,
+                plan.architecture,
+                config,
+                inventory,
+                daemonset,
+                platforms,
+                frozenset(chosen_families),
+                violations_only,
+            )
+
+
+_NONE: Final[frozenset[str]] = frozenset()
+# A container the caller gave no families for is one of the config's GPU containers: NVIDIA's.
+_NVIDIA: Final = frozenset({"nvidia"})

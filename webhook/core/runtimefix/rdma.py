@@ -12,6 +12,7 @@ from webhook.core.base.shapes import is_mapping
 from webhook.core.base.wording import Wording
 from webhook.core.config.runtime_fixes import RdmaFix
 from webhook.core.outcome.decision import PodState, container_label
+from webhook.core.policies.resources import ResourceLists
 from webhook.core.workloads.pods import ContainerRef
 
 CAPABILITY = "IPC_LOCK"
@@ -71,10 +72,30 @@ def _has_capability(container: Mapping[str, Any]) -> bool:
     return CAPABILITY in names or "ALL" in names
 
 
-def rdma_key(rule: RdmaFix, keys: Iterable[str]) -> str:
-    """The first RDMA resource (in name order) among a container's keys, or ''."""
+def _drops_capability(container: Mapping[str, Any]) -> bool:
+    """Whether the container drops IPC_LOCK by name. The runtimes apply `drop: [ALL]` first,
+    then each capability added, then each one dropped by name (containerd pkg/cri/opts
+    spec_linux.go WithCapabilities; CRI-O internal/factory/container setOCICapabilities, after
+    kubernetes/kubernetes#51980): IPC_LOCK added beside `drop: [ALL]` is kept, beside
+    `drop: [IPC_LOCK]` it is removed again."""
+    context = container.get("securityContext")
+    capabilities = context.get("capabilities") if is_mapping(context) else None
+    dropped = capabilities.get("drop") if is_mapping(capabilities) else None
+    if not isinstance(dropped, list):
+        return False
+    return CAPABILITY in {d.upper().removeprefix("CAP_") for d in dropped if isinstance(d, str)}
+
+
+def rdma_key(rule: RdmaFix, keys: Iterable[str], c: ContainerRef | None = None) -> str:
+    """The first RDMA resource (in name order) among a container's keys that it asks for some
+    of (with `c`: a resource set to "0" asks for none, SPEC §3), or ''."""
     names = rule.resource_names
-    return next((k for k in sorted(keys) if k in names), "")
+    found = [k for k in sorted(keys) if k in names]
+    if found and c is not None:
+        lists = ResourceLists.of(c.container, "", container_label(c))
+        zero = lists.zero_keys(found)
+        found = [k for k in found if k not in zero]
+    return found[0] if found else ""
 
 
 def apply_rdma(
@@ -92,6 +113,18 @@ def apply_rdma(
     if _has_capability(c.container):
         return
     where = container_label(c)
+    if _drops_capability(c.container):
+        # The user's own drop wins at the runtime whatever is added (_drops_capability): the
+        # fix adds nothing and says what to change.
+        state.warnings.append(
+            Wording(
+                (
+                    f"{where}: RDMA ({key}) needs {CAPABILITY}; not added: the container drops it",
+                    f"{where}: RDMA needs {CAPABILITY}; not added: the container drops it",
+                )
+            )
+        )
+        return
     if level is None or not level_allows(level, CAPABILITY):
         # A mutation runs before Pod Security admission: adding what it forbids would turn an
         # admitted pod into a denied one (SPEC §14). Say what to do instead.

@@ -11,6 +11,7 @@ from typing import Any, Final
 from webhook.core.base.errors import ObjectShapeError, QuantityError
 from webhook.core.base.quantity import parse_quantity
 from webhook.core.base.shapes import is_mapping
+from webhook.core.config.runtime_fixes import ANNOTATION_INJECTED_SHM
 from webhook.core.outcome.decision import PodState, container_label
 from webhook.core.workloads.pods import ContainerRef
 
@@ -18,6 +19,10 @@ SHM_PATH = "/dev/shm"
 VOLUME_NAME = "dshm"  # what Kubeflow's notebook spawner and most GPU examples call it
 _LISTS = ("containers", "initContainers", "ephemeralContainers")
 _BINARY = (("Ti", 1024**4), ("Gi", 1024**3), ("Mi", 1024**2), ("Ki", 1024))
+# What a container runtime gives /dev/shm when nothing is mounted there (containerd's and
+# CRI-O's sandbox shm: 64 MiB, containerd internal/cri/server defaultShmSize, CRI-O
+# config default shm_size "64m"): the fix never writes less.
+RUNTIME_SHM: Final = Fraction(64 * 1024 * 1024)
 
 
 def field_of(value: Any, key: str) -> Any:
@@ -42,8 +47,14 @@ def _mounts_shm(spec: Mapping[str, Any]) -> bool:
 
 
 def _memory_limits(spec: Mapping[str, Any]) -> tuple[str | int | float, ...] | None:
-    """The app containers' memory limits as written; None when one has none (or one that is
-    no quantity's spelling: the API server will say so)."""
+    """The pod's memory limit as written: the pod-level one (`spec.resources.limits.memory`,
+    PodLevelResources, KEP-2837: the pod cgroup's limit, which the kubelet then sizes a
+    memory-backed emptyDir by: pkg/volume/emptydir calculateEmptyDirMemorySize ->
+    cm.ResourceConfigForPod), else the app containers' limits; None when a container has
+    none (or one that is no quantity's spelling: the API server will say so)."""
+    pod_level = field_of(field_of(field_of(spec, "resources"), "limits"), "memory")
+    if isinstance(pod_level, str | int | float) and not isinstance(pod_level, bool):
+        return (pod_level,)
     found: list[str | int | float] = []
     containers = field_of(spec, "containers")
     for c in containers if isinstance(containers, list) else ():
@@ -65,8 +76,10 @@ def format_bytes(value: Fraction) -> str:
 
 def size_limit(cap: str, fraction: float, spec: Mapping[str, Any]) -> str:
     """The sizeLimit written: `cap` (the rule's `sizeLimit`), or `fraction` (its
-    `memoryFraction`) of the pod's memory limits when every app container has one and that
-    is smaller. A memory-backed emptyDir counts against the pod's memory: at most
+    `memoryFraction`) of the pod's memory limit (pod-level, else the sum of the app
+    containers' when every one has one) when that is smaller; never below the runtime's own
+    64 MiB (RUNTIME_SHM: a smaller volume would make /dev/shm smaller than no fix). A
+    memory-backed emptyDir counts against the pod's memory: at most
     min(sizeLimit, sum of the containers' memory limits) is usable (k8s.io/api core/v1
     EmptyDirVolumeSource.SizeLimit; kubelet pkg/volume/emptydir calculateEmptyDirMemorySize),
     so a /dev/shm as large as the limit would let shared memory alone get the pod
@@ -103,7 +116,7 @@ def _work_out(limits: tuple[str | int | float, ...], fraction: float, cap_text: 
     mib = 1024 * 1024
     share = Fraction(int(total * Fraction(fraction)) // mib * mib)
     if 0 < share < parse_quantity(cap_text):
-        return format_bytes(share)
+        return format_bytes(max(share, RUNTIME_SHM))
     return cap_text
 
 
@@ -119,13 +132,47 @@ def _volume_name(spec: Mapping[str, Any]) -> str:
     return name
 
 
+def _own_volume(state: PodState) -> tuple[int, Mapping[str, Any]] | None:
+    """(index, volume) of the /dev/shm volume the webhook added earlier and marked (the
+    annotation names it): a memory-backed emptyDir of that name. Any other volume is the
+    user's and never changed."""
+    name = state.pod.annotations.get(ANNOTATION_INJECTED_SHM)
+    volumes = field_of(state.pod.spec, "volumes")
+    if not name or not isinstance(volumes, list):
+        return None
+    for i, v in enumerate(volumes):
+        empty = field_of(v, "emptyDir")
+        if field_of(v, "name") == name and field_of(empty, "medium") == "Memory":
+            return i, v
+    return None
+
+
+def _resize(state: PodState, cap: str, fraction: float, own: tuple[int, Mapping[str, Any]]) -> None:
+    """Size the webhook's own volume again for the pod's memory limits as they are now (a
+    reinvocation after another webhook set them, a template whose limit changed)."""
+    index, volume = own
+    size = size_limit(cap, fraction, state.pod.spec)
+    empty = field_of(volume, "emptyDir")
+    if field_of(empty, "sizeLimit") == size:
+        return
+    path = (*state.pod.spec_path, "volumes", index, "emptyDir")
+    state.draft.set(path, "sizeLimit", size)
+    state.note("shm", f"resized the webhook's /dev/shm ({volume['name']}) to {size} (shm fix)")
+
+
 def apply_shm(state: PodState, cap: str, fraction: float, containers: list[ContainerRef]) -> None:
     """Mount a memory-backed emptyDir at /dev/shm in `containers` (the accelerator containers
     the rule matches; `cap` and `fraction` its sizeLimit and memoryFraction, read once per
     config by apply.py), unless the pod shares the host's IPC namespace (its /dev/shm is the
-    host's) or any of its containers already mounts something there."""
+    host's) or any of its containers already mounts something there. The webhook's own
+    volume (marked) is sized again instead."""
     spec = state.pod.spec
-    if not containers or field_of(spec, "hostIPC") is True or _mounts_shm(spec):
+    if not containers or field_of(spec, "hostIPC") is True:
+        return
+    if _mounts_shm(spec):
+        own = _own_volume(state) if state.pod.annotations else None
+        if own is not None:
+            _resize(state, cap, fraction, own)
         return
     volumes = field_of(spec, "volumes")
     if volumes is not None and not isinstance(volumes, list):
@@ -140,5 +187,13 @@ def apply_shm(state: PodState, cap: str, fraction: float, containers: list[Conta
         state.draft.extend(
             state.container_path(c), "volumeMounts", [{"name": name, "mountPath": SHM_PATH}]
         )
+    if state.pod.annotatable and (
+        state.pod.is_template or ANNOTATION_INJECTED_SHM in state.pod.annotations
+    ):
+        # A template carries the mark (and so do the pods made from it), as the webhook's
+        # node affinity does: the next evaluation (the template with another memory limit,
+        # a pod made from it and reinvoked) knows this volume is the webhook's, not the user's.
+        annotations = (*state.pod.template_path, "metadata", "annotations")
+        state.draft.set(annotations, ANNOTATION_INJECTED_SHM, name)
     where = ", ".join(container_label(c) for c in containers)
     state.note("shm", f"mounted a {size} memory-backed /dev/shm in {where} (shm fix)")
