@@ -6,18 +6,20 @@ import argparse
 import asyncio
 import functools
 import gc
+import ipaddress
 import logging
 import os
 import socket
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from webhook.admission.app import create_app
 from webhook.admission.jsoncodec import json_codec
 from webhook.admission.limits import DEFAULT_DRAIN_SECONDS, DEFAULT_MAX_CONNECTIONS
-from webhook.admission.logs import configure_logging
+from webhook.admission.logs import BatchedStreamHandler, configure_logging
 from webhook.admission.review_handler import review_log
 from webhook.admission.runner import loop_factory, serve_app
 from webhook.admission.state import PolicySource
@@ -30,6 +32,9 @@ from webhook.registry.resolver import ImageResolver
 from webhook.sources.files import FileSource
 from webhook.sources.store import PolicyStore
 from webhook.tls.certs import CertReloader, write_certificates
+
+if TYPE_CHECKING:
+    from webhook.sources.registration import Registered
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +109,21 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: %(default)s)",
     )
     parser.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster)")
+    parser.add_argument(
+        "--register-url",
+        metavar="https://HOST:PORT",
+        help="with --self-signed: register this server with the cluster of --kubeconfig (the "
+        "Helm chart's webhook configurations, calling URL/mutate and URL/validate with the run's "
+        "CA; HOST must be this machine as the API server reaches it) and delete them on exit: "
+        "try the webhook on a cluster without building an image",
+    )
+    parser.add_argument(
+        "--register-name",
+        default="gpu-webhook-try",
+        metavar="NAME",
+        help="with --register-url: the configurations' name; one left by an earlier run is "
+        "replaced (default: %(default)s)",
+    )
     parser.add_argument(
         "--audit-interval",
         type=_audit_interval,
@@ -265,15 +285,23 @@ def _tls_files(args: argparse.Namespace, scratch: Path | None) -> tuple[Path, Pa
         cert_dir = Path(args.cert_dir) if args.cert_dir else scratch
         assert cert_dir is not None
         ips = ["127.0.0.1", "::1"]
-        if args.host not in ("0.0.0.0", "::", "", "localhost", *ips):
-            ips.append(args.host)
+        names = ["localhost"]
+        hosts = [args.host, urlsplit(args.register_url).hostname if args.register_url else None]
+        for host in hosts:
+            if host in (None, "0.0.0.0", "::", "", *names, *ips):
+                continue
+            try:
+                ips.append(str(ipaddress.ip_address(host)))
+            except ValueError:
+                names.append(host)
         try:
-            paths = write_certificates(cert_dir, ["localhost"], ips)
+            paths = write_certificates(cert_dir, names, ips)
         except (OSError, ValueError) as exc:
             raise ValueError(
                 f"cannot write a self-signed certificate into {cert_dir}: {exc}"
             ) from exc
         print(f"CA certificate: {paths.ca_cert} (curl --cacert {paths.ca_cert} ...)", flush=True)
+        args.ca_file = paths.ca_cert
         return paths.cert, paths.key
     if args.tls_cert and args.tls_key:
         return Path(args.tls_cert), Path(args.tls_key)
@@ -355,6 +383,8 @@ def serve_command(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace, scratch: Path | None) -> int:
     log_handler = configure_logging(args.log_format, args.log_level)
     try:
+        if args.register_url:
+            args.register_url = _registration_url(args)
         config = load_config(Path(args.config) if args.config else None)
         cert_file, key_file = _tls_files(args, scratch)
         reloader = CertReloader(cert_file, key_file)
@@ -365,6 +395,95 @@ def _serve(args: argparse.Namespace, scratch: Path | None) -> int:
     except (ConfigError, ManifestError, ValueError, CommandError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if not args.register_url:
+        return _run(args, config, store, reloader, source, images, tasks, log_handler)
+    from webhook.sources import registration  # noqa: PLC0415 - kubernetes client: ~13 MiB
+
+    try:
+        registered = asyncio.run(
+            registration.register(
+                args.kubeconfig, args.register_name, args.register_url, args.ca_file.read_bytes()
+            )
+        )
+    except (registration.RegistrationError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    _print_registered(args, registered)
+    code = 2
+    try:
+        code = _run(args, config, store, reloader, source, images, tasks, log_handler)
+    finally:
+        # However the server ended (Ctrl-C, SIGTERM, an error): the API server must not keep
+        # calling a webhook that is gone (the Pod entry's failurePolicy is Fail).
+        try:
+            lines = asyncio.run(registration.unregister(args.kubeconfig, args.register_name))
+        except registration.RegistrationError as exc:
+            print(
+                f"error: {exc}; remove them by hand: kubectl delete "
+                f"mutatingwebhookconfiguration,validatingwebhookconfiguration "
+                f"{args.register_name}",
+                file=sys.stderr,
+                flush=True,
+            )
+            code = 2
+        else:
+            print("; ".join(lines), flush=True)
+    return code
+
+
+def _registration_url(args: argparse.Namespace) -> str:
+    """--register-url checked against the other options; raises ValueError."""
+    from webhook.sources.registration import check_url  # noqa: PLC0415
+
+    url = check_url(args.register_url)
+    if not args.self_signed:
+        raise ValueError(
+            "--register-url needs --self-signed: the registration carries the CA of the "
+            "certificate this run generates (with your own certificate, use the Helm chart)"
+        )
+    port = urlsplit(url).port or 443
+    if port != args.port:
+        print(
+            f"note: --register-url names port {port}, the server listens on {args.port} (fine "
+            "only behind a port forward)",
+            flush=True,
+        )
+    return url
+
+
+def _print_registered(args: argparse.Namespace, registered: Registered) -> None:
+    """What was registered, how to try it, and how it ends."""
+    print(
+        f"registered with the API server at {registered.server} ({registered.version}): "
+        + "; ".join(registered.lines),
+        flush=True,
+    )
+    print(
+        f"  {registered.webhooks} webhooks with the Helm chart's rules call "
+        f"{args.register_url}/mutate and {args.register_url}/validate; the API server must "
+        "reach that address",
+        flush=True,
+    )
+    print(
+        "try it: kubectl create namespace ml; kubectl apply --dry-run=server -f "
+        "examples/pods.yaml "
+        "(warnings and denials; nothing is created)",
+        flush=True,
+    )
+    print("Ctrl-C stops the webhook and deletes both configurations.", flush=True)
+
+
+def _run(
+    args: argparse.Namespace,
+    config: WebhookConfig,
+    store: PolicyStore,
+    reloader: CertReloader,
+    source: PolicySource | None,
+    images: ImageResolver | None,
+    tasks: list[PolicySource],
+    log_handler: BatchedStreamHandler,
+) -> int:
+    """Serve until a signal: 0 after a clean shutdown, 2 when the port cannot be served."""
     codec = json_codec(prefer_orjson=not os.environ.get("GPU_WEBHOOK_DISABLE_ORJSON"))
     app = create_app(
         config,
