@@ -142,7 +142,7 @@ def test_a_pytorchjob_shows_each_replica_types_pods(tmp_path: Path) -> None:
     assert {"op": "add", "path": "/spec/containers/0/env", "value": PADDLE_ENV} in worker["patch"]
 
     # Each replica type's own CUDA floor: 12.1 for the PyTorch image, 12.0 for Paddle's.
-    def floor(template: dict[str, Any]) -> list[Any]:
+    def floor(template: dict[str, Any]) -> Any:
         affinity = template["mutated"]["spec"]["affinity"]["nodeAffinity"]
         return affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
 
