@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from .conftest import Cluster, api_error
+from .test_e2e_admission import gpu_pod
 
 NAME = "gpu-webhook-try-e2e"
 RESOURCE = "example.com/tryit-e2e"
@@ -65,29 +66,14 @@ def _policy_dir(tmp_path: Path) -> Path:
     return folder
 
 
-def _pod(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "busybox:1.36",
-                    "resources": {"limits": {RESOURCE: "150"}},
-                }
-            ]
-        },
-    }
-
-
 def _denial(core: Any, namespace: str) -> str | None:
     """This run's denial of the probe pod (a server dry run), or None when it is admitted."""
     from kubernetes.client.exceptions import ApiException
 
     try:
-        core.create_namespaced_pod(namespace, _pod("tryit-probe"), dry_run="All")
+        core.create_namespaced_pod(
+            namespace, gpu_pod("tryit-probe", {RESOURCE: "150"}, "busybox:1.36"), dry_run="All"
+        )
     except ApiException as exc:
         if exc.status != 403:
             raise

@@ -4,7 +4,6 @@ the workload's own patch stays what the webhook sends for the workload."""
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 from typing import Any
@@ -12,23 +11,12 @@ from typing import Any
 import yaml
 
 from tests.helpers import CONFIGMAPS
-from webhook.cli import main
+from tests.unit.test_cli import cli, write
 
 POLICIES = str(CONFIGMAPS)
 TORCH = "pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime"
 PADDLE = "paddlepaddle/paddle:2.6.1-gpu-cuda12.0-cudnn8.9-trt8.6"
 PADDLE_ENV = [{"name": "FLAGS_allocator_strategy", "value": "naive_best_fit"}]
-
-
-def cli(*argv: str) -> tuple[int, str]:
-    out = io.StringIO()
-    code = main(list(argv), out=out)
-    return code, out.getvalue()
-
-
-def write(path: Path, *docs: Any) -> Path:
-    path.write_text(yaml.safe_dump_all(docs, sort_keys=False), encoding="utf-8")
-    return path
 
 
 def spec(image: str, limits: dict[str, str]) -> dict[str, Any]:
