@@ -47,6 +47,15 @@ def test_a_url_the_api_server_cannot_call_is_refused(url: str, message: str) -> 
     assert message in result.stderr
 
 
+def test_a_name_the_api_server_refuses_is_refused_first() -> None:
+    result = serve("--self-signed", "--register-url", "https://h:1", "--register-name", "Try_1")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: --register-name 'Try_1' is not a Kubernetes object name: use lower-case letters, "
+        "digits, '-' and '.', starting and ending with a letter or digit"
+    )
+
+
 def test_a_missing_kubeconfig_is_named_and_nothing_is_served(tmp_path: Path) -> None:
     missing = tmp_path / "nope.kubeconfig"
     result = serve(

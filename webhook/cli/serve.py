@@ -9,9 +9,11 @@ import gc
 import ipaddress
 import logging
 import os
+import signal
 import socket
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -400,21 +402,26 @@ def _serve(args: argparse.Namespace, scratch: Path | None) -> int:
     from webhook.sources import registration  # noqa: PLC0415 - kubernetes client: ~13 MiB
 
     try:
-        registered = asyncio.run(
-            registration.register(
-                args.kubeconfig, args.register_name, args.register_url, args.ca_file.read_bytes()
-            )
-        )
-    except (registration.RegistrationError, OSError) as exc:
+        # Before serving: an unreadable kubeconfig or an unreachable API server ends the run
+        # at once, with nothing registered.
+        asyncio.run(registration.server_version(args.kubeconfig))
+    except registration.RegistrationError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    _print_registered(args, registered)
+    # Registered only once the port accepts connections: a registration that came first would
+    # have the API server call a webhook not yet listening (the Pod entry's failurePolicy is
+    # Fail: pods refused for that moment).
+    registering = _Registering(args)
+    worker = threading.Thread(target=registering.run, name="register", daemon=True)
+    worker.start()
     code = 2
     try:
         code = _run(args, config, store, reloader, source, images, tasks, log_handler)
     finally:
+        registering.stopping.set()
+        worker.join()
         # However the server ended (Ctrl-C, SIGTERM, an error): the API server must not keep
-        # calling a webhook that is gone (the Pod entry's failurePolicy is Fail).
+        # calling a webhook that is gone.
         try:
             lines = asyncio.run(registration.unregister(args.kubeconfig, args.register_name))
         except registration.RegistrationError as exc:
@@ -428,14 +435,57 @@ def _serve(args: argparse.Namespace, scratch: Path | None) -> int:
             code = 2
         else:
             print("; ".join(lines), flush=True)
-    return code
+    return 2 if registering.failed else code
+
+
+class _Registering:
+    """Registers the server once its port accepts connections (in a thread of its own, with
+    its own event loop); on failure says why and stops the server (SIGTERM to this process)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.stopping = threading.Event()
+        self.failed = False
+
+    def _listening(self) -> bool:
+        host = "::1" if self.args.host == "::" else self.args.host
+        host = "127.0.0.1" if host in ("0.0.0.0", "") else host
+        try:
+            with socket.create_connection((host, self.args.port), timeout=1):
+                return True
+        except OSError:
+            return False
+
+    def run(self) -> None:
+        from webhook.sources import registration  # noqa: PLC0415
+
+        while not self._listening():
+            if self.stopping.wait(0.1):
+                return  # the server ended before it listened: nothing to register
+        args = self.args
+        try:
+            registered = asyncio.run(
+                registration.register(
+                    args.kubeconfig,
+                    args.register_name,
+                    args.register_url,
+                    args.ca_file.read_bytes(),
+                )
+            )
+        except (registration.RegistrationError, OSError) as exc:
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+            self.failed = True
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        _print_registered(args, registered)
 
 
 def _registration_url(args: argparse.Namespace) -> str:
     """--register-url checked against the other options; raises ValueError."""
-    from webhook.sources.registration import check_url  # noqa: PLC0415
+    from webhook.sources.registration import check_name, check_url  # noqa: PLC0415
 
     url = check_url(args.register_url)
+    check_name(args.register_name)
     if not args.self_signed:
         raise ValueError(
             "--register-url needs --self-signed: the registration carries the CA of the "

@@ -41,6 +41,8 @@ _RESOURCES = {
 _API = "/apis/admissionregistration.k8s.io/v1"
 # matchConditions are GA (and on by default) from Kubernetes 1.28: the chart's `auto`.
 _MATCH_CONDITIONS_FROM = (1, 28)
+# metadata.name of these kinds: an RFC 1123 subdomain (apimachinery IsDNS1123Subdomain).
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 class RegistrationError(Exception):
@@ -129,13 +131,42 @@ async def _client(kubeconfig: str | None) -> ApiClient:
 def _failed(what: str, server: str, exc: Exception) -> RegistrationError:
     if isinstance(exc, ApiError) and exc.status in (401, 403):
         hint = (
-            "the kubeconfig's user may not manage admission webhooks: it needs create, get, "
+            "; the kubeconfig's user may not manage admission webhooks: it needs create, get, "
             "update and delete on mutatingwebhookconfigurations and "
             "validatingwebhookconfigurations (cluster-admin has them)"
         )
+    elif isinstance(exc, ApiError) and exc.status:
+        hint = ""  # the API server's own message says what it refused
     else:
-        hint = f"check that {server} is reachable with this kubeconfig"
-    return RegistrationError(f"cannot {what} at {server}: {exc}; {hint}")
+        hint = f"; check that {server} is reachable with this kubeconfig"
+    return RegistrationError(f"cannot {what} at {server}: {exc}{hint}")
+
+
+def check_name(name: str) -> str:
+    """A configuration name the API server accepts (a DNS subdomain); raises ValueError."""
+    if len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(name):
+        raise ValueError(
+            f"--register-name {name!r} is not a Kubernetes object name: use lower-case "
+            "letters, digits, '-' and '.', starting and ending with a letter or digit"
+        )
+    return name
+
+
+async def server_version(kubeconfig: str | None) -> tuple[str, str]:
+    """(the API server's address, its gitVersion): whether the kubeconfig reaches a cluster."""
+    api = await _client(kubeconfig)
+    server = str(api.configuration.host)
+    try:
+        return server, await _version(api, server)
+    finally:
+        await close(api)
+
+
+async def _version(api: ApiClient, server: str) -> str:
+    try:
+        return str(checked(*await call(api, "GET", "/version"))["gitVersion"])
+    except (ApiError, OSError, KeyError, ValueError, TypeError) as exc:
+        raise _failed("read the version of the API server", server, exc) from None
 
 
 async def register(kubeconfig: str | None, name: str, base_url: str, ca_pem: bytes) -> Registered:
@@ -143,10 +174,7 @@ async def register(kubeconfig: str | None, name: str, base_url: str, ca_pem: byt
     api = await _client(kubeconfig)
     server = str(api.configuration.host)
     try:
-        try:
-            version = str(checked(*await call(api, "GET", "/version"))["gitVersion"])
-        except (ApiError, OSError, KeyError, ValueError, TypeError) as exc:
-            raise _failed("read the version of the API server", server, exc) from None
+        version = await _version(api, server)
         lines = []
         count = 0
         for configuration in configurations(name, base_url, ca_pem, version):
