@@ -10,6 +10,9 @@ run's registration is in place.
 
 from __future__ import annotations
 
+import base64
+import datetime
+import os
 import signal
 import socket
 import subprocess
@@ -204,3 +207,87 @@ def test_serve_registers_itself_and_removes_the_registration_on_ctrl_c(
     assert [_configuration(registration, kind) for kind in KINDS] == [None, None]
     # And the API server stops calling it (the session's webhook does not know the resource).
     _wait("after Ctrl-C, the pod admitted", lambda: _denial(core, namespace) is None, server, log)
+
+
+def _unprivileged_kubeconfig(cluster: Cluster, tmp_path: Path) -> Path:
+    """The cluster's kubeconfig with a client certificate for a user no RBAC rule names (signed
+    by the kapi CA of scripts/e2e-kapi.sh): it may read /version, nothing else."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    pki = Path(os.environ.get("KAPI_DIR", "/nonexistent")) / "pki"
+    if not (pki / "ca.key").is_file():
+        pytest.skip("needs the CA key of scripts/e2e-kapi.sh's API server ($KAPI_DIR/pki)")
+    ca_key = serialization.load_pem_private_key((pki / "ca.key").read_bytes(), None)
+    ca = x509.load_pem_x509_certificate((pki / "ca.crt").read_bytes())
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "tryit-nobody")]))
+        .issuer_name(ca.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
+    )
+    config = yaml.safe_load(cluster.kubeconfig.read_text(encoding="utf-8"))
+    pem = cert.public_bytes(serialization.Encoding.PEM)
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    config["users"] = [
+        {
+            "name": "tryit-nobody",
+            "user": {
+                "client-certificate-data": base64.b64encode(pem).decode(),
+                "client-key-data": base64.b64encode(key_pem).decode(),
+            },
+        }
+    ]
+    for context in config["contexts"]:
+        context["context"]["user"] = "tryit-nobody"
+    path = tmp_path / "nobody.kubeconfig"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    return path
+
+
+def test_a_refused_registration_stops_the_server_saying_what_is_missing(
+    cluster: Cluster, registration: Any, tmp_path: Path
+) -> None:
+    kubeconfig = _unprivileged_kubeconfig(cluster, tmp_path)
+    port = _free_port()
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "gpu-webhook"), "serve", "--self-signed", "--host",
+         "127.0.0.1", "--port", str(port), "--kubeconfig", str(kubeconfig), "--policies",
+         str(_policy_dir(tmp_path)), "--register-url", f"https://127.0.0.1:{port}",
+         "--register-name", NAME, "--drain-seconds", "0", "--log-format", "text",
+         "--log-level", "warning"],
+        capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    # The user may read /version (the check before serving), not create configurations: the
+    # server listened, the registration was refused, and the server stopped.
+    assert result.returncode == 2, result.stdout + result.stderr
+    # Nothing was made, so nothing is deleted (the user may not delete either).
+    [error] = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert error.startswith(
+        f"error: cannot register MutatingWebhookConfiguration {NAME} at {_server(cluster)}: 403 "
+    )
+    assert error.endswith(
+        "the kubeconfig's user may not manage admission webhooks: it needs create, get, update "
+        "and delete on mutatingwebhookconfigurations and validatingwebhookconfigurations "
+        "(cluster-admin has them)"
+    )
+    assert "registered with the API server" not in result.stdout
+    assert [_configuration(registration, kind) for kind in KINDS] == [None, None]
+
+
+def _server(cluster: Cluster) -> str:
+    config = yaml.safe_load(cluster.kubeconfig.read_text(encoding="utf-8"))
+    server: str = config["clusters"][0]["cluster"]["server"]
+    return server

@@ -422,20 +422,27 @@ def _serve(args: argparse.Namespace, scratch: Path | None) -> int:
         worker.join()
         # However the server ended (Ctrl-C, SIGTERM, an error): the API server must not keep
         # calling a webhook that is gone.
-        try:
-            lines = asyncio.run(registration.unregister(args.kubeconfig, args.register_name))
-        except registration.RegistrationError as exc:
-            print(
-                f"error: {exc}; remove them by hand: kubectl delete "
-                f"mutatingwebhookconfiguration,validatingwebhookconfiguration "
-                f"{args.register_name}",
-                file=sys.stderr,
-                flush=True,
-            )
+        if registering.made and not _unregistered(args):
             code = 2
-        else:
-            print("; ".join(lines), flush=True)
     return 2 if registering.failed else code
+
+
+def _unregistered(args: argparse.Namespace) -> bool:
+    """Delete both configurations, saying so; False (and how to do it by hand) on failure."""
+    from webhook.sources import registration  # noqa: PLC0415
+
+    try:
+        lines = asyncio.run(registration.unregister(args.kubeconfig, args.register_name))
+    except registration.RegistrationError as exc:
+        print(
+            f"error: {exc}; remove them by hand: kubectl delete "
+            f"mutatingwebhookconfiguration,validatingwebhookconfiguration {args.register_name}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return False
+    print("; ".join(lines), flush=True)
+    return True
 
 
 class _Registering:
@@ -446,6 +453,7 @@ class _Registering:
         self.args = args
         self.stopping = threading.Event()
         self.failed = False
+        self.made = False  # whether a configuration of ours may exist (to delete at the end)
 
     def _listening(self) -> bool:
         host = "::1" if self.args.host == "::" else self.args.host
@@ -475,8 +483,10 @@ class _Registering:
         except (registration.RegistrationError, OSError) as exc:
             print(f"error: {exc}", file=sys.stderr, flush=True)
             self.failed = True
+            self.made = isinstance(exc, registration.RegistrationError) and exc.made > 0
             os.kill(os.getpid(), signal.SIGTERM)
             return
+        self.made = True
         _print_registered(args, registered)
 
 

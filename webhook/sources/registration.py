@@ -46,7 +46,12 @@ _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]
 
 
 class RegistrationError(Exception):
-    """The registration could not be made or removed; the message says what to do."""
+    """The registration could not be made or removed; the message says what to do.
+    `made`: the configurations created or replaced before the failure (to be deleted)."""
+
+    def __init__(self, message: str, made: int = 0) -> None:
+        super().__init__(message)
+        self.made = made
 
 
 def check_url(url: str) -> str:
@@ -181,7 +186,9 @@ async def register(kubeconfig: str | None, name: str, base_url: str, ca_pem: byt
             try:
                 lines.append(await _apply(api, configuration))
             except (ApiError, OSError, ValueError) as exc:
-                raise _failed(f"register {configuration['kind']} {name}", server, exc) from None
+                error = _failed(f"register {configuration['kind']} {name}", server, exc)
+                error.made = len(lines)
+                raise error from None
             count += len(configuration["webhooks"])
         return Registered(server, version, lines, count)
     finally:
