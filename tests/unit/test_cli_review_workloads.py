@@ -183,3 +183,13 @@ def test_a_daemonsets_pods_get_no_cuda_affinity(tmp_path: Path) -> None:
     assert template["mutated"]["spec"]["containers"][0]["volumeMounts"] == [
         {"name": "dshm", "mountPath": "/dev/shm"}
     ]
+
+
+def test_a_template_whose_pods_are_denied_shows_no_mutation(tmp_path: Path) -> None:
+    manifest = write(
+        tmp_path / "d.yaml", deployment(spec(PADDLE, {"tencent.com/vcuda-core": "150"}))
+    )
+    code, out = cli("review", "-f", str(manifest), "--policies", POLICIES)
+    assert code == 1
+    assert "pods of spec.template: would be denied (not created)\n" in out
+    assert "as the webhook will mutate them" not in out

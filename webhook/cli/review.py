@@ -280,7 +280,7 @@ def _print_text(results: Sequence[DocumentResult], out: TextIO, unreadable: int 
         for template in result.templates:
             role = f" ({template.role})" if template.role else ""
             if template.verdict == "denied":
-                out.write(f"pods of {template.template}{role}: denied, as the object is\n")
+                out.write(f"pods of {template.template}{role}: would be denied (not created)\n")
                 continue
             if template.mutated is None:
                 out.write(f"pods of {template.template}{role}: not changed by the webhook\n")
