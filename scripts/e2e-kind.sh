@@ -1,12 +1,28 @@
 #!/usr/bin/env bash
 # End-to-end run on a throwaway kind cluster: build the image, load it into kind, install the
 # chart (with the shipped policies), run tests/e2e against it. Needs docker, kind, and helm
-# (or the dev venv's helm-python-sdk). Environment:
+# (or the dev venv's helm-python-sdk).
+#
+#   scripts/e2e-kind.sh --try   the same build, load and install, then instead of the tests:
+#                               print what the webhook answers for examples/pods.yaml (a
+#                               server dry run: the first denial, the warnings) and the node
+#                               affinity it gives the first GPU pod (its placement), and keep
+#                               the cluster (KEEP_CLUSTER=0 deletes it). Needs kubectl too.
+#
+# Not run in this project's CI: its machine has no container engine (no Docker daemon, no kind);
+# tests/image/test_kind_try.py runs `--try` where both exist and is skipped, saying so, where
+# not. Environment:
 #   KIND_CLUSTER   cluster name (default gaw-e2e)           KEEP_CLUSTER=1  keep it afterwards
 #   KIND_IMAGE     node image, e.g. kindest/node:v1.30.0 (default: kind's)
 #   PYTHON         the dev venv's python (default .venv/bin/python)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+TRY=0
+if [[ "${1:-}" == "--try" ]]; then
+  TRY=1
+  KEEP_CLUSTER="${KEEP_CLUSTER:-1}"
+fi
 
 CLUSTER="${KIND_CLUSTER:-gaw-e2e}"
 IMAGE="gpu-admission-webhook:e2e"
@@ -19,6 +35,7 @@ KUBECONFIG_FILE="$WORK/kubeconfig"
 need() { command -v "$1" >/dev/null 2>&1 || { echo "e2e-kind: $1 is required but not on PATH" >&2; exit 2; }; }
 need docker
 need kind
+if [[ $TRY == 1 ]]; then need kubectl; fi
 
 cleanup() {
   if [[ "${KEEP_CLUSTER:-0}" != "1" ]]; then
@@ -62,5 +79,21 @@ while time.monotonic() < deadline:
     time.sleep(2)
 sys.exit("the webhook deployment did not become ready in 180s")
 PY
+
+if [[ $TRY == 1 ]]; then
+  kubectl=(kubectl --kubeconfig "$KUBECONFIG_FILE")
+  "${kubectl[@]}" create namespace ml --dry-run=client -o yaml | "${kubectl[@]}" apply -f - >/dev/null
+  echo "== kubectl apply --dry-run=server -f examples/pods.yaml (warnings, then the first denial):"
+  # The Deployment bad-share is denied: kubectl exits 1, which is the point here.
+  "${kubectl[@]}" apply --dry-run=server -f examples/pods.yaml 2>&1 || true
+  echo "== placement: the node affinity the webhook gives Pod ml/torch-infer (examples/pods.yaml):"
+  "$PYTHON" -c 'import sys, yaml; docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]; print(yaml.safe_dump(next(d for d in docs if d["metadata"]["name"] == "torch-infer")))' \
+    examples/pods.yaml >"$WORK/torch-infer.yaml"
+  "${kubectl[@]}" create --dry-run=server -f "$WORK/torch-infer.yaml" \
+    -o jsonpath='{.spec.affinity.nodeAffinity}{"\n"}'
+  echo "== kind cluster $CLUSTER keeps the webhook: KUBECONFIG=\$(kind get kubeconfig --name $CLUSTER)" \
+    "then kubectl apply your own pods; remove it with: kind delete cluster --name $CLUSTER"
+  exit 0
+fi
 
 E2E_KUBECONFIG="$KUBECONFIG_FILE" E2E_MODE=chart "$PYTHON" -m pytest -q tests/e2e -rs -p no:cacheprovider

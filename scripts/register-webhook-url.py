@@ -10,6 +10,12 @@ caBundle read from --ca-file.
     gpu-webhook serve --self-signed --host HOST_IP --kubeconfig KCFG   # prints the CA path
     scripts/register-webhook-url.py --url https://HOST_IP:8443 --ca-file CA --kubeconfig KCFG
     scripts/register-webhook-url.py --delete --kubeconfig KCFG
+    scripts/register-webhook-url.py --write-data webhook/data/webhook-configurations.yaml
+
+`gpu-webhook serve --register-url` (the try-it path, docs/operations/deploy.md) registers itself
+without helm: it reads the chart's configurations rendered once into
+webhook/data/webhook-configurations.yaml by `--write-data` (tests/chart/test_webhook_data.py
+fails when that file and the chart differ).
 
 `--config FILE` renders the chart with that webhook config as its `config` values (the file
 `gpu-webhook serve --config` reads): the GPU access entry, for one, depends on `gpuAccess`.
@@ -41,6 +47,17 @@ WEBHOOKS_TEMPLATE = "gpu-admission-webhook/templates/webhooks.yaml"
 PLACEHOLDER_NAMESPACE = "gpu-admission-webhook"
 DEFAULT_NAME = "gpu-admission-webhook-url"
 KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+# --write-data: the release name the shipped configurations are rendered with (their webhooks'
+# names), and the kube versions of the two variants (matchConditions from 1.28 on).
+DATA_RELEASE = "gpu-webhook-try"
+DATA_VARIANTS = {"matchConditions": "v1.28.0", "noMatchConditions": "v1.27.0"}
+DATA_HEADER = """\
+# The Helm chart's Mutating/ValidatingWebhookConfiguration (charts/gpu-admission-webhook,
+# templates/webhooks.yaml) rendered with the default values, for `gpu-webhook serve
+# --register-url` (no helm at run time): `matchConditions` for Kubernetes >= 1.28,
+# `noMatchConditions` before. Generated: scripts/register-webhook-url.py --write-data FILE;
+# do not edit (tests/chart/test_webhook_data.py fails when it differs from the chart).
+"""
 
 
 def check_url(url: str) -> str:
@@ -55,6 +72,44 @@ def check_url(url: str) -> str:
     if parts.query or parts.fragment or parts.username:
         raise ValueError(f"--url must not carry a query, fragment or user info: {url!r}")
     return url.rstrip("/")
+
+
+def render_chart_configurations(
+    name: str, kube_version: str, webhook_config: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """The chart's webhook configurations as `helm template` renders them for `kube_version`."""
+    values = None if webhook_config is None else json.dumps({"config": webhook_config})
+    with helm_python.Chart.load(CHART_DIR) as chart:
+        # Chart.render() of helm-python-sdk 0.2.2 does not expose kube_version; the C ABI's
+        # render options do (like `helm template --kube-version`).
+        options = {"name": name, "namespace": PLACEHOLDER_NAMESPACE, "kube_version": kube_version}
+        rendered: dict[str, str] = json.loads(
+            _native.call_string("helm_render", chart._raw(), values, json.dumps(options))
+        )
+    return [doc for doc in yaml.safe_load_all(rendered[WEBHOOKS_TEMPLATE]) if doc]
+
+
+def data_text() -> str:
+    """The text of webhook/data/webhook-configurations.yaml: both variants, default values."""
+    variants = {
+        key: [_data_configuration(c) for c in render_chart_configurations(DATA_RELEASE, version)]
+        for key, version in DATA_VARIANTS.items()
+    }
+    return DATA_HEADER + yaml.safe_dump(variants, sort_keys=False, width=100)
+
+
+def _data_configuration(configuration: dict[str, Any]) -> dict[str, Any]:
+    """A rendered configuration without what a registration sets: metadata (name, labels) and
+    each clientConfig but its path (the chart's generated caBundle differs on every render)."""
+    hooks = []
+    for hook in configuration["webhooks"]:
+        path = hook["clientConfig"]["service"]["path"]
+        hooks.append({**hook, "clientConfig": {"path": path}})
+    return {
+        "apiVersion": configuration["apiVersion"],
+        "kind": configuration["kind"],
+        "webhooks": hooks,
+    }
 
 
 def render_configurations(
@@ -142,6 +197,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--delete", action="store_true", help="remove the configurations")
     parser.add_argument(
+        "--write-data",
+        type=Path,
+        metavar="FILE",
+        help="write the configurations `gpu-webhook serve --register-url` registers "
+        "(webhook/data/webhook-configurations.yaml) and exit",
+    )
+    parser.add_argument(
         "--config",
         type=Path,
         help="the webhook's config file, rendered as the chart's `config` values",
@@ -149,7 +211,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.config is not None and not args.config.is_file():
         parser.error(f"--config {args.config} does not exist")
-    if not args.delete:
+    if not args.delete and args.write_data is None:
         if not args.url or not args.ca_file:
             parser.error("--url and --ca-file are required (unless --delete)")
         try:
@@ -165,6 +227,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.write_data is not None:
+        args.write_data.write_text(data_text(), encoding="utf-8")
+        print(f"wrote {args.write_data}")
+        return 0
     webhook_config = None
     if args.config is not None:
         loaded = yaml.safe_load(args.config.read_text(encoding="utf-8"))

@@ -75,7 +75,9 @@ def test_review_json_output() -> None:
         "changes",
         "patch",
         "mutated",
+        "templates",
     }
+    assert first["templates"] == []  # a Pod has no template: its own patch is what it gets
     assert first["patch"][0] == {
         "op": "add",
         "path": "/spec/containers/0/resources/limits/tencent.com~1vcuda-memory",
@@ -85,6 +87,10 @@ def test_review_json_output() -> None:
     assert env == [{"name": "FLAGS_allocator_strategy", "value": "naive_best_fit"}]
     assert results[2]["mutated"] is None and results[2]["patch"] == []
     assert len(results[2]["violations"]) == 1
+    # Its pods would be denied as it is: not created, so not mutated either.
+    assert results[2]["templates"] == [
+        {"template": "spec.template", "role": "", "verdict": "denied", "patch": [], "mutated": None}
+    ]
 
 
 def test_review_yaml_output_matches_json() -> None:

@@ -34,6 +34,11 @@ NOT_RUN = {
     ),
     "pip install .": "installs into the environment, and its dependencies from the package index",
     "pip install '.[fast]'": "installs into the environment, and its dependencies from the index",
+    "gpu-webhook serve --self-signed --policies configmaps/ --kubeconfig ~/.kube/config "
+    "--register-url https://HOST:8443": (
+        "needs a cluster whose API server reaches this machine: tests/e2e/test_e2e_try.py runs "
+        "it against the real kube-apiserver (make test-real)"
+    ),
     "make test": (
         "the test suite itself cannot run inside itself; test_make_test_is_what_ci_runs checks "
         "that it is what CI runs"

@@ -36,6 +36,7 @@ from webhook.core.placement.inventory import NodeInventory
 from webhook.core.policies.crl import parse_configmap
 from webhook.core.policies.policyset import PolicySet
 from webhook.core.workloads.claims import ClaimIndex
+from webhook.core.workloads.pods import PodSpecRef, find_pod_specs, lookup
 from webhook.sources.files import policy_files, read_documents
 
 if TYPE_CHECKING:
@@ -56,6 +57,27 @@ def _dump_yaml(data: Any) -> str:
 
 
 @dataclass
+class TemplateResult:
+    """What the pods of one pod template of a workload get: the template evaluated as the Pod
+    its controller creates, the way the server evaluates that Pod."""
+
+    template: str  # where the template is, e.g. spec.pytorchReplicaSpecs.Worker.template
+    role: str  # "replica Worker", "head", ...; "" for single-template kinds
+    verdict: str = "allowed"  # or denied: such pods are not created (nor mutated)
+    patch: list[dict[str, Any]] = field(default_factory=list)
+    mutated: Mapping[str, Any] | None = None  # the pod as mutated (None: not changed)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "template": self.template,
+            "role": self.role,
+            "verdict": self.verdict,
+            "patch": self.patch,
+            "mutated": self.mutated,
+        }
+
+
+@dataclass
 class DocumentResult:
     """The review of one document of a manifest, ready to print."""
 
@@ -72,6 +94,8 @@ class DocumentResult:
     mutated: Mapping[str, Any] | None = None
     # GPU images whose CUDA nothing offline tells (what --resolve-images looks up).
     unresolved: tuple[ImageQuery, ...] = ()
+    # A workload's pod templates as their pods will be mutated (empty for a Pod).
+    templates: list[TemplateResult] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -86,6 +110,7 @@ class DocumentResult:
             "changes": self.changes,
             "patch": self.patch,
             "mutated": self.mutated,
+            "templates": [t.to_json() for t in self.templates],
         }
 
 
@@ -142,6 +167,22 @@ def review_document(
     if decision.reason and decision.allowed and not (decision.notes or decision.warnings):
         # Allowed without evaluation (e.g. an exempt namespace): say why, never "ALLOWED".
         return DocumentResult(file, index, kind, decision.object_ref, "skipped", decision.reason)
+    templates = [
+        TemplateResult(_path_text(spec.template_path), spec.role, "allowed", pod.patch, pod.mutated)
+        if pod.allowed
+        else TemplateResult(_path_text(spec.template_path), spec.role, "denied")
+        for spec, pod in _template_pods(
+            doc,
+            kind,
+            policies,
+            config,
+            inventory=inventory,
+            claims=claims,
+            images=images,
+            image_platforms=image_platforms,
+            image_env=image_env,
+        )
+    ]
     return DocumentResult(
         file,
         index,
@@ -154,7 +195,68 @@ def review_document(
         patch=decision.patch,
         mutated=decision.mutated,
         unresolved=decision.unresolved_images,
+        templates=templates,
     )
+
+
+def _path_text(path: Sequence[str | int]) -> str:
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
+
+
+def template_pod(doc: Mapping[str, Any], kind: str, spec: PodSpecRef) -> dict[str, Any]:
+    """The Pod a workload's controller creates from one of its templates, as far as the
+    webhook's evaluation can tell: the template's labels and the annotations its pods get,
+    the workload's namespace, and (for a DaemonSet, whose pods the evaluation treats apart)
+    the controller owner reference."""
+    meta = doc.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    name = meta.get("name") if isinstance(meta.get("name"), str) else kind.lower()
+    pod_meta: dict[str, Any] = {"generateName": f"{name}-"}
+    if isinstance(meta.get("namespace"), str):
+        pod_meta["namespace"] = meta["namespace"]
+    node: Any = doc
+    for key in spec.template_path:
+        node = node[key]
+    template_meta = node.get("metadata") if isinstance(node, Mapping) else None
+    if spec.scratch is None and isinstance(template_meta, Mapping):
+        labels = template_meta.get("labels")
+        if isinstance(labels, Mapping) and labels:
+            pod_meta["labels"] = dict(labels)
+    if spec.annotations:
+        pod_meta["annotations"] = dict(spec.annotations)
+    if kind == "DaemonSet" and _group(doc) == "apps":
+        # Its pods are pinned to their node by the controller: no CUDA affinity (SPEC §4).
+        pod_meta["ownerReferences"] = [
+            {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": name, "controller": True}
+        ]
+    pod_spec = spec.scratch["spec"] if spec.scratch is not None else spec.spec
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": pod_spec}
+
+
+def _template_pods(
+    doc: Mapping[str, Any],
+    kind: str,
+    policies: PolicySet,
+    config: WebhookConfig,
+    **context: Any,
+) -> list[tuple[PodSpecRef, Decision]]:
+    """Each pod template of a workload with the evaluation of the Pod it makes; none for a Pod
+    or a kind the webhook does not check. The workload object is never changed."""
+    entry = lookup(kind, doc, _group(doc), config)
+    if entry is None or not entry.templates:
+        return []
+    evaluated = []
+    for spec in find_pod_specs(entry, doc):
+        if not spec.is_template:
+            continue
+        try:
+            pod = evaluate(
+                template_pod(doc, kind, spec), policies, config, kind="Pod", group="", **context
+            )
+        except WebhookError:
+            continue  # the workload's own result already says what is wrong with it
+        evaluated.append((spec, pod))
+    return evaluated
 
 
 def _print_text(results: Sequence[DocumentResult], out: TextIO, unreadable: int = 0) -> None:
@@ -174,6 +276,17 @@ def _print_text(results: Sequence[DocumentResult], out: TextIO, unreadable: int 
         if result.mutated is not None:
             out.write("mutated object:\n")
             text = _dump_yaml(dict(result.mutated))
+            out.write("".join(f"  {line}\n" for line in text.splitlines()))
+        for template in result.templates:
+            role = f" ({template.role})" if template.role else ""
+            if template.verdict == "denied":
+                out.write(f"pods of {template.template}{role}: would be denied (not created)\n")
+                continue
+            if template.mutated is None:
+                out.write(f"pods of {template.template}{role}: not changed by the webhook\n")
+                continue
+            out.write(f"pods of {template.template}{role}, as the webhook will mutate them:\n")
+            text = _dump_yaml(dict(template.mutated))
             out.write("".join(f"  {line}\n" for line in text.splitlines()))
     denied = sum(r.verdict == "denied" for r in results)
     changed = sum(bool(r.changes) for r in results)

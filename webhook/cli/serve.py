@@ -6,18 +6,22 @@ import argparse
 import asyncio
 import functools
 import gc
+import ipaddress
 import logging
 import os
+import signal
 import socket
 import sys
 import tempfile
+import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from webhook.admission.app import create_app
 from webhook.admission.jsoncodec import json_codec
 from webhook.admission.limits import DEFAULT_DRAIN_SECONDS, DEFAULT_MAX_CONNECTIONS
-from webhook.admission.logs import configure_logging
+from webhook.admission.logs import BatchedStreamHandler, configure_logging
 from webhook.admission.review_handler import review_log
 from webhook.admission.runner import loop_factory, serve_app
 from webhook.admission.state import PolicySource
@@ -30,6 +34,9 @@ from webhook.registry.resolver import ImageResolver
 from webhook.sources.files import FileSource
 from webhook.sources.store import PolicyStore
 from webhook.tls.certs import CertReloader, write_certificates
+
+if TYPE_CHECKING:
+    from webhook.sources.registration import Registered
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +111,21 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: %(default)s)",
     )
     parser.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster)")
+    parser.add_argument(
+        "--register-url",
+        metavar="https://HOST:PORT",
+        help="with --self-signed: register this server with the cluster of --kubeconfig (the "
+        "Helm chart's webhook configurations, calling URL/mutate and URL/validate with the run's "
+        "CA; HOST must be this machine as the API server reaches it) and delete them on exit: "
+        "try the webhook on a cluster without building an image",
+    )
+    parser.add_argument(
+        "--register-name",
+        default="gpu-webhook-try",
+        metavar="NAME",
+        help="with --register-url: the configurations' name; one left by an earlier run is "
+        "replaced (default: %(default)s)",
+    )
     parser.add_argument(
         "--audit-interval",
         type=_audit_interval,
@@ -265,15 +287,23 @@ def _tls_files(args: argparse.Namespace, scratch: Path | None) -> tuple[Path, Pa
         cert_dir = Path(args.cert_dir) if args.cert_dir else scratch
         assert cert_dir is not None
         ips = ["127.0.0.1", "::1"]
-        if args.host not in ("0.0.0.0", "::", "", "localhost", *ips):
-            ips.append(args.host)
+        names = ["localhost"]
+        hosts = [args.host, urlsplit(args.register_url).hostname if args.register_url else None]
+        for host in hosts:
+            if host in (None, "0.0.0.0", "::", "", *names, *ips):
+                continue
+            try:
+                ips.append(str(ipaddress.ip_address(host)))
+            except ValueError:
+                names.append(host)
         try:
-            paths = write_certificates(cert_dir, ["localhost"], ips)
+            paths = write_certificates(cert_dir, names, ips)
         except (OSError, ValueError) as exc:
             raise ValueError(
                 f"cannot write a self-signed certificate into {cert_dir}: {exc}"
             ) from exc
         print(f"CA certificate: {paths.ca_cert} (curl --cacert {paths.ca_cert} ...)", flush=True)
+        args.ca_file = paths.ca_cert
         return paths.cert, paths.key
     if args.tls_cert and args.tls_key:
         return Path(args.tls_cert), Path(args.tls_key)
@@ -355,6 +385,8 @@ def serve_command(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace, scratch: Path | None) -> int:
     log_handler = configure_logging(args.log_format, args.log_level)
     try:
+        if args.register_url:
+            args.register_url = _registration_url(args)
         config = load_config(Path(args.config) if args.config else None)
         cert_file, key_file = _tls_files(args, scratch)
         reloader = CertReloader(cert_file, key_file)
@@ -365,6 +397,153 @@ def _serve(args: argparse.Namespace, scratch: Path | None) -> int:
     except (ConfigError, ManifestError, ValueError, CommandError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if not args.register_url:
+        return _run(args, config, store, reloader, source, images, tasks, log_handler)
+    from webhook.sources import registration  # noqa: PLC0415 - kubernetes client: ~13 MiB
+
+    try:
+        # Before serving: an unreadable kubeconfig or an unreachable API server ends the run
+        # at once, with nothing registered.
+        asyncio.run(registration.server_version(args.kubeconfig))
+    except registration.RegistrationError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    # Registered only once the port accepts connections: a registration that came first would
+    # have the API server call a webhook not yet listening (the Pod entry's failurePolicy is
+    # Fail: pods refused for that moment).
+    registering = _Registering(args)
+    worker = threading.Thread(target=registering.run, name="register", daemon=True)
+    worker.start()
+    code = 2
+    try:
+        code = _run(args, config, store, reloader, source, images, tasks, log_handler)
+    finally:
+        registering.stopping.set()
+        worker.join()
+        # However the server ended (Ctrl-C, SIGTERM, an error): the API server must not keep
+        # calling a webhook that is gone.
+        if registering.made and not _unregistered(args):
+            code = 2
+    return 2 if registering.failed else code
+
+
+def _unregistered(args: argparse.Namespace) -> bool:
+    """Delete both configurations, saying so; False (and how to do it by hand) on failure."""
+    from webhook.sources import registration  # noqa: PLC0415
+
+    try:
+        lines = asyncio.run(registration.unregister(args.kubeconfig, args.register_name))
+    except registration.RegistrationError as exc:
+        print(
+            f"error: {exc}; remove them by hand: kubectl delete "
+            f"mutatingwebhookconfiguration,validatingwebhookconfiguration {args.register_name}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return False
+    print("; ".join(lines), flush=True)
+    return True
+
+
+class _Registering:
+    """Registers the server once its port accepts connections (in a thread of its own, with
+    its own event loop); on failure says why and stops the server (SIGTERM to this process)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.stopping = threading.Event()
+        self.failed = False
+        self.made = False  # whether a configuration of ours may exist (to delete at the end)
+
+    def _listening(self) -> bool:
+        host = "::1" if self.args.host == "::" else self.args.host
+        host = "127.0.0.1" if host in ("0.0.0.0", "") else host
+        try:
+            with socket.create_connection((host, self.args.port), timeout=1):
+                return True
+        except OSError:
+            return False
+
+    def run(self) -> None:
+        from webhook.sources import registration  # noqa: PLC0415
+
+        while not self._listening():
+            if self.stopping.wait(0.1):
+                return  # the server ended before it listened: nothing to register
+        args = self.args
+        try:
+            registered = asyncio.run(
+                registration.register(
+                    args.kubeconfig,
+                    args.register_name,
+                    args.register_url,
+                    args.ca_file.read_bytes(),
+                )
+            )
+        except (registration.RegistrationError, OSError) as exc:
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+            self.failed = True
+            self.made = isinstance(exc, registration.RegistrationError) and exc.made > 0
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        self.made = True
+        _print_registered(args, registered)
+
+
+def _registration_url(args: argparse.Namespace) -> str:
+    """--register-url checked against the other options; raises ValueError."""
+    from webhook.sources.registration import check_name, check_url  # noqa: PLC0415
+
+    url = check_url(args.register_url)
+    check_name(args.register_name)
+    if not args.self_signed:
+        raise ValueError(
+            "--register-url needs --self-signed: the registration carries the CA of the "
+            "certificate this run generates (with your own certificate, use the Helm chart)"
+        )
+    port = urlsplit(url).port or 443
+    if port != args.port:
+        print(
+            f"note: --register-url names port {port}, the server listens on {args.port} (fine "
+            "only behind a port forward)",
+            flush=True,
+        )
+    return url
+
+
+def _print_registered(args: argparse.Namespace, registered: Registered) -> None:
+    """What was registered, how to try it, and how it ends."""
+    print(
+        f"registered with the API server at {registered.server} ({registered.version}): "
+        + "; ".join(registered.lines),
+        flush=True,
+    )
+    print(
+        f"  {registered.webhooks} webhooks with the Helm chart's rules call "
+        f"{args.register_url}/mutate and {args.register_url}/validate; the API server must "
+        "reach that address",
+        flush=True,
+    )
+    print(
+        "try it: kubectl create namespace ml; kubectl apply --dry-run=server -f "
+        "examples/pods.yaml "
+        "(warnings and denials; nothing is created)",
+        flush=True,
+    )
+    print("Ctrl-C stops the webhook and deletes both configurations.", flush=True)
+
+
+def _run(
+    args: argparse.Namespace,
+    config: WebhookConfig,
+    store: PolicyStore,
+    reloader: CertReloader,
+    source: PolicySource | None,
+    images: ImageResolver | None,
+    tasks: list[PolicySource],
+    log_handler: BatchedStreamHandler,
+) -> int:
+    """Serve until a signal: 0 after a clean shutdown, 2 when the port cannot be served."""
     codec = json_codec(prefer_orjson=not os.environ.get("GPU_WEBHOOK_DISABLE_ORJSON"))
     app = create_app(
         config,
