@@ -223,8 +223,24 @@ def test_review_without_policies_dir(
     code, _ = cli("review", "-f", EXAMPLE)
     assert code == 2
     assert capsys.readouterr().err == (
-        "gpu-webhook review: no policies: pass --policies DIR (a directory of CRL ConfigMap YAML "
-        "files, e.g. the project's configmaps/)\n"
+        "gpu-webhook review: no policies: pass --policies PATH (a folder or file of CRL "
+        "ConfigMaps: the project's configmaps/, or your cluster's: kubectl get configmaps -n "
+        "kube-public -o yaml > crl.yaml)\n"
+    )
+
+
+def test_review_reads_the_policies_as_kubectl_exports_them(tmp_path: Path) -> None:
+    # The way out the message above names: `kubectl get configmaps -n kube-public -o yaml` is a
+    # List holding the CRLs beside other ConfigMaps; reviewed as the shipped folder is.
+    items = [
+        yaml.safe_load(f.read_text(encoding="utf-8")) for f in sorted(CONFIGMAPS.glob("*.yaml"))
+    ]
+    other = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cluster-info"}}
+    exported = write(
+        tmp_path / "crl.yaml", {"apiVersion": "v1", "kind": "List", "items": [other, *items]}
+    )
+    assert cli("review", "-f", EXAMPLE, "--policies", str(exported)) == cli(
+        "review", "-f", EXAMPLE, "--policies", POLICIES
     )
 
 

@@ -149,7 +149,8 @@ def test_policies_holding_no_crl_is_an_error(
     err = one_line_exit_2(capsys, "review", "-f", EXAMPLE, "--policies", str(tmp_path))
     assert err == (
         f"gpu-webhook review: no CRL ConfigMap in {tmp_path} (1 ConfigMap(s), none a CRL): pass "
-        "the directory of CRL ConfigMap YAML files, e.g. the project's configmaps/\n"
+        "CRL ConfigMaps (cf-crl-*): the project's configmaps/, or your cluster's: "
+        "kubectl get configmaps -n kube-public -o yaml > crl.yaml\n"
     )
     empty = tmp_path / "empty"
     empty.mkdir()

@@ -385,7 +385,8 @@ def test_a_policies_folder_without_crl_is_exit_2(
     assert cli("test", str(tmp_path)) == (2, "")
     assert capsys.readouterr().err == (
         f"gpu-webhook test: {path}: no CRL ConfigMap in {empty} (0 ConfigMap(s), none a CRL): "
-        "pass the directory of CRL ConfigMap YAML files, e.g. the project's configmaps/\n"
+        "pass CRL ConfigMaps (cf-crl-*): the project's configmaps/, or your cluster's: "
+        "kubectl get configmaps -n kube-public -o yaml > crl.yaml\n"
     )
 
 

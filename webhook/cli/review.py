@@ -314,8 +314,9 @@ def load_policies(path: Path | None) -> PolicySet:
     if path is None:
         if not DEFAULT_POLICIES.is_dir():
             raise ManifestError(
-                "no policies: pass --policies DIR (a directory of CRL ConfigMap YAML files, "
-                "e.g. the project's configmaps/)"
+                "no policies: pass --policies PATH (a folder or file of CRL ConfigMaps: the "
+                "project's configmaps/, or your cluster's: kubectl get configmaps -n kube-public "
+                "-o yaml > crl.yaml)"
             )
         path = DEFAULT_POLICIES
     read = [
@@ -328,8 +329,9 @@ def load_policies(path: Path | None) -> PolicySet:
     if not any(_is_crl(doc) for doc in found):
         # A pipeline must not allow everything because --policies points at the wrong place.
         raise ManifestError(
-            f"no CRL ConfigMap in {path} ({len(found)} ConfigMap(s), none a CRL): pass the "
-            "directory of CRL ConfigMap YAML files, e.g. the project's configmaps/"
+            f"no CRL ConfigMap in {path} ({len(found)} ConfigMap(s), none a CRL): pass "
+            "CRL ConfigMaps (cf-crl-*): the project's configmaps/, or your cluster's: "
+            "kubectl get configmaps -n kube-public -o yaml > crl.yaml"
         )
     # A CRL that does not parse would be left out, and the pods it limits reviewed without it:
     # an error, as `lint` says of the same folder, never a silent pass.

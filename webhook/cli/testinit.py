@@ -136,8 +136,9 @@ def init_test(args: argparse.Namespace, out: TextIO) -> int:
     policies = args.policies if args.policies is not None else DEFAULT_POLICIES
     if args.policies is None and not DEFAULT_POLICIES.is_dir():
         raise CommandError(
-            "--init needs the policies: --policies DIR (a folder of CRL ConfigMap YAML files, "
-            "e.g. the project's configmaps/)"
+            "--init needs the policies: --policies PATH (a folder or file of CRL ConfigMaps: "
+            "the project's configmaps/, or your cluster's: kubectl get configmaps -n "
+            "kube-public -o yaml > crl.yaml)"
         )
     for given in [*args.file, policies, args.nodes, args.claims, args.config]:
         if given is not None and not Path(given).exists():
