@@ -304,7 +304,6 @@ def test_inventory_from_node_objects_keeps_only_the_placement_labels() -> None:
         "nvidia.com/gpu.compute.minor": "0",
         # GPU-node labels (issue 45: a GPU node advertising no CUDA version is unknown).
         "nvidia.com/gpu.present": "true",
-        "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB",
     }
     assert dict(inventory.nodes["cpu-1"]) == {}
     # A config with one explicit scheme keeps only that scheme's labels (and compute capability).
@@ -315,7 +314,6 @@ def test_inventory_from_node_objects_keeps_only_the_placement_labels() -> None:
         "nvidia.com/gpu.compute.major": "8",
         "nvidia.com/gpu.compute.minor": "0",
         "nvidia.com/gpu.present": "true",
-        "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB",
     }
 
 

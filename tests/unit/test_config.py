@@ -55,10 +55,9 @@ def test_defaults() -> None:
         "node.kubernetes.io/npu.chip.name",
         "accelerator-type",
         # NVIDIA GPU nodes that advertise no CUDA version are unknown ones (SPEC §13, issue
-        # 45): the GPU Operator's and NFD's GPU-node labels, GFD's product.
+        # 45): the GPU Operator's and NFD's GPU-node labels.
         "nvidia.com/gpu.present",
         "feature.node.kubernetes.io/pci-10de.present",
-        "nvidia.com/gpu.product",
     }
     assert (config.unknown_nodes, config.no_compatible_node) == ("allow", "warn")
     # MIG mixed-strategy profiles and time-slicing/MPS renamed resources: pGPU rule (SPEC §4).

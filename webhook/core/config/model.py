@@ -187,11 +187,10 @@ class WebhookConfig(ConfigModel):
     # node is an unknown one to CUDA placement (counted in warnings, used by `unknownNodes:
     # allow`). Defaults: the GPU Operator's common GPU label and the NFD PCI label it selects
     # GPU nodes by (NVIDIA/gpu-operator controllers/state_manager.go commonGPULabelKey,
-    # gpuNodeLabels), and GFD's product label.
+    # gpuNodeLabels).
     gpu_node_labels: tuple[str, ...] = (
         "nvidia.com/gpu.present",
         "feature.node.kubernetes.io/pci-10de.present",
-        "nvidia.com/gpu.product",
     )
     # Extra workload kinds (or replacements of built-in ones, by group and kind), SPEC §6.
     workloads: tuple[WorkloadEntry, ...] = ()
