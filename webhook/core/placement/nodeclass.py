@@ -21,7 +21,7 @@ this module holds what is the same for all of them:
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from webhook.core.base.wording import Wording
 from webhook.core.placement.terms import cross
@@ -43,11 +43,13 @@ def decide(fit: int, unknown: int, unknown_nodes: str) -> str:
     return NONE
 
 
-class Hint(NamedTuple):
+class Hint:
     """The label an admin sets to make an unknown node known, and its value's format."""
 
-    key: str
-    value: str  # `<release, e.g. 30.20.1>`
+    # Written out: a NamedTuple's or @dataclass's constructor stays interpreted under mypyc.
+    def __init__(self, key: str, value: str) -> None:
+        self.key = key
+        self.value = value  # `<amdgpu driver release>`
 
     def __str__(self) -> str:
         return f"{self.key}={self.value}"

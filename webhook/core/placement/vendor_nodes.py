@@ -366,7 +366,10 @@ class Classes(NamedTuple):
 def classify(facts: VendorFacts, want: Want, match: Callable[[str, str], bool]) -> Classes:
     found = Classes([], [], [])
     for node in facts.combos:
-        getattr(found, node_class(node, want, match)).append(node)
+        kind = node_class(node, want, match)
+        (found.fit if kind == "fit" else found.unfit if kind == "unfit" else found.unknown).append(
+            node
+        )
     return found
 
 
