@@ -36,7 +36,6 @@ from webhook.core.placement.vendor_nodes import (
     classify,
     device_counts,
     exclusions,
-    fitting,
     newest,
     seen_terms,
     summary,
@@ -245,8 +244,9 @@ def _daemonset(state: PodState, facts: VendorFacts, want: Want) -> None:
             )
         )
     )
-    ok = set(fitting(facts, want, device_matches))
-    unfit = sum(n for node, n in facts.combos.items() if node not in ok)
+    # Known not to run them (nodeclass.py): a node whose driver is unknown may (as CUDA's
+    # nodes without a version label, fit.daemonset_unfit).
+    unfit = sum(facts.combos[n] for n in classify(facts, want, device_matches).unfit)
     if unfit:
         state.warnings.append(
             short(

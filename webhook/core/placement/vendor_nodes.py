@@ -205,15 +205,17 @@ def _grouped_terms(gate: VendorGate, pairs: Iterable[Pair], paired: bool = False
     return terms
 
 
+def _fits(node: NodeDriver, want: Want, match: Callable[[str, str], bool]) -> bool:
+    return bool(
+        node.driver_key
+        and want.runs(node.release, node.device)
+        and (not want.devices or node.device_key)
+        and want.fits_device(node.device, match)
+    )
+
+
 def fitting(facts: VendorFacts, want: Want, match: Callable[[str, str], bool]) -> list[NodeDriver]:
-    return [
-        n
-        for n in facts.combos
-        if n.driver_key
-        and want.runs(n.release, n.device)
-        and (not want.devices or n.device_key)
-        and want.fits_device(n.device, match)
-    ]
+    return [n for n in facts.combos if _fits(n, want, match)]
 
 
 def seen_terms(
@@ -337,12 +339,7 @@ def node_class(node: NodeDriver, want: Want, match: Callable[[str, str], bool]) 
     """`fit`, `unfit` or `unknown` (nodeclass.py): unfit when its device is known and not
     one the images are built for, or its driver release is known and runs them on no device
     or not on its known one; unknown when neither is known well enough to tell."""
-    if (
-        node.driver_key
-        and want.runs(node.release, node.device)
-        and (not want.devices or node.device_key)
-        and want.fits_device(node.device, match)
-    ):
+    if _fits(node, want, match):
         return "fit"
     if want.devices and node.device is not None and not want.fits_device(node.device, match):
         return "unfit"
