@@ -389,3 +389,32 @@ def test_a_patch_release_is_its_rows_release(
     assert required(spec) == terms
     assert schedulable(spec, nodes) == ["patch"]
     assert decision.warnings == ()
+
+
+def test_the_compute_capability_axis_never_strands_either() -> None:
+    """An extra axis follows the same rule: a pod needing compute capability ≥ 8.0 where the
+    only node advertising one has 7.0 and another GPU node advertises none is kept off the 7.0
+    node; with a node at 8.6 it is required there, the other counted."""
+    compute = {"nvidia.com/gpu.compute.major": "7", "nvidia.com/gpu.compute.minor": "0"}
+    ampere = {"nvidia.com/gpu.compute.major": "8", "nvidia.com/gpu.compute.minor": "6"}
+    cuda = {GFD_MAJOR: "12", GFD_MINOR: "6", PRESENT: "true"}
+    annotated = pod(
+        VENDORS[0].make(), annotations={"features.alauda.io/min-compute-capability": "8.0"}
+    )
+    hint = "label nvidia.com/gpu.compute.major=<major> nvidia.com/gpu.compute.minor=<minor>"
+    nodes = {"volta": {**cuda, **compute}, "unknown": cuda}
+    decision = run(annotated, nodes, config())
+    assert schedulable(apply(decision)["spec"], nodes) == ["unknown"]
+    # The label is long: the words around it get shorter, the label stays whole.
+    assert decision.warnings == (f"compute capability ≥ 8.0 unknown: {hint}",)
+    nodes = {"ampere": {**cuda, **ampere}, "unknown": cuda}
+    decision = run(annotated, nodes, config())
+    assert schedulable(apply(decision)["spec"], nodes) == ["ampere"]
+    assert decision.warnings == (f"1 unknown not used: {hint}",)
+    excluded = run(
+        annotated, {"volta": {**cuda, **compute}, "unknown": cuda}, config(unknownNodes="exclude")
+    )
+    assert excluded.warnings == ("no node has compute capability ≥ 8.0; highest is 7.0 (1 node)",)
+    assert (
+        schedulable(apply(excluded)["spec"], {"volta": {**cuda, **compute}, "unknown": cuda}) == []
+    )

@@ -90,6 +90,9 @@ class InventoryFacts:
     # NVIDIA GPU nodes (a config's gpuNodeLabels, or a compute capability) that advertise no
     # CUDA version: unknown to CUDA placement (nodeclass.py, SPEC §13 "Never strand a pod").
     unknown: int = 0
+    # GPU nodes (a CUDA version, or a gpuNodeLabels key) that advertise no compute capability:
+    # unknown to the compute-capability rule.
+    unknown_compute: int = 0
 
 
 def _version(labels: Mapping[str, str], scheme: CudaLabels) -> CudaVersion | None:
@@ -145,7 +148,7 @@ def _facts(
     shared: dict[tuple[tuple[tuple[int, CudaVersion], ...], CudaVersion | None], NodeFacts] = {}
     combos: Counter[tuple[tuple[tuple[int, CudaVersion], ...], CudaVersion | None]] = Counter()
     drivers_11_0: Counter[bool | None] = Counter()
-    unknown = 0
+    unknown = unknown_compute = 0
     for name, labels in nodes.items():
         # A slice of a node that is not (or no longer) a Node places nothing.
         published = dra.get(name) if dra else None
@@ -171,8 +174,11 @@ def _facts(
             dra_compute.setdefault(capability, []).append(name)
         if capability is not None:
             compute_counts[capability] += 1
-        if not found and (capability is not None or any(k in labels for k in signs)):
+        signed = any(k in labels for k in signs)
+        if not found and (capability is not None or signed):
             unknown += 1
+        if capability is None and (found or signed):
+            unknown_compute += 1
         if found or capability is not None:
             key = (tuple(found), capability)
             node = shared.get(key)
@@ -195,6 +201,7 @@ def _facts(
         dra_cuda=_names(dra_cuda),
         dra_compute=_names(dra_compute),
         unknown=unknown,
+        unknown_compute=unknown_compute,
     )
 
 
