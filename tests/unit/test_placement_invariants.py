@@ -418,3 +418,24 @@ def test_the_compute_capability_axis_never_strands_either() -> None:
     assert (
         schedulable(apply(excluded)["spec"], {"volta": {**cuda, **compute}, "unknown": cuda}) == []
     )
+
+
+def test_exclusion_terms_read_the_labels_in_the_gates_order() -> None:
+    """The admin's label wins over the labeller's on a node carrying both: a node whose admin
+    release is known and unfit is kept off even with an unmapped module, and one whose admin
+    value is unmapped stays usable even with a known-unfit module."""
+    rocm_71 = container(image="rocm/dev-ubuntu-24.04:7.1.1", limits={"amd.com/gpu": "1"})
+    nodes = {
+        "admin-unfit": {RELEASE: "30.10", MODULE: "6.99.1", DEVICE: "74a1"},
+        "module-unfit": {MODULE: "6.14.14", DEVICE: "74a1"},
+        "module-unknown": {MODULE: "6.99.1", DEVICE: "74a1"},
+        "admin-unknown": {RELEASE: "31.99", MODULE: "6.12.12", DEVICE: "74a1"},
+        "no-driver": {DEVICE: "74a1"},
+    }
+    decision = run(pod(rocm_71), nodes, config())
+    spec = apply(decision)["spec"]
+    assert required(spec) == [
+        _term(_expr(RELEASE, "Exists"), _expr(RELEASE, "NotIn", "30.10")),
+        _term(_expr(RELEASE, "DoesNotExist"), _expr(MODULE, "NotIn", "6.14.14")),
+    ]
+    assert schedulable(spec, nodes) == ["admin-unknown", "module-unknown", "no-driver"]

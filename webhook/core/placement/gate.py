@@ -5,9 +5,11 @@ read from the vendor's data (vendors.py), never from code written per vendor.
 Per pod: each container's runtime version (pod annotation, env, admin table, tag, shipped
 knowledge) and the devices its code is built for; the nodes whose driver release runs every
 one of those versions and whose device every container is built for, as required node
-affinity over the label values the inventory has seen; warn or deny when none can (as CUDA's
-gate, SPEC §4); DaemonSet and spec.nodeName pods checked, not pinned. A node whose driver is
-unknown (empty label, no table row) is never taken as compatible.
+affinity over the label values the inventory has seen; DaemonSet and spec.nodeName pods
+checked, not pinned. A node whose driver is unknown (no label, an empty one, no table row) is
+never taken as compatible, nor as incompatible: the decision between the fit nodes, keeping the
+pod off the unfit ones only, and noCompatibleNode (warn or deny, as CUDA's gate, SPEC §4) is
+nodeclass.py's, the one rule CUDA's placement takes too (SPEC §13 "Never strand a pod").
 
 The named per-vendor rule is the device rule: ROCm code objects are per gfx target (no
 PTX-like fallback) and CANN operator packages per chip, so the node's device must be one the

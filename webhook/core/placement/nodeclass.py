@@ -55,6 +55,12 @@ class Hint:
         return f"{self.key}={self.value}"
 
 
+def version_hints(major: str, minor: str) -> tuple[Hint, Hint]:
+    """The pair of integer labels that make a node's version known (CUDA's schemes, GFD's
+    compute capability)."""
+    return Hint(major, "<major>"), Hint(minor, "<minor>")
+
+
 def _count(count: int, nodes: str) -> str:
     """`1 AMD GPU node`, `3 AMD GPU nodes` (`nodes`: the plural)."""
     return f"{count} {nodes if count != 1 else nodes.removesuffix('s')}"

@@ -138,7 +138,7 @@ def _compute_terms(
         text = fit.compute_problem(facts, low)
         unknown = facts.unknown_compute
         labels = config.compute_capability_labels
-        hints = (nodeclass.Hint(labels.major, "<major>"), nodeclass.Hint(labels.minor, "<minor>"))
+        hints = nodeclass.version_hints(labels.major, labels.minor)
         verdict = nodeclass.decide(0 if text else 1, unknown, config.unknown_nodes)
         if text and verdict == nodeclass.AVOID:
             # None advertising one meets it, some GPU nodes advertise none (SPEC §13 "Never

@@ -142,7 +142,7 @@ def _hints(config: WebhookConfig) -> tuple[nodeclass.Hint, nodeclass.Hint]:
     """The labels that make a node's CUDA version known: the first scheme's (the manual
     labels by default)."""
     scheme = config.schemes[0]
-    return nodeclass.Hint(scheme.major, "<major>"), nodeclass.Hint(scheme.minor, "<minor>")
+    return nodeclass.version_hints(scheme.major, scheme.minor)
 
 
 def cuda_terms(
