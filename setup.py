@@ -64,6 +64,7 @@ COMPILED = [
     "webhook/core/placement/injection.py",
     "webhook/core/placement/inventory.py",
     "webhook/core/placement/needs.py",
+    "webhook/core/placement/nodeclass.py",
     "webhook/core/placement/place.py",
     "webhook/core/placement/ranges.py",
     "webhook/core/placement/terms.py",

@@ -303,6 +303,8 @@ def test_inventory_from_node_objects_keeps_only_the_placement_labels() -> None:
         GFD_MINOR: "4",
         "nvidia.com/gpu.compute.major": "8",
         "nvidia.com/gpu.compute.minor": "0",
+        # GPU-node labels (issue 45: a GPU node advertising no CUDA version is unknown).
+        "nvidia.com/gpu.present": "true",
     }
     assert dict(inventory.nodes["cpu-1"]) == {}
     # A config with one explicit scheme keeps only that scheme's labels (and compute capability).
@@ -312,6 +314,7 @@ def test_inventory_from_node_objects_keeps_only_the_placement_labels() -> None:
     assert dict(NodeInventory.from_objects(CLUSTER["items"], manual).nodes["gpu-0"]) == {
         "nvidia.com/gpu.compute.major": "8",
         "nvidia.com/gpu.compute.minor": "0",
+        "nvidia.com/gpu.present": "true",
     }
 
 

@@ -54,7 +54,12 @@ def test_defaults() -> None:
         "huawei.com/driver.version",
         "node.kubernetes.io/npu.chip.name",
         "accelerator-type",
+        # NVIDIA GPU nodes that advertise no CUDA version are unknown ones (SPEC §13, issue
+        # 45): the GPU Operator's and NFD's GPU-node labels.
+        "nvidia.com/gpu.present",
+        "feature.node.kubernetes.io/pci-10de.present",
     }
+    assert (config.unknown_nodes, config.no_compatible_node) == ("allow", "warn")
     # MIG mixed-strategy profiles and time-slicing/MPS renamed resources: pGPU rule (SPEC §4).
     assert config.gpu_resource_names == (
         "nvidia.com/gpu",

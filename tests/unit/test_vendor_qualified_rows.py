@@ -71,7 +71,17 @@ def test_a_node_without_a_known_target_is_never_placed_by_a_per_gpu_row() -> Non
             "odd": {RELEASE: "6.4.1", DEVICE: "ffff"},  # a device id the table lacks
         }
     )
-    decision = run(pod(amd(ROCM_72)), inventory=nodes)
+    # Their targets are unknown, so they may run it (issue 45: never strand a pod): nothing
+    # to keep the pod off, and a warning naming the label the gate reads the target from.
+    allowed = run(pod(amd(ROCM_72)), inventory=nodes)
+    assert allowed.warnings == (
+        "no node known to run ROCm 7.2; 2 unknown may: "
+        "label amd.com/gpu.device-id=<a value the device table maps>",
+    )
+    assert required(apply(allowed)) is None
+    # An admin who prefers Pending to a gamble: never placed by a per-GPU row.
+    exclude = load_config({"unknownNodes": "exclude"})
+    decision = run(pod(amd(ROCM_72)), inventory=nodes, config=exclude)
     assert decision.warnings == (
         "no node whose amdgpu driver runs ROCm 7.2 has a GPU target it is listed for; they have "
         "unknown (1 node), ffff (1 node)",

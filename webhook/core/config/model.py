@@ -175,6 +175,23 @@ class WebhookConfig(ConfigModel):
     exempt_namespaces: tuple[str, ...] = ("kube-system",)
     # With a node inventory: what to do when no node satisfies the CUDA requirement.
     no_compatible_node: Literal["deny", "warn"] = "warn"
+    # With a node inventory: what to do with a vendor's nodes whose driver is unknown (no
+    # label, an empty one, or a value no table row maps) when no node is known to run the pod
+    # (SPEC §13 "Never strand a pod"). `allow` (default): the pod is kept off the nodes known
+    # not to run it only, so it may land on an unknown one, with a warning naming the label an
+    # admin sets to make them known; `exclude`: as if the unknown nodes could not run it
+    # (noCompatibleNode applies, the pod waits for a known node: Pending rather than a
+    # gamble). When some node is known to run it, the pod is required onto those either way.
+    unknown_nodes: Literal["allow", "exclude"] = "allow"
+    # Node labels that mark an NVIDIA GPU node even when it advertises no CUDA version: such a
+    # node is an unknown one to CUDA placement (counted in warnings, used by `unknownNodes:
+    # allow`). Defaults: the GPU Operator's common GPU label and the NFD PCI label it selects
+    # GPU nodes by (NVIDIA/gpu-operator controllers/state_manager.go commonGPULabelKey,
+    # gpuNodeLabels).
+    gpu_node_labels: tuple[str, ...] = (
+        "nvidia.com/gpu.present",
+        "feature.node.kubernetes.io/pci-10de.present",
+    )
     # Extra workload kinds (or replacements of built-in ones, by group and kind), SPEC §6.
     workloads: tuple[WorkloadEntry, ...] = ()
     # DRA device classes that mean a GPU: a container referencing a claim on one of them is a
@@ -222,7 +239,7 @@ class WebhookConfig(ConfigModel):
             # knowledge's single-architecture tags): kubernetes.io/arch (k8s.io/api core/v1
             # well_known_labels.go LabelArchStable).
             keys |= {"kubernetes.io/arch"}
-        return keys | self.driver_version_keys
+        return keys | self.driver_version_keys | frozenset(self.gpu_node_labels)
 
     @cached_property
     def driver_version_keys(self) -> frozenset[str]:
@@ -310,6 +327,15 @@ class WebhookConfig(ConfigModel):
         problem = label_key_problem(value)
         if problem:
             raise ValueError(problem)
+        return value
+
+    @field_validator("gpu_node_labels")
+    @classmethod
+    def _gpu_node_labels(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for key in value:
+            problem = label_key_problem(key)
+            if problem:
+                raise ValueError(problem)
         return value
 
     @field_validator("cuda_label_schemes")

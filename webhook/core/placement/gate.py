@@ -5,9 +5,11 @@ read from the vendor's data (vendors.py), never from code written per vendor.
 Per pod: each container's runtime version (pod annotation, env, admin table, tag, shipped
 knowledge) and the devices its code is built for; the nodes whose driver release runs every
 one of those versions and whose device every container is built for, as required node
-affinity over the label values the inventory has seen; warn or deny when none can (as CUDA's
-gate, SPEC §4); DaemonSet and spec.nodeName pods checked, not pinned. A node whose driver is
-unknown (empty label, no table row) is never taken as compatible.
+affinity over the label values the inventory has seen; DaemonSet and spec.nodeName pods
+checked, not pinned. A node whose driver is unknown (no label, an empty one, no table row) is
+never taken as compatible, nor as incompatible: the decision between the fit nodes, keeping the
+pod off the unfit ones only, and noCompatibleNode (warn or deny, as CUDA's gate, SPEC §4) is
+nodeclass.py's, the one rule CUDA's placement takes too (SPEC §13 "Never strand a pod").
 
 The named per-vendor rule is the device rule: ROCm code objects are per gfx target (no
 PTX-like fallback) and CANN operator packages per chip, so the node's device must be one the
@@ -18,22 +20,24 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import NamedTuple
 
-from webhook.core.base.wording import Wording
+from webhook.core.base.wording import Message, Wording
 from webhook.core.config.model import WebhookConfig
 from webhook.core.images.facts import ImageEnv, ImageQuery, pod_archs
 from webhook.core.images.references import shown_image
 from webhook.core.outcome.decision import PodState, Violation, container_label, short
-from webhook.core.placement import fit
+from webhook.core.placement import fit, nodeclass
 from webhook.core.placement.injection import Plan, inject
 from webhook.core.placement.inventory import NodeInventory
 from webhook.core.placement.needs import Envs, container_env, meta, record_problem
+from webhook.core.placement.terms import fresh_terms
 from webhook.core.placement.vendor_nodes import (
+    NodeDriver,
     Term,
     VendorFacts,
     Want,
-    count_nodes,
+    classify,
     device_counts,
-    fitting,
+    exclusions,
     newest,
     seen_terms,
     summary,
@@ -194,24 +198,18 @@ def _problem(facts: VendorFacts, want: Want) -> str:
     )
 
 
-def _left_out(facts: VendorFacts, want: Want) -> str:
-    """Nodes that advertise the vendor but that the gate cannot read: never placed on."""
-    vendor = facts.vendor
-    unknown = [n for n in facts.combos if n.problem]
-    if want.devices:
-        unknown += [n for n in facts.combos if not n.problem and n.device is None]
-    if not unknown:
-        return ""
-    count = sum(facts.combos[n] for n in unknown)
-    first = unknown[0]
-    if first.problem:
-        why = f"{vendor.driver} unknown: {first.problem}"
-        fix = next((d.key for d in facts.gate.driver_labels if d.value == "release"), "")
-    else:
-        shown = f"{first.device_key}={first.device_value}" if first.device_key else "none"
-        why, fix = f"{vendor.device} unknown: {shown}", ""
-    advice = f"; label {fix}" if fix else ""
-    return f"{count_nodes(count, vendor)} left out, {why}{advice}"
+def _hints(facts: VendorFacts, unknown: list[NodeDriver]) -> tuple[nodeclass.Hint]:
+    """The label that makes the unknown nodes known: the admin's driver release label (the
+    first `release` label of the gate), or, when every unknown node's driver is known and its
+    device is not, the first device label."""
+    vendor, gate = facts.vendor, facts.gate
+    release = next((d.key for d in gate.driver_labels if d.value == "release"), "")
+    if release and any(n.release is None for n in unknown):
+        return (nodeclass.Hint(release, f"<{vendor.driver} release>"),)
+    device = gate.device_labels[0] if gate.device_labels else ""
+    if device:
+        return (nodeclass.Hint(device, "<a value the device table maps>"),)
+    return (nodeclass.Hint(gate.driver_labels[0].key, f"<{vendor.driver} release>"),)
 
 
 def _pinned(
@@ -249,8 +247,9 @@ def _daemonset(state: PodState, facts: VendorFacts, want: Want) -> None:
             )
         )
     )
-    ok = set(fitting(facts, want, device_matches))
-    unfit = sum(n for node, n in facts.combos.items() if node not in ok)
+    # Known not to run them (nodeclass.py): a node whose driver is unknown may (as CUDA's
+    # nodes without a version label, fit.daemonset_unfit).
+    unfit = sum(facts.combos[n] for n in classify(facts, want, device_matches).unfit)
     if unfit:
         state.warnings.append(
             short(
@@ -270,31 +269,42 @@ def _listed(vendor: Vendor, want: Want) -> bool:
 
 
 class _Placement(NamedTuple):
-    """The terms for one need on one snapshot, and what to say about them."""
+    """The terms for one need on one snapshot, and what to say about them (nodeclass.py)."""
 
-    seen: list[Term]  # over the fitting values the inventory has seen
-    left_out: str  # the warning about nodes the gate cannot read
-    problem: str  # why no node runs the pod ('' when some does)
-    table: list[Term]  # when none does: the values the shipped tables know
+    terms: list[Term]  # required onto the fit nodes; or off the unfit ones; or the table's
+    warning: Message  # the unknown nodes counted, or the gamble on them ('' for none)
+    problem: str  # why no node runs the pod ('' when some does or may)
+    avoid: bool  # the terms only keep the pod off the unfit nodes
 
 
-def _placement(facts: VendorFacts, want: Want) -> _Placement:
-    nodes = fitting(facts, want, device_matches)
-    if nodes:
-        left = _left_out(facts, want)
-        return _Placement(
-            seen_terms(facts, nodes, bool(want.devices), want), short(left) if left else "", "", []
+def _placement(facts: VendorFacts, want: Want, unknown_nodes: str) -> _Placement:
+    classes = classify(facts, want, device_matches)
+    fit = sum(facts.combos[n] for n in classes.fit)
+    unknown = sum(facts.combos[n] for n in classes.unknown)
+    verdict = nodeclass.decide(fit, unknown, unknown_nodes)
+    vendor = facts.vendor
+    if verdict == nodeclass.REQUIRE:
+        warning: Message = ""
+        if unknown:
+            hints = _hints(facts, classes.unknown)
+            why = next((n.problem for n in classes.unknown if n.problem), "")
+            warning = nodeclass.unknown_warning(unknown, vendor.nodes, vendor.driver, hints, why)
+        terms = seen_terms(facts, classes.fit, bool(want.devices), want)
+        return _Placement(terms, warning, "", False)
+    if verdict == nodeclass.AVOID:
+        by_driver, by_device, kept_off = exclusions(facts, want, device_matches)
+        terms = nodeclass.both(
+            nodeclass.exclusion_terms([d.key for d in facts.gate.driver_labels], by_driver),
+            nodeclass.exclusion_terms(facts.gate.device_labels, by_device),
         )
+        runtime = f"{vendor.runtime} {_shown(vendor, want.versions)}"
+        hints = _hints(facts, classes.unknown)
+        warning = nodeclass.avoid_warning(
+            unknown, kept_off, vendor.nodes, vendor.driver, runtime, hints
+        )
+        return _Placement(terms, warning, "", True)
     table = table_terms(facts.vendor, facts.gate, want, device_matches)
-    return _Placement([], "", _problem(facts, want), table)
-
-
-def _copy(terms: list[Term]) -> list[Term]:
-    """Fresh expressions for the draft (the cached ones are shared by every review)."""
-    return [
-        [{**e, "values": list(e["values"])} if "values" in e else dict(e) for e in term]
-        for term in terms
-    ]
+    return _Placement(table, "", _problem(facts, want), False)
 
 
 def facts_of(vendor: Vendor, inventory: NodeInventory, config: WebhookConfig) -> VendorFacts:
@@ -394,35 +404,46 @@ def place_vendor(
         if pinned:
             _pinned(state, facts, want, pinned, who, config)
         return
-    found = facts.placements.get(want)
+    key = (want, config.unknown_nodes)
+    found = facts.placements.get(key)
     if found is None:
         if len(facts.placements) >= _MAX_PLACEMENTS:
             facts.placements.clear()  # annotations can name any version: stay bounded
-        found = facts.placements[want] = _placement(facts, want)
-    seen, left, problem, table = found
-    if left:
-        state.warnings.append(left)
+        found = facts.placements[key] = _placement(facts, want, config.unknown_nodes)
+    shared, warning, problem, avoid = found
+    if warning:
+        state.warnings.append(warning)
     if problem and record_problem(state, config, problem, vendor.name):
         return
-    terms = _copy(seen or table)
+    terms = fresh_terms(shared)  # the memo's are shared by every review (issue 45)
     if not terms:
         return
     runtime = f"{vendor.runtime} {_shown(vendor, want.versions)}"
     on = f" on {vendor.device} {_devices_text(want)}" if want.devices else ""
     source = known[0].source
-    plan = Plan(
-        cuda=terms,
-        keys=gate.keys,
-        note_kind=f"{vendor.name}-affinity",
-        cuda_rule=vendor.name,
-        cuda_want=f"an {vendor.driver} for {runtime}{on}",
-        cuda_note=Wording(
+    if avoid:
+        note = Wording(
+            (
+                f"kept off nodes whose {vendor.driver} cannot run {runtime}{on} ({source})",
+                f"kept off {vendor.driver}s without {runtime}{on} ({source})",
+                f"kept off {vendor.driver}s without {runtime}{on}",
+            )
+        )
+    else:
+        note = Wording(
             (
                 f"required nodes whose {vendor.driver} runs {runtime}{on} ({source})",
                 f"required {vendor.driver} for {runtime}{on} ({source})",
                 f"{vendor.driver} for {runtime}{on} ({source})",
                 f"{vendor.driver} for {runtime}{on}",
             )
-        ),
+        )
+    plan = Plan(
+        cuda=terms,
+        keys=gate.keys,
+        note_kind=f"{vendor.name}-affinity",
+        cuda_rule=vendor.name,
+        cuda_want=f"an {vendor.driver} for {runtime}{on}",
+        cuda_note=note,
     )
     inject(state, config, plan)

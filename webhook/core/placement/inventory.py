@@ -87,6 +87,12 @@ class InventoryFacts:
     dra_compute: Mapping[CudaVersion, tuple[str, ...]] = field(
         default_factory=lambda: MappingProxyType({})
     )
+    # NVIDIA GPU nodes (a config's gpuNodeLabels, or a compute capability) that advertise no
+    # CUDA version: unknown to CUDA placement (nodeclass.py, SPEC §13 "Never strand a pod").
+    unknown: int = 0
+    # GPU nodes (a CUDA version, or a gpuNodeLabels key) that advertise no compute capability:
+    # unknown to the compute-capability rule.
+    unknown_compute: int = 0
 
 
 def _version(labels: Mapping[str, str], scheme: CudaLabels) -> CudaVersion | None:
@@ -125,6 +131,7 @@ def _facts(
     schemes: tuple[CudaLabels, ...],
     compute: CudaLabels,
     dra: Mapping[str, DraNode],
+    signs: frozenset[str] = frozenset(),
 ) -> InventoryFacts:
     # A node's labels win; its ResourceSlices are read only for what it does not label, so a
     # labelled cluster's facts (and terms) are exactly as without DRA.
@@ -141,6 +148,7 @@ def _facts(
     shared: dict[tuple[tuple[tuple[int, CudaVersion], ...], CudaVersion | None], NodeFacts] = {}
     combos: Counter[tuple[tuple[tuple[int, CudaVersion], ...], CudaVersion | None]] = Counter()
     drivers_11_0: Counter[bool | None] = Counter()
+    unknown = unknown_compute = 0
     for name, labels in nodes.items():
         # A slice of a node that is not (or no longer) a Node places nothing.
         published = dra.get(name) if dra else None
@@ -166,6 +174,11 @@ def _facts(
             dra_compute.setdefault(capability, []).append(name)
         if capability is not None:
             compute_counts[capability] += 1
+        signed = any(k in labels for k in signs)
+        if not found and (capability is not None or signed):
+            unknown += 1
+        if capability is None and (found or signed):
+            unknown_compute += 1
         if found or capability is not None:
             key = (tuple(found), capability)
             node = shared.get(key)
@@ -187,6 +200,8 @@ def _facts(
         unlabelled_11_0=drivers_11_0[None],
         dra_cuda=_names(dra_cuda),
         dra_compute=_names(dra_compute),
+        unknown=unknown,
+        unknown_compute=unknown_compute,
     )
 
 
@@ -286,10 +301,13 @@ class NodeInventory:
         if last is not None and last[0] is config:
             return last[1]
         forward = (config.forward_compatible_nodes, config.driver_branch_label)
-        key = (config.schemes, config.compute_capability_labels, *forward)
+        signs = frozenset(config.gpu_node_labels)
+        key = (config.schemes, config.compute_capability_labels, *forward, signs)
         facts = self._facts.get(key)
         if facts is None:
-            facts = _facts(self.nodes, config.schemes, config.compute_capability_labels, self.dra)
+            facts = _facts(
+                self.nodes, config.schemes, config.compute_capability_labels, self.dra, signs
+            )
             if forward[0] is not None:
                 counts, by_cuda = _forward(self.nodes, *forward, config.schemes)
                 facts = dataclasses.replace(facts, forward=counts, forward_nodes=by_cuda)

@@ -14,7 +14,7 @@ from webhook.core.images.facts import ImageFacts, ImageQuery, facts_for_archs, p
 from webhook.core.images.references import shown_image
 from webhook.core.images.requires import Branches, branch_count, branch_list, holds
 from webhook.core.outcome.decision import PodState, container_label, short
-from webhook.core.placement import cuda, fit
+from webhook.core.placement import cuda, fit, nodeclass
 from webhook.core.placement.injection import Plan, inject
 from webhook.core.placement.inventory import InventoryFacts, NodeInventory
 from webhook.core.placement.needs import (
@@ -128,6 +128,7 @@ def _compute_terms(
         return True
     by_floor = floor is not None and req is not asked
     low = req.version
+    avoid = False
     if facts is not None:
         if not facts.compute:
             state.warnings.append(
@@ -135,17 +136,36 @@ def _compute_terms(
             )
             return True
         text = fit.compute_problem(facts, low)
-        if text and by_floor and floor is not None:
+        unknown = facts.unknown_compute
+        labels = config.compute_capability_labels
+        hints = nodeclass.version_hints(labels.major, labels.minor)
+        verdict = nodeclass.decide(0 if text else 1, unknown, config.unknown_nodes)
+        if text and verdict == nodeclass.AVOID:
+            # None advertising one meets it, some GPU nodes advertise none (SPEC §13 "Never
+            # strand a pod"): they may run it too.
+            avoid = True
+            counted = sum(facts.compute.values())
+            wanted = f"compute capability ≥ {low}"
+            state.warnings.append(
+                nodeclass.avoid_warning(unknown, counted, "GPU nodes", "capability", wanted, hints)
+            )
+        elif text and by_floor and floor is not None:
             if record_problem(state, config, floor.problem(), "compute capability"):
                 return False
         elif text and record_problem(state, config, text, "compute capability"):
             return False
+        if not text and unknown:
+            state.warnings.append(
+                nodeclass.unknown_warning(unknown, "GPU nodes", "compute capability", hints)
+            )
         if not text and plan.fits is not None:
             # Each is met somewhere; check that some node meets both.
             text = fit.joint_problem(facts, plan.fits, low)
             if text and record_problem(state, config, text, "compute capability"):
                 return False
     plan.compute = range_terms(config.compute_capability_labels, low, None)
+    if avoid:
+        plan.compute += nodeclass.absent_terms([config.compute_capability_labels.major])
     if facts is not None and facts.dra_compute:
         # Nodes whose compute capability only their DRA ResourceSlices publish, by name.
         plan.compute += dra_terms(facts.dra_compute, cuda.Range(low, None))

@@ -17,13 +17,15 @@ from webhook.core.config.model import (
 from webhook.core.images.references import image_repository, shown_image
 from webhook.core.images.requires import Branches, branch_count, branch_list, holds, only
 from webhook.core.outcome.decision import PodState, Violation, container_label, short
-from webhook.core.placement import cuda, fit
+from webhook.core.placement import cuda, fit, nodeclass
 from webhook.core.placement.injection import Plan
 from webhook.core.placement.inventory import DRA_SCHEME, InventoryFacts
 from webhook.core.placement.needs import Need, forward_branches, record_problem, unknown_warning
 from webhook.core.placement.terms import (
     Term,
     driver_11_0_terms,
+    fresh_preferred,
+    fresh_terms,
     name_term,
     preferred_range_terms,
     preferred_terms,
@@ -136,6 +138,13 @@ def _warn_11_0(
         )
 
 
+def _hints(config: WebhookConfig) -> tuple[nodeclass.Hint, nodeclass.Hint]:
+    """The labels that make a node's CUDA version known: the first scheme's (the manual
+    labels by default)."""
+    scheme = config.schemes[0]
+    return nodeclass.version_hints(scheme.major, scheme.minor)
+
+
 def cuda_terms(
     state: PodState,
     needs: list[Need],
@@ -170,11 +179,21 @@ def cuda_terms(
             full = n.full
         on_11_0 = on_11_0 and n.driver_11_0
     prefer = _preference(state, needs, rng, config)
+    avoid = False
     if full is not None and full <= rng.low:
         full = None
     forward = _listed(state, forward_branches(needs, config), facts)
     if facts is not None:
         if not facts.labelled:
+            if nodeclass.decide(0, facts.unknown, config.unknown_nodes) == nodeclass.AVOID:
+                # GPU nodes, none advertising its CUDA version: nothing to keep the pod off.
+                needed = f"CUDA {rng.low}{' on vGPU' if vgpu else ''}"
+                state.warnings.append(
+                    nodeclass.avoid_warning(
+                        facts.unknown, 0, "GPU nodes", "CUDA", needed, _hints(config)
+                    )
+                )
+                return True
             state.warnings.append(
                 "CUDA placement is not enforced: no node advertises its CUDA version"
             )
@@ -188,14 +207,27 @@ def cuda_terms(
         if on_11_0:
             on_11_0 = bool(facts.driver_11_0)  # terms only where some node has such a driver
             _warn_11_0(state, facts, rng, full)
+        verdict = nodeclass.decide(0 if text else 1, facts.unknown, config.unknown_nodes)
         if text and (forward or on_11_0):
             # None by the CUDA rule, but forward-compatible nodes with a listed branch exist,
             # or (minorVersion) CUDA 11.0 nodes with a driver ≥ 450.80.02.
             text, plan.fits = "", None
+        elif text and verdict == nodeclass.AVOID:
+            avoid, plan.fits = True, None
+            needed = f"CUDA {wanted or rng.low}{' on vGPU' if vgpu else ''}"
+            state.warnings.append(
+                nodeclass.avoid_warning(
+                    facts.unknown, facts.labelled, "GPU nodes", "CUDA", needed, _hints(config)
+                )
+            )
         elif text and record_problem(state, config, text, "cuda"):
             return False
         else:
             plan.fits = None if text or forward else rng
+        if not text and facts.unknown:
+            state.warnings.append(
+                nodeclass.unknown_warning(facts.unknown, "GPU nodes", "CUDA", _hints(config))
+            )
         if not text and full is not None:
             warning = fit.full_version_warning(facts, rng, full)
             if warning:
@@ -236,16 +268,21 @@ def cuda_terms(
         if len(_PARTS) >= _MAX_PARTS:
             _PARTS.clear()
         _PARTS[key] = (config, facts, part)
-    plan.cuda = list(part.cuda)  # a list of its own: callers may add terms to it
+    # Copies of its own: the part is shared by every review with the same inputs (issue 45).
+    plan.cuda = fresh_terms(part.cuda)
+    if avoid:
+        # None is known to run it, some nodes are unknown (SPEC §13 "Never strand a pod"):
+        # nodes advertising no CUDA version may run it too.
+        plan.cuda += nodeclass.absent_terms([s.major for s in config.schemes])
     if on_11_0:
         plan.driver_keys = frozenset(DRIVER_VERSION_LABELS)
     if part.forward_note is not None:
         plan.forward_keys = config.forward_label_keys
         plan.forward_note = part.forward_note
     if part.full_preferred is not None:
-        plan.preferred = list(part.full_preferred)
+        plan.preferred = fresh_preferred(part.full_preferred)
     if part.skew_preferred is not None:
-        plan.preferred = plan.preferred + list(part.skew_preferred)
+        plan.preferred = plan.preferred + fresh_preferred(part.skew_preferred)
     if part.minor_version:
         plan.cuda_rule = "minorVersion"
     plan.cuda_note = part.note

@@ -167,6 +167,30 @@ def merge_preferred(existing: Sequence[Any] | None, ours: list[dict[str, Any]]) 
     return [term for term in existing or () if term not in ours] + ours
 
 
+def fresh_terms(terms: Iterable[Term]) -> list[Term]:
+    """Copies of node selector terms down to their values lists: a memo's terms (shared by
+    every review with the same inputs) are never handed out, so no caller can change the
+    next review's answer by changing its own."""
+    return [
+        [{**e, "values": list(e["values"])} if "values" in e else dict(e) for e in term]
+        for term in terms
+    ]
+
+
+def fresh_preferred(terms: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Copies of preferred scheduling terms (fresh_terms' reason)."""
+    return [
+        {
+            **p,
+            "preference": {
+                **p["preference"],
+                "matchExpressions": fresh_terms([p["preference"]["matchExpressions"]])[0],
+            },
+        }
+        for p in terms
+    ]
+
+
 def cross(left: list[Term], right: list[Term]) -> list[Term]:
     """Both conditions: every left term AND every right term (either side empty: the other)."""
     if not left:

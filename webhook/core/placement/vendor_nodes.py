@@ -205,15 +205,17 @@ def _grouped_terms(gate: VendorGate, pairs: Iterable[Pair], paired: bool = False
     return terms
 
 
+def _fits(node: NodeDriver, want: Want, match: Callable[[str, str], bool]) -> bool:
+    return bool(
+        node.driver_key
+        and want.runs(node.release, node.device)
+        and (not want.devices or node.device_key)
+        and want.fits_device(node.device, match)
+    )
+
+
 def fitting(facts: VendorFacts, want: Want, match: Callable[[str, str], bool]) -> list[NodeDriver]:
-    return [
-        n
-        for n in facts.combos
-        if n.driver_key
-        and want.runs(n.release, n.device)
-        and (not want.devices or n.device_key)
-        and want.fits_device(n.device, match)
-    ]
+    return [n for n in facts.combos if _fits(n, want, match)]
 
 
 def seen_terms(
@@ -331,3 +333,66 @@ def count_nodes(count: int, vendor: Vendor) -> str:
     """`1 AMD GPU node`, `3 AMD GPU nodes`."""
     nodes = vendor.nodes if count != 1 else vendor.nodes.removesuffix("s")
     return f"{count} {nodes}"
+
+
+def node_class(node: NodeDriver, want: Want, match: Callable[[str, str], bool]) -> str:
+    """`fit`, `unfit` or `unknown` (nodeclass.py): unfit when its device is known and not
+    one the images are built for, or its driver release is known and runs them on no device
+    or not on its known one; unknown when neither is known well enough to tell."""
+    if _fits(node, want, match):
+        return "fit"
+    if want.devices and node.device is not None and not want.fits_device(node.device, match):
+        return "unfit"
+    release = node.release
+    if release is not None and (
+        not want.runs_somewhere(release)
+        or (node.device is not None and not want.runs(release, node.device))
+    ):
+        return "unfit"
+    return "unknown"
+
+
+class Classes(NamedTuple):
+    """The vendor's nodes by class (nodeclass.py), as the distinct combinations."""
+
+    fit: list[NodeDriver]
+    unfit: list[NodeDriver]
+    unknown: list[NodeDriver]
+
+
+def classify(facts: VendorFacts, want: Want, match: Callable[[str, str], bool]) -> Classes:
+    found = Classes([], [], [])
+    for node in facts.combos:
+        kind = node_class(node, want, match)
+        (found.fit if kind == "fit" else found.unfit if kind == "unfit" else found.unknown).append(
+            node
+        )
+    return found
+
+
+def exclusions(
+    facts: VendorFacts, want: Want, match: Callable[[str, str], bool]
+) -> tuple[dict[str, set[str]], dict[str, set[str]], int]:
+    """The label values to keep a pod off when no node runs it (nodeclass.exclusion_terms):
+    a driver value whose release runs the images on no device, and a device value the images
+    are not built for. Both say so of every node that carries them, now or later; a node
+    whose release runs them on other devices only (a per-GPU row) is unfit but kept off by
+    neither. Also: how many nodes they keep off."""
+    dra = _DRA_DRIVERS.get(facts.vendor.name)
+    by_driver: dict[str, set[str]] = {}
+    by_device: dict[str, set[str]] = {}
+    kept_off = 0
+    for node, count in facts.combos.items():
+        off = False
+        release = node.release
+        labelled = bool(node.driver_key) and node.driver_key != dra
+        if labelled and release is not None and not want.runs_somewhere(release):
+            by_driver.setdefault(node.driver_key, set()).add(node.driver_value)
+            off = True
+        device = node.device
+        built = not want.devices or device is None or want.fits_device(device, match)
+        if node.device_key and not built:
+            by_device.setdefault(node.device_key, set()).add(node.device_value)
+            off = True
+        kept_off += count if off else 0
+    return by_driver, by_device, kept_off
