@@ -361,6 +361,8 @@ def test_image_adds_only_a_lean_stripped_virtualenv_to_the_base(
 
     # Nothing to install with, nothing only a build or a type checker reads.
     assert sorted(path.name for path in (venv / "bin").glob("pip*")) == []
+    pip = _run(image, rootfs, "python", "-m", "pip", "--version")
+    assert (pip.returncode, pip.stderr) == (1, "/opt/venv/bin/python: No module named pip\n")
     for name in ("pip", "setuptools", "wheel", "pkg_resources", "_distutils_hack", "mypy"):
         assert not (site / name).exists(), name
     left = sorted(
