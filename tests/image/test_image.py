@@ -38,10 +38,9 @@ import shutil
 import ssl
 import struct
 import subprocess
-import threading
 import time
 import tomllib
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -391,52 +390,37 @@ def test_image_adds_only_a_lean_stripped_virtualenv_to_the_base(
         assert [path.name for path in (site / client / "models").iterdir()] == ["__init__.py"]
 
 
-@contextlib.contextmanager
-def _fake_cluster() -> Iterator[FakeKube]:
-    """tests/fakekube.py's API server on 127.0.0.1, in an event loop of its own thread, with
-    the audit tests' cluster: the shipped policies, two CUDA nodes, GPU workloads."""
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    kube = FakeKube()
-
-    async def start() -> None:
-        await kube.start()
-        populate(kube)
-
-    try:
-        asyncio.run_coroutine_threadsafe(start(), loop).result(60)
-        yield kube
-    finally:
-        asyncio.run_coroutine_threadsafe(kube.stop(), loop).result(60)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(60)
-        loop.close()
-
-
 def _untimed(text: str) -> str:
     return re.sub(r" in [0-9.]+ s with ", " in <duration> s with ", text)
 
 
-def test_image_kubernetes_client_audits_a_cluster_like_the_source_tree(
-    image: Image, rootfs: Rootfs, tmp_path: Path
+async def test_image_kubernetes_client_audits_a_cluster_like_the_source_tree(
+    image: Image, rootfs: Rootfs, kube: FakeKube, tmp_path: Path
 ) -> None:
     """The pruned kubernetes client loads a kubeconfig and pages lists from an API server:
-    `gpu-webhook audit` in the image prints what the source tree's prints, line for line."""
-    with _fake_cluster() as kube:
-        kubeconfig = kube.write_kubeconfig(tmp_path)
-        # Into the image's /tmp (the tmpfs), readable by its user.
-        inside = rootfs.path / "tmp/kubeconfig"
-        shutil.copyfile(kubeconfig, inside)
-        inside.chmod(0o644)
-        result = _run(image, rootfs, "gpu-webhook", "audit", "--kubeconfig", "/tmp/kubeconfig")
-        out = io.StringIO()
-        code = main(["audit", "--kubeconfig", str(kubeconfig)], out)
-        listed = {request.path for request in kube.requests}
+    `gpu-webhook audit` in the image prints what the source tree's prints, line for line. The
+    fake API server (the audit tests' cluster: the shipped policies, two CUDA nodes, GPU
+    workloads) serves from this event loop; both CLIs run in threads (they run their own)."""
+    populate(kube)
+    kubeconfig = kube.write_kubeconfig(tmp_path)
+    # Into the image's /tmp (the tmpfs), readable by its user.
+    inside = rootfs.path / "tmp/kubeconfig"
+    shutil.copyfile(kubeconfig, inside)
+    inside.chmod(0o644)
+    command = ("gpu-webhook", "audit", "--kubeconfig", "/tmp/kubeconfig")
+    result = await asyncio.to_thread(_run, image, rootfs, *command)
+    out = io.StringIO()
+    code = await asyncio.to_thread(main, ["audit", "--kubeconfig", str(kubeconfig)], out)
     assert result.stderr == ""
     # The same lines but the audit's own duration ("... in 0.1 s with 12 list request(s)").
     assert _untimed(result.stdout) == _untimed(out.getvalue())
     assert result.returncode == code
     assert f"from the cluster at {kube.url}" in result.stdout
     assert "WOULD CHANGE" in result.stdout
-    assert "/api/v1/nodes" in listed
+    assert "/api/v1/nodes" in {request.path for request in kube.requests}
+
+
+@pytest.fixture
+async def kube() -> AsyncIterator[FakeKube]:
+    async with FakeKube() as server:
+        yield server
