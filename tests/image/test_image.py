@@ -6,7 +6,13 @@ container runtime can run here, so the built image's filesystem is run the way
 shared/tools/image/standin-base.sh shows: `buildah mount`, then `chroot --userspec=65532:65532`
 into a read-only bind mount of it, with a tmpfs on /tmp (the chart's emptyDir) and the serving
 certificate and policies bind-mounted read-only where a kubelet would mount them. The process
-shares the host's network namespace: it listens on 127.0.0.1 only.
+shares the host's network namespace: it listens on 127.0.0.1 only, and its kubernetes client
+reaches the fake API server (tests/fakekube.py) that the test runs on 127.0.0.1.
+
+The image is lean (issue 48, docs/operations/image.md): the runtime stage adds one layer, the
+virtualenv, without pip, setuptools, test suites, stubs or C sources, its shared objects
+stripped, at most 120 MB; the kubernetes client's generated APIs and models that nothing imports
+are left out, and the client still lists from an API server in the image.
 
 Where Docker Hub cannot be reached, the base `python:3.11-slim` is the local stand-in that
 standin-base.sh imports under that name (Debian bookworm's Python 3.11): the test says so when
@@ -20,23 +26,29 @@ without root, without buildah, or without the base image in local storage.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import http.client
+import io
 import json
 import os
+import re
 import shutil
 import ssl
+import struct
 import subprocess
 import time
 import tomllib
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.auditdata import populate
+from tests.fakekube import FakeKube
 from tests.integration.helpers import free_port, write_policies
 from tests.integration.serving import (
     EXAMPLE,
@@ -47,6 +59,7 @@ from tests.integration.serving import (
     poll,
     serve_process,
 )
+from webhook.cli import main
 from webhook.tls.certs import write_certificates
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,6 +67,10 @@ BASE = "docker.io/library/python:3.11-slim"
 TAG = "localhost/gpu-admission-webhook:test"
 USER = "65532:65532"
 STANDIN_SCRIPT = "shared/tools/image/standin-base.sh"
+VENV = "opt/venv"
+SITE = f"{VENV}/lib/python3.11/site-packages"
+# The bound issue 48 set for the virtualenv (bytes of its files, as `du --apparent-size -B MB`).
+VENV_LIMIT = 120 * 1000 * 1000
 
 
 def _buildah(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -87,6 +104,7 @@ pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=_skip_reason(
 class Image:
     name: str
     config: dict[str, Any]  # the OCI image config's `config` (User, Env, Entrypoint, Cmd)
+    history: list[dict[str, Any]]  # the OCI history entries the Dockerfile added to the base
     size: str
     standin: bool  # built on standin-base.sh's stand-in, not the official python:3.11-slim
 
@@ -119,8 +137,11 @@ def image() -> Image:
     )
     assert build.returncode == 0, f"buildah bud failed:\n{build.stdout[-4000:]}{build.stderr}"
     seconds = time.monotonic() - started
-    base_env = _inspect(BASE)["OCIv1"]["config"].get("Env") or []
+    base = _inspect(BASE)["OCIv1"]
+    base_env = base["config"].get("Env") or []
     inspected = _inspect(TAG)
+    history = inspected["OCIv1"].get("history") or []
+    added = history[len(base.get("history") or []) :]
     listed = _buildah("images", "--json", TAG)
     size = str(json.loads(listed.stdout)[0]["size"])  # buildah's own rounding, e.g. "632 MB"
     # The official python images set PYTHON_VERSION; the stand-in (a `podman import` of a
@@ -129,7 +150,7 @@ def image() -> Image:
     print(f"\nimage {TAG}: built in {seconds:.0f} s, {size}", end="")
     if standin:
         print(f" (on the local stand-in for python:3.11-slim from {STANDIN_SCRIPT})", end="")
-    return Image(TAG, inspected["OCIv1"]["config"], size, standin)
+    return Image(TAG, inspected["OCIv1"]["config"], added, size, standin)
 
 
 @dataclass
@@ -295,3 +316,111 @@ def test_image_serves_an_admission_review_over_tls_on_a_read_only_root(
 def _ca_of(rootfs: Rootfs) -> Path:
     """The CA of the certificate mounted at /etc/webhook/tls (written beside it)."""
     return rootfs.path / "etc/webhook/tls/ca.crt"
+
+
+def _elf_sections(path: Path) -> list[str]:
+    """The section names of a 64-bit little-endian ELF file (x86-64, arm64), from its section
+    header table (the ELF specification's Elf64_Ehdr and Elf64_Shdr layouts)."""
+    data = path.read_bytes()
+    assert data[:6] == b"\x7fELF\x02\x01", f"{path} is not a 64-bit little-endian ELF file"
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+
+    def header(index: int) -> tuple[int, int, int]:
+        base = shoff + index * shentsize
+        (name,) = struct.unpack_from("<I", data, base)
+        offset, size = struct.unpack_from("<QQ", data, base + 0x18)
+        return name, offset, size
+
+    _, names_at, names_size = header(shstrndx)
+    names = data[names_at : names_at + names_size]
+    return [
+        names[name : names.index(b"\0", name)].decode() for name, _, _ in map(header, range(shnum))
+    ]
+
+
+def _files(root: Path) -> list[Path]:
+    return [path for path in root.rglob("*") if path.is_file() and not path.is_symlink()]
+
+
+def test_image_adds_only_a_lean_stripped_virtualenv_to_the_base(
+    image: Image, rootfs: Rootfs
+) -> None:
+    # One layer on top of the base: the builder's /opt/venv (no compiler, no pip caches, no
+    # source tree); the other instructions only set the configuration.
+    layers = [entry for entry in image.history if not entry.get("empty_layer")]
+    assert len(layers) == 1, [entry.get("created_by") for entry in image.history]
+    assert "COPY" in layers[0]["created_by"] and "/opt/venv" in layers[0]["created_by"]
+
+    venv, site = rootfs.path / VENV, rootfs.path / SITE
+    files = _files(venv)
+    size = sum(path.stat().st_size for path in files)
+    print(f"\nimage {image.name}: /opt/venv {size / 1e6:.1f} MB in {len(files)} files", end="")
+    assert size <= VENV_LIMIT, f"/opt/venv holds {size / 1e6:.1f} MB"
+
+    # Nothing to install with, nothing only a build or a type checker reads.
+    assert sorted(path.name for path in (venv / "bin").glob("pip*")) == []
+    pip = _run(image, rootfs, "python", "-m", "pip", "--version")
+    assert (pip.returncode, pip.stderr) == (1, "/opt/venv/bin/python: No module named pip\n")
+    for name in ("pip", "setuptools", "wheel", "pkg_resources", "_distutils_hack", "mypy"):
+        assert not (site / name).exists(), name
+    left = sorted(
+        str(path.relative_to(site))
+        for path in site.rglob("*")
+        if (path.is_dir() and path.name in {"tests", "test", "__pycache__"})
+        or path.suffix in {".pyi", ".pyx", ".pxd", ".pxi", ".c", ".h", ".pyc"}
+    )
+    assert left == []
+
+    # Every shared object stripped: no symbol table, no debug information. The mypyc core is
+    # among them.
+    shared = [path for path in files if ".so" in path.suffixes]
+    assert any(path.parent.name == "evaluation" for path in shared)
+    unstripped = {
+        str(path.relative_to(venv)): names
+        for path in shared
+        if (names := [n for n in _elf_sections(path) if n == ".symtab" or n.startswith(".debug")])
+    }
+    assert unstripped == {}
+
+    # The kubernetes client without its generated typed APIs and model classes (only the
+    # packages' lazy __init__ modules of them remain).
+    for client in ("kubernetes/client", "kubernetes/aio/client"):
+        assert not (site / client / "api").exists()
+        assert [path.name for path in (site / client / "models").iterdir()] == ["__init__.py"]
+
+
+def _untimed(text: str) -> str:
+    return re.sub(r" in [0-9.]+ s with ", " in <duration> s with ", text)
+
+
+async def test_image_kubernetes_client_audits_a_cluster_like_the_source_tree(
+    image: Image, rootfs: Rootfs, kube: FakeKube, tmp_path: Path
+) -> None:
+    """The pruned kubernetes client loads a kubeconfig and pages lists from an API server:
+    `gpu-webhook audit` in the image prints what the source tree's prints, line for line. The
+    fake API server (the audit tests' cluster: the shipped policies, two CUDA nodes, GPU
+    workloads) serves from this event loop; both CLIs run in threads (they run their own)."""
+    populate(kube)
+    kubeconfig = kube.write_kubeconfig(tmp_path)
+    # Into the image's /tmp (the tmpfs), readable by its user.
+    inside = rootfs.path / "tmp/kubeconfig"
+    shutil.copyfile(kubeconfig, inside)
+    inside.chmod(0o644)
+    command = ("gpu-webhook", "audit", "--kubeconfig", "/tmp/kubeconfig")
+    result = await asyncio.to_thread(_run, image, rootfs, *command)
+    out = io.StringIO()
+    code = await asyncio.to_thread(main, ["audit", "--kubeconfig", str(kubeconfig)], out)
+    assert result.stderr == ""
+    # The same lines but the audit's own duration ("... in 0.1 s with 12 list request(s)").
+    assert _untimed(result.stdout) == _untimed(out.getvalue())
+    assert result.returncode == code
+    assert f"from the cluster at {kube.url}" in result.stdout
+    assert "WOULD CHANGE" in result.stdout
+    assert "/api/v1/nodes" in {request.path for request in kube.requests}
+
+
+@pytest.fixture
+async def kube() -> AsyncIterator[FakeKube]:
+    async with FakeKube() as server:
+        yield server
