@@ -5,9 +5,10 @@ kube-scheduler (asserted by node name); where one node is known to fit, bound th
 
 - AMD's GPU operator labeller writes the amdgpu kernel-module version
   (`amd.com/gpu.driver-version`) and the PCI device id (`amd.com/gpu.device-id`): the shipped
-  table maps module 6.14.14 (amdgpu 30.10: ROCm 6.2-7.0) and 6.12.12 (the ROCm 6.4 driver);
-  newer modules (`6.16.6`, `6.19.14.31400000`) are unknown to it. 74a1 is MI300X (gfx942),
-  75a3 MI355X (gfx950).
+  table maps module 6.14.14 (amdgpu 30.10: ROCm 6.2-7.2, 7.14), 6.12.12 (the ROCm 6.4 driver:
+  6.1-7.2) and 6.19.14 (amdgpu 31.40: 7.0-7.2, 7.14; written in the labeller's four-field form
+  `6.19.14.31400000`); modules no AMD page the tables read pairs with a release (`6.16.6`,
+  `6.16.13`) are unknown to it. 74a1 is MI300X (gfx942), 75a3 MI355X (gfx950).
 - mind-cluster before v26.1 writes the chip (`node.kubernetes.io/npu.chip.name`) and the
   accelerator type, no driver version; v26.1 on also `huawei.com/driver.version` (HDK 25.5.1
   pairs with CANN 9.0.0 and 8.5.x, not 8.3.RC1).
@@ -58,7 +59,8 @@ NODES: dict[str, tuple[dict[str, str], str]] = {
     "amd-30-10": ({MODULE: "6.14.14", DEVICE: "74a1"}, f"{AMD_GPU}=8"),
     "amd-6-4": ({MODULE: "6.12.12", DEVICE: "74a1"}, f"{AMD_GPU}=8"),
     "amd-6-16": ({MODULE: "6.16.6", DEVICE: "74a1"}, f"{AMD_GPU}=8"),
-    "amd-6-19": ({MODULE: "6.19.14.31400000", DEVICE: "75a3"}, f"{AMD_GPU}=8"),
+    "amd-6-16-13": ({MODULE: "6.16.13", DEVICE: "75a3"}, f"{AMD_GPU}=8"),
+    "amd-31-40": ({MODULE: "6.19.14.31400000", DEVICE: "75a3"}, f"{AMD_GPU}=8"),
     # mind-cluster before v26.1: chip and type only.
     "a2-chip": ({CHIP: "910B3", TYPE: "module-910b-8"}, f"{NPU_910}=8"),
     "p-chip": ({CHIP: "310P3"}, f"{NPU_310P}=4"),
@@ -68,8 +70,8 @@ NODES: dict[str, tuple[dict[str, str], str]] = {
     "cuda-unknown": ({PRESENT: "true"}, f"{NVIDIA_GPU}=8"),
 }
 
-ROCM_70 = "rocm/vllm:rocm7.0.0_vllm_0.10.2_20251006"  # amdgpu 30.10 (and 30.30)
-ROCM_71 = "rocm/dev-ubuntu-24.04:7.1.1"  # amdgpu 30.30 only, by the shipped matrix
+ROCM_714 = "rocm/vllm:rocm7.14.0_vllm_0.10.2_20251006"  # amdgpu 30.10 and newer, not 6.4
+ROCM_60 = "rocm/dev-ubuntu-22.04:6.0.2"  # amdgpu 5.6 to 6.2 only, by AMD's matrix
 GFX942 = [{"name": "PYTORCH_ROCM_ARCH", "value": "gfx942"}]
 CANN_83_910B = "ascendai/cann:8.3.rc1-910b-ubuntu22.04-py3.11"  # HDK 25.3.RC1
 CANN_90_910B = "ascendai/cann:9.0.0-910b-ubuntu22.04-py3.11"  # HDK 25.5.1 (and others)
@@ -96,7 +98,7 @@ def synced(
     strand_nodes: dict[str, str],
 ) -> None:  # fmt: skip
     probes = [
-        ("amd", ROCM_71, AMD_GPU),
+        ("amd", ROCM_60, AMD_GPU),
         ("npu", CANN_83_910B, NPU_910),
         ("cuda", CUDA_124, NVIDIA_GPU),
     ]
@@ -118,22 +120,30 @@ def run(
 
 
 def test_rocm_on_labeller_only_nodes_is_bound(run: Any) -> None:
-    # ROCm 7.0: amdgpu 30.10 (module 6.14.14) is known to run it: bound there only.
+    # ROCm 7.14: amdgpu 30.10 (module 6.14.14) and 31.40 (6.19.14.31400000) are known to run
+    # it: bound to one of them only, the two unknown modules counted in a warning.
     for kind in ("Deployment", "Job"):
-        assert run(kind, ROCM_70, AMD_GPU)[0] == "amd-30-10"
-    # ROCm 7.1: no node known to run it (30.30 only); kept off the two known drivers, bound to
-    # a node whose module the table does not map.
+        bound, warnings = run(kind, ROCM_714, AMD_GPU)
+        assert bound in ("amd-30-10", "amd-31-40")
+        assert (
+            "2 AMD GPU nodes not used, their amdgpu driver is unknown: "
+            "label amdgpu-driver-release=<amdgpu driver release>"
+        ) in warnings
+    # A gfx942-only build: the MI355X (gfx950) on 31.40 is not.
+    assert run("Job", ROCM_714, AMD_GPU, env=GFX942)[0] == "amd-30-10"
+    # ROCm 6.0: no node known to run it (amdgpu 5.6 to 6.2); kept off the three known drivers,
+    # bound to a node whose module the table does not map.
     for kind in ("Deployment", "Job"):
-        bound, warnings = run(kind, ROCM_71, AMD_GPU)
-        assert bound in ("amd-6-16", "amd-6-19")
+        bound, warnings = run(kind, ROCM_60, AMD_GPU)
+        assert bound in ("amd-6-16", "amd-6-16-13")
         assert any(
-            "ROCm 7.1" in w and w.endswith("label amdgpu-driver-release=<amdgpu driver release>")
+            "ROCm 6.0" in w and w.endswith("label amdgpu-driver-release=<amdgpu driver release>")
             for w in warnings
         ), warnings
     # A gfx942-only build: the MI355X (gfx950) is kept off too, whatever its driver.
-    assert run("Job", ROCM_71, AMD_GPU, env=GFX942)[0] == "amd-6-16"
+    assert run("Job", ROCM_60, AMD_GPU, env=GFX942)[0] == "amd-6-16"
     # Never onto a node known not to run it.
-    assert run("Job", ROCM_71, AMD_GPU, node="amd-6-4")[0] is None
+    assert run("Job", ROCM_60, AMD_GPU, node="amd-6-4")[0] is None
 
 
 def test_cann_on_mind_cluster_nodes_is_bound(run: Any) -> None:

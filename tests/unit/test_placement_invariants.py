@@ -86,7 +86,7 @@ def _term(*exprs: dict[str, Any]) -> Term:
 
 
 CUDA_124 = "nvidia/cuda:12.4.1-base-ubuntu22.04"
-ROCM_70 = "rocm/vllm:rocm7.0.0_vllm_0.10.2_20251006"
+ROCM_714 = "rocm/vllm:rocm7.14.0_vllm_0.10.2_20251006"
 CANN_83 = "ascendai/cann:8.3.rc1-910b-ubuntu22.04-py3.11"
 MANUAL = "label cuda-major-version=<major> cuda-minor-version=<minor>"
 AMD_HINT = "label amdgpu-driver-release=<amdgpu driver release>"
@@ -130,7 +130,7 @@ VENDORS = [
     ),
     Vendor(
         name="rocm",
-        make=lambda: container(image=ROCM_70, limits={"amd.com/gpu": "1"}),
+        make=lambda: container(image=ROCM_714, limits={"amd.com/gpu": "1"}),
         # MI300X (74a1) on amdgpu 30.10 (module 6.14.14) and on the ROCm 6.4 driver (6.12.12).
         fit={MODULE: "6.14.14", DEVICE: "74a1"},
         unfit={MODULE: "6.12.12", DEVICE: "74a1"},
@@ -145,10 +145,10 @@ VENDORS = [
             _term(_expr(RELEASE, "DoesNotExist"), _expr(MODULE, "NotIn", "6.12.12")),
         ],
         unknown_warning=(f"2 AMD GPU nodes not used (no driver label): {AMD_HINT}"),
-        avoid_warning=f"no node known to run ROCm 7.0, kept off 1 unfit; 2 unknown may: {AMD_HINT}",
-        all_unknown_warning=f"no node known to run ROCm 7.0; 2 unknown may: {AMD_HINT}",
-        no_node="no node's amdgpu driver supports ROCm 7.0; newest is 6.4 (1 node)",
-        exclude_problem="no node's amdgpu driver supports ROCm 7.0; newest is 6.4 (1 node)",
+        avoid_warning=f"no node known to run ROCm 7.14, kept off 1 unfit; 2 unknown may: {AMD_HINT}",
+        all_unknown_warning=f"no node known to run ROCm 7.14; 2 unknown may: {AMD_HINT}",
+        no_node="no node's amdgpu driver supports ROCm 7.14; newest is 6.4 (1 node)",
+        exclude_problem="no node's amdgpu driver supports ROCm 7.14; newest is 6.4 (1 node)",
         note_kind="rocm-affinity",
     ),
     Vendor(
@@ -360,7 +360,7 @@ def test_memoized_cuda_terms_are_copies() -> None:
     ("make", "nodes", "terms"),
     [
         # amdgpu 30.10.1, a patch release of the 30.10 row, as an admin writes it; beside a node
-        # whose module maps to the 6.4 driver (unfit for ROCm 7.0).
+        # whose module maps to the 6.4 driver (unfit for ROCm 7.14).
         (
             VENDORS[1].make,
             {"patch": {RELEASE: "30.10.1", DEVICE: "74a1"}, "old": VENDORS[1].unfit},
@@ -424,7 +424,8 @@ def test_exclusion_terms_read_the_labels_in_the_gates_order() -> None:
     """The admin's label wins over the labeller's on a node carrying both: a node whose admin
     release is known and unfit is kept off even with an unmapped module, and one whose admin
     value is unmapped stays usable even with a known-unfit module."""
-    rocm_71 = container(image="rocm/dev-ubuntu-24.04:7.1.1", limits={"amd.com/gpu": "1"})
+    # ROCm 6.0: amdgpu 5.6 to 6.2 only, by AMD's matrix (30.10 and module 6.14.14 are unfit).
+    rocm_60 = container(image="rocm/dev-ubuntu-22.04:6.0.2", limits={"amd.com/gpu": "1"})
     nodes = {
         "admin-unfit": {RELEASE: "30.10", MODULE: "6.99.1", DEVICE: "74a1"},
         "module-unfit": {MODULE: "6.14.14", DEVICE: "74a1"},
@@ -432,7 +433,7 @@ def test_exclusion_terms_read_the_labels_in_the_gates_order() -> None:
         "admin-unknown": {RELEASE: "31.99", MODULE: "6.12.12", DEVICE: "74a1"},
         "no-driver": {DEVICE: "74a1"},
     }
-    decision = run(pod(rocm_71), nodes, config())
+    decision = run(pod(rocm_60), nodes, config())
     spec = apply(decision)["spec"]
     assert required(spec) == [
         _term(_expr(RELEASE, "Exists"), _expr(RELEASE, "NotIn", "30.10")),
