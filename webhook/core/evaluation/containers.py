@@ -273,6 +273,15 @@ def apply_access(
         voided = _void(state, candidate, config, enforce, violations_only, audit, mode)
         if voided:
             grouped.setdefault(voided, []).append(container_label(c))
+        if candidate.pins and enforce and mode == "all" and not violations_only:
+            # A device container's own variable no plugin sets, its share's safe values
+            # (core/access/control.py container_findings).
+            where = container_label(c)
+            state.draft.extend(
+                state.container_path(c), "env", [{"name": n, "value": v} for n, v in candidate.pins]
+            )
+            for name, value in candidate.pins:
+                state.note("gpu-access", access.pin_note(name, value, where))
     # One note per set of variables, not one per container: every container of every pod gets
     # them under `all`, and each note is a warning the user reads.
     for voids, wheres in grouped.items():
