@@ -94,6 +94,9 @@ _NONE: frozenset[str] = frozenset()
 
 
 def _value(text: str) -> str:
+    """A value as a message shows it: cut, its unprintable characters escaped (`void\\x1f`)."""
+    if not text.isprintable():
+        text = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
     return cut(text, _MAX_VALUE)
 
 
