@@ -90,7 +90,8 @@ def test_sys_admin_or_all_counts_as_privileged(cap: str, shown: str) -> None:
     gpu = pod(container("t", limits={GPU: 1}, securityContext={"capabilities": {"add": [cap]}}))
     says(
         gpu,
-        f'container "t" adds capability {shown}: drop it: NVIDIA\'s toolkit treats it as privileged',
+        f'container "t" adds capability {shown}: drop it: NVIDIA\'s toolkit treats it as '
+        "privileged",
     )
 
 
@@ -131,7 +132,8 @@ def test_an_amd_device_container_choosing_its_gpus_is_still_denied() -> None:
     )
     says(
         obj,
-        'container "a" sets AMD_VISIBLE_DEVICES=0-7,void: remove it: the device plugin sets the AMD GPUs a container gets',
+        'container "a" sets AMD_VISIBLE_DEVICES=0-7,void: remove it: the device plugin sets the '
+        "AMD GPUs a container gets",
     )
 
 
@@ -175,7 +177,8 @@ def test_a_share_switching_its_limit_off_is_denied() -> None:
     )
     says(
         obj,
-        'container "t" sets GPU_CORE_UTILIZATION_POLICY=DISABLE: remove it: the device plugin sets the sharing limits',
+        'container "t" sets GPU_CORE_UTILIZATION_POLICY=DISABLE: remove it: the device plugin '
+        "sets the sharing limits",
     )
 
 
