@@ -314,7 +314,7 @@ def kai_pod(fraction_container: int = 0, **changes: Any) -> dict[str, Any]:
         for key in ("NVIDIA_VISIBLE_DEVICES", "RUNAI_NUM_OF_GPUS", "GPU_PORTION")
     ]
     target["envFrom"] = [{"configMapRef": {"name": f"{name}-evar", "optional": False}}]
-    spec = {
+    spec: dict[str, Any] = {
         "schedulerName": "kai-scheduler",
         "volumes": [{"name": f"{name}-vol", "configMap": {"name": name}}],
     }

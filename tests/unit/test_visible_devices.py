@@ -134,9 +134,9 @@ def test_every_family_with_variables_names_a_parser() -> None:
         "neuron": "any",
     }
     for name in ("enflame", "mthreads", "neuron"):
-        family = family_named(name)
-        assert family is not None and family.void is None
-        assert selects_devices(family.selection, "")
+        found = family_named(name)
+        assert found is not None and found.void is None
+        assert selects_devices(found.selection, "")
 
 
 # --- through the webhook, under warn and enforce, in every kind of container ------------------

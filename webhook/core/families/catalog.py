@@ -194,7 +194,8 @@ FAMILIES: tuple[Family, ...] = (
         # ROCm/k8s-device-plugin internal/pkg/plugin/plugin.go Allocate (at ed76468) answers
         # with device nodes only (/dev/kfd, /dev/dri/card<N>, /dev/dri/renderD<N>), no env; the
         # DRA driver hands devices through CDI: an AMD device container's AMD_VISIBLE_DEVICES is
-        # its image's (`all` in ROCm's images) unless written.
+        # its image's (`all` in ROCm's images) unless written. HAMi's AMD support sets none
+        # either (Project-HAMi/HAMi pkg/, at 4707fb0).
         void_in_devices=True,
         # /dev/kfd and the GPU's /dev/dri render and card nodes (container-toolkit README,
         # "Explicit Paths"; internal/oci/oci.go addGPUDevices).
