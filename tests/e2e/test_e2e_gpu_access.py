@@ -23,6 +23,7 @@ import jsonpatch
 import pytest
 import yaml
 
+from tests.vendor_examples import kai_pod, mindcluster_pod
 from webhook.core.config.model import WebhookConfig
 from webhook.core.evaluation.evaluate import evaluate
 from webhook.core.policies.policyset import PolicySet
@@ -519,74 +520,6 @@ def test_an_amd_device_container_gets_amds_void(
         assert note in expected.notes and note in shown
 
 
-def _mindcluster_pod(name: str, **container: Any) -> dict[str, Any]:
-    """Ascend/mind-cluster docs/zh/scheduling/api/ascend_job.md's AscendJob pod template (at
-    ca9ddfe) as the ascend-operator creates it, with `schedulerName: volcano`."""
-    c = {
-        "name": "ascend",
-        "image": "pytorch-test:latest",
-        "env": [
-            {"name": "XDL_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
-            {
-                "name": "ASCEND_VISIBLE_DEVICES",
-                "valueFrom": {
-                    "fieldRef": {"fieldPath": "metadata.annotations['huawei.com/Ascend910']"}
-                },
-            },
-        ],
-        "command": ["/bin/bash", "-c"],
-        "args": ["cd /job/code/scripts; bash train_start.sh"],
-        "ports": [{"containerPort": 2222, "name": "ascendjob-port"}],
-        "resources": {
-            "limits": {"huawei.com/Ascend910": "2"},
-            "requests": {"huawei.com/Ascend910": "2"},
-        },
-        **container,
-    }
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {"schedulerName": "volcano", "containers": [c]},
-    }
-
-
-def _kai_pod(name: str, scheduler: str = "kai-scheduler") -> dict[str, Any]:
-    """NVIDIA/KAI-Scheduler docs/gpu-sharing/gpu-sharing.yaml (at 72de64f) as KAI's admission
-    webhook leaves it (gpusharing Mutate): NVIDIA_VISIBLE_DEVICES from the pod's sharing
-    ConfigMap in its fraction container."""
-    prefix = f"{name}-x7k2q9p-shared-gpu"
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "labels": {"kai.scheduler/queue": "default-queue"},
-            "annotations": {"gpu-fraction": "0.5", "runai/shared-gpu-configmap": prefix},
-        },
-        "spec": {
-            "schedulerName": scheduler,
-            "containers": [
-                {
-                    "name": "gpu-workload",
-                    "image": "nvidia/cuda:13.0.2-base-ubi8",
-                    "command": ["nvidia-smi"],
-                    "args": ["-L"],
-                    "env": [
-                        {
-                            "name": key,
-                            "valueFrom": {"configMapKeyRef": {"key": key, "name": f"{prefix}-0"}},
-                        }
-                        for key in ("NVIDIA_VISIBLE_DEVICES", "RUNAI_NUM_OF_GPUS", "GPU_PORTION")
-                    ],
-                    "envFrom": [{"configMapRef": {"name": f"{prefix}-0-evar", "optional": False}}],
-                }
-            ],
-            "volumes": [{"name": f"{prefix}-0-vol", "configMap": {"name": f"{prefix}-0"}}],
-        },
-    }
-
-
 def test_the_vendors_documented_patterns_pass(
     core: Any, namespace: str, policies: PolicySet, webhook_config: WebhookConfig
 ) -> None:
@@ -594,7 +527,10 @@ def test_the_vendors_documented_patterns_pass(
     run's mode (enforce in CI's access run)."""
     if _mode(webhook_config) == "off":
         pytest.skip("the webhook runs with gpuAccess.mode: off")
-    for pod in (_mindcluster_pod(unique("acjob")), _kai_pod(unique("kai-frac"))):
+    for pod in (
+        mindcluster_pod(unique("acjob"), None),
+        kai_pod(unique("kai-frac"), None, runtimeClassName="nvidia"),
+    ):
         expected = expected_for(pod, namespace, policies, webhook_config, None)
         assert expected.allowed and not expected.access, expected.access
         created, shown = call(core.create_namespaced_pod, namespace, pod, dry_run="All")
@@ -616,13 +552,13 @@ def test_the_same_variables_without_the_counted_device_are_findings(
     if mode == "off":
         pytest.skip("the webhook runs with gpuAccess.mode: off")
     if case == "mindcluster-no-npu":
-        pod = _mindcluster_pod(unique("acjob-side"), resources={})
+        pod = mindcluster_pod(unique("acjob-side"), None, container={"resources": {}})
         text = (
             'container "ascend" sets ASCEND_VISIBLE_DEVICES from valueFrom but requests no NPU: '
             "request huawei.com/Ascend910 instead"
         )
     else:
-        pod = _kai_pod(unique("kai-other"), scheduler="default-scheduler")
+        pod = kai_pod(unique("kai-other"), None, schedulerName="default-scheduler")
         text = (
             'container "gpu-workload" sets NVIDIA_VISIBLE_DEVICES from valueFrom but requests no '
             "GPU: request nvidia.com/gpu instead"

@@ -15,6 +15,7 @@ import pytest
 from tests.helpers import GPU, GPUCORES, GPUMEM, apply, container, get, pod
 from tests.helpers import load_without_shm as load_config
 from tests.helpers import run_without_shm as run
+from tests.vendor_examples import KAI_PREFIX, kai_pod, mindcluster_pod
 from webhook.core.outcome.decision import Decision
 
 WHY = "GPUs reached without a request are counted by no quota, CRL or scheduler."
@@ -192,46 +193,6 @@ def test_no_void_is_written_outside_enforce_or_under_known() -> None:
 # --- MindCluster + Volcano (Ascend/mind-cluster docs/zh/scheduling/api/ascend_job.md) ----------
 
 
-def mindcluster_pod(**overrides: Any) -> dict[str, Any]:
-    """The published AscendJob's Master pod template (pytorch_multinodes_acjob_910b.yaml, at
-    ca9ddfe) as the ascend-operator creates it: `schedulerName: volcano` from the job."""
-    c = {
-        "name": "ascend",
-        "image": "pytorch-test:latest",
-        "imagePullPolicy": "IfNotPresent",
-        "env": [
-            {"name": "XDL_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
-            {
-                "name": "ASCEND_VISIBLE_DEVICES",
-                "valueFrom": {
-                    "fieldRef": {"fieldPath": "metadata.annotations['huawei.com/Ascend910']"}
-                },
-            },
-        ],
-        "command": ["/bin/bash", "-c"],
-        "args": ["cd /job/code/scripts; chmod +x train_start.sh; bash train_start.sh"],
-        "ports": [{"containerPort": 2222, "name": "ascendjob-port"}],
-        "resources": {
-            "limits": {"huawei.com/Ascend910": 2},
-            "requests": {"huawei.com/Ascend910": 2},
-        },
-        "volumeMounts": [
-            {"name": "ascend-driver", "mountPath": "/usr/local/Ascend/driver"},
-            {"name": "dshm", "mountPath": "/dev/shm"},
-        ],
-    }
-    c.update(overrides.pop("container", {}))
-    spec: dict[str, Any] = {
-        "schedulerName": "volcano",
-        "volumes": [
-            {"name": "ascend-driver", "hostPath": {"path": "/usr/local/Ascend/driver"}},
-            {"name": "dshm", "emptyDir": {"medium": "Memory"}},
-        ],
-    }
-    spec.update(overrides)
-    return pod(c, **spec)
-
-
 def test_mindclusters_published_job_passes_under_enforce() -> None:
     decision = run(mindcluster_pod(), config=config("enforce"))
     assert decision.allowed and not decision.violations
@@ -285,45 +246,13 @@ def test_a_sidecar_reading_the_npu_annotation_is_denied() -> None:
 
 # --- KAI's GPU fractions (NVIDIA/KAI-Scheduler docs/gpu-sharing, at 72de64f) -------------------
 
-PREFIX = "gpu-sharing-x7k2q9p-shared-gpu"
-
-
-def kai_pod(fraction_container: int = 0, **changes: Any) -> dict[str, Any]:
-    """KAI's published docs/gpu-sharing/gpu-sharing-non-default-container.yaml as KAI's own
-    admission webhook leaves it (pkg/admission/webhook/v1alpha2/gpusharing Mutate): the
-    fraction container gets NVIDIA_VISIBLE_DEVICES, RUNAI_NUM_OF_GPUS and GPU_PORTION from the
-    pod's sharing ConfigMap, an envFrom of its `-evar` ConfigMap, and the pod a ConfigMap
-    volume and the runai/shared-gpu-configmap annotation."""
-    annotations = {
-        "gpu-fraction": "0.5",
-        "gpu-fraction-container-name": "gpu-workload",
-        "runai/shared-gpu-configmap": PREFIX,
-    }
-    annotations.update(changes.pop("annotations", {}))
-    containers = [
-        container("sidecar", "busybox", args=["sleep", "infinity"]),
-        container(
-            "gpu-workload", "nvidia/cuda:13.0.2-base-ubi8", command=["nvidia-smi"], args=["-L"]
-        ),
-        container("another-sidecar", "busybox", args=["sleep", "infinity"]),
-    ]
-    name = f"{PREFIX}-{fraction_container}"
-    target = containers[fraction_container]
-    target["env"] = [
-        {"name": key, "valueFrom": {"configMapKeyRef": {"key": key, "name": name}}}
-        for key in ("NVIDIA_VISIBLE_DEVICES", "RUNAI_NUM_OF_GPUS", "GPU_PORTION")
-    ]
-    target["envFrom"] = [{"configMapRef": {"name": f"{name}-evar", "optional": False}}]
-    spec: dict[str, Any] = {
-        "schedulerName": "kai-scheduler",
-        "volumes": [{"name": f"{name}-vol", "configMap": {"name": name}}],
-    }
-    spec.update(changes)
-    return pod(*containers, annotations={k: v for k, v in annotations.items() if v}, **spec)
+PREFIX = KAI_PREFIX
 
 
 def test_kais_fraction_pod_passes_under_enforce() -> None:
-    decision = run(kai_pod(1, runtimeClassName="nvidia"), config=config("enforce"))
+    decision = run(
+        kai_pod(fraction_container=1, runtimeClassName="nvidia"), config=config("enforce")
+    )
     assert decision.allowed and not decision.violations
     env = env_of(decision, 1)
     assert env[0]["valueFrom"]["configMapKeyRef"]["name"] == f"{PREFIX}-1"
@@ -348,14 +277,14 @@ KAI_DENIED = (
     ],
 )
 def test_kais_variable_where_kai_does_not_account_it_is_denied(changes: dict[str, Any]) -> None:
-    says(kai_pod(1, **changes), KAI_DENIED)
+    says(kai_pod(fraction_container=1, **changes), KAI_DENIED)
 
 
 def test_kais_gpu_memory_fraction_in_the_default_container_passes() -> None:
     """docs/gpu-sharing/gpu-memory.yaml's form: `gpu-memory`, no container named: the first
     container is the fraction's."""
     obj = kai_pod(
-        0,
+        fraction_container=0,
         annotations={"gpu-fraction": "", "gpu-memory": "2000", "gpu-fraction-container-name": ""},
     )
     decision = run(obj, config=config("enforce"))
