@@ -529,7 +529,7 @@ def test_the_vendors_documented_patterns_pass(
         pytest.skip("the webhook runs with gpuAccess.mode: off")
     for pod in (
         mindcluster_pod(unique("acjob"), None),
-        kai_pod(unique("kai-frac"), None, runtimeClassName="nvidia"),
+        kai_pod(unique("kai-frac"), None),
     ):
         expected = expected_for(pod, namespace, policies, webhook_config, None)
         assert expected.allowed and not expected.access, expected.access
