@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import GPU, GPUCORES, GPUMEM, apply, container, get, pod
+from tests.helpers import GPU, GPUCORES, GPUMEM, apply, container, get, pod, standard_policies
 from tests.helpers import load_without_shm as load_config
 from tests.helpers import run_without_shm as run
 from tests.vendor_examples import KAI_PREFIX, kai_pod, mindcluster_pod
+from webhook.core.evaluation.evaluate import evaluate
 from webhook.core.outcome.decision import Decision
 
 WHY = "GPUs reached without a request are counted by no quota, CRL or scheduler."
@@ -290,3 +291,18 @@ def test_kais_gpu_memory_fraction_in_the_default_container_passes() -> None:
     decision = run(obj, config=config("enforce"))
     assert decision.allowed
     assert env_of(decision, 0)[3:] == [AMD_VOID, ASCEND_VOID]
+
+
+def test_an_amd_device_containers_image_swap_without_its_void_is_denied() -> None:
+    """A pod admitted before `enforce` (no void written) whose AMD device container's image is
+    swapped by UPDATE: env cannot change on update, so the swap is denied."""
+    old = pod(container("a", "busybox:1.36", limits={"amd.com/gpu": 1}))
+    new = copy.deepcopy(old)
+    new["spec"]["containers"][0]["image"] = "rocm/pytorch:latest"
+    decision = evaluate(
+        new, standard_policies(), config("enforce"), operation="UPDATE", old_object=old
+    )
+    assert decision.denial_message() == (
+        'Pod ml/train, container "a" changes its image while its device variables are not void: '
+        f"recreate the pod: env cannot change on update. {WHY}"
+    )

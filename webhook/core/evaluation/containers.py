@@ -251,7 +251,9 @@ def apply_access(
             image = c.container.get("image")
             if not enforce or key not in update.old_images or update.old_images[key] == image:
                 continue
-            voids = candidate.voids
+            # The pins too (an AMD device container's void, a share's core policy): a swapped
+            # image's value would stand where they are not written.
+            voids = candidate.voids + candidate.pins
             if mode == "known":
                 cuda = candidate.cuda or known_cuda_image(image, config)
                 voids = tuple(v for v in voids if v[0] == VISIBLE_DEVICES) if cuda else ()
