@@ -294,9 +294,12 @@ def test_kais_gpu_memory_fraction_in_the_default_container_passes() -> None:
 
 
 def test_an_amd_device_containers_image_swap_without_its_void_is_denied() -> None:
-    """A pod admitted before `enforce` (no void written) whose AMD device container's image is
-    swapped by UPDATE: env cannot change on update, so the swap is denied."""
-    old = pod(container("a", "busybox:1.36", limits={"amd.com/gpu": 1}))
+    """A pod admitted before AMD device containers got AMD's void (the other vendors' voids
+    only) whose AMD device container's image is swapped by UPDATE: env cannot change on update,
+    so the swap is denied."""
+    old = pod(
+        container("a", "busybox:1.36", limits={"amd.com/gpu": 1}, env=[NVIDIA_VOID, ASCEND_VOID])
+    )
     new = copy.deepcopy(old)
     new["spec"]["containers"][0]["image"] = "rocm/pytorch:latest"
     decision = evaluate(
