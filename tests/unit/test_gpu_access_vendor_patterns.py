@@ -309,3 +309,23 @@ def test_an_amd_device_containers_image_swap_without_its_void_is_denied() -> Non
         'Pod ml/train, container "a" changes its image while its device variables are not void: '
         f"recreate the pod: env cannot change on update. {WHY}"
     )
+
+
+@pytest.mark.parametrize("prefix", ["AWS_NEURON_", "MTHREADS_", "DOCKER_", "DOCKER_RESOURCE_GPU_"])
+def test_an_env_from_prefix_no_void_closes_is_a_finding_under_enforce(prefix: str) -> None:
+    """A family without a void (Neuron, Moore Threads, Enflame) and AMD's DOCKER_RESOURCE_*
+    cannot be closed by a written value: an envFrom prefix that makes such names is a finding
+    under `enforce` too, never silence."""
+    obj = pod(container("app", envFrom=[{"prefix": prefix, "configMapRef": {"name": "cm"}}]))
+    says(
+        obj,
+        f'container "app" uses envFrom with prefix {prefix} but requests no GPU: list the '
+        "variables in env instead",
+    )
+
+
+def test_an_env_from_prefix_a_void_closes_passes_under_enforce() -> None:
+    obj = pod(container("app", envFrom=[{"prefix": "NVIDIA_", "configMapRef": {"name": "cm"}}]))
+    decision = run(obj, config=config("enforce"))
+    assert decision.allowed
+    assert env_of(decision) == [NVIDIA_VOID, AMD_VOID, ASCEND_VOID]

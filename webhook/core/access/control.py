@@ -59,6 +59,7 @@ __all__ = [
     "label",
     "normpath",
     "pin_note",
+    "unvoidable_prefix",
 ]
 
 RULE = "gpu access"
@@ -323,6 +324,23 @@ def container_findings(
             )
             pins += _share_values(container, own, names)
     return found, Candidate(c, voids, cuda, env_from, device, pins)
+
+
+# Device variables no void closes: those of families without a void, and name prefixes (AMD's
+# DOCKER_RESOURCE_*), which no fixed name written can override.
+_UNVOIDABLE = tuple(n for f in _DEVICE_FAMILIES if f.void is None for n in f.device_env)
+_PREFIXES = tuple(p for f in _DEVICE_FAMILIES for p in f.device_env_prefixes)
+
+
+def unvoidable_prefix(prefixes: tuple[str, ...]) -> str:
+    """The first envFrom prefix that makes names of device variables no void closes, or ""."""
+    for prefix in prefixes:
+        if prefix and (
+            any(name.startswith(prefix) for name in _UNVOIDABLE)
+            or any(p.startswith(prefix) or prefix.startswith(p) for p in _PREFIXES)
+        ):
+            return prefix
+    return ""
 
 
 def pin_note(name: str, value: str, where: str) -> str:

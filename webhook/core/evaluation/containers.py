@@ -319,11 +319,15 @@ def _void(
     # makes device variables' names is (every other envFrom would warn every pod).
     if env_from and not candidate.device:
         prefix = _suspicious(env_from)
-        if (enforce and mode != "all") or (not enforce and prefix):
+        # An envFrom prefix that makes a variable no void closes (a family without one, AMD's
+        # DOCKER_RESOURCE_*) is a finding in every mode (core/access/control.py).
+        unvoidable = access.unvoidable_prefix(env_from)
+        if (enforce and mode != "all") or (not enforce and prefix) or unvoidable:
+            prefix = unvoidable or prefix
             shown = f"envFrom with prefix {prefix}" if prefix else "envFrom"
             advice = (
                 "list the variables in env instead"
-                if not enforce
+                if not enforce or unvoidable
                 else "list the variables in env or set gpuAccess.voidImageDevices: all"
             )
             _report(
