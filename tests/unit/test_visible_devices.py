@@ -236,7 +236,9 @@ def test_an_attackers_value_is_read_as_the_runtime_reads_it(
     ],
 )
 def test_a_value_its_runtime_reads_as_no_device_passes(name: str, value: str) -> None:
-    decision = run(pod(container("x", env=[{"name": name, "value": value}])), config("enforce"))
+    decision = run(
+        pod(container("x", env=[{"name": name, "value": value}])), config=config("enforce")
+    )
     assert decision.allowed
     # The user's own value stays, first; the other vendors' voids follow.
     assert get(apply(decision), "spec", "containers", 0, "env")[0] == {
