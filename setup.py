@@ -37,6 +37,8 @@ from setuptools import setup
 # A @dataclass built per review writes its __init__ out (pods.ContainerRef says why).
 COMPILED = [
     "webhook/core/access/control.py",
+    "webhook/core/access/patterns.py",
+    "webhook/core/access/routes.py",
     "webhook/core/base/annotations.py",
     "webhook/core/base/errors.py",
     "webhook/core/base/names.py",
@@ -52,6 +54,7 @@ COMPILED = [
     "webhook/core/evaluation/pods.py",
     "webhook/core/evaluation/updates.py",
     "webhook/core/families/catalog.py",
+    "webhook/core/families/visible.py",
     "webhook/core/images/facts.py",
     "webhook/core/images/references.py",
     "webhook/core/images/requires.py",

@@ -23,6 +23,7 @@ import jsonpatch
 import pytest
 import yaml
 
+from tests.vendor_examples import kai_pod, mindcluster_pod
 from webhook.core.config.model import WebhookConfig
 from webhook.core.evaluation.evaluate import evaluate
 from webhook.core.policies.policyset import PolicySet
@@ -431,6 +432,34 @@ VENDOR_ROUTES = [
         {"volumeMounts": [{"name": "dev", "mountPath": "/dev/davinci0"}]},
         "/dev/davinci0",
     ),
+    # Issue 46: each value as its runtime reads it, and the routes added as data.
+    ("cri-o-devices", {}, None),
+    (
+        "nvidia-all-upper-void",
+        {"env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all,VOID"}]},
+        None,
+    ),
+    (
+        "nvidia-all-void-us",
+        {"env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all,void\x1f"}]},
+        None,
+    ),
+    ("amd-range-void", {"env": [{"name": "AMD_VISIBLE_DEVICES", "value": "0-7,void"}]}, None),
+    ("neuron-env", {"env": [{"name": "AWS_NEURON_VISIBLE_DEVICES", "value": "ALL"}]}, None),
+    ("mthreads-env", {"env": [{"name": "MTHREADS_VISIBLE_DEVICES", "value": "all"}]}, None),
+    ("enflame-env", {"env": [{"name": "ENFLAME_VISIBLE_DEVICES", "value": "0,1"}]}, None),
+    ("sys-admin", {"securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}}, None),
+    ("cap-all", {"securityContext": {"capabilities": {"add": ["ALL"]}}}, None),
+    (
+        "vdavinci",
+        {"volumeMounts": [{"name": "dev", "mountPath": "/dev/vdavinci0"}]},
+        "/dev/vdavinci0",
+    ),
+    (
+        "uburma",
+        {"volumeMounts": [{"name": "dev", "mountPath": "/dev/uburma"}]},
+        "/dev/uburma",
+    ),
 ]
 
 
@@ -452,6 +481,8 @@ def test_another_vendors_route_without_a_request(
     pod = plain_pod(unique(case), **container)
     if host_path is not None:
         pod["spec"]["volumes"] = [{"name": "dev", "hostPath": {"path": host_path}}]
+    if case == "cri-o-devices":
+        pod["metadata"]["annotations"] = {"devices.crio.io": "/dev/nvidia0:/dev/nvidia0:rwm"}
     expected = expected_for(pod, namespace, policies, webhook_config, None)
     assert expected.access, "the core finds no route: the case is wrong"
     starts = f"Pod {namespace}/{pod['metadata']['name']}, "
@@ -460,3 +491,83 @@ def test_another_vendors_route_without_a_request(
     )
     if admitted is not None:
         assert expected.warnings and set(expected.warnings) <= set(admitted[1])
+
+
+# --- Issue 46: the voids a device container needs, and the vendors' own patterns ---------------
+
+
+def test_an_amd_device_container_gets_amds_void(
+    core: Any, namespace: str, policies: PolicySet, webhook_config: WebhookConfig
+) -> None:
+    """No AMD plugin or DRA driver sets AMD_VISIBLE_DEVICES: under enforce the AMD device
+    container gets AMD's void after the other vendors' (ROCm images carry `all`)."""
+    if _mode(webhook_config) == "off":
+        pytest.skip("the webhook runs with gpuAccess.mode: off")
+    pod = plain_pod(
+        unique("amd-dev"), "rocm/pytorch:latest", resources={"limits": {"amd.com/gpu": "1"}}
+    )
+    expected = expected_for(pod, namespace, policies, webhook_config, None)
+    created, shown = call(core.create_namespaced_pod, namespace, pod, dry_run="All")
+    env = created["spec"]["containers"][0].get("env")
+    after = jsonpatch.apply_patch(expected.original, expected.patch)
+    assert _pairs(env) == _pairs(after["spec"]["containers"][0].get("env"))
+    if _mode(webhook_config) == "enforce" and webhook_config.gpu_access.void_image_devices == "all":
+        assert env[-1] == {"name": "AMD_VISIBLE_DEVICES", "value": "void"}
+        note = (
+            'set AMD_VISIBLE_DEVICES=void in container "app": its AMD GPUs come as device nodes, '
+            "not from its image"
+        )
+        assert note in expected.notes and note in shown
+
+
+def test_the_vendors_documented_patterns_pass(
+    core: Any, namespace: str, policies: PolicySet, webhook_config: WebhookConfig
+) -> None:
+    """MindCluster's and KAI's published pods are admitted with no access finding, under the
+    run's mode (enforce in CI's access run)."""
+    if _mode(webhook_config) == "off":
+        pytest.skip("the webhook runs with gpuAccess.mode: off")
+    for pod in (
+        mindcluster_pod(unique("acjob"), None),
+        kai_pod(unique("kai-frac"), None),
+    ):
+        expected = expected_for(pod, namespace, policies, webhook_config, None)
+        assert expected.allowed and not expected.access, expected.access
+        created, shown = call(core.create_namespaced_pod, namespace, pod, dry_run="All")
+        after = jsonpatch.apply_patch(expected.original, expected.patch)
+        assert _pairs(created["spec"]["containers"][0].get("env")) == _pairs(
+            after["spec"]["containers"][0].get("env")
+        )
+        # Shown: the core's notes and warnings (CANN/CUDA unknown, the other vendors' voids),
+        # none of them about the pattern's own variable.
+        assert set(shown) == set(expected.warnings) | set(expected.notes), shown
+        assert not [w for w in shown if "_VISIBLE_DEVICES from valueFrom" in w], shown
+
+
+@pytest.mark.parametrize("case", ["mindcluster-no-npu", "kai-other-scheduler"])
+def test_the_same_variables_without_the_counted_device_are_findings(
+    core: Any, namespace: str, policies: PolicySet, webhook_config: WebhookConfig, case: str
+) -> None:
+    mode = _mode(webhook_config)
+    if mode == "off":
+        pytest.skip("the webhook runs with gpuAccess.mode: off")
+    if case == "mindcluster-no-npu":
+        pod = mindcluster_pod(unique("acjob-side"), None, container={"resources": {}})
+        text = (
+            'container "ascend" sets ASCEND_VISIBLE_DEVICES from valueFrom but requests no NPU: '
+            "request huawei.com/Ascend910 instead"
+        )
+    else:
+        pod = kai_pod(unique("kai-other"), None, schedulerName="default-scheduler")
+        text = (
+            'container "gpu-workload" sets NVIDIA_VISIBLE_DEVICES from valueFrom but requests no '
+            "GPU: request nvidia.com/gpu instead"
+        )
+    expected = expected_for(pod, namespace, policies, webhook_config, None)
+    assert any(v.message.startswith(f"Pod {namespace}/") for v in expected.access)
+    starts = f"Pod {namespace}/{pod['metadata']['name']}, {text}"
+    admitted = _judged(
+        mode, expected, starts, core.create_namespaced_pod, namespace, pod, dry_run="All"
+    )
+    if admitted is not None:
+        assert set(expected.warnings) <= set(admitted[1])

@@ -22,7 +22,7 @@ from typing import Any
 from tests.helpers import GPU, VCORE, container, pod, standard_policies, workload
 from webhook.admission.reviews import ALLOWED, decode_review
 from webhook.admission.state import Outcome
-from webhook.core.access.control import _normpath
+from webhook.core.access.routes import normpath as _normpath
 from webhook.core.config.model import WebhookConfig, load_config
 from webhook.core.evaluation.evaluate import evaluate
 from webhook.core.placement.inventory import NodeInventory

@@ -307,7 +307,6 @@ def test_verify_gpu_access_deployment_keeps_its_node_selector() -> None:
 @pytest.mark.parametrize(
     "name",
     [
-        "ai-on-eks_dcgm-exporter_daemonset.yaml",  # on GPU nodes, but asks for no GPU resource
         "gke-samples_gcsfuse_pod-a_nongpu_deployment.yaml",
         "ai-on-gke_parallelstore-backup_cronjob_nongpu.yaml",
         "triton-tutorials_trtllm-client_nongpu_deployment.yaml",
@@ -320,6 +319,21 @@ def test_non_gpu_workloads_untouched(name: str) -> None:
         assert decision.handled
         assert decision.allowed
         assert (decision.patch, decision.notes, decision.warnings) == ([], (), ())
+
+
+def test_dcgm_exporter_with_sys_admin_is_named_by_gpu_access() -> None:
+    """ai-on-eks' dcgm-exporter asks for no GPU resource and adds SYS_ADMIN, which NVIDIA's
+    toolkit counts as privileged (issue 46): GPU access control names it (a warning under the
+    default `warn`) until its namespace is exempt; nothing else changes."""
+    name = "ai-on-eks_dcgm-exporter_daemonset.yaml"
+    for config in (DEFAULT, MUTATE):
+        decision = evaluate_doc(name, config=config)
+        assert decision.handled and decision.allowed
+        assert (decision.patch, decision.notes) == ([], ())
+        assert decision.warnings == (
+            'container "dcgm-exporter" adds capability SYS_ADMIN but requests no GPU: drop it or '
+            "exempt its namespace in gpuAccess",
+        )
 
 
 def test_hami_amd_pod_gets_the_amd_crls_and_the_rocm_gate() -> None:

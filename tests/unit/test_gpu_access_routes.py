@@ -454,9 +454,11 @@ def test_each_vendors_device_container_keeps_its_own_variable_and_voids_the_othe
     )
     after = apply(run(obj, config=config("enforce")))
     envs = [get(after, "spec", "containers", i, "env") for i in range(4)]
+    # AMD's device container gets AMD's void too (issue 46): no AMD plugin or DRA driver sets
+    # AMD_VISIBLE_DEVICES, the GPUs come as device nodes, and the image's `all` would stand.
     assert envs == [
         [AMD_VOID, ASCEND_VOID],
-        [NVIDIA_VOID, ASCEND_VOID],
+        [NVIDIA_VOID, ASCEND_VOID, AMD_VOID],
         [NVIDIA_VOID, AMD_VOID],
         ALL_VOIDS,
     ]

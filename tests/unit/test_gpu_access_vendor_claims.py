@@ -1,8 +1,10 @@
 """AMD's and Intel's DRA device classes (SPEC §12 and §13, issue 36 leftover): a container that
 gets devices through a claim on `gpu.amd.com` has AMD devices for the access checks, as one
-requesting `amd.com/gpu` — its own AMD variable is not voided, setting it is the device
-container's finding — and nothing else a claim names (another class, a look-alike name, the
-claim's other request) counts. Tried as an attacker would."""
+requesting `amd.com/gpu` — setting its AMD variable is the device container's finding, and its
+AMD_VISIBLE_DEVICES gets the void as a device container's (issue 46: the DRA driver hands the
+GPUs as device nodes and sets no variable, so the image's `all` would stand) — and nothing else
+a claim names (another class, a look-alike name, the claim's other request) counts. Tried as an
+attacker would."""
 
 from __future__ import annotations
 
@@ -78,13 +80,24 @@ def amd_all() -> list[dict[str, Any]]:
     return [{"name": "AMD_VISIBLE_DEVICES", "value": "all"}]
 
 
-def test_an_amd_claim_makes_an_amd_device_container_whose_variable_is_not_voided() -> None:
+DEVICE_NOTE = (
+    'set AMD_VISIBLE_DEVICES=void in container "app": its AMD GPUs come as device nodes, not '
+    "from its image"
+)
+
+
+def test_an_amd_claim_makes_an_amd_device_container_whose_image_value_is_voided() -> None:
+    """ROCm/k8s-gpu-dra-driver cmd/gpu-kubeletplugin/state.go (at 2622427) gives the claimed
+    GPU as CDI device nodes (/dev/kfd, card, renderD) and no AMD_VISIBLE_DEVICES: the void is
+    written as a device container's, after the other vendors' voids, with its own note."""
     decision = check(claim_pod("amd", claimed()))
     assert decision.allowed
-    # The other vendors' voids, never AMD's own: the DRA driver chose its GPUs.
-    names = [e["name"] for e in envs(decision)]
-    assert "AMD_VISIBLE_DEVICES" not in names
-    assert "NVIDIA_VISIBLE_DEVICES" in names
+    assert envs(decision) == [
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},
+        {"name": "ASCEND_VISIBLE_DEVICES", "value": ""},
+        {"name": "AMD_VISIBLE_DEVICES", "value": "void"},
+    ]
+    assert DEVICE_NOTE in decision.notes
 
 
 def test_an_amd_claim_container_choosing_its_own_gpus_is_the_device_containers_finding() -> None:
@@ -114,10 +127,17 @@ def test_a_sidecar_not_naming_the_claim_has_no_amd_gpu() -> None:
         'container "side" sets AMD_VISIBLE_DEVICES=all but requests no AMD GPU'
         in decision.denial_message()
     )
-    # and it gets AMD's void under enforce, the claimed container does not.
+    # and it gets AMD's void as a container with no AMD GPU, the claimed one as a device
+    # container.
     plain = check(claim_pod("amd", claimed(), container("side", "busybox")))
     assert {"name": "AMD_VISIBLE_DEVICES", "value": "void"} in envs(plain, 1)
-    assert "AMD_VISIBLE_DEVICES" not in [e["name"] for e in envs(plain, 0)]
+    assert plain.notes == (
+        DEVICE_NOTE,
+        'set NVIDIA and Ascend device variables to void in container "app": it requests no such '
+        "device",
+        'set NVIDIA, AMD and Ascend device variables to void in container "side": it requests '
+        "no such device",
+    )
 
 
 def test_look_alike_classes_and_the_claims_other_request_count_nothing() -> None:
@@ -130,7 +150,7 @@ def test_look_alike_classes_and_the_claims_other_request_count_nothing() -> None
     assert "but requests no AMD GPU" in missing.denial_message()
     gpu = check(claim_pod("gpu-and-nic", claimed(request="gpu")))
     assert gpu.allowed
-    assert "AMD_VISIBLE_DEVICES" not in [e["name"] for e in envs(gpu)]
+    assert DEVICE_NOTE in gpu.notes
 
 
 def test_a_claim_the_cache_has_not_seen_makes_no_amd_device_container() -> None:

@@ -257,14 +257,18 @@ def test_rdma_container_that_has_the_capability_is_left_alone(context: dict[str,
         decision = evaluate_in(rdma_pod(securityContext=context), levels)
         # A privileged device container is GPU access control's finding (SPEC §12), not the
         # RDMA fix's: the fix adds nothing and says nothing.
-        access = (
-            (
+        access: tuple[str, ...] = ()
+        if context.get("privileged"):
+            access = (
                 'container "trainer" is privileged: drop privileged: a privileged container sees '
                 "every device of its node",
             )
-            if context.get("privileged")
-            else ()
-        )
+        elif context["capabilities"]["add"] == ["ALL"]:
+            # ALL adds CAP_SYS_ADMIN, which NVIDIA's toolkit counts as privileged (issue 46).
+            access = (
+                'container "trainer" adds capability ALL: drop it: NVIDIA\'s toolkit treats it '
+                "as privileged",
+            )
         assert (decision.patch, decision.notes, decision.warnings) == ([], (), access)
 
 

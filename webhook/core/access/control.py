@@ -18,42 +18,60 @@ cites what each rule relies on.
 
 from __future__ import annotations
 
-import posixpath
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
-from webhook.core.base.quantity import parsed
+from webhook.core.access import patterns
+from webhook.core.access.routes import (
+    EPHEMERAL,
+    AccessFinding,
+    Candidate,
+    container_families,
+    device_host_path,
+    device_volumes,
+    ephemeral_containers,
+    label,
+    mount_findings,
+    nonzero,
+    normpath,
+    privilege,
+    privilege_finding,
+)
 from webhook.core.base.shapes import as_dict, is_mapping
 from webhook.core.base.wording import cut
-from webhook.core.families.catalog import (
-    FAMILIES,
-    Family,
-    family_named,
-    family_of,
-    is_device_path,
-)
-from webhook.core.workloads.devices import DEVICE_ANNOTATION_PREFIXES, NO_DEVICE_VALUES
+from webhook.core.families.catalog import FAMILIES, Family, family_named
+from webhook.core.families.visible import LIMITER_PARSERS, selects_devices
+from webhook.core.workloads.devices import DEVICE_ANNOTATION_PREFIXES
 from webhook.core.workloads.pods import ContainerRef, PodSpecRef
 
-# The device-list strategy "volume-mounts" (k8s-device-plugin DEVICE_LIST_STRATEGY): the
-# plugin mounts /dev/null at /var/run/nvidia-container-devices/<id> and the toolkit reads the
-# container's mounts as its device request. It tests the cleaned destination with
-# strings.HasPrefix(destination, "/var/run/nvidia-container-devices") — no trailing "/" — and
-# takes the rest as the device: a mount at /var/run/nvidia-container-devicesall requests "all"
-# (nvidia-container-toolkit internal/config/image/cuda_image.go requestsFromMounts).
-DEVICE_LIST_MOUNT_ROOT = "/var/run/nvidia-container-devices"
+__all__ = [
+    "EPHEMERAL",
+    "POLICY",
+    "RULE",
+    "VOID_FAMILIES",
+    "AccessFinding",
+    "Candidate",
+    "container_families",
+    "device_host_path",
+    "ephemeral_containers",
+    "findings",
+    "label",
+    "normpath",
+    "pin_note",
+    "unvoidable_prefix",
+]
 
 RULE = "gpu access"
 # The policy findings are reported under (audit, policy reports, a denial's "About these
 # policies"): the webhook config's gpuAccess, not a CRL.
 POLICY = "gpu-access"
 _MAX_VALUE = 24
-_MAX_PATH = 48
 _NVIDIA = family_named("nvidia")
 _DEVICE_FAMILIES = tuple(f for f in FAMILIES if f.device_env or f.device_env_prefixes)
 _LIMITER_FAMILIES = tuple(f for f in FAMILIES if f.limiter_env)
 _VOID_FAMILIES = tuple(f for f in FAMILIES if f.void is not None and f.void_env)
+_SHARE_FAMILIES = tuple(f for f in FAMILIES if f.share_env)
 _CUDA_ENV = frozenset({"CUDA_VERSION", "NVIDIA_REQUIRE_CUDA"})
 _ENV_FAMILY = {name: f for f in _DEVICE_FAMILIES for name in f.device_env}
 _ENV_PREFIXES = tuple(p for f in _DEVICE_FAMILIES for p in f.device_env_prefixes)
@@ -61,143 +79,67 @@ _LIMITER_EXACT = {p: f for f in _LIMITER_FAMILIES for p in f.limiter_env if not 
 _LIMITER_PREFIXES = tuple(
     p[:-1] for f in _LIMITER_FAMILIES for p in f.limiter_env if p.endswith("*")
 )
-_VOID_NAMES = frozenset(name for f in _VOID_FAMILIES for name in f.void_env)
+# Names whose entries decide what Candidate writes: the voids and the share variables.
+_VOID_NAMES = frozenset(name for f in _VOID_FAMILIES for name in f.void_env) | frozenset(
+    name for f in _SHARE_FAMILIES for name, _ in f.share_env
+)
 # ((variable, void value), family name) for every family with a void, in the families' order.
 _VOIDS = tuple(((name, f.void or ""), f.name) for f in _VOID_FAMILIES for name in f.void_env)
 _EVERY_VOID = tuple(v for v, _ in _VOIDS)
+# Families whose own device containers get their void (no plugin of theirs sets it).
+_VOID_IN_DEVICES = frozenset(f.name for f in _VOID_FAMILIES if f.void_in_devices)
 # Variable -> its family, for the notes saying what void was written.
 VOID_FAMILIES = {name: f for f in _VOID_FAMILIES for name in f.void_env}
 _MAX_KEY = 48
-EPHEMERAL = "ephemeralContainers"
 _NONE: frozenset[str] = frozenset()
 
 
-class AccessFinding(NamedTuple):
-    """A way to reach devices beyond what is requested: `what` is said of the container (or
-    of the pod, when `container` is empty), `advice` what to do instead."""
-
-    container: str  # `container "app"`, or "" for the pod (an annotation, a runtime class)
-    what: str
-    advice: str
-    gpu: bool = False  # said of a device container (that takes more than it requested)
-    device: str = "GPU"  # what it requests none of (the family's noun)
-
-    def text(self) -> str:
-        """`container "app" sets NVIDIA_VISIBLE_DEVICES=all but requests no GPU: request ...`"""
-        if not self.container:
-            return f"{self.what}: {self.advice}"
-        if self.gpu:
-            return f"{self.container} {self.what}: {self.advice}"
-        return f"{self.container} {self.what} but requests no {self.device}: {self.advice}"
-
-
-@dataclass(slots=True)  # not a NamedTuple: built per container, and its __new__ is interpreted
-class Candidate:
-    """A container `void` may be written to: `voids` are the (variable, void value) pairs of
-    the families it requests no device of and sets no value for; `cuda` says its env names a
-    CUDA version (the toolkit hands a legacy CUDA image every GPU); `env_from` the prefixes
-    of its envFrom entries ("" for none), whose values the webhook cannot see."""
-
-    ref: ContainerRef
-    voids: tuple[tuple[str, str], ...]
-    cuda: bool
-    env_from: tuple[str, ...]
-    device: bool  # a device container (of some family)
-
-    # Written out: @dataclass's own __init__ stays interpreted under mypyc (pods.ContainerRef).
-    def __init__(
-        self,
-        ref: ContainerRef,
-        voids: tuple[tuple[str, str], ...],
-        cuda: bool,
-        env_from: tuple[str, ...],
-        device: bool,
-    ) -> None:
-        self.ref = ref
-        self.voids = voids
-        self.cuda = cuda
-        self.env_from = env_from
-        self.device = device
-
-
 def _value(text: str) -> str:
+    """A value as a message shows it: cut, its unprintable characters escaped (`void\\x1f`)."""
+    if not text.isprintable():
+        text = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
     return cut(text, _MAX_VALUE)
 
 
-def label(c: ContainerRef) -> str:
-    """`container "app"`, `init container "setup"`, `ephemeral container "debugger"`."""
-    if c.list_name == "initContainers":
-        return f'init container "{c.name}"'
-    if c.list_name == EPHEMERAL:
-        return f'ephemeral container "{c.name}"'
-    return f'container "{c.name}"'
+@dataclass(slots=True)  # one per pod spec: no NamedTuple either (Candidate)
+class _Context:
+    request: str  # the NVIDIA resource to advise (config gpuRequestAdvice)
+    devices: Mapping[str, str]  # device hostPath volumes: name -> path
+    # Families whose nodes ignore device variables (nodeSettings).
+    env_ignored: frozenset[str] | tuple[str, ...]
+    pod: PodSpecRef  # for the vendors' patterns (core/access/patterns.py)
 
-
-def ephemeral_containers(spec: Mapping[str, Any]) -> tuple[ContainerRef, ...]:
-    """A pod's ephemeral containers (kubectl debug; the pods/ephemeralcontainers subresource)."""
-    items = as_dict(spec).get(EPHEMERAL)
-    if type(items) is not list:
-        return ()
-    found = []
-    for index, item in enumerate(items):
-        if is_mapping(item):
-            name = item.get("name")
-            found.append(
-                ContainerRef(EPHEMERAL, index, name if isinstance(name, str) else "", item)
-            )
-    return tuple(found)
-
-
-def _nonzero(values: Any, key: str) -> bool:
-    if not is_mapping(values) or key not in values:
-        return False
-    value = parsed(values[key])
-    # A value that does not parse is not zero (its own check reports it).
-    return value.error != 0 or value.numerator != 0
-
-
-def container_families(container: Mapping[str, Any]) -> frozenset[str]:
-    """The device families whose devices a container's extended resources request (a key set
-    to zero requests none)."""
-    resources = as_dict(container).get("resources")
-    if not resources or not is_mapping(resources):
-        return _NONE
-    lists = as_dict(resources)
-    limits, requests = lists.get("limits"), lists.get("requests")
-    found: set[str] | None = None
-    for values in (limits, requests):
-        if not is_mapping(values):
-            continue
-        for key in as_dict(values):
-            if not isinstance(key, str) or "/" not in key:
-                continue
-            family = family_of(key)
-            if (
-                family is not None
-                and (found is None or family.name not in found)
-                and (_nonzero(limits, key) or _nonzero(requests, key))
-            ):
-                if found is None:
-                    found = set()
-                found.add(family.name)
-    return frozenset(found) if found else _NONE
+    def __init__(
+        self,
+        request: str,
+        devices: Mapping[str, str],
+        env_ignored: frozenset[str] | tuple[str, ...],
+        pod: PodSpecRef,
+    ) -> None:
+        self.request = request
+        self.devices = devices
+        self.env_ignored = env_ignored
+        self.pod = pod
 
 
 def _names_devices(family: Family, entry: Mapping[str, Any]) -> bool:
-    """Whether an env entry of a device variable names devices: a value the webhook cannot see
-    (valueFrom) does; a value naming no device (NO_DEVICE_VALUES; NVIDIA's "void" anywhere in
-    the list wins, cuda_image.go devicesFromEnvvars) does not."""
+    """Whether an env entry of a device variable names devices, read as the family's runtime
+    reads it (core/families/visible.py): a value the webhook cannot see (valueFrom) does."""
     if "valueFrom" in entry:
         return True
     value = entry.get("value")
-    text = value.strip().lower() if isinstance(value, str) else ""
-    if text in NO_DEVICE_VALUES:
-        return False
-    if family.void == "void":
-        items = [item.strip() for item in text.split(",")]
-        if "void" in items or all(not item for item in items):
-            return False
-    return True
+    return selects_devices(family.selection, value if isinstance(value, str) else "")
+
+
+def _limits_raised(name: str, entry: Mapping[str, Any]) -> bool:
+    """Whether a sharing limiter's control raises or switches off the limit: any value, but
+    for controls whose reader a parser knows (HAMi-core's GPU_CORE_UTILIZATION_POLICY: only
+    `disable`)."""
+    parser = LIMITER_PARSERS.get(name)
+    if parser is None or "valueFrom" in entry:
+        return True
+    value = entry.get("value")
+    return parser(value if isinstance(value, str) else "")
 
 
 def _shown(entry: Mapping[str, Any]) -> str:
@@ -212,69 +154,6 @@ def _void_advice(family: Family) -> str:
     if family.void is None:
         return "remove it"
     return "set it empty" if family.void == "" else f"set it to {family.void}"
-
-
-def _normpath(path: str) -> str:
-    """`path` as the kernel resolves it without links: `//dev//dri/../dri/` is /dev/dri (the
-    kubelet passes a hostPath volume's path to the runtime as written)."""
-    text = path.strip()
-    # The usual mount path is normal already (absolute, no empty, "." or ".." part, no trailing
-    # "/"): posixpath.normpath, interpreted (~2.7k instructions per call), would return it as is.
-    normal = text[:1] == "/" and text[-1] != "/" and "//" not in text and "/." not in text
-    if normal:
-        return text
-    norm = posixpath.normpath("/" + text)
-    # POSIX keeps a leading "//" (implementation-defined); Linux treats it as "/".
-    return "/" + norm.lstrip("/")
-
-
-def device_host_path(path: str) -> bool:
-    """Whether a hostPath volume of `path` reaches accelerator device nodes of any vendor."""
-    if not path.strip():
-        return False
-    return is_device_path(_normpath(path))
-
-
-def _path_family(norm: str) -> Family | None:
-    """The one family whose device nodes `norm` reaches (None: several, as /dev/dri, or any)."""
-    found = [f for f in FAMILIES if f.device_paths and norm.startswith(f.device_paths)]
-    return found[0] if len(found) == 1 else None
-
-
-def _device_volumes(spec: Mapping[str, Any]) -> dict[str, str]:
-    """volume name -> host path, for the pod's hostPath volumes that reach device nodes."""
-    volumes = as_dict(spec).get("volumes")
-    found: dict[str, str] = {}
-    if type(volumes) is not list:
-        return found
-    for volume in volumes:
-        if not is_mapping(volume) or "hostPath" not in volume:
-            continue
-        if not isinstance(volume.get("name"), str):
-            continue
-        host = volume.get("hostPath")
-        path = host.get("path") if is_mapping(host) else None
-        if isinstance(path, str) and device_host_path(path):
-            found[volume["name"]] = path
-    return found
-
-
-@dataclass(slots=True)  # one per pod spec: no NamedTuple either (Candidate)
-class _Context:
-    request: str  # the NVIDIA resource to advise (config gpuRequestAdvice)
-    devices: Mapping[str, str]  # device hostPath volumes: name -> path
-    # Families whose nodes ignore device variables (nodeSettings).
-    env_ignored: frozenset[str] | tuple[str, ...]
-
-    def __init__(
-        self,
-        request: str,
-        devices: Mapping[str, str],
-        env_ignored: frozenset[str] | tuple[str, ...],
-    ) -> None:
-        self.request = request
-        self.devices = devices
-        self.env_ignored = env_ignored
 
 
 def _advice_for(family: Family | None, ctx: _Context) -> tuple[str, str]:
@@ -328,7 +207,7 @@ def _env_findings(
         family = _device_family(name)
         if family is None:
             limiter = _limiter_family(name) if own else None
-            if limiter is not None and limiter.name in own:
+            if limiter is not None and limiter.name in own and _limits_raised(name, entry):
                 where = where or label(c)
                 # HAMi-core reads its limits from the process env; the device plugin writes
                 # them (and the kubelet puts the container's own env after): a user's value
@@ -342,7 +221,7 @@ def _env_findings(
                     )
                 )
             continue
-        if not _names_devices(family, entry):
+        if not _names_devices(family, entry) or patterns.counted(ctx.pod, c, entry):
             continue
         where = where or label(c)
         noun, request = _advice_for(family, ctx)
@@ -392,55 +271,12 @@ def _env_from(container: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(prefixes)
 
 
-def _mount_findings(
-    container: Mapping[str, Any], where: str, device: bool, ctx: _Context
-) -> list[AccessFinding]:
-    mounts = container.get("volumeMounts")
-    findings: list[AccessFinding] = []
-    if type(mounts) is not list:
-        return findings
-    for mount in mounts:
-        if not is_mapping(mount):
-            continue
-        name, at = mount.get("name"), mount.get("mountPath")
-        if isinstance(name, str) and name in ctx.devices:
-            path = ctx.devices[name]
-            family = _path_family(_normpath(path))
-            what = f"mounts host path {cut(path, _MAX_PATH)}"
-            if device:
-                advice = "remove it: the device plugin gives the devices"
-                findings.append(AccessFinding(where, what, advice, gpu=True))
-            elif family is None:
-                # /dev, /dev/dri, /dev/kfd...: several vendors' nodes.
-                advice = "request the device's resource instead"
-                findings.append(AccessFinding(where, what, advice))
-            else:
-                noun, request = _advice_for(family, ctx)
-                advice = f"request {request} instead"
-                findings.append(AccessFinding(where, what, advice, False, noun))
-        elif isinstance(at, str):
-            norm = _normpath(at)
-            if norm.startswith(DEVICE_LIST_MOUNT_ROOT):
-                what = f"mounts {cut(norm, _MAX_PATH)}"
-                if device:
-                    advice = "remove it: the device plugin gives the devices"
-                    findings.append(AccessFinding(where, what, advice, gpu=True))
-                else:
-                    findings.append(AccessFinding(where, what, f"request {ctx.request} instead"))
-    return findings
-
-
-def _privileged(container: Mapping[str, Any]) -> bool:
-    context = container.get("securityContext")
-    return is_mapping(context) and context.get("privileged") is True
-
-
 def container_findings(
     c: ContainerRef, own: frozenset[str], ctx: _Context
 ) -> tuple[list[AccessFinding], Candidate]:
     """One container's findings, whatever it requests, and what `void` may close in it."""
     container = as_dict(c.container)
-    privileged = _privileged(container)
+    privileged = privilege(container)
     found, names, cuda = _env_findings(c, container, own, ctx)
     device = bool(own)
     mounts = container.get("volumeMounts")
@@ -448,28 +284,11 @@ def container_findings(
     # The label only where a finding can name it (most containers have none of these).
     where = label(c) if privileged or mounts or (env_from and device) else ""
     if privileged:
-        # A privileged container gets every device node of its node (runc/containerd mount the
-        # host's /dev; the toolkit honours its env whatever its strategy: cuda_image.go
-        # VisibleDevices `if i.isPrivileged || i.acceptEnvvarUnprivileged`).
-        if device:
-            found.append(
-                AccessFinding(
-                    where,
-                    "is privileged",
-                    "drop privileged: a privileged container sees every device of its node",
-                    gpu=True,
-                )
-            )
-        else:
-            found.append(
-                AccessFinding(
-                    where,
-                    "is privileged",
-                    "drop privileged or exempt its namespace in gpuAccess",
-                )
-            )
+        found.append(privilege_finding(where, privileged, device))
     if mounts:
-        found += _mount_findings(container, where, device, ctx)
+        found += mount_findings(
+            container, where, device, ctx.devices, ctx.request, lambda f: _advice_for(f, ctx)
+        )
     if env_from and device:
         # envFrom comes before env in the kubelet's list (kubelet_pods.go
         # makeEnvironmentVariables), after the device plugin's: a ConfigMap key can replace the
@@ -492,11 +311,71 @@ def container_findings(
                     )
                 )
                 break
+    pins: tuple[tuple[str, str], ...] = ()
     if not own and not names:
         voids = _EVERY_VOID  # the usual container: every family's void
     else:
         voids = tuple(v for v, family in _VOIDS if family not in own and v[0] not in names)
-    return found, Candidate(c, voids, cuda, env_from, device)
+        if own:
+            # A device container's own variable where no plugin of its family sets it (AMD:
+            # the image's `all` would stand), and its sharing limiter's safe values.
+            pins = tuple(
+                v for v, family in _VOIDS if family in own & _VOID_IN_DEVICES and v[0] not in names
+            )
+            pins += _share_values(container, own, names)
+    return found, Candidate(c, voids, cuda, env_from, device, pins)
+
+
+# Device variables no void closes: those of families without a void, and name prefixes (AMD's
+# DOCKER_RESOURCE_*), which no fixed name written can override.
+_UNVOIDABLE = tuple(n for f in _DEVICE_FAMILIES if f.void is None for n in f.device_env)
+_PREFIXES = tuple(p for f in _DEVICE_FAMILIES for p in f.device_env_prefixes)
+
+
+def unvoidable_prefix(prefixes: tuple[str, ...]) -> str:
+    """The first envFrom prefix that makes names of device variables no void closes, or ""."""
+    for prefix in prefixes:
+        if prefix and (
+            any(name.startswith(prefix) for name in _UNVOIDABLE)
+            or any(p.startswith(prefix) or prefix.startswith(p) for p in _PREFIXES)
+        ):
+            return prefix
+    return ""
+
+
+def pin_note(name: str, value: str, where: str) -> str:
+    """The note saying a pin was written: why a device container gets it."""
+    if name in VOID_FAMILIES:
+        family = VOID_FAMILIES[name]
+        return (
+            f"set {name}={value} in {where}: its {family.noun}s come as device nodes, not from "
+            "its image"
+        )
+    return f"set {name}={value} in {where}: the image must not switch off its share's limits"
+
+
+def _share_values(
+    container: Mapping[str, Any], own: frozenset[str], names: set[str]
+) -> tuple[tuple[str, str], ...]:
+    """The (variable, safe value) pairs of the sharing limiters whose resources the container
+    requests, for the variables it does not set itself."""
+    found: tuple[tuple[str, str], ...] = ()
+    resources = container.get("resources")
+    if not is_mapping(resources):
+        return found
+    for family in _SHARE_FAMILIES:
+        if family.name not in own:
+            continue
+        keys = [
+            key
+            for values in (resources.get("limits"), resources.get("requests"))
+            if is_mapping(values)
+            for key in values
+            if isinstance(key, str) and family.shares(key) and nonzero(values, key)
+        ]
+        if keys:
+            found += tuple(pair for pair in family.share_env if pair[0] not in names)
+    return found
 
 
 def findings(
@@ -519,7 +398,7 @@ def findings(
     # The config's tuple as it is (only `in` reads it); anything else as a frozenset.
     ignored = env_ignored if type(env_ignored) is tuple else frozenset(env_ignored)
     spec = as_dict(pod.spec)
-    ctx = _Context(request, _device_volumes(spec), ignored)
+    ctx = _Context(request, device_volumes(spec), ignored, pod)
     found: list[AccessFinding] = []
     candidates: list[Candidate] = []
     runtime = spec.get("runtimeClassName")
@@ -528,6 +407,8 @@ def findings(
         requested: set[str] = set()
         for fams in devices.values():
             requested |= fams
+        if patterns.kai_fraction_container(pod) is not None:
+            requested.add("nvidia")  # KAI's scheduler counts the fraction's GPU
         if family is not None and family.name not in requested:
             noun, advice = _advice_for(family, ctx)
             found.append(

@@ -251,7 +251,9 @@ def apply_access(
             image = c.container.get("image")
             if not enforce or key not in update.old_images or update.old_images[key] == image:
                 continue
-            voids = candidate.voids
+            # The pins too (an AMD device container's void, a share's core policy): a swapped
+            # image's value would stand where they are not written.
+            voids = candidate.voids + candidate.pins
             if mode == "known":
                 cuda = candidate.cuda or known_cuda_image(image, config)
                 voids = tuple(v for v in voids if v[0] == VISIBLE_DEVICES) if cuda else ()
@@ -273,6 +275,15 @@ def apply_access(
         voided = _void(state, candidate, config, enforce, violations_only, audit, mode)
         if voided:
             grouped.setdefault(voided, []).append(container_label(c))
+        if candidate.pins and enforce and mode == "all" and not violations_only:
+            # A device container's own variable no plugin sets, its share's safe values
+            # (core/access/control.py container_findings).
+            where = container_label(c)
+            state.draft.extend(
+                state.container_path(c), "env", [{"name": n, "value": v} for n, v in candidate.pins]
+            )
+            for name, value in candidate.pins:
+                state.note("gpu-access", access.pin_note(name, value, where))
     # One note per set of variables, not one per container: every container of every pod gets
     # them under `all`, and each note is a warning the user reads.
     for voids, wheres in grouped.items():
@@ -308,11 +319,15 @@ def _void(
     # makes device variables' names is (every other envFrom would warn every pod).
     if env_from and not candidate.device:
         prefix = _suspicious(env_from)
-        if (enforce and mode != "all") or (not enforce and prefix):
+        # An envFrom prefix that makes a variable no void closes (a family without one, AMD's
+        # DOCKER_RESOURCE_*) is a finding in every mode (core/access/control.py).
+        unvoidable = access.unvoidable_prefix(env_from)
+        if (enforce and mode != "all") or (not enforce and prefix) or unvoidable:
+            prefix = unvoidable or prefix
             shown = f"envFrom with prefix {prefix}" if prefix else "envFrom"
             advice = (
                 "list the variables in env instead"
-                if not enforce
+                if not enforce or unvoidable
                 else "list the variables in env or set gpuAccess.voidImageDevices: all"
             )
             _report(

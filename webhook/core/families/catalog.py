@@ -36,6 +36,13 @@ class Family:
     `void_env`: the device variables GPU access control sets to `void` in a container with no
     device of the family (those whose void is safe in every container: NVIDIA's MIG variables
     make the hook refuse an unprivileged container, so they are never written).
+    `selection`: how the family's runtime reads its device variables (a key of
+    core/families/visible.py PARSERS). `void_in_devices`: no device plugin or DRA driver of the
+    family sets its variable, so the family's own device containers get the void too (their
+    devices come as device nodes, and an image's value would otherwise stand).
+    `share_resources`/`share_env`: a sharing limiter's resources, and the (variable, safe value)
+    pairs written in a container requesting one of them that sets no value itself (an image's
+    value would otherwise switch the limiter off).
     """
 
     name: str
@@ -55,6 +62,10 @@ class Family:
     # (NVIDIA's classes are the config's gpuDeviceClasses instead: they also make GPU
     # containers for the CUDA rules, SPEC §6).
     device_classes: tuple[str, ...] = ()
+    selection: str = "any"
+    void_in_devices: bool = False
+    share_resources: tuple[str, ...] = ()
+    share_env: tuple[tuple[str, str], ...] = ()
 
     def counts(self, resource: str) -> bool:
         """Whether `resource` counts this family's devices."""
@@ -65,6 +76,10 @@ class Family:
 
     def is_limiter_env(self, name: str) -> bool:
         return any(_matches(p, name) for p in self.limiter_env)
+
+    def shares(self, resource: str) -> bool:
+        """Whether `resource` is one of the family's sharing limiter's resources."""
+        return any(_matches(p, resource) for p in self.share_resources)
 
 
 def _matches(pattern: str, name: str) -> bool:
@@ -128,6 +143,18 @@ FAMILIES: tuple[Family, ...] = (
         # device, and "void" among several values wins; "none" keeps the driver, no device.
         void="void",
         void_env=("NVIDIA_VISIBLE_DEVICES",),
+        selection="nvidia",
+        # HAMi's shares: HAMi-core reads GPU_CORE_UTILIZATION_POLICY from the process env
+        # (src/multiprocess/multiprocess_memory_limit.c set_env_utilization_switch: "disable"
+        # switches the core limiter off, anything but "force"/"disable" is the default, which
+        # leaves the limiter to HAMi's monitor). HAMi's own webhook writes a non-default
+        # policy into the container's env (pkg/device/nvidia/device.go MutateAdmission) and its
+        # plugin "disable" where the admin turns the core limit off (server.go Allocate,
+        # DisableCoreLimit); an image's "disable" stands only where neither does. The container's
+        # env comes after the plugin's: an explicit default overrides an admin's
+        # disableCoreLimit too, which keeps the limit the share was counted with.
+        share_resources=("nvidia.com/gpucores", "nvidia.com/gpumem*"),
+        share_env=(("GPU_CORE_UTILIZATION_POLICY", "default"),),
         # /dev/nvidia0.., /dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidia-caps/..,
         # /dev/nvidia-caps-imex-channels/..: the nodes the toolkit injects (libnvidia-container
         # src/nvc_mount.c; docs "docker-specialized.md").
@@ -159,9 +186,17 @@ FAMILIES: tuple[Family, ...] = (
         device_env_prefixes=("DOCKER_RESOURCE_",),
         # No dedicated word: internal/gpu-tracker/gpu-tracker.go parseGPUsList takes "all",
         # indexes, ranges and unique ids, and ignores anything else ("Ignoring ... GPUs as they
-        # are invalid"), so "void" names no GPU and the runtime adds none (isAddNoGPUs).
+        # are invalid"), so "void" alone names no GPU and the runtime adds none (isAddNoGPUs);
+        # beside an index or a range it is ignored (core/families/visible.py amd_selects).
         void="void",
         void_env=("AMD_VISIBLE_DEVICES",),
+        selection="amd",
+        # ROCm/k8s-device-plugin internal/pkg/plugin/plugin.go Allocate (at ed76468) answers
+        # with device nodes only (/dev/kfd, /dev/dri/card<N>, /dev/dri/renderD<N>), no env; the
+        # DRA driver hands devices through CDI: an AMD device container's AMD_VISIBLE_DEVICES is
+        # its image's (`all` in ROCm's images) unless written. HAMi's AMD support sets none
+        # either (Project-HAMi/HAMi pkg/, at 4707fb0).
+        void_in_devices=True,
         # /dev/kfd and the GPU's /dev/dri render and card nodes (container-toolkit README,
         # "Explicit Paths"; internal/oci/oci.go addGPUDevices).
         device_paths=("/dev/kfd", "/dev/dri"),
@@ -189,9 +224,21 @@ FAMILIES: tuple[Family, ...] = (
         # MutateAdmission, overwriteEnv).
         void="",
         void_env=("ASCEND_VISIBLE_DEVICES",),
+        selection="ascend",
         # /dev/davinci<N>, /dev/davinci_manager, /dev/devmm_svm, /dev/hisi_hdc (the nodes the
-        # hook mounts; ascend-docker-runtime README and cli/src/u_mount.c).
-        device_paths=("/dev/davinci", "/dev/devmm_svm", "/dev/hisi_hdc"),
+        # hook mounts; ascend-docker-runtime README and cli/src/u_mount.c); MindCluster's
+        # runtime adds /dev/vdavinci<N> (vNPUs), /dev/dvpp_cmdlist, and every node under
+        # /dev/uburma and /dev/ummu (Ascend/mind-cluster component/ascend-docker-runtime/runtime/
+        # process/process.go getMountPath, addManagerDevice, addUBDevice).
+        device_paths=(
+            "/dev/davinci",
+            "/dev/vdavinci",
+            "/dev/devmm_svm",
+            "/dev/hisi_hdc",
+            "/dev/dvpp_cmdlist",
+            "/dev/uburma",
+            "/dev/ummu",
+        ),
         placement="cann",
     ),
     Family(
@@ -263,6 +310,13 @@ FAMILIES: tuple[Family, ...] = (
         resources=("enflame.com/*",),
         noun="Enflame GCU",
         request="enflame.com/gcu",
+        # Enflame's container toolkit reads ENFLAME_VISIBLE_DEVICES (Enflame's run
+        # instructions: `docker run -e ENFLAME_VISIBLE_DEVICES=2`), which device plugins set
+        # from the allocation (e.g. Kraken/KrakenPlug on openi.pcl.ac.cn, its Enflame device's
+        # GetContainerAllocateResponse).
+        # No source of its parser was found: every value is read as devices, and no void is
+        # written.
+        device_env=("ENFLAME_VISIBLE_DEVICES",),
     ),
     Family(
         name="kunlunxin",
@@ -281,6 +335,10 @@ FAMILIES: tuple[Family, ...] = (
         resources=("mthreads.com/*",),
         noun="Moore Threads GPU",
         request="mthreads.com/gpu",
+        # Moore Threads' mt-container-toolkit (runtime "mthreads") reads
+        # MTHREADS_VISIBLE_DEVICES (its run instructions: `--env MTHREADS_VISIBLE_DEVICES=all`).
+        # Its source is not public: every value is read as devices, and no void is written.
+        device_env=("MTHREADS_VISIBLE_DEVICES",),
     ),
     Family(
         name="neuron",
@@ -292,6 +350,12 @@ FAMILIES: tuple[Family, ...] = (
         request="aws.amazon.com/neuron",
         # /dev/neuron<N>: the nodes the plugin and AWS's docker examples pass with --device.
         device_paths=("/dev/neuron",),
+        # AWS's OCI hook (oci-neuron-hook; aws-neuron-sdk containers docs "tutorial-oci-hook")
+        # and the ECS agent (aws/amazon-ecs-agent agent/api/container/container.go
+        # neuronVisibleDevicesEnvVar) read
+        # AWS_NEURON_VISIBLE_DEVICES (`ALL` or indexes). No source of the hook's parser was
+        # found: every value is read as devices, and no void is written.
+        device_env=("AWS_NEURON_VISIBLE_DEVICES",),
     ),
 )
 

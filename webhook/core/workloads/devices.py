@@ -11,12 +11,8 @@ from webhook.core.families.catalog import FAMILIES
 # no driver), "none" mounts the driver but no device (VisibleDevicesFromEnvVar, and the
 # toolkit's docs "docker-specialized.md"). Any other value (`all`, indexes, UUIDs) names devices.
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
-# Values of a device variable that select no device, whatever the vendor: NVIDIA's "void",
-# "none" and empty (above); AMD's runtime ignores any word that is not "all", an index, a range
-# or a unique id (ROCm/container-toolkit internal/gpu-tracker parseGPUsList); Ascend's hook mounts
-# nothing for an empty value and refuses to start a container with a word
-# (ascend-docker-runtime hook/main.go parseDevices): no device either way.
-NO_DEVICE_VALUES = frozenset({"", "void", "none"})
+# How each vendor's runtime reads a value (which values select no device) is the runtime's own:
+# core/families/visible.py.
 VOID = "void"
 # Every vendor's device-selection variables (NVIDIA_VISIBLE_DEVICES, NVIDIA_MIG_CONFIG_DEVICES,
 # NVIDIA_MIG_MONITOR_DEVICES, NVIDIA_IMEX_CHANNELS, AMD_VISIBLE_DEVICES,
@@ -51,8 +47,10 @@ def access_env(name: str) -> bool:
 #  - containerd/nri plugins/device-injector: devices.noderesource.dev, mounts.noderesource.dev,
 #    cdi-devices.noderesource.dev, each as `<key>`, `<key>/pod` or `<key>/container.<name>`,
 #    and their deprecated devices.nri.io, mounts.nri.io, cdi-devices.nri.io;
-#  - CRI-O pkg/annotations: io.kubernetes.cri-o.Devices (honoured where the runtime handler's
-#    allowed_annotations list it).
+#  - CRI-O: devices.crio.io (and `devices.crio.io/<container>`), the current name, and its
+#    deprecated io.kubernetes.cri-o.Devices, honoured where the runtime handler's
+#    allowed_annotations list either (cri-o pkg/annotations/v2 annotations.go Devices, V1Devices;
+#    GetAnnotationValue prefers the new name and falls back to the old).
 # Device plugins and DRA drivers write theirs into the container's CRI config, never onto the
 # pod: a pod annotation with any of them is a user's.
 DEVICE_ANNOTATION_PREFIXES = (
@@ -65,4 +63,5 @@ DEVICE_ANNOTATION_PREFIXES = (
     "mounts.nri.io",
     "cdi-devices.nri.io",
     "io.kubernetes.cri-o.Devices",
+    "devices.crio.io",
 )
