@@ -225,7 +225,8 @@ class Env:
 def _api(env: Env) -> Any:
     from kubernetes import config
 
-    return config.new_client_from_config(config_file=str(env.kubeconfig))
+    # new_client_from_config is unannotated in the kubernetes client.
+    return config.new_client_from_config(config_file=str(env.kubeconfig))  # type: ignore[no-untyped-call]
 
 
 def scrape(api: Any) -> dict[str, dict[Labels, float]]:
@@ -291,6 +292,8 @@ def start_webhook(env: Env, mode: str, chart_tree: Path) -> tuple[subprocess.Pop
             "warning",
             "--config",
             str(config),
+            "--metrics-port",
+            str(env.port + 1),
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -352,21 +355,42 @@ def job(name: str, pods: int) -> dict[str, Any]:
     }
 
 
+def webhook_counts(env: Env) -> dict[str, float]:
+    """The webhook's own reviews (by endpoint) and decision cache hits and misses."""
+    import urllib.request
+
+    url = f"http://127.0.0.1:{env.port + 1}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        metrics = parse_metrics(response.read().decode())
+    counts: dict[str, float] = {}
+    for labels, value in metrics.get("gpu_webhook_reviews_total", {}).items():
+        key = "reviews /" + _get(labels, "endpoint")
+        counts[key] = counts.get(key, 0.0) + value
+    for what in ("hits", "misses"):
+        counts[f"decision cache {what}"] = sum(
+            metrics.get(f"gpu_webhook_decision_cache_{what}_total", {}).values()
+        )
+    return counts
+
+
 def run_mode(
     env: Env, mode: str, pods: int, chart_tree: Path, variant: str
-) -> tuple[Figures, list[Entry]]:
+) -> tuple[Figures, list[Entry], dict[str, float]]:
     from kubernetes import client
 
     proc, _ = start_webhook(env, mode, chart_tree)
     api = _api(env)
     try:
-        core = client.CoreV1Api(api)
+        # The client's methods take dicts as well as its model classes (sanitized alike).
+        core: Any = client.CoreV1Api(api)
+        batch: Any = client.BatchV1Api(api)
         namespace = f"bench-{mode}-{variant}"
         core.create_namespace({"metadata": {"name": namespace}})
         time.sleep(1)
         before = scrape(api)
+        own_before = webhook_counts(env)
         cpu_before = cpu_seconds(proc.pid)
-        client.BatchV1Api(api).create_namespaced_job(namespace, job("train", pods))
+        batch.create_namespaced_job(namespace, job("train", pods))
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
             listed = core.list_namespaced_pod(namespace, label_selector="app=train")
@@ -378,15 +402,17 @@ def run_mode(
         time.sleep(2)  # the last pods' validating calls are counted before the create returns
         cpu = cpu_seconds(proc.pid) - cpu_before
         after = scrape(api)
+        own = webhook_counts(env)
+        own = {k: v - own_before.get(k, 0.0) for k, v in own.items()}
         found = entries(delta(after, before))
-        return figures(found, pods, cpu), found
+        return figures(found, pods, cpu), found, own
     finally:
         api.close()
         proc.terminate()
         proc.wait(30)
 
 
-def report(mode: str, result: Figures, found: list[Entry]) -> None:
+def report(mode: str, result: Figures, found: list[Entry], own: dict[str, float]) -> None:
     ms = 1000.0
     print(f"\n== gpuAccess.mode: {mode}: {result.pods} pods (one Job) ==")
     table = Table(
@@ -420,6 +446,7 @@ def report(mode: str, result: Figures, found: list[Entry]) -> None:
         f"p50 {result.p50_seconds * ms:.1f} ms, p99 {result.p99_seconds * ms:.1f} ms "
         "(p50/p99: the sum of the entries' quantiles)\n"
         f"webhook CPU per 1,000 pods: {result.cpu_per_1000:.2f} s"
+        "\nthe webhook's own count: " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(own.items()))
     )
 
 
@@ -455,8 +482,8 @@ def main() -> int:
     try:
         for mode in args.modes.split(","):
             for variant, tree in trees:
-                result, found = run_mode(env, mode, args.pods, tree, variant)
-                report(f"{mode}, {variant}", result, found)
+                result, found, own = run_mode(env, mode, args.pods, tree, variant)
+                report(f"{mode}, {variant}", result, found, own)
                 results[f"{mode}/{variant}"] = {
                     "pods": result.pods,
                     "callsPerPod": result.calls_per_pod,
@@ -468,6 +495,7 @@ def main() -> int:
                         "p99": result.p99_seconds * 1000,
                     },
                     "webhookCpuSecondsPer1000Pods": result.cpu_per_1000,
+                    "webhook": own,
                     "entries": [
                         {"name": e.name, "type": e.type, "operation": e.operation, "calls": e.calls}
                         for e in found
