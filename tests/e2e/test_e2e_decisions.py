@@ -43,11 +43,15 @@ def test_replica_pods_are_answered_from_the_decision_cache(
     hits = _counter("gpu_webhook_decision_cache_hits_total") - before
     # Pods 2 and 3: their mutating call (same bytes but the uid) and their validating call
     # (another generated name) both come from the cache, for each entry the pod is sent to: the
-    # pods entry, and the gpu-access entry (every pod) unless gpuAccess is off. With both, the
-    # first pod's second validating call is a hit too (the same bytes as the first's); its
-    # second mutating call is not (it carries the first entry's patch).
-    entries = 1 if webhook_config.gpu_access.mode == "off" else 2
-    assert hits == (entries - 1) + 2 * 2 * entries, hits
+    # pods entry, and the gpu-access entry (every pod) under warn. Under enforce the access
+    # entry (Fail) alone reviews pods outside its exempt namespaces: one entry
+    # (docs/operations/server.md, "Reviews per pod"). With both, the first pod's second
+    # validating call may be a hit too (the same bytes as the first's), but only if it arrives
+    # after the first one's answer was stored: the API server calls validating webhooks in
+    # parallel (k8s.io/apiserver pkg/admission/plugin/webhook/validating/dispatcher.go, one
+    # goroutine per webhook). Its second mutating call is not (it carries the first's patch).
+    entries = 2 if webhook_config.gpu_access.mode == "warn" else 1
+    assert 2 * 2 * entries <= hits <= (entries - 1) + 2 * 2 * entries, hits
     names = {obj["metadata"]["name"] for obj, _ in created}
     assert len(names) == 3
     first, first_warnings = created[0]

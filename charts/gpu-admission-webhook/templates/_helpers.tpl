@@ -170,6 +170,42 @@ under enforce would reopen every route while the webhook is unreachable: refused
 {{- end -}}
 
 {{/*
+Where the pods entries go (one review where one suffices, docs/operations/server.md "Reviews
+per pod"): "all" (their namespaceSelector as is) or a JSON list of the only namespaces left to
+them. When the access entry fails closed (failurePolicy Fail: `enforce`, or set so), it already
+sends every pod CREATE outside its exempt namespaces to the same /mutate and /validate, with the
+same timeout, and the webhook's answer does not depend on which entry asked. The pods entries
+would only review the same pod a second time (the mutating one first, the access entry then
+sees the patched object and patches nothing; the user saw every warning twice). So they keep
+only the namespaces the access entry exempts (less those excluded from both); none: left out.
+Availability: unchanged, since while the webhook is unreachable the access entry (Fail) already
+rejects every pod in its namespaces, GPU or not. Never fails open: every pod the pods entries
+reviewed is still reviewed by an entry with failurePolicy Fail (the access entry, or the pods
+entry's own policy in the exempt namespaces). Under `warn` the access entry is Ignore: both
+stay, since one entry could not keep Fail for GPU pods and Ignore for the others.
+*/}}
+{{- define "gaw.podsEntryNamespaces" -}}
+{{- if and (include "gaw.gpuAccessOn" .) (eq (include "gaw.gpuAccessFailurePolicy" .) "Fail") -}}
+{{- $access := .Values.config.gpuAccess | default dict -}}
+{{- $exempt := list "gpu-operator" "nvidia-gpu-operator" -}}
+{{- if hasKey $access "exemptNamespaces" -}}{{- $exempt = $access.exemptNamespaces | default list -}}{{- end -}}
+{{- $excluded := concat (list "kube-system" .Release.Namespace) .Values.webhooks.excludeNamespaces -}}
+{{- $only := list -}}
+{{- range $exempt -}}{{- if not (has . $excluded) -}}{{- $only = append $only . -}}{{- end -}}{{- end -}}
+{{- toJson ($only | uniq) -}}
+{{- else -}}all{{- end -}}
+{{- end -}}
+
+{{/* The pods entries' extra namespace expression (gaw.podsEntryNamespaces: a JSON list). */}}
+{{- define "gaw.podsEntryOnly" -}}
+{{- if ne . "all" -}}
+- key: kubernetes.io/metadata.name
+  operator: In
+  values: {{ . }}
+{{- end -}}
+{{- end -}}
+
+{{/*
 Namespaces the GPU access entry skips: the others' plus config.gpuAccess.exemptNamespaces,
 exactly as written (an empty list exempts nothing; the built-in default only when the key is
 absent).
