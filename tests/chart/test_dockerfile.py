@@ -89,13 +89,18 @@ def _commands(stage: int) -> list[list[str]]:
 
 def test_builder_installs_the_project_like_the_readme_and_leaves_no_pip_cache() -> None:
     commands = _commands(0)
-    # Into the virtualenv (PATH's pip): one install, the wheel built below, with runtime extras
-    # defined in pyproject.toml, never the test tools.
-    installs = [c for c in commands if c[:2] == ["pip", "install"]]
+    # The virtualenv is made without pip (the runtime stage ships no pip: tests/image) and
+    # filled by the system interpreter's pip (`--python`): one install, the wheel built below,
+    # with runtime extras defined in pyproject.toml, never the test tools; no .pyc written.
+    system_pip = ["python", "-m", "pip"]
+    assert ["python", "-m", "venv", "--without-pip", "/opt/venv"] in commands
+    installs = [
+        c for c in commands if c[:6] == [*system_pip, "--python", "/opt/venv/bin/python", "install"]
+    ]
     assert len(installs) == 1
     args = installs[0]
-    assert "--no-cache-dir" in args
-    targets = [a for a in args[2:] if not a.startswith("-")]
+    assert "--no-compile" in args
+    targets = [a for a in args[6:] if not a.startswith("-")]
     assert len(targets) == 1
     # (shlex has taken the shell's quotes off.)
     match = re.fullmatch(
@@ -107,13 +112,17 @@ def test_builder_installs_the_project_like_the_readme_and_leaves_no_pip_cache() 
     assert extras <= set(project.get("optional-dependencies", {}))
     assert "test" not in extras
     assert project["scripts"]["gpu-webhook"]  # the ENTRYPOINT below exists after the install
+    # No pip cache in any layer: the builder's environment says so for every pip call.
     env = " ".join(i.argument for i in stage_of(0) if i.keyword == "ENV")
     assert "PIP_NO_CACHE_DIR=1" in env
 
 
 def test_builder_compiles_the_core_with_pinned_tools_outside_the_virtualenv() -> None:
     commands = _commands(0)
-    system_pip = ["/usr/local/bin/python", "-m", "pip"]
+    system_pip = ["python", "-m", "pip"]
+    # The builder's `python` is the base image's system interpreter: no stage ENV puts the
+    # virtualenv first on PATH.
+    assert not any("PATH=" in i.argument for i in stage_of(0) if i.keyword == "ENV")
     tools = [c for c in commands if c[:4] == [*system_pip, "install"]]
     assert len(tools) == 1
     assert any(re.fullmatch(r"mypy==[0-9.]+", a) for a in tools[0]), "mypyc's version is pinned"

@@ -142,11 +142,10 @@ def test_the_four_field_module_version_is_its_release() -> None:
     assert required(apply(decision)) == [
         term(absent(RELEASE), among(MODULE, "6.14.14-2204008", "6.19.14.31400000")),
     ]
-    # (The warning's fix, the label's name, is cut at 120 characters: gate.py's wording.)
-    (warning,) = decision.warnings
-    assert warning.startswith(
-        "1 AMD GPU node left out, amdgpu driver unknown: amd.com/gpu.driver-version=6.16.6 has "
-        "no table row"
+    # The label to set is never cut (SPEC §13): the reason gives way to it.
+    assert decision.warnings == (
+        "1 AMD GPU node not used, its amdgpu driver is unknown: "
+        "label amdgpu-driver-release=<amdgpu driver release>",
     )
 
 
@@ -381,8 +380,9 @@ def test_review_counts_the_nodes_by_the_rows_in_force(tmp_path: Path) -> None:
     )
     assert code == 0
     [result] = json.loads(text)
-    assert result["changes"][-1] == (
-        f"required nodes whose amdgpu driver runs ROCm 7.2 (image {ROCM_72})"
-    )
+    assert result["changes"][-2:] == [
+        f"required nodes whose amdgpu driver runs ROCm 7.2 (image {ROCM_72})",
+        'mounted a 16Gi memory-backed /dev/shm in container "c" (shm fix)',
+    ]
     code, text = cli("review", "-f", str(manifest), "--nodes", str(nodes), "--config", str(config))
     assert "1 AMD GPU node (amdgpu driver 30.20: 1)" in text.splitlines()[0]

@@ -78,7 +78,8 @@ def unknown_warning(
     return Wording(
         (
             *because,
-            f"{counted} not used, their {what} is unknown: label {label}",
+            f"{counted} not used, {'its' if unknown == 1 else 'their'} {what} is unknown: "
+            f"label {label}",
             f"{counted} not used ({what} unknown): label {label}",
             f"{unknown} unknown not used: label {label}",
             f"label {label}",
