@@ -145,7 +145,9 @@ VENDORS = [
             _term(_expr(RELEASE, "DoesNotExist"), _expr(MODULE, "NotIn", "6.12.12")),
         ],
         unknown_warning=(f"2 AMD GPU nodes not used (no driver label): {AMD_HINT}"),
-        avoid_warning=f"no node known to run ROCm 7.14, kept off 1 unfit; 2 unknown may: {AMD_HINT}",
+        avoid_warning=(
+            f"no node known to run ROCm 7.14, kept off 1 unfit; 2 unknown may: {AMD_HINT}"
+        ),
         all_unknown_warning=f"no node known to run ROCm 7.14; 2 unknown may: {AMD_HINT}",
         no_node="no node's amdgpu driver supports ROCm 7.14; newest is 6.4 (1 node)",
         exclude_problem="no node's amdgpu driver supports ROCm 7.14; newest is 6.4 (1 node)",

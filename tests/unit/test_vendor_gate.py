@@ -180,7 +180,8 @@ def test_no_node_runs_the_rocm_version_warn_then_deny() -> None:
 
 def test_no_node_known_to_run_it_but_one_unknown_is_not_stranded() -> None:
     """Issue 45: the node whose driver label is empty may run ROCm 6.0; the pod is only kept
-    off the nodes known not to (before: required onto releases 5.6 to 6.2, which no node has: Pending)."""
+    off the nodes known not to (before: required onto releases 5.6 to 6.2, which no node has:
+    Pending)."""
     image = "rocm/dev-ubuntu-22.04:6.0.2"
     for config in (load_config({}), load_config({"noCompatibleNode": "deny"})):
         decision = run(pod(amd(image)), inventory=AMD, config=config)
