@@ -137,6 +137,9 @@ def test_a_sidecar_not_naming_the_claim_has_no_amd_gpu() -> None:
         "device",
         'set NVIDIA, AMD and Ascend device variables to void in container "side": it requests '
         "no such device",
+        # A Service's DOCKER_RESOURCE_* variables come after the void (issue 46).
+        "set enableServiceLinks to false: a Service's DOCKER_RESOURCE_* variables could choose "
+        "its AMD GPUs",
         # Every vendor's accelerator container gets /dev/shm (SPEC §14).
         'mounted a 16Gi memory-backed /dev/shm in container "app" (shm fix)',
     )

@@ -121,6 +121,9 @@ def test_an_amd_device_container_gets_amds_void_after_the_others() -> None:
         "from its image",
         'set NVIDIA and Ascend device variables to void in container "a": it requests no such '
         "device",
+        # A Service's DOCKER_RESOURCE_* variables come after the void (issue 46).
+        "set enableServiceLinks to false: a Service's DOCKER_RESOURCE_* variables could choose "
+        "its AMD GPUs",
     )
 
 

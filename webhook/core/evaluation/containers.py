@@ -7,11 +7,13 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from webhook.core.access import control as access
+from webhook.core.access.routes import SERVICE_LINK_FAMILIES
 from webhook.core.base.errors import ObjectShapeError
 from webhook.core.base.quantity import format_quantity
 from webhook.core.base.wording import after
 from webhook.core.config.model import WebhookConfig
 from webhook.core.envfix.fixes import env_fixes
+from webhook.core.families.catalog import family_named
 from webhook.core.outcome.decision import (
     PodState,
     Violation,
@@ -31,6 +33,7 @@ from webhook.core.policies.resources import (
     used_policies,
     value_checks,
 )
+from webhook.core.workloads.claims import container_claim_refs as claim_refs
 from webhook.core.workloads.devices import DEVICE_ENV_NAMES, VISIBLE_DEVICES
 from webhook.core.workloads.pods import (
     ContainerRef,
@@ -169,6 +172,9 @@ class AccessUpdate(NamedTuple):
     old_findings: frozenset[str]
     old_images: Mapping[tuple[str, str], Any]
     patchable: frozenset[tuple[str, str]]
+    # The update removes the pod's last scheduling gate: its claims, which may have been
+    # replaced while it was gated, are judged again (a claim container whose voids are unwritten).
+    ungated: bool = False
 
 
 def _access_violation(state: PodState, finding: access.AccessFinding) -> Violation:
@@ -249,7 +255,9 @@ def apply_access(
             # Env cannot change on a Pod UPDATE: an image swapped in a container without void
             # is what the image config route needs (the old pod's own gaps were judged at create).
             image = c.container.get("image")
-            if not enforce or key not in update.old_images or update.old_images[key] == image:
+            swapped = key in update.old_images and update.old_images[key] != image
+            regated = update.ungated and not candidate.device and bool(claim_refs(c.container))
+            if not enforce or not (swapped or regated):
                 continue
             # The pins too (an AMD device container's void, a share's core policy): a swapped
             # image's value would stand where they are not written.
@@ -260,11 +268,16 @@ def apply_access(
             elif mode == "off":
                 voids = ()
             if voids:
+                what = (
+                    "changes its image while its device variables are not void"
+                    if swapped
+                    else _REGATED
+                )
                 _report(
                     state,
                     access.AccessFinding(
                         container_label(c),
-                        "changes its image while its device variables are not void",
+                        what,
                         "recreate the pod: env cannot change on update",
                         gpu=True,
                     ),
@@ -298,6 +311,49 @@ def apply_access(
                 "no such device"
             )
         state.note("gpu-access", text)
+    if update is None:
+        _service_links(state, devices, enforce, violations_only)
+
+
+_REGATED = "may get no device from its claims now, and its device variables are not void"
+
+
+def _service_links(
+    state: PodState, devices: Mapping[int, frozenset[str]], enforce: bool, violations_only: bool
+) -> None:
+    """A pod with a device container of a family whose runtime reads variables a Service link
+    can make (core/access/routes.py SERVICE_LINK_FAMILIES: AMD's DOCKER_RESOURCE_*): the kubelet
+    adds the links' variables after the written void, so under `enforce` enableServiceLinks is
+    set to false. The API server defaults it to true before admission (pkg/apis/core/v1/
+    defaults.go SetDefaults_Pod), so an explicit true cannot be told from none: the mutation
+    writes false over either; under `warn` the audit lists it (a warning would go to every AMD
+    pod)."""
+    families: set[str] = set()
+    for own in devices.values():
+        families |= own & SERVICE_LINK_FAMILIES
+    if not families or state.pod.spec.get("enableServiceLinks") is False:
+        return
+    family = family_named(min(families))
+    if family is None:
+        return
+    names = "/".join(f"{p}*" for p in family.device_env_prefixes) or family.device_env[0]
+    if violations_only:
+        # As the voids: the mutation writes it, and the validating entry sees what it wrote.
+        return
+    if enforce:
+        state.draft.set(state.pod.spec_path, "enableServiceLinks", False)
+        state.note(
+            "gpu-access",
+            f"set enableServiceLinks to false: a Service's {names} variables could choose its "
+            f"{family.noun}s",
+        )
+        return
+    finding = access.AccessFinding(
+        "",
+        f"enableServiceLinks lets a Service's {names} variables choose {family.noun}s",
+        "set it to false",
+    )
+    state.access.append(_access_violation(state, finding))
 
 
 def _void(

@@ -204,7 +204,10 @@ def _update_part(obj: Mapping[str, Any], sub_resource: str) -> tuple[Any, ...]:
         for list_name in ("initContainers", "containers")
     ]
     meta = obj.get("metadata")
-    return (images, meta.get("annotations") if is_mapping(meta) else None)
+    # Whether the pod is gated: removing its last scheduling gate re-judges its DRA claims
+    # (pods.py evaluate_pod_update), which may have been replaced while it waited.
+    gated = bool(spec.get("schedulingGates"))
+    return (images, meta.get("annotations") if is_mapping(meta) else None, gated)
 
 
 def evaluate_configmap(

@@ -53,6 +53,36 @@ def _claimed_families(claims: PodClaims, container: Mapping[str, Any]) -> frozen
     return frozenset(CLASS_FAMILIES[c] for c in claims.classes_used(container))
 
 
+def _sure_families(
+    dra: PodClaims, vendor_claims: PodClaims, container: Mapping[str, Any], config: WebhookConfig
+) -> frozenset[str]:
+    """The families whose devices a container surely gets through its DRA claims (a
+    `firstAvailable` request that may fall back to another class gives none: claims.py)."""
+    if not dra.gpu and not vendor_claims.gpu:
+        return frozenset()
+    nvidia = config.gpu_device_classes
+
+    def family(device_class: str) -> str | None:
+        return "nvidia" if device_class in nvidia else CLASS_FAMILIES.get(device_class)
+
+    return dra.sure_families(container, family) | vendor_claims.sure_families(container, family)
+
+
+def _access_families(
+    container: Mapping[str, Any],
+    gpu: bool,
+    dra: PodClaims,
+    vendor: PodClaims,
+    config: WebhookConfig,
+) -> frozenset[str]:
+    """The device families GPU access control counts a container as requesting: its extended
+    resources' (NVIDIA for the config's GPU resources, `gpu`) and its claims' sure ones."""
+    families = container_families(container)
+    if gpu and not families:
+        families = _NVIDIA_ONLY
+    return families | _sure_families(dra, vendor, container, config)
+
+
 def access_applies(config: WebhookConfig, namespace: str | None) -> bool:
     """Whether GPU access control judges pods of `namespace`."""
     # `mode != "off"` is GpuAccess.checks, without its interpreted property.
@@ -103,6 +133,8 @@ def _evaluate_spec(
     # id(container) -> the device families it requests (GPU access control). A claim the
     # cache does not know yet makes no device container: its container is judged like any.
     devices: dict[int, frozenset[str]] = {}
+    # The same for GPU access control: only the claims surely allocated from a vendor's class.
+    access_devices: dict[int, frozenset[str]] = {}
     keyed: list[tuple[ContainerRef, set[str]]] = []  # every container's keys (runtime fixes)
     # Every vendor's accelerator containers (SPEC §14): the runtime fixes' containers.
     accelerators: list[tuple[ContainerRef, set[str]]] = []
@@ -125,6 +157,12 @@ def _evaluate_spec(
                 families = _NVIDIA_ONLY
         if vendor_claims.gpu:
             families |= _claimed_families(vendor_claims, c.container)
+        if families and (dra.gpu or vendor_claims.gpu):
+            sure = _access_families(c.container, keys.gpu or keys.crl, dra, vendor_claims, config)
+            if sure:
+                access_devices[id(c.container)] = sure
+        elif families:
+            access_devices[id(c.container)] = families
         if families:
             devices[id(c.container)] = families
             accelerators.append((c, keys.asked))
@@ -139,7 +177,7 @@ def _evaluate_spec(
         state.warnings.append(unknown_gpu_warning(sorted(unknown)))
     state.gpu_containers = len(gpu)
     if access_applies(config, namespace):
-        apply_access(state, devices, config, violations_only, audit)
+        apply_access(state, access_devices, config, violations_only, audit)
     if gpu:
         place(
             state,
@@ -322,10 +360,9 @@ def _update_devices(
             named = is_mapping(limits) and any(
                 isinstance(key, str) and key in gpu_names for key in limits
             )
-            if named or dra.uses_gpu(c.container):
+            if named:
                 families = _NVIDIA_ONLY
-        if vendor_claims.gpu:
-            families |= _claimed_families(vendor_claims, c.container)
+        families |= _sure_families(dra, vendor_claims, c.container, config)
         if families:
             devices[id(c.container)] = families
     return devices
@@ -369,6 +406,7 @@ def evaluate_pod_update(
         frozenset(f.text() for f in old_found),
         {(c.list_name, c.name): c.container.get("image") for c in old_pod.containers},
         patchable,
+        ungated=bool(old_pod.spec.get("schedulingGates")) and not pod.spec.get("schedulingGates"),
     )
     apply_access(
         state, _update_devices(pod, config, ns, claims), config, violations_only, False, update

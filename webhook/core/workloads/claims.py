@@ -14,7 +14,7 @@ evaluation reads. Shapes, from k8s.io/api/resource/v1/types.go:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -155,6 +155,30 @@ class PodClaims:
                 continue
             got = classes.requests.get(request, frozenset()) if request else classes
             found |= got & self.gpu_classes
+        return frozenset(found)
+
+    def sure_families(
+        self, container: Mapping[str, Any], family: Callable[[str], str | None]
+    ) -> frozenset[str]:
+        """The device families (`family(device class)`) the container surely gets devices of
+        through its `resources.claims` (GPU access control, SPEC §12): a request counts only
+        when every class it may be allocated from is one family's. A `firstAvailable` request
+        is allocated from the first subrequest that can be satisfied (k8s.io/api resource/v1
+        DeviceRequest.FirstAvailable), so one whose GPU subrequest matches nothing and whose
+        fallback is another class gives no GPU, and the image's device variables would stand."""
+        found: set[str] = set()
+        for name, request in container_claim_refs(container):
+            classes = self.gpu.get(name)
+            if classes is None:
+                continue
+            if request:
+                requests: Iterable[frozenset[str]] = (classes.requests.get(request, frozenset()),)
+            else:
+                requests = (v for k, v in classes.requests.items() if "/" not in k)
+            for got in requests:
+                families = {family(c) for c in got}
+                if len(families) == 1 and None not in families:
+                    found.update(f for f in families if f is not None)
         return frozenset(found)
 
     def may_use_gpu(self, container: Mapping[str, Any]) -> bool:
