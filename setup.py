@@ -37,6 +37,7 @@ from setuptools import setup
 # A @dataclass built per review writes its __init__ out (pods.ContainerRef says why).
 COMPILED = [
     "webhook/core/access/control.py",
+    "webhook/core/access/links.py",
     "webhook/core/access/patterns.py",
     "webhook/core/access/routes.py",
     "webhook/core/base/annotations.py",

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import apply, container, get, pod, standard_policies
-from webhook.core.access.routes import SERVICE_LINK_FAMILIES, service_link_name
+from webhook.core.access.links import SERVICE_LINK_FAMILIES, service_link_name
 from webhook.core.config.model import WebhookConfig, load_config
 from webhook.core.evaluation.evaluate import evaluate
 from webhook.core.outcome.decision import Decision
@@ -316,3 +316,64 @@ def test_warn_does_not_deny_the_gate_removal() -> None:
     old = created("wait")
     decision = update(old, [], CPU_CLAIM, config=WARN)
     assert decision.allowed
+
+
+# --- spec.nodeName: the kubelet drops a resource its node does not advertise ----------------
+
+# The kubelet's reason is in the docs (docs/concepts/gpu-access.md); a warning is one line.
+BOUND = "requests {key} with spec.nodeName: use a nodeSelector on kubernetes.io/hostname instead"
+
+
+@pytest.mark.parametrize(
+    ("resource", "image"),
+    [
+        ("nvidia.com/gpu", "nvcr.io/nvidia/cuda:12.4.0-base-ubuntu22.04"),
+        ("nvidia.com/mig-1g.5gb", "nvcr.io/nvidia/cuda:12.4.0-base-ubuntu22.04"),
+        ("amd.com/gpu", "rocm/pytorch:latest"),
+        ("huawei.com/Ascend910", "ascendhub/mindspore:2.3"),
+    ],
+)
+def test_a_device_container_in_a_pod_naming_its_node_is_denied(resource: str, image: str) -> None:
+    obj = pod(with_limits(container("app", image), resource), nodeName="gpu-node-1")
+    decision = check(obj)
+    assert not decision.allowed
+    text = f'container "app" {BOUND.format(key=resource)}'
+    assert text in decision.denial_message()
+    # /validate denies the same; `warn` admits it and lists it in the audit, as the image
+    # finding of a container without a device (no warning: a pinned pod's others stay read).
+    assert check(obj, violations_only=True).denial_message() == decision.denial_message()
+    warned = check(obj, WARN)
+    assert warned.allowed
+    assert not [w for w in warned.warnings if "spec.nodeName" in str(w)]
+    assert any(text in v.message for v in warned.access)
+
+
+def test_an_init_container_naming_its_node_counts_too() -> None:
+    setup = with_limits(
+        container("setup", "nvcr.io/nvidia/cuda:12.4.0-base-ubuntu22.04"), "nvidia.com/gpu"
+    )
+    obj = pod(container("app", "busybox"), init=[setup], nodeName="gpu-node-1")
+    decision = check(obj)
+    assert (
+        f'init container "setup" {BOUND.format(key="nvidia.com/gpu")}' in decision.denial_message()
+    )
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        pod(container("app", "busybox"), nodeName="gpu-node-1"),
+        pod(with_limits(container("app", "busybox"), "nvidia.com/gpu")),
+        pod(with_limits(container("app", "busybox"), "example.com/fpga"), nodeName="n1"),
+    ],
+    ids=["cpu-on-named-node", "gpu-scheduled", "other-resource"],
+)
+def test_no_device_request_on_a_named_node_or_a_scheduled_one_passes(obj: dict[str, Any]) -> None:
+    decision = check(obj)
+    assert decision.allowed, decision.denial_message()
+
+
+def test_a_zero_request_on_a_named_node_passes() -> None:
+    c = container("app", "busybox")
+    c["resources"] = {"limits": {"nvidia.com/gpu": 0}}
+    assert check(pod(c, nodeName="gpu-node-1")).allowed

@@ -5,7 +5,6 @@ core/access/control.py judges a pod with them."""
 from __future__ import annotations
 
 import posixpath
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -32,42 +31,6 @@ _NO_FAMILY: frozenset[str] = frozenset()
 # says; `ALL` adds it. containerd and CRI-O upper-case a name and add the "CAP_" prefix
 # (containerd internal/cri/opts/spec_linux.go, CRI-O internal/config/capabilities).
 _PRIVILEGED_CAPS = frozenset({"SYS_ADMIN", "CAP_SYS_ADMIN", "ALL", "CAP_ALL"})
-
-
-# The variables a Service link makes (kubernetes pkg/kubelet/envvars/envvars.go FromServices,
-# makeLinkVariables): for each Service of the pod's namespace, with NAME its name upper-cased and
-# "-" made "_", NAME_SERVICE_HOST, NAME_SERVICE_PORT, NAME_SERVICE_PORT_<port name>, NAME_PORT,
-# NAME_PORT_<port>_<TCP|UDP|SCTP> and that name with _PROTO, _PORT or _ADDR. The kubelet adds them
-# to every container of a pod whose enableServiceLinks is true (the API server's default,
-# pkg/apis/core/v1/defaults.go SetDefaults_Pod) under each name the container does not set
-# (pkg/kubelet/kubelet_pods.go makeEnvironmentVariables, "Append service env vars"), and no
-# Service reaches an admission webhook that reviews pods.
-_LINK_NAME = re.compile(
-    r"[A-Z][A-Z0-9_]*_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?"
-    r"|PORT(_[0-9]+_(TCP|UDP|SCTP)(_PROTO|_PORT|_ADDR)?)?)\Z"
-)
-
-
-def service_link_name(name: str) -> bool:
-    """Whether a Service link can make the variable `name`."""
-    return _LINK_NAME.match(name) is not None
-
-
-def _reads_link_names(family: Family) -> bool:
-    """Whether the family's runtime or limiter reads a variable a Service link can make: a
-    name prefix (a Service named after it makes <prefix>..._SERVICE_HOST), or an exact name of
-    a link's shape. HAMi-core's `*` controls are CUDA_DEVICE_*_LIMIT and ..._LIMIT_<index>
-    (catalog.py), names no link makes."""
-    if any(service_link_name(p + "X_SERVICE_HOST") for p in family.device_env_prefixes):
-        return True
-    exact = (*family.device_env, *(p.rstrip("*") for p in family.limiter_env))
-    return any(service_link_name(name) for name in exact)
-
-
-# Families a Service link can hand devices to: AMD's (ROCm/container-toolkit internal/oci/
-# oci.go getAMDEnv reads every DOCKER_RESOURCE_* variable, the last one winning, and a Service
-# named docker-resource-gpu makes DOCKER_RESOURCE_GPU_SERVICE_PORT=<a port that names a GPU>).
-SERVICE_LINK_FAMILIES = frozenset(f.name for f in FAMILIES if _reads_link_names(f))
 
 
 class AccessFinding(NamedTuple):

@@ -7,13 +7,12 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from webhook.core.access import control as access
-from webhook.core.access.routes import SERVICE_LINK_FAMILIES
+from webhook.core.access import links
 from webhook.core.base.errors import ObjectShapeError
 from webhook.core.base.quantity import format_quantity
 from webhook.core.base.wording import after
 from webhook.core.config.model import WebhookConfig
 from webhook.core.envfix.fixes import env_fixes
-from webhook.core.families.catalog import family_named
 from webhook.core.outcome.decision import (
     PodState,
     Violation,
@@ -243,6 +242,14 @@ def apply_access(
     enforce = rules.mode == "enforce"
     mode = rules.void_image_devices
     found, candidates = access_findings(state, devices, config)
+    if update is None:
+        # A device container the kubelet may give no device (spec.nodeName): judged as one
+        # without a device, whose image's variables `warn` lists in the audit, not as a warning.
+        for finding in links.bound_findings(state.pod.spec, state.pod.containers, devices):
+            if enforce:
+                _report(state, finding, enforce, violations_only)
+            else:
+                state.access.append(_access_violation(state, finding))
     grouped: dict[tuple[tuple[str, str], ...], list[str]] = {}
     for finding in found:
         if update is not None and finding.text() in update.old_findings:
@@ -322,38 +329,20 @@ def _service_links(
     state: PodState, devices: Mapping[int, frozenset[str]], enforce: bool, violations_only: bool
 ) -> None:
     """A pod with a device container of a family whose runtime reads variables a Service link
-    can make (core/access/routes.py SERVICE_LINK_FAMILIES: AMD's DOCKER_RESOURCE_*): the kubelet
-    adds the links' variables after the written void, so under `enforce` enableServiceLinks is
-    set to false. The API server defaults it to true before admission (pkg/apis/core/v1/
-    defaults.go SetDefaults_Pod), so an explicit true cannot be told from none: the mutation
-    writes false over either; under `warn` the audit lists it (a warning would go to every AMD
-    pod)."""
-    families: set[str] = set()
-    for own in devices.values():
-        families |= own & SERVICE_LINK_FAMILIES
-    if not families or state.pod.spec.get("enableServiceLinks") is False:
-        return
-    family = family_named(min(families))
-    if family is None:
-        return
-    names = "/".join(f"{p}*" for p in family.device_env_prefixes) or family.device_env[0]
-    if violations_only:
-        # As the voids: the mutation writes it, and the validating entry sees what it wrote.
+    can make (core/access/links.py: AMD's DOCKER_RESOURCE_*): the kubelet adds the links'
+    variables after the written void, so under `enforce` enableServiceLinks is set to false.
+    The API server defaults it to true before admission (pkg/apis/core/v1/defaults.go
+    SetDefaults_Pod), so an explicit true cannot be told from none: the mutation writes false
+    over either, and the validating entry sees what it wrote (as the voids); under `warn` the
+    audit lists it (a warning would go to every AMD pod)."""
+    family = links.link_family(state.pod.spec, devices)
+    if family is None or violations_only:
         return
     if enforce:
         state.draft.set(state.pod.spec_path, "enableServiceLinks", False)
-        state.note(
-            "gpu-access",
-            f"set enableServiceLinks to false: a Service's {names} variables could choose its "
-            f"{family.noun}s",
-        )
-        return
-    finding = access.AccessFinding(
-        "",
-        f"enableServiceLinks lets a Service's {names} variables choose {family.noun}s",
-        "set it to false",
-    )
-    state.access.append(_access_violation(state, finding))
+        state.note("gpu-access", links.link_note(family))
+    else:
+        state.access.append(_access_violation(state, links.link_finding(family)))
 
 
 def _void(
