@@ -377,3 +377,11 @@ def test_a_zero_request_on_a_named_node_passes() -> None:
     c = container("app", "busybox")
     c["resources"] = {"limits": {"nvidia.com/gpu": 0}}
     assert check(pod(c, nodeName="gpu-node-1")).allowed
+
+
+def test_removing_the_last_gate_while_the_claim_is_gone_is_denied() -> None:
+    """Deleted and not made again yet (or not in the cache yet): the scheduler would wait for a
+    claim made later on any class, so the removal fails closed."""
+    decision = update(created("wait"), [], ClaimIndex.from_objects([]))
+    assert not decision.allowed
+    assert 'container "app" may get no device from its claims now' in decision.denial_message()
