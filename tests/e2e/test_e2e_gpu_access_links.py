@@ -22,6 +22,7 @@ from webhook.core.workloads.claims import ClaimIndex
 from .conftest import Cluster
 from .test_e2e_admission import admitted_pod, call, denial, expected_for, unique
 from .test_e2e_gpu_access import JSON_PATCH, plain_pod
+from .test_e2e_operators import _serves_resource_v1
 
 pytestmark = pytest.mark.e2e
 
@@ -103,15 +104,6 @@ def test_a_gpu_pod_created_with_node_name(
     created, shown = call(core.create_namespaced_pod, namespace, pod, dry_run="All")
     assert created["spec"]["nodeName"] == "no-such-node"
     assert not [w for w in shown if "spec.nodeName" in w]
-
-
-def _serves_resource_v1(cluster: Cluster) -> bool:
-    from kubernetes import client
-
-    groups = client.ApisApi(cluster.api).get_api_versions().groups or []
-    return any(
-        g.name == "resource.k8s.io" and any(v.version == "v1" for v in g.versions) for g in groups
-    )
 
 
 def _until(probe: Callable[[], tuple[dict[str, Any], list[str]]], done: Callable[..., bool]) -> Any:
