@@ -124,7 +124,7 @@ def test_a_cann_image_fits_the_ascend_node_after_v26_1_only() -> None:
     found = fits(VLLM_ASCEND)
     assert found["npu-new"] == ("fit", "Ascend HDK 26.1.0 runs it")
     assert found["npu-old"] == ("unknown", "no driver label")
-    code, text = cli("--nodes", str(MIXED), "--image", VLLM_ASCEND)
+    _, text = cli("--nodes", str(MIXED), "--image", VLLM_ASCEND)
     assert f"  {VLLM_ASCEND}: unknown (no driver label)\n" in text
 
 

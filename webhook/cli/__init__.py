@@ -15,9 +15,9 @@ from webhook.cli.exits import EXIT_OK, EXIT_USAGE, CommandError
 from webhook.cli.export import add_export_parser, cmd_export
 from webhook.cli.images import add_images_parser, add_registry_arguments, cmd_images
 from webhook.cli.lint import cmd_lint
+from webhook.cli.nodes import add_nodes_parser, cmd_nodes
 from webhook.cli.quoting import PrintableOutput, printable
 from webhook.cli.review import cmd_review
-from webhook.cli.nodes import add_nodes_parser, cmd_nodes
 from webhook.cli.tables import add_tables_parser, cmd_tables
 from webhook.cli.test import add_test_arguments, cmd_test
 from webhook.core.base.errors import ConfigError, ManifestError
