@@ -41,7 +41,7 @@ from tests.unit.test_cli_inventory import (
     write_yaml,
 )
 from tests.unit.test_cli_inventory import claim_template as cli_template
-from tests.unit.test_vendor_gate import AMD, ROCM_64
+from tests.unit.test_vendor_gate import AMD, ASCEND, CANN_83_910B, ROCM_64
 from webhook.core.config.model import WebhookConfig, load_config
 from webhook.core.evaluation.evaluate import evaluate
 from webhook.core.outcome.decision import Decision
@@ -81,6 +81,9 @@ def test_the_driver_is_read_from_the_simple_selector_forms() -> None:
     assert facts(NVIDIA_GPU).driver == "gpu.nvidia.com"
     assert facts(HAMI).driver == "hami-core-gpu.project-hami.io"
     assert facts('"gpu.amd.com" == device.driver').driver == "gpu.amd.com"
+    # HAMi's Ascend class, a YAML block scalar over two lines.
+    ascend = 'device.driver == "ascend.project-hami.io" &&\n  device.attributes["x"].type == "v"'
+    assert facts(ascend).driver == "ascend.project-hami.io"
     # A second selector narrows the devices, the driver stays the one required.
     assert (
         facts(
@@ -160,6 +163,18 @@ def test_an_admin_class_of_amds_driver_gets_the_rocm_gate() -> None:
     )
     decision = check(claim_pod("t", ROCM_64), claims, WebhookConfig(), inventory=AMD)
     assert f"required nodes whose amdgpu driver runs ROCm 6.4 (image {ROCM_64})" in decision.notes
+
+
+def test_hamis_ascend_class_gets_the_cann_gate() -> None:
+    name = "npu-hamivnpucore.project-hami.io"
+    expression = 'device.driver == "ascend.project-hami.io" && device.attributes["a"].type == "v"'
+    claims = index(template("t", name), device_class(name, expression))
+    decision = check(claim_pod("t", CANN_83_910B), claims, WebhookConfig(), inventory=ASCEND)
+    assert decision.mutation_kinds == ("cann-affinity", "shm")
+    bare = check(
+        claim_pod("t", CANN_83_910B), index(template("t", name)), WebhookConfig(), inventory=ASCEND
+    )
+    assert "cann-affinity" not in bare.mutation_kinds
 
 
 def kep(resource: str, image: str = CUDA_12_4, **kw: Any) -> dict[str, Any]:

@@ -79,9 +79,10 @@ def device_classes(obj: Mapping[str, Any]) -> ClaimClasses:
 # DeviceClass manifests, whose selectors read `device.driver == '<driver>'`:
 DRIVER_FAMILIES: Mapping[str, str] = MappingProxyType(
     {
-        # NVIDIA/k8s-dra-driver-gpu deployments/helm/nvidia-dra-driver-gpu/templates/
-        # deviceclass-gpu.yaml, -mig.yaml, -vfio.yaml: gpu.nvidia.com, mig.nvidia.com,
-        # vfio.gpu.nvidia.com, all `device.driver == 'gpu.nvidia.com'`.
+        # NVIDIA/k8s-dra-driver-gpu deployments/helm/dra-driver-nvidia-gpu/templates/
+        # deviceclass-gpu.yaml, -mig.yaml, -vfio-gpu.yaml (at 2240711): gpu.nvidia.com,
+        # mig.nvidia.com, vfio.gpu.nvidia.com, all `device.driver == 'gpu.nvidia.com' && ...`
+        # (gpu.nvidia.com with extendedResourceName nvidia.com/gpu on resource.k8s.io/v1).
         "gpu.nvidia.com": "nvidia",
         # Project-HAMi/HAMi-DRA charts/hami-dra/templates/hami-dra-driver/deviceclass.yaml (at
         # 15adbee): DeviceClass hami-core-gpu.project-hami.io, `device.driver ==
@@ -91,6 +92,10 @@ DRIVER_FAMILIES: Mapping[str, str] = MappingProxyType(
         "gpu.amd.com": "amd",
         # intel/intel-resource-drivers-for-kubernetes deployments/gpu/base/device-class.yaml.
         "gpu.intel.com": "intel",
+        # Project-HAMi/ascend-dra-driver deployments/helm/ascend-dra-driver/templates/
+        # deviceclass.yaml (at 91d82a2): npu-hamivnpucore.project-hami.io, `device.driver ==
+        # "ascend.project-hami.io" && ...` (HAMi's Ascend vNPUs).
+        "ascend.project-hami.io": "ascend",
     }
 )
 
