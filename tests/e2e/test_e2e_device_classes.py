@@ -30,6 +30,8 @@ from webhook.sources.files import load_policy_dir
 
 from .conftest import SHIPPED_POLICIES, Cluster, kapi_nodes, real_scheduler
 from .test_e2e_admission import admitted_pod, call
+from .test_e2e_dra_inventory import _slice
+from .test_e2e_operators import _serves_resource_v1
 
 pytestmark = pytest.mark.e2e
 
@@ -44,15 +46,6 @@ RESOURCE = ("resource.k8s.io", "v1")
 @pytest.fixture(scope="module")
 def shipped() -> PolicySet:
     return load_policy_dir(SHIPPED_POLICIES)
-
-
-def _serves_resource_v1(cluster: Cluster) -> bool:
-    from kubernetes import client
-
-    groups = client.ApisApi(cluster.api).get_api_versions().groups or []
-    return any(
-        g.name == "resource.k8s.io" and any(v.version == "v1" for v in g.versions) for g in groups
-    )
 
 
 def device_class(name: str, expression: str) -> dict[str, Any]:
@@ -201,32 +194,6 @@ def test_a_kep_5004_name_is_placed_and_not_voided(
         assert nvidia_void(plain)
 
 
-def _slice(node: str, cuda: str) -> dict[str, Any]:
-    """A ResourceSlice as NVIDIA's DRA driver publishes one GPU (test_e2e_dra_inventory.py)."""
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": f"{node}-gpu.nvidia.com"},
-        "spec": {
-            "driver": "gpu.nvidia.com",
-            "nodeName": node,
-            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-            "devices": [
-                {
-                    "name": "gpu-0",
-                    "attributes": {
-                        "type": {"string": "gpu"},
-                        "productName": {"string": "NVIDIA H100 80GB HBM3"},
-                        "driverVersion": {"version": "570.124.6"},
-                        "cudaDriverVersion": {"version": cuda},
-                        "cudaComputeCapability": {"version": "9.0.0"},
-                    },
-                }
-            ],
-        },
-    }
-
-
 def test_the_scheduler_binds_a_kep_5004_pod_where_the_webhook_places_it(
     cluster: Cluster, core: Any, custom: Any, namespace: str
 ) -> None:
@@ -261,7 +228,7 @@ def test_the_scheduler_binds_a_kep_5004_pod_where_the_webhook_places_it(
             taint=f"{taint}={RUN}:NoSchedule",
         ) as names:
             for short, version in (("new", "12.8.0"), ("old", "12.2.0")):
-                body = _slice(names[short], version)
+                body = _slice(names[short], version, "9.0.0")
                 custom.create_cluster_custom_object(*RESOURCE, "resourceslices", body)
                 slices.append(body["metadata"]["name"])
             obj = pod(
