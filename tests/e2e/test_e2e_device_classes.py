@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -101,7 +101,7 @@ def dry_run_until(core: Any, namespace: str, obj: dict[str, Any], done: Any) -> 
         time.sleep(1.0)
 
 
-def stored_env(obj: dict[str, Any]) -> list[dict[str, Any]]:
+def stored_env(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The first container's env as the API server stores it (EnvVar.Value is omitempty)."""
     env = obj["spec"]["containers"][0].get("env") or []
     return [{k: v for k, v in e.items() if not (k == "value" and v == "")} for e in env]
