@@ -14,6 +14,8 @@ driver runs its CUDA.
 
 from __future__ import annotations
 
+import io
+import json
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -21,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from webhook.cli import main
 from webhook.core.config.model import WebhookConfig
 from webhook.core.evaluation.evaluate import evaluate
 from webhook.core.placement.inventory import NodeInventory
@@ -40,6 +43,7 @@ CLASS = f"h100-{RUN}.example.com"
 NVIDIA = "device.driver == 'gpu.nvidia.com'"
 IMPLICIT = "deviceclass.resource.kubernetes.io/gpu.nvidia.com"
 CACHE_SECONDS = 20.0
+CUDA_12_4 = "nvidia/cuda:12.4.1-base-ubuntu22.04"
 RESOURCE = ("resource.k8s.io", "v1")
 
 
@@ -132,9 +136,7 @@ def test_a_claim_on_an_admin_class_of_nvidias_driver_is_a_gpu_claim(
         },
     }
     custom.create_namespaced_custom_object(*RESOURCE, namespace, "resourceclaimtemplates", template)
-    obj = pod(
-        "h100", "nvidia/cuda:12.4.1-base-ubuntu22.04", resources={"claims": [{"name": "gpu"}]}
-    )
+    obj = pod("h100", CUDA_12_4, resources={"claims": [{"name": "gpu"}]})
     obj["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": f"h100-{RUN}"}]
     admitted = admitted_pod(obj, namespace)
     expected = evaluate(
@@ -170,7 +172,7 @@ def test_a_kep_5004_name_is_placed_and_not_voided(
     webhook_config: WebhookConfig,
     placement_inventory: NodeInventory | None,
 ) -> None:
-    obj = pod("kep", "nvidia/cuda:12.4.1-base-ubuntu22.04", resources={"limits": {IMPLICIT: "1"}})
+    obj = pod("kep", CUDA_12_4, resources={"limits": {IMPLICIT: "1"}})
     expected = evaluate(
         admitted_pod(obj, namespace), shipped, webhook_config, inventory=placement_inventory
     )
@@ -188,7 +190,7 @@ def test_a_kep_5004_name_is_placed_and_not_voided(
         plain, _ = call(
             core.create_namespaced_pod,
             namespace,
-            pod("plain", "nvidia/cuda:12.4.1-base-ubuntu22.04"),
+            pod("plain", CUDA_12_4),
             dry_run="All",
         )
         assert nvidia_void(plain)
@@ -233,7 +235,7 @@ def test_the_scheduler_binds_a_kep_5004_pod_where_the_webhook_places_it(
                 slices.append(body["metadata"]["name"])
             obj = pod(
                 "kep-bind",
-                "nvidia/cuda:12.4.1-base-ubuntu22.04",
+                CUDA_12_4,
                 resources={"limits": {IMPLICIT: "1"}},
             )
             obj["spec"]["nodeSelector"] = {select: RUN}
@@ -260,6 +262,19 @@ def test_the_scheduler_binds_a_kep_5004_pod_where_the_webhook_places_it(
                 time.sleep(0.5)
             core.delete_namespaced_pod(name, namespace)
             assert bound == names["new"]
+            # `gpu-webhook nodes` reads the same cluster the same way.
+            out = io.StringIO()
+            argv = ["nodes", "--kubeconfig", str(cluster.kubeconfig), "--image", CUDA_12_4]
+            assert main([*argv, "-o", "json"], out=out) == 0
+            found = {r["node"]: r for r in json.loads(out.getvalue())}
+            assert found[names["new"]]["image"]["fit"] == "fit"
+            assert found[names["old"]]["image"] == {
+                "image": CUDA_12_4,
+                "runtime": "CUDA 12.4",
+                "fit": "unfit",
+                "why": "CUDA 12.2 is not ≥ 12.4",
+            }
+            assert found[names["new"]]["device"]["product"] == "NVIDIA H100 80GB HBM3"
     finally:
         for sliced in slices:
             custom.delete_cluster_custom_object(*RESOURCE, "resourceslices", sliced)
