@@ -71,6 +71,7 @@ from webhook.tls.certs import create_server_ssl_context, write_certificates
 NAMESPACE = CRL_NAMESPACE
 CONFIGMAPS, NODES, CLAIM_TEMPLATES = "configmaps", "nodes", "resourceclaimtemplates"
 CLAIMS = "resourceclaims"
+DEVICE_CLASSES = "deviceclasses"  # cluster-scoped: each class's driver (selectors)
 SLICES = "resourceslices"  # cluster-scoped: DRA drivers' devices, read by the node inventory
 # What `gpu-webhook audit` lists, and the policy reports the server's audit writes.
 PODS, DEPLOYMENTS, REPLICASETS, JOBS = "pods", "deployments", "replicasets", "jobs"
@@ -115,6 +116,7 @@ RESOURCES = {
     CLAIM_TEMPLATES: _Resource("ResourceClaimTemplate", "resource.k8s.io/v1", True),
     CLAIMS: _Resource("ResourceClaim", "resource.k8s.io/v1", True),
     SLICES: _Resource("ResourceSlice", "resource.k8s.io/v1", False),
+    DEVICE_CLASSES: _Resource("DeviceClass", "resource.k8s.io/v1", False),
     # The audit's kinds (served through discovery, see _discovery) and the report kinds.
     PODS: _Resource("Pod", "v1", True),
     DEPLOYMENTS: _Resource("Deployment", "apps/v1", True),
@@ -277,6 +279,21 @@ def resource_claim(
         "kind": "ResourceClaim",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {"devices": {"requests": _device_requests(classes, first_available)}},
+    }
+
+
+def device_class(
+    name: str, *expressions: str, extended_resource: str | None = None
+) -> dict[str, Any]:
+    """A resource.k8s.io/v1 DeviceClass with one CEL selector per expression."""
+    spec: dict[str, Any] = {"selectors": [{"cel": {"expression": e}} for e in expressions]}
+    if extended_resource is not None:
+        spec["extendedResourceName"] = extended_resource
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": name},
+        "spec": spec,
     }
 
 

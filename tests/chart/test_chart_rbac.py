@@ -19,7 +19,7 @@ SLICES_RULE = {"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"]
 # One switch (config.claimTemplateCache) for the whole DRA claim cache: both kinds.
 CLAIMS_RULE = {
     "apiGroups": ["resource.k8s.io"],
-    "resources": ["resourceclaimtemplates", "resourceclaims"],
+    "resources": ["resourceclaimtemplates", "resourceclaims", "deviceclasses"],
     "verbs": READ,
 }
 # Namespaces' metadata for their Pod Security enforce label (runtime fixes, RDMA).

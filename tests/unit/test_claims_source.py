@@ -243,7 +243,11 @@ async def test_templates_and_claims_are_both_kept_when_both_sources_sync(
     kube.put(claim_template("ml", "one-gpu", GPU))
     kube.put(resource_claim("ml", "shared-gpu", MIG))
     sources = claim_sources(store, **fast_options(kube, tmp_path))
-    assert [s.watched.kind for s in sources] == ["ResourceClaimTemplate", "ResourceClaim"]
+    assert [s.watched.kind for s in sources] == [
+        "ResourceClaimTemplate",
+        "ResourceClaim",
+        "DeviceClass",
+    ]
     async with running(sources[0]), running(sources[1]):
         await eventually(
             lambda: (
@@ -278,7 +282,7 @@ async def test_forbidden_resource_claims_leave_templates_working(
     kube.put(claim_template("ml", "one-gpu", GPU))
     kube.put(resource_claim("ml", "shared-gpu", GPU))
     kube.forbid(CLAIMS, "resourceclaims.resource.k8s.io is forbidden")
-    template_source, claim_source = claim_sources(store, **fast_options(kube, tmp_path))
+    template_source, claim_source, _ = claim_sources(store, **fast_options(kube, tmp_path))
     async with running(template_source), running(claim_source):
         await eventually(
             lambda: (

@@ -21,6 +21,7 @@ from tests.fakekube import (
     CLAIM_TEMPLATES,
     CLAIMS,
     CONFIGMAPS,
+    DEVICE_CLASSES,
     NODES,
     SLICES,
     FakeKube,
@@ -105,6 +106,7 @@ async def test_review_against_the_cluster_lists_each_kind_once_and_never_watches
         (SLICES, "application/json"),
         (CLAIM_TEMPLATES, "application/json"),
         (CLAIMS, "application/json"),
+        (DEVICE_CLASSES, "application/json"),
     ]
     (crls,) = cluster.lists(CONFIGMAPS)
     assert crls.path == "/api/v1/namespaces/kube-public/configmaps"
@@ -140,6 +142,7 @@ async def test_unreadable_nodes_and_templates_are_notes_and_evaluation_goes_on(
     cluster.not_served(CLAIM_TEMPLATES)
     cluster.not_served(CLAIMS)
     cluster.not_served(SLICES)
+    cluster.not_served(DEVICE_CLASSES)
     kubeconfig = cluster.write_kubeconfig(tmp_path)
     manifest = write_yaml(
         tmp_path / "pod.yaml", pod(container(image="nvidia/cuda:12.6.1", limits={GPU: "1"}))
@@ -165,6 +168,9 @@ async def test_unreadable_nodes_and_templates_are_notes_and_evaluation_goes_on(
         f"gpu-webhook review: note: {server} does not serve ResourceClaims "
         "(resource.k8s.io/v1): 404 NotFound: the server could not find the requested resource; "
         "evaluating without the cluster's claims\n"
+        f"gpu-webhook review: note: {server} does not serve DeviceClasses "
+        "(resource.k8s.io/v1): 404 NotFound: the server could not find the requested resource; "
+        "evaluating without the cluster's DeviceClasses (by driver)\n"
         f"gpu-webhook review: policies: {SHIPPED} CRL ConfigMap(s) from the cluster at {server}\n"
     )
 
@@ -270,8 +276,8 @@ async def test_policies_and_nodes_flags_win_over_the_cluster(
         "  - required GPU nodes with CUDA ≥ 12.6 (image nvidia/cuda:12.6.1), preferably < 14.0\n"
         in text
     )
-    # Only the DRA claim cache (templates, claims) was read from the cluster.
-    assert [r.resource for r in cluster.lists()] == [CLAIM_TEMPLATES, CLAIMS]
+    # Only the DRA claim cache (templates, claims, classes) was read from the cluster.
+    assert [r.resource for r in cluster.lists()] == [CLAIM_TEMPLATES, CLAIMS, DEVICE_CLASSES]
 
 
 async def test_a_template_in_the_manifest_overrides_the_clusters(

@@ -114,7 +114,7 @@ def review_json(*argv: str) -> tuple[int, dict[str, Any]]:
 
 NODES_HINT = "pass the output of `kubectl get nodes -o yaml` (or -o json)"
 CLAIMS_HINT = (
-    "pass ResourceClaimTemplates or ResourceClaims, "
+    "pass ResourceClaimTemplates, ResourceClaims or DeviceClasses, "
     "e.g. `kubectl get resourceclaimtemplates -A -o yaml`"
 )
 HEADER = "node inventory: 4 node(s) from {nodes} (3 with CUDA labels; scheme(s): gfd)\n"
@@ -430,12 +430,12 @@ def test_a_non_gpu_template_gives_no_placement(tmp_path: Path) -> None:
     [
         (
             "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n",
-            "{path}: item 1 is a Pod, not a ResourceClaimTemplate or ResourceClaim; " + CLAIMS_HINT,
+            "{path}: item 1 is a Pod, not a ResourceClaimTemplate, ResourceClaim or DeviceClass; "
+            + CLAIMS_HINT,
         ),
         (
             "apiVersion: v1\nkind: List\nitems: []\n",
-            "{path} holds no ResourceClaimTemplate or ResourceClaim; pass ResourceClaimTemplates "
-            "or ResourceClaims, e.g. `kubectl get resourceclaimtemplates -A -o yaml`",
+            "{path} holds no ResourceClaimTemplate, ResourceClaim or DeviceClass; " + CLAIMS_HINT,
         ),
         (
             "apiVersion: v1\nkind: ResourceClaimTemplate\nmetadata: {name: t}\n",

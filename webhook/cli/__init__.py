@@ -1,5 +1,5 @@
 """`gpu-webhook` command line: serve, review and test (offline, for CI), audit, images, lint,
-tables, certs, export-policies."""
+tables, nodes, certs, export-policies."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from webhook.cli.exits import EXIT_OK, EXIT_USAGE, CommandError
 from webhook.cli.export import add_export_parser, cmd_export
 from webhook.cli.images import add_images_parser, add_registry_arguments, cmd_images
 from webhook.cli.lint import cmd_lint
+from webhook.cli.nodes import add_nodes_parser, cmd_nodes
 from webhook.cli.quoting import PrintableOutput, printable
 from webhook.cli.review import cmd_review
 from webhook.cli.tables import add_tables_parser, cmd_tables
@@ -115,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="a webhook config YAML to check too (its accelerators' admin rows: versions, fields)",
     )
     add_tables_parser(sub)
+    add_nodes_parser(sub)
 
     serve = sub.add_parser("serve", help="run the admission webhook server (HTTPS)")
     certs = sub.add_parser("certs", help="generate a CA and a serving certificate into certs/")
@@ -148,6 +150,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             return cmd_images(args, out)
         if args.command == "tables":
             return cmd_tables(args, out)
+        if args.command == "nodes":
+            return cmd_nodes(args, out)
         if args.command == "serve":
             from webhook.cli.serve import serve_command
 

@@ -14,13 +14,14 @@ from webhook.core.config.model import WebhookConfig
 from webhook.core.placement.dra import from_objects as dra_facts
 from webhook.core.placement.gate import inventory_summary
 from webhook.core.placement.inventory import NodeInventory
-from webhook.core.workloads.claims import ClaimIndex
+from webhook.core.workloads.claims import BUILT_IN_CLASSES, ClaimIndex, DeviceClasses
 from webhook.sources.files import policy_files, read_documents
 
 NODES_HINT = "pass the output of `kubectl get nodes -o yaml` (or -o json)"
-CLAIM_KINDS = ("ResourceClaimTemplate", "ResourceClaim")
+# DeviceClasses too (SPEC §13): a class's vendor is its driver, its KEP-5004 names its devices.
+CLAIM_KINDS = ("ResourceClaimTemplate", "ResourceClaim", "DeviceClass")
 CLAIMS_HINT = (
-    "pass ResourceClaimTemplates or ResourceClaims, "
+    "pass ResourceClaimTemplates, ResourceClaims or DeviceClasses, "
     "e.g. `kubectl get resourceclaimtemplates -A -o yaml`"
 )
 
@@ -122,8 +123,8 @@ def load_claim_objects(path: Path) -> list[Mapping[str, Any]]:
         if not isinstance(obj, Mapping) or obj.get("kind") not in CLAIM_KINDS:
             what = _kind(obj)
             raise ManifestError(
-                f"{path}: item {position} is {what}, not a ResourceClaimTemplate or "
-                f"ResourceClaim; {CLAIMS_HINT}"
+                f"{path}: item {position} is {what}, not a ResourceClaimTemplate, "
+                f"ResourceClaim or DeviceClass; {CLAIMS_HINT}"
             )
         api_version = obj.get("apiVersion")
         if not isinstance(api_version, str) or not api_version.startswith("resource.k8s.io/"):
@@ -134,7 +135,7 @@ def load_claim_objects(path: Path) -> list[Mapping[str, Any]]:
         objs.append(obj)
     if not objs:
         raise ManifestError(
-            f"{path} holds no ResourceClaimTemplate or ResourceClaim; {CLAIMS_HINT}"
+            f"{path} holds no ResourceClaimTemplate, ResourceClaim or DeviceClass; {CLAIMS_HINT}"
         )
     return objs
 
@@ -161,12 +162,15 @@ def claim_index(
     local = ClaimIndex.from_objects(obj for _, objs in named for obj in objs)
     templates = {**(cluster.templates if cluster else {}), **local.templates}
     claims = {**(cluster.claims if cluster else {}), **local.claims}
+    facts = {**(cluster.classes.facts if cluster else {}), **local.classes.facts}
     where = [name for name, _ in named] + (["the cluster"] if cluster is not None else [])
+    classes = f", {len(facts)} DeviceClass(es)" if facts else ""
     line = (
         f"DRA claims: {len(templates)} ResourceClaimTemplate(s), {len(claims)} "
-        f"ResourceClaim(s) from {', '.join(where)}"
+        f"ResourceClaim(s){classes} from {', '.join(where)}"
     )
-    return ClaimIndex(templates=templates, claims=claims), line
+    known = DeviceClasses.of(facts) if facts else BUILT_IN_CLASSES
+    return ClaimIndex(templates=templates, claims=claims, classes=known), line
 
 
 def inventory_line(inventory: NodeInventory, source: str, config: WebhookConfig) -> str:

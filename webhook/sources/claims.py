@@ -17,7 +17,15 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Literal
 
-from webhook.core.workloads.claims import ClaimClasses, ClaimIndex, device_classes
+from webhook.core.workloads.claims import (
+    BUILT_IN_CLASSES,
+    ClaimClasses,
+    ClaimIndex,
+    DeviceClasses,
+    DeviceClassFacts,
+    device_class_facts,
+    device_classes,
+)
 from webhook.sources.reflector import Reflector
 from webhook.sources.store import PolicyStore
 from webhook.sources.watched import Key, Watched
@@ -86,9 +94,13 @@ class ClaimSource(Reflector[ClaimClasses]):
         current = self.store.claims if self.store.claims is not None else ClaimIndex()
         table = MappingProxyType(dict(items))
         if self._field == "templates":
-            self.store.claims = ClaimIndex(templates=table, claims=current.claims)
+            self.store.claims = ClaimIndex(
+                templates=table, claims=current.claims, classes=current.classes
+            )
         else:
-            self.store.claims = ClaimIndex(templates=current.templates, claims=table)
+            self.store.claims = ClaimIndex(
+                templates=current.templates, claims=table, classes=current.classes
+            )
 
 
 class ClaimTemplateSource(ClaimSource):
@@ -105,6 +117,46 @@ class ResourceClaimSource(ClaimSource):
         super().__init__(store, CLAIMS, "claims", **options)
 
 
-def claim_sources(store: PolicyStore, **options: Any) -> list[ClaimSource]:
-    """The DRA claim cache's reflectors (config `claimTemplateCache`): templates, then claims."""
-    return [ClaimTemplateSource(store, **options), ResourceClaimSource(store, **options)]
+# k8s.io/api resource/v1 types.go: DeviceClass (cluster-scoped, plural "deviceclasses"),
+# DeviceClassSpec{Selectors, Config, ExtendedResourceName}. Kept per class: its driver as its
+# selectors name it and its extendedResourceName (core.workloads.claims.device_class_facts).
+DEVICE_CLASSES = Watched(
+    kind="DeviceClass",
+    path="/apis/resource.k8s.io/v1/deviceclasses",
+    what="DeviceClasses (resource.k8s.io/v1)",
+    optional=True,
+    snapshot="device-class cache",
+    rbac_hint=_rbac_hint(
+        "deviceclasses", "DRA device classes are known by their built-in names only"
+    ),
+    not_served_hint=_NOT_SERVED,
+)
+
+
+class DeviceClassSource(Reflector[DeviceClassFacts]):
+    """DeviceClasses → `store.claims.classes` (SPEC §13 "DeviceClasses are watched"): each
+    class's vendor by its driver, and its KEP-5004 resource names."""
+
+    def __init__(self, store: PolicyStore, **options: Any) -> None:
+        self.store = store
+        super().__init__(
+            DEVICE_CLASSES, device_class_facts, self._build, store.watch("DeviceClass"), **options
+        )
+
+    def _build(self, items: Mapping[Key, DeviceClassFacts]) -> None:
+        facts = {key[-1]: fact for key, fact in items.items()}
+        classes = DeviceClasses.of(facts) if facts else BUILT_IN_CLASSES
+        current = self.store.claims if self.store.claims is not None else ClaimIndex()
+        self.store.claims = ClaimIndex(
+            templates=current.templates, claims=current.claims, classes=classes
+        )
+
+
+def claim_sources(store: PolicyStore, **options: Any) -> list[Reflector[Any]]:
+    """The DRA claim cache's reflectors (config `claimTemplateCache`): templates, claims, and
+    the DeviceClasses they name."""
+    return [
+        ClaimTemplateSource(store, **options),
+        ResourceClaimSource(store, **options),
+        DeviceClassSource(store, **options),
+    ]

@@ -29,7 +29,7 @@ from webhook.core.placement.inventory import NodeInventory
 from webhook.core.policies.crl import CRL_NAMESPACE
 from webhook.core.policies.policyset import PolicySet
 from webhook.core.workloads.claims import ClaimIndex
-from webhook.sources.claims import ClaimTemplateSource, ResourceClaimSource
+from webhook.sources.claims import ClaimTemplateSource, DeviceClassSource, ResourceClaimSource
 from webhook.sources.image_table import ImageTableSource
 from webhook.sources.kubeapi import ApiError, close, load_configuration
 from webhook.sources.nodes import inventory_sources
@@ -142,6 +142,9 @@ async def read_snapshot(
     if config.claim_template_cache:
         optional.append((ClaimTemplateSource(store, **options), "the cluster's claim templates"))
         optional.append((ResourceClaimSource(store, **options), "the cluster's claims"))
+        optional.append(
+            (DeviceClassSource(store, **options), "the cluster's DeviceClasses (by driver)")
+        )
     for reflector, without in optional:
         await _list(reflector, api, without=without, notes=snapshot.notes)
     snapshot.inventory = store.inventory

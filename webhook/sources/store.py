@@ -112,6 +112,7 @@ _WITHOUT = {
     "Node": "CUDA placement uses the first label scheme, as without a node inventory",
     "ResourceClaimTemplate": "pods are evaluated as if their DRA claims requested no GPU",
     "ResourceClaim": "pods naming a ResourceClaim are evaluated as if it requested no GPU",
+    "DeviceClass": "DRA device classes are known by their built-in names only, not by driver",
     "Namespace": "IPC_LOCK for RDMA is warned about, never added",
     "ResourceSlice": "nodes that only DRA ResourceSlices describe get no placement",
 }

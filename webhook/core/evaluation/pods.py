@@ -19,7 +19,6 @@ from webhook.core.evaluation.containers import (
     apply_fixes,
     apply_resources,
 )
-from webhook.core.families.catalog import CLASS_FAMILIES
 from webhook.core.images.facts import ImageEnv, ImageFacts, ImageQuery
 from webhook.core.kinds.registry import WorkloadKind
 from webhook.core.outcome.decision import (
@@ -36,7 +35,14 @@ from webhook.core.policies.gpu_keys import unknown_gpu_warning
 from webhook.core.policies.policyset import PolicySet
 from webhook.core.runtimefix.apply import apply_runtime_fixes
 from webhook.core.runtimefix.rdma import NamespaceLevels
-from webhook.core.workloads.claims import ClaimIndex, PodClaims, pod_claims
+from webhook.core.workloads.claims import (
+    ClaimIndex,
+    DeviceClasses,
+    PodClaims,
+    classes_of,
+    nvidia_classes,
+    pod_claims,
+)
 from webhook.core.workloads.pods import (
     ContainerRef,
     PodSpecRef,
@@ -44,26 +50,32 @@ from webhook.core.workloads.pods import (
 )
 
 _NVIDIA_ONLY = frozenset({"nvidia"})
-_VENDOR_CLASSES = frozenset(CLASS_FAMILIES)
 
 
-def _claimed_families(claims: PodClaims, container: Mapping[str, Any]) -> frozenset[str]:
-    """The families whose DRA device classes (families.catalog device_classes) the container
-    gets devices of through its claims."""
-    return frozenset(CLASS_FAMILIES[c] for c in claims.classes_used(container))
+def _claimed_families(
+    claims: PodClaims, container: Mapping[str, Any], known: DeviceClasses
+) -> frozenset[str]:
+    """The families whose DRA device classes (by their driver, workloads.claims
+    DeviceClasses) the container gets devices of through its claims."""
+    return frozenset(known.families[c] for c in claims.classes_used(container))
 
 
 def _sure_families(
-    dra: PodClaims, vendor_claims: PodClaims, container: Mapping[str, Any], config: WebhookConfig
+    dra: PodClaims,
+    vendor_claims: PodClaims,
+    container: Mapping[str, Any],
+    known: DeviceClasses,
+    nvidia: frozenset[str],
 ) -> frozenset[str]:
     """The families whose devices a container surely gets through its DRA claims (a
-    `firstAvailable` request that may fall back to another class gives none: claims.py)."""
+    `firstAvailable` request that may fall back to another class gives none: claims.py); a
+    class's family is its driver's (workloads.claims DeviceClasses), the config's GPU classes
+    NVIDIA's."""
     if not dra.gpu and not vendor_claims.gpu:
         return frozenset()
-    nvidia = config.gpu_device_classes
 
     def family(device_class: str) -> str | None:
-        return "nvidia" if device_class in nvidia else CLASS_FAMILIES.get(device_class)
+        return "nvidia" if device_class in nvidia else known.families.get(device_class)
 
     return dra.sure_families(container, family) | vendor_claims.sure_families(container, family)
 
@@ -71,16 +83,21 @@ def _sure_families(
 def _access_families(
     container: Mapping[str, Any],
     gpu: bool,
+    drawn: Mapping[str, str],
     dra: PodClaims,
     vendor: PodClaims,
-    config: WebhookConfig,
+    known: DeviceClasses,
+    nvidia: frozenset[str],
 ) -> frozenset[str]:
     """The device families GPU access control counts a container as requesting: its extended
-    resources' (NVIDIA for the config's GPU resources, `gpu`) and its claims' sure ones."""
+    resources' (NVIDIA for the config's GPU resources, `gpu`; a KEP-5004 name's class vendor,
+    `drawn`) and its claims' sure ones."""
     families = container_families(container)
-    if gpu and not families:
+    if drawn:
+        families |= frozenset(f for f in drawn.values() if f != "nvidia")
+    if not families and (gpu or "nvidia" in drawn.values()):
         families = _NVIDIA_ONLY
-    return families | _sure_families(dra, vendor, container, config)
+    return families | _sure_families(dra, vendor, container, known, nvidia)
 
 
 def access_applies(config: WebhookConfig, namespace: str | None) -> bool:
@@ -123,11 +140,13 @@ def _evaluate_spec(
         env_fixes_on = not opted_out
         if warning:
             state.warnings.append(short(warning))
-    dra = pod_claims(pod.spec, namespace, claims, config.gpu_device_classes)
+    known = classes_of(claims)
+    nvidia = nvidia_classes(config.gpu_device_classes, claims)
+    dra = pod_claims(pod.spec, namespace, claims, nvidia)
     state.warnings += dra.warnings
     # Claims on the other vendors' DRA device classes (AMD's gpu.amd.com, ...): their
     # containers have that family's devices (its unknown-claim warning is dra's).
-    vendor_claims = pod_claims(pod.spec, namespace, claims, _VENDOR_CLASSES)
+    vendor_claims = pod_claims(pod.spec, namespace, claims, known.vendors)
     gpu: list[tuple[ContainerRef, set[str]]] = []
     unknown: list[str] = []
     # id(container) -> the device families it requests (GPU access control). A claim the
@@ -143,11 +162,18 @@ def _evaluate_spec(
     for c in pod.containers:
         keys = apply_resources(state, c, policies, config)
         keyed.append((c, keys.asked))
+        # KEP-5004 names (a DeviceClass's extendedResourceName, deviceclass.resource.
+        # kubernetes.io/<class>) are the class's vendor's devices, served by DRA (SPEC §13).
+        drawn = known.resources(keys.asked, nvidia) if keys.asked else {}
+        if drawn:
+            keys.unknown = [key for key in keys.unknown if key not in drawn]
         # CRL rules govern extended resources only; a DRA claim on a GPU device class makes a
         # GPU container for placement and env fixes (SPEC §6).
         # Only the claims' requests it names (resources.claims[].request) count.
-        on_gpu_claim = dra.uses_gpu(c.container)
+        on_gpu_claim = dra.uses_gpu(c.container) or "nvidia" in drawn.values()
         families = container_families(c.container)
+        if drawn:
+            families |= frozenset(f for f in drawn.values() if f != "nvidia")
         if keys.crl or keys.gpu or on_gpu_claim:
             gpu.append((c, keys.asked))
             if env_fixes_on:
@@ -156,9 +182,11 @@ def _evaluate_spec(
             if not families and (keys.gpu or on_gpu_claim or keys.crl):
                 families = _NVIDIA_ONLY
         if vendor_claims.gpu:
-            families |= _claimed_families(vendor_claims, c.container)
+            families |= _claimed_families(vendor_claims, c.container, known)
         if families and (dra.gpu or vendor_claims.gpu):
-            sure = _access_families(c.container, keys.gpu or keys.crl, dra, vendor_claims, config)
+            sure = _access_families(
+                c.container, keys.gpu or keys.crl, drawn, dra, vendor_claims, known, nvidia
+            )
             if sure:
                 access_devices[id(c.container)] = sure
         elif families:
@@ -348,21 +376,25 @@ def _update_devices(
 ) -> dict[int, frozenset[str]]:
     """id(container) -> device families, for a Pod UPDATE (no CRL or placement runs): its
     resources' families, NVIDIA for the config's GPU resources and GPU DRA claims."""
-    dra = pod_claims(pod.spec, namespace, claims, config.gpu_device_classes)
-    vendor_claims = pod_claims(pod.spec, namespace, claims, _VENDOR_CLASSES)
+    known = classes_of(claims)
+    nvidia = nvidia_classes(config.gpu_device_classes, claims)
+    dra = pod_claims(pod.spec, namespace, claims, nvidia)
+    vendor_claims = pod_claims(pod.spec, namespace, claims, known.vendors)
     gpu_names = config.gpu_resources
     devices: dict[int, frozenset[str]] = {}
     for c in pod.containers:
         families = container_families(c.container)
+        resources = c.container.get("resources")
+        limits = resources.get("limits") if is_mapping(resources) else None
+        keys = [key for key in limits if isinstance(key, str)] if is_mapping(limits) else []
+        drawn = known.resources(keys, nvidia) if keys else {}
+        if drawn:
+            families |= frozenset(f for f in drawn.values() if f != "nvidia")
         if not families:
-            resources = c.container.get("resources")
-            limits = resources.get("limits") if is_mapping(resources) else None
-            named = is_mapping(limits) and any(
-                isinstance(key, str) and key in gpu_names for key in limits
-            )
-            if named:
+            named = any(key in gpu_names for key in keys)
+            if named or "nvidia" in drawn.values():
                 families = _NVIDIA_ONLY
-        families |= _sure_families(dra, vendor_claims, c.container, config)
+        families |= _sure_families(dra, vendor_claims, c.container, known, nvidia)
         if families:
             devices[id(c.container)] = families
     return devices

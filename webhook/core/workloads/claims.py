@@ -14,13 +14,16 @@ evaluation reads. Shapes, from k8s.io/api/resource/v1/types.go:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 # Compiled with mypyc (setup.py), which cannot compile a frozenset subclass: that one is apart,
 # re-exported here where its users import it.
 from webhook.core.base.shapes import is_mapping
+from webhook.core.families.catalog import CLASS_FAMILIES
 from webhook.core.workloads.claim_classes import ClaimClasses as ClaimClasses  # noqa: PLC0414
 
 ClaimKey = tuple[str, str]  # (namespace, name)
@@ -71,12 +74,172 @@ def device_classes(obj: Mapping[str, Any]) -> ClaimClasses:
     return _claim_spec_classes(obj.get("spec"))
 
 
+# DRA drivers -> the device family whose devices they hand out (SPEC §13 "DeviceClasses are
+# watched": a class's vendor is its driver, never its name). Each from the driver's own
+# DeviceClass manifests, whose selectors read `device.driver == '<driver>'`:
+DRIVER_FAMILIES: Mapping[str, str] = MappingProxyType(
+    {
+        # NVIDIA/k8s-dra-driver-gpu deployments/helm/dra-driver-nvidia-gpu/templates/
+        # deviceclass-gpu.yaml, -mig.yaml, -vfio-gpu.yaml (at 2240711): gpu.nvidia.com,
+        # mig.nvidia.com, vfio.gpu.nvidia.com, all `device.driver == 'gpu.nvidia.com' && ...`
+        # (gpu.nvidia.com with extendedResourceName nvidia.com/gpu on resource.k8s.io/v1).
+        "gpu.nvidia.com": "nvidia",
+        # Project-HAMi/HAMi-DRA charts/hami-dra/templates/hami-dra-driver/deviceclass.yaml (at
+        # 15adbee): DeviceClass hami-core-gpu.project-hami.io, `device.driver ==
+        # "hami-core-gpu.project-hami.io"` (HAMi's NVIDIA GPU slices).
+        "hami-core-gpu.project-hami.io": "nvidia",
+        # ROCm/k8s-gpu-dra-driver pkg/consts/consts.go DriverName (at 4482249).
+        "gpu.amd.com": "amd",
+        # intel/intel-resource-drivers-for-kubernetes deployments/gpu/base/device-class.yaml.
+        "gpu.intel.com": "intel",
+        # Project-HAMi/ascend-dra-driver deployments/helm/ascend-dra-driver/templates/
+        # deviceclass.yaml (at 91d82a2): npu-hamivnpucore.project-hami.io, `device.driver ==
+        # "ascend.project-hami.io" && ...` (HAMi's Ascend vNPUs).
+        "ascend.project-hami.io": "ascend",
+    }
+)
+
+# KEP-5004 (DRA extended resources, k8s.io/api resource/v1 types.go): "the device class prefix
+# is for generating implicit extended resource name for a device class when its
+# ExtendedResourceName field is not specified. The generated name is this prefix + the device
+# class name." Every class carries it, with or without `spec.extendedResourceName`.
+DEVICE_CLASS_PREFIX = "deviceclass.resource.kubernetes.io/"
+
+# `device.driver == 'x'` (or "x", either side) as one conjunct of a selector's CEL expression.
+_DRIVER_TERM = re.compile(
+    r"""\s*(?:device\.driver\s*==\s*(['"])([^'"]+)\1|(['"])([^'"]+)\3\s*==\s*device\.driver)\s*"""
+)
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceClassFacts:
+    """What the webhook reads of a DeviceClass: its driver, as its selectors name it (None:
+    not read), and its `spec.extendedResourceName` (KEP-5004; None: not set)."""
+
+    driver: str | None = None
+    extended_resource: str | None = None
+
+
+def _expression_driver(expression: str) -> str | None:
+    """The driver a CEL expression requires, read in the simple form only: conjuncts joined by
+    `&&`, one of them `device.driver == '<name>'`. Anything else (`||`, `!`, `in`, a
+    driver compared twice) is not read."""
+    if "||" in expression or "!" in expression.replace("!=", ""):
+        return None
+    drivers = set()
+    for term in expression.split("&&"):
+        match = _DRIVER_TERM.fullmatch(term)
+        if match:
+            drivers.add(match[2] or match[4])
+    return drivers.pop() if len(drivers) == 1 else None
+
+
+def device_class_facts(obj: Mapping[str, Any]) -> DeviceClassFacts:
+    """A DeviceClass's driver and extended resource name (k8s.io/api resource/v1 types.go:
+    DeviceClassSpec{Selectors []DeviceSelector{CEL *CELDeviceSelector{Expression}},
+    ExtendedResourceName *string}). Every selector must hold, so the one driver any of them
+    requires is the class's; two different drivers, or none read: None."""
+    spec = obj.get("spec")
+    selectors = spec.get("selectors") if is_mapping(spec) else None
+    drivers: set[str] = set()
+    if isinstance(selectors, list):
+        for selector in selectors:
+            expression = _get(selector, "cel", "expression")
+            if isinstance(expression, str):
+                driver = _expression_driver(expression)
+                if driver is not None:
+                    drivers.add(driver)
+    extended = spec.get("extendedResourceName") if is_mapping(spec) else None
+    return DeviceClassFacts(
+        driver=drivers.pop() if len(drivers) == 1 else None,
+        extended_resource=extended if isinstance(extended, str) and extended else None,
+    )
+
+
+@dataclass(frozen=True)
+class DeviceClasses:
+    """The cluster's DeviceClasses as the evaluation reads them (immutable, in the snapshot).
+
+    `facts`: class name -> DeviceClassFacts. Derived: `families`, class -> device family, for
+    every class the cluster has whose driver is known, and for the built-in class names
+    (families.catalog device_classes) the cluster does not have (the fallback); `nvidia`, the
+    classes of NVIDIA's drivers; `extended`, KEP-5004 resource name -> family (each class's
+    `extendedResourceName` and its implicit `deviceclass.resource.kubernetes.io/<class>`).
+    """
+
+    facts: Mapping[str, DeviceClassFacts] = field(default_factory=dict)
+    families: Mapping[str, str] = field(default_factory=lambda: CLASS_FAMILIES)
+    nvidia: frozenset[str] = frozenset()
+    extended: Mapping[str, str] = field(
+        default_factory=lambda: {DEVICE_CLASS_PREFIX + n: f for n, f in CLASS_FAMILIES.items()}
+    )
+    vendors: frozenset[str] = frozenset(CLASS_FAMILIES)  # classes of vendors but NVIDIA
+
+    @classmethod
+    def of(cls, facts: Mapping[str, DeviceClassFacts]) -> DeviceClasses:
+        families = {name: f for name, f in CLASS_FAMILIES.items() if name not in facts}
+        for name, fact in facts.items():
+            family = DRIVER_FAMILIES.get(fact.driver) if fact.driver else None
+            if family is not None:
+                families[name] = family
+        extended: dict[str, str] = {}
+        for name, family in families.items():
+            extended[DEVICE_CLASS_PREFIX + name] = family
+        # k8s.io/api DeviceClassSpec.ExtendedResourceName: "If two device classes have the
+        # same name, then the class created later is picked" -- the webhook does not know
+        # creation times: a name two classes of different families claim is not read.
+        claimed: dict[str, set[str]] = {}
+        for name, fact in facts.items():
+            if fact.extended_resource and name in families:
+                claimed.setdefault(fact.extended_resource, set()).add(families[name])
+        for resource, found in claimed.items():
+            if len(found) == 1:
+                extended[resource] = next(iter(found))
+        return cls(
+            facts=MappingProxyType(dict(facts)),
+            families=MappingProxyType(families),
+            nvidia=frozenset(n for n, f in families.items() if f == "nvidia"),
+            extended=MappingProxyType(extended),
+            vendors=frozenset(n for n, f in families.items() if f != "nvidia"),
+        )
+
+    def resources(self, keys: Iterable[str], nvidia_classes: Iterable[str]) -> dict[str, str]:
+        """KEP-5004 resource name -> family, of those among `keys` (resource_family)."""
+        found: dict[str, str] = {}
+        for key in keys:
+            if key in self.extended or key.startswith(DEVICE_CLASS_PREFIX):
+                family = self.resource_family(key, nvidia_classes)
+                if family is not None:
+                    found[key] = family
+        return found
+
+    def resource_family(self, key: str, nvidia_classes: Iterable[str]) -> str | None:
+        """The family whose devices a KEP-5004 resource name counts: a class's
+        `extendedResourceName`, or `deviceclass.resource.kubernetes.io/<class>` of a class
+        with a known family or of one of `nvidia_classes` (the config's GPU classes)."""
+        found = self.extended.get(key)
+        if found is not None:
+            return found
+        if key.startswith(DEVICE_CLASS_PREFIX):
+            name = key[len(DEVICE_CLASS_PREFIX) :]
+            if name in self.families:
+                return self.families[name]
+            if name in nvidia_classes:
+                return "nvidia"
+        return None
+
+
+BUILT_IN_CLASSES = DeviceClasses()
+
+
 @dataclass(frozen=True)
 class ClaimIndex:
-    """Device classes per ResourceClaimTemplate and per ResourceClaim, by (namespace, name)."""
+    """Device classes per ResourceClaimTemplate and per ResourceClaim, by (namespace, name),
+    and the cluster's DeviceClasses (`classes`)."""
 
     templates: Mapping[ClaimKey, ClaimClasses] = field(default_factory=dict)
     claims: Mapping[ClaimKey, ClaimClasses] = field(default_factory=dict)
+    classes: DeviceClasses = BUILT_IN_CLASSES
 
     @classmethod
     def from_objects(cls, objs: Iterable[Mapping[str, Any]]) -> ClaimIndex:
@@ -86,6 +249,7 @@ class ClaimIndex:
         """
         templates: dict[ClaimKey, ClaimClasses] = {}
         claims: dict[ClaimKey, ClaimClasses] = {}
+        classes: dict[str, DeviceClassFacts] = {}
         for obj in objs:
             if not is_mapping(obj):
                 continue
@@ -102,10 +266,28 @@ class ClaimIndex:
                 templates[(ns, name)] = device_classes(obj)
             elif kind == "ResourceClaim":
                 claims[(ns, name)] = device_classes(obj)
-        return cls(templates=templates, claims=claims)
+            elif kind == "DeviceClass":  # cluster-scoped
+                classes[name] = device_class_facts(obj)
+        return cls(
+            templates=templates,
+            claims=claims,
+            classes=DeviceClasses.of(classes) if classes else BUILT_IN_CLASSES,
+        )
 
 
 DEFAULT_NAMESPACE = "default"
+
+
+def classes_of(index: ClaimIndex | None) -> DeviceClasses:
+    """The DeviceClasses the evaluation reads: the cluster's, or the built-in names alone."""
+    return index.classes if index is not None else BUILT_IN_CLASSES
+
+
+def nvidia_classes(config_classes: Iterable[str], index: ClaimIndex | None) -> frozenset[str]:
+    """NVIDIA's DRA device classes: the config's `gpuDeviceClasses` and every DeviceClass of
+    the cluster whose driver is NVIDIA's (DRIVER_FAMILIES)."""
+    known = classes_of(index).nvidia
+    return frozenset(config_classes) | known if known else frozenset(config_classes)
 
 
 @dataclass(frozen=True, slots=True)
