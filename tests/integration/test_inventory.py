@@ -15,6 +15,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from tests.fakekube import (
     CLAIM_TEMPLATES,
     CLAIMS,
+    DEVICE_CLASSES,
     NODES,
     FakeKube,
     claim_template,
@@ -94,6 +95,7 @@ async def test_inventory_shows_nodes_templates_and_the_sync_state_of_each_kind(
 ) -> None:
     kinds = (
         "ConfigMap",
+        "DeviceClass",
         "Namespace",
         "Node",
         "ResourceClaim",
@@ -144,7 +146,8 @@ async def test_unreadable_nodes_and_missing_dra_api_are_explained_and_do_not_blo
 ) -> None:
     kube.forbid(NODES, "nodes is forbidden")
     kube.not_served(CLAIM_TEMPLATES)
-    kube.not_served(CLAIMS)  # a cluster without resource.k8s.io/v1 serves neither
+    kube.not_served(CLAIMS)  # a cluster without resource.k8s.io/v1 serves none of them
+    kube.not_served(DEVICE_CLASSES)
     client, store = await started(kube, tmp_path)
     try:
         await eventually(
@@ -153,8 +156,9 @@ async def test_unreadable_nodes_and_missing_dra_api_are_explained_and_do_not_blo
                 and store.watched["Node"].errors > 0
                 and store.watched["ResourceClaimTemplate"].errors > 0
                 and store.watched["ResourceClaim"].errors > 0
+                and store.watched["DeviceClass"].errors > 0
                 # The other kinds' first lists (Namespaces...) may still be on their way on a
-                # loaded machine; the three failed kinds must not be among the pending ones.
+                # loaded machine; the four failed kinds must not be among the pending ones.
                 and not store.pending_kinds()
             ),
             "policies synced, every optional kind failed, and no kind is waited for",
