@@ -1,0 +1,522 @@
+"""GPU access control's exported native policies against the webhook core, on a real API server
+(SPEC §12 "Enforcement that survives the webhook"; issue 46 items 5 and 7).
+
+With NATIVE_KUBECONFIG set (the kapi API server of shared/tools, no controllers needed), the
+policies of `gpu-webhook export-policies --access` (a ValidatingAdmissionPolicy and a
+MutatingAdmissionPolicy, with bindings narrowed to the test's namespace) are installed, NO
+webhook is registered, and for every route pod of the access tests (tests/unit/
+test_gpu_access*.py, the vendors' own examples of tests/vendor_examples.py, and the parsing and
+route cases below) the API server's answer to a server-side dry-run create is compared with the
+webhook core's Decision under `enforce`: denied exactly when the core denies for GPU access, and
+when allowed, the same void and pin variables written in each container.
+
+Run: NATIVE_KUBECONFIG=/tmp/kapi/kubeconfig .venv/bin/pytest -q tests/native/test_native_access.py
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import os
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pytest
+
+from tests.helpers import container, pod
+from tests.unit.test_gpu_access import FINDINGS
+from tests.unit.test_gpu_access_routes import VENDOR_ENV
+from tests.vendor_examples import kai_pod, mindcluster_pod
+from webhook.core.access.control import POLICY
+from webhook.core.config.model import WebhookConfig, load_config
+from webhook.core.evaluation.evaluate import evaluate
+from webhook.core.policies.native_access import export_access, voids
+from webhook.core.policies.policyset import PolicySet
+
+KUBECONFIG = os.environ.get("NATIVE_KUBECONFIG", "")
+pytestmark = pytest.mark.skipif(
+    not KUBECONFIG,
+    reason="no API server: set NATIVE_KUBECONFIG to a kubeconfig (e.g. shared/tools/kapi's) "
+    "to compare the exported access policies with the webhook core",
+)
+NAMESPACE = "native-access"
+NAME = "native-diff-access"
+CONFIG = {
+    "gpuAccess": {
+        "mode": "enforce",
+        "vendorRuntimeClasses": {"ascend": ["ascend"], "amd": ["amd-runtime"]},
+    }
+}
+VOID_NAMES = frozenset(v for v, _, _, _ in voids())
+GPU = "nvidia.com/gpu"
+
+
+def _env(name: str, value: str) -> list[dict[str, Any]]:
+    return [{"name": name, "value": value}]
+
+
+def _mount(path: str, at: str = "/host") -> dict[str, Any]:
+    return pod(
+        container("app", volumeMounts=[{"name": "d", "mountPath": at}]),
+        volumes=[{"name": "d", "hostPath": {"path": path}}],
+    )
+
+
+def _caps(*names: str, limits: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    return pod(
+        container("app", limits=limits, securityContext={"capabilities": {"add": list(names)}})
+    )
+
+
+def route_cases() -> list[tuple[str, dict[str, Any]]]:
+    """(case, pod): every route pod of the access tests, and what the runtimes' parsers and the
+    vendors' patterns turn on."""
+    cases: list[tuple[str, dict[str, Any]]] = [(case, obj) for case, obj, _ in FINDINGS]
+    for name, value, _ in VENDOR_ENV:
+        c = container("x", env=_env(name, value))
+        cases += [
+            (f"{name} in a container", pod(c)),
+            (f"{name} in an init container", pod(container("main"), init=[c])),
+            (
+                f"{name} in a sidecar",
+                pod(container("main"), init=[{**c, "restartPolicy": "Always"}]),
+            ),
+        ]
+    # Each runtime's parser (core/families/visible.py), in a container without a device.
+    values = {
+        "NVIDIA_VISIBLE_DEVICES": [
+            "all,VOID",
+            "all,Void",
+            "all,void\x1f",
+            "void",
+            " void ",
+            "0,void",
+            "all,none",
+            "",
+            " , ",
+            "none",
+            "GPU-0b5a",
+        ],
+        "NVIDIA_IMEX_CHANNELS": ["all", "void"],
+        "AMD_VISIBLE_DEVICES": [
+            "0-7,void",
+            "void",
+            "all",
+            "All",
+            "aLL",
+            "0x1f",
+            "abcdef012",
+            "abc",
+            "3-1",
+            "-1",
+            "+2",
+            "1-+3",
+            "",
+        ],
+        "DOCKER_RESOURCE_GPU": ["0", "void"],
+        "ASCEND_VISIBLE_DEVICES": ["void", "", "0", "Ascend910-0"],
+        "AWS_NEURON_VISIBLE_DEVICES": ["ALL", ""],
+        "MTHREADS_VISIBLE_DEVICES": ["all"],
+        "ENFLAME_VISIBLE_DEVICES": ["2"],
+    }
+    for name, listed in values.items():
+        for value in listed:
+            cases.append((f"{name}={value!r}", pod(container("app", env=_env(name, value)))))
+    # Device containers: their own variable, the other vendors' voids, the pins.
+    for resource, name, value in [
+        (GPU, "NVIDIA_VISIBLE_DEVICES", "0,1"),
+        ("amd.com/gpu", "AMD_VISIBLE_DEVICES", "all"),
+        ("amd.com/cpx_nps4", "AMD_VISIBLE_DEVICES", "0-7"),
+        ("huawei.com/Ascend910", "ASCEND_VISIBLE_DEVICES", "0-7"),
+        ("huawei.com/Ascend910-2c.8g", "ASCEND_VISIBLE_DEVICES", "0"),
+    ]:
+        cases += [
+            (
+                f"{resource} sets {name}",
+                pod(container("t", limits={resource: 1}, env=_env(name, value))),
+            ),
+            (f"{resource} alone", pod(container("t", limits={resource: 1}))),
+        ]
+    cases += [
+        (
+            "zero GPU request",
+            pod(container("t", limits={GPU: 0}, env=_env("NVIDIA_VISIBLE_DEVICES", "all"))),
+        ),
+        ("plain pod", pod(container("app"), init=[container("setup")])),
+        ("gpu container", pod(container("g", limits={GPU: 1}), container("side"))),
+        ("intel gpu", pod(container("g", limits={"gpu.intel.com/i915": 1}))),
+        ("neuron device", pod(container("g", limits={"aws.amazon.com/neuron": 1}))),
+        # Privileged, and the capabilities NVIDIA's toolkit counts as privileged.
+        (
+            "privileged gpu container",
+            pod(container("g", limits={GPU: 1}, securityContext={"privileged": True})),
+        ),
+        ("SYS_ADMIN", _caps("SYS_ADMIN")),
+        ("ALL", _caps("ALL")),
+        ("cap_sys_admin", _caps("cap_sys_admin")),
+        ("SYS_ADMIN in a gpu container", _caps("SYS_ADMIN", limits={GPU: 1})),
+        ("NET_ADMIN", _caps("NET_ADMIN", "SYS_PTRACE")),
+        # hostPath volumes of device nodes, as the kubelet normalises them.
+        *[
+            (f"hostPath {path}", _mount(path))
+            for path in [
+                "/dev/kfd",
+                "/dev/davinci0",
+                "/dev/davinci_manager",
+                "/dev/devmm_svm",
+                "/dev/hisi_hdc",
+                "/dev/nvidia0",
+                "/dev/neuron0",
+                "/dev/accel/accel0",
+                "//dev",
+                "/dev/../dev/davinci1/",
+                "/dev/vdavinci3",
+                "/dev/dvpp_cmdlist",
+                "/dev/uburma/x",
+                "/dev/ummu/y",
+                "/",
+                "/dev/",
+                "/dev/shm",
+                "/var/log",
+                "dev/nvidia0",
+                "/dev/./dri",
+            ]
+        ],
+        ("device-list mount, no slash", _mount("/tmp", "/var/run/nvidia-container-devicesX")),
+        (
+            "device-list mount, doubled slash",
+            _mount("/tmp", "//var/run//nvidia-container-devices/0"),
+        ),
+        (
+            "a device hostPath not mounted",
+            pod(container("app"), volumes=[{"name": "d", "hostPath": {"path": "/dev"}}]),
+        ),
+        # Device annotations.
+        *[
+            (f"annotation {key}", pod(container("app"), annotations={key: "nvidia.com/gpu=all"}))
+            for key in [
+                "cdi.k8s.io/gpu",
+                "nvidia.cdi.k8s.io/x",
+                "devices.noderesource.dev/container.app",
+                "mounts.noderesource.dev/pod",
+                "cdi-devices.noderesource.dev/c",
+                "devices.nri.io/c",
+                "io.kubernetes.cri-o.Devices",
+                "devices.crio.io/app",
+                "example.com/other",
+            ]
+        ],
+        # Vendor runtime classes.
+        ("runtime class nvidia, no GPU", pod(container("app"), runtimeClassName="nvidia")),
+        (
+            "runtime class nvidia, a GPU",
+            pod(container("g", limits={GPU: 1}), runtimeClassName="nvidia"),
+        ),
+        (
+            "runtime class ascend, a GPU",
+            pod(container("g", limits={GPU: 1}), runtimeClassName="ascend"),
+        ),
+        (
+            "runtime class amd, an AMD GPU",
+            pod(container("g", limits={"amd.com/gpu": 1}), runtimeClassName="amd-runtime"),
+        ),
+        ("runtime class other", pod(container("app"), runtimeClassName="runc")),
+        # HAMi-core's limiter controls in a share, and the same names without a device.
+        *[
+            (
+                f"hami share {name}={value}",
+                pod(
+                    container(
+                        "s", limits={GPU: 1, "nvidia.com/gpumem": 1000}, env=_env(name, value)
+                    )
+                ),
+            )
+            for name, value in [
+                ("CUDA_DISABLE_CONTROL", "true"),
+                ("CUDA_DEVICE_MEMORY_LIMIT_0", "80g"),
+                ("CUDA_DEVICE_SM_LIMIT", "100"),
+                ("GPU_CORE_UTILIZATION_POLICY", "disable"),
+                ("GPU_CORE_UTILIZATION_POLICY", "force"),
+                ("CUDA_VERSION", "12.4"),
+            ]
+        ],
+        ("limiter without a device", pod(container("s", env=_env("CUDA_DISABLE_CONTROL", "true")))),
+        ("hami cores share", pod(container("s", limits={GPU: 1, "nvidia.com/gpucores": 30}))),
+        # envFrom.
+        (
+            "envFrom in a gpu container",
+            pod(container("g", limits={GPU: 1}, envFrom=[{"configMapRef": {"name": "x"}}])),
+        ),
+        (
+            "envFrom in a plain container",
+            pod(container("app", envFrom=[{"configMapRef": {"name": "x"}}])),
+        ),
+        *[
+            (
+                f"envFrom prefix {prefix}",
+                pod(container("app", envFrom=[{"prefix": prefix, "configMapRef": {"name": "x"}}])),
+            )
+            for prefix in ["DOCKER_", "DOCKER_RESOURCE_GPU", "AWS_NEURON_", "NVIDIA_", "APP_"]
+        ],
+        # Every entry of a name counts, not only the last.
+        (
+            "an earlier entry names devices",
+            pod(
+                container(
+                    "app",
+                    env=[
+                        *_env("NVIDIA_VISIBLE_DEVICES", "all"),
+                        *_env("NVIDIA_VISIBLE_DEVICES", "void"),
+                    ],
+                )
+            ),
+        ),
+        (
+            "duplicate names elsewhere",
+            pod(container("app", env=[*_env("X", "1"), *_env("X", "2")])),
+        ),
+        # The vendors' own examples, and the same variables where their schedulers count none.
+        ("MindCluster", mindcluster_pod()),
+        ("MindCluster, default scheduler", mindcluster_pod(schedulerName="default-scheduler")),
+        (
+            "MindCluster, another annotation",
+            mindcluster_pod(
+                container={
+                    "env": [
+                        {
+                            "name": "ASCEND_VISIBLE_DEVICES",
+                            "valueFrom": {
+                                "fieldRef": {
+                                    "fieldPath": "metadata.annotations['huawei.com/Ascend310P']"
+                                }
+                            },
+                        }
+                    ]
+                }
+            ),
+        ),
+        ("KAI fraction", kai_pod()),
+        (
+            "KAI fraction, first container",
+            kai_pod(fraction_container=0, annotations={"gpu-fraction-container-name": ""}),
+        ),
+        ("KAI, wrong container", kai_pod(fraction_container=2)),
+        ("KAI, default scheduler", kai_pod(schedulerName="default-scheduler")),
+        ("KAI, no fraction", kai_pod(annotations={"gpu-fraction": ""})),
+    ]
+    return cases
+
+
+def _named(obj: dict[str, Any], case: str, i: int) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    out["metadata"]["name"] = f"r{i}"
+    out["metadata"]["namespace"] = NAMESPACE
+    for lst in ("containers", "initContainers"):
+        for c in out["spec"].get(lst) or []:
+            c.setdefault("image", "busybox")
+            for key in ("limits", "requests"):
+                values = (c.get("resources") or {}).get(key) or {}
+                for resource, value in values.items():
+                    values[resource] = str(value)
+    out["metadata"].setdefault("labels", {})["case"] = str(i)
+    return out
+
+
+def _written(original: Mapping[str, Any], result: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """container -> the void and pin variables `result` has that `original` had not."""
+    found: dict[str, dict[str, str]] = {}
+    for lst in ("containers", "initContainers"):
+        before = {c["name"]: c for c in original["spec"].get(lst) or []}
+        for c in result["spec"].get(lst) or []:
+            had = {e["name"] for e in before.get(c["name"], {}).get("env") or []}
+            new = {
+                e["name"]: e.get("value", "")
+                for e in c.get("env") or []
+                if e["name"] in VOID_NAMES and e["name"] not in had
+            }
+            if new:
+                found[f"{lst}/{c['name']}"] = new
+    return found
+
+
+def core_answer(
+    obj: dict[str, Any], config: WebhookConfig
+) -> tuple[bool, dict[str, dict[str, str]]]:
+    """(denied for GPU access, the voids written) by the webhook core under `enforce`."""
+    decision = evaluate(obj, PolicySet.from_configmaps([]), config, namespace=NAMESPACE)
+    denied = any(v.configmap == POLICY for v in decision.violations)
+    mutated = decision.mutated if decision.mutated is not None else obj
+    return denied, {} if denied else _written(obj, mutated)
+
+
+def server_answer(core: Any, obj: dict[str, Any]) -> tuple[bool, dict[str, dict[str, str]], str]:
+    from kubernetes import client as _client
+
+    client: Any = _client
+    try:
+        result = core.create_namespaced_pod(NAMESPACE, obj, dry_run="All", _preload_content=False)
+    except client.ApiException as exc:
+        message = json.loads(exc.body or "{}").get("message", "")
+        if "ValidatingAdmissionPolicy" in message and NAME in message:
+            return True, {}, message
+        if exc.status == 422:
+            return False, {}, f"invalid: {message}"
+        raise AssertionError(f"unexpected API error {exc.status}: {message}") from exc
+    return False, _written(obj, json.loads(result.data)), ""
+
+
+def apply_object(api: Any, obj: dict[str, Any]) -> None:
+    """Create, or replace in place."""
+    from kubernetes import client as _client
+
+    client: Any = _client
+    plural = {
+        "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
+        "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
+        "MutatingAdmissionPolicy": "mutatingadmissionpolicies",
+        "MutatingAdmissionPolicyBinding": "mutatingadmissionpolicybindings",
+    }[obj["kind"]]
+    custom = client.CustomObjectsApi(api)
+    group, version = obj["apiVersion"].split("/")
+    name = obj["metadata"]["name"]
+    try:
+        current = custom.get_cluster_custom_object(group, version, plural, name)
+    except client.ApiException as exc:
+        if exc.status != 404:
+            raise
+        custom.create_cluster_custom_object(group, version, plural, obj)
+        return
+    body = copy.deepcopy(obj)
+    body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+    custom.replace_cluster_custom_object(group, version, plural, name, body)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[tuple[Any, WebhookConfig]]:
+    from kubernetes import client as _client
+    from kubernetes import config as _config
+
+    client: Any = _client
+    config: Any = _config
+    api = config.new_client_from_config(config_file=KUBECONFIG)
+    core = client.CoreV1Api(api)
+    with contextlib.suppress(client.ApiException):
+        core.create_namespace({"metadata": {"name": NAMESPACE}})
+    # The RuntimeClass admission plugin wants the classes the pods name to exist.
+    node = client.NodeV1Api(api)
+    for runtime in ("nvidia", "ascend", "amd-runtime", "runc"):
+        with contextlib.suppress(client.ApiException):
+            node.create_runtime_class({"metadata": {"name": runtime}, "handler": runtime})
+    webhook_config = load_config(CONFIG)
+    objects = export_access(webhook_config, name=NAME).objects
+    assert [o["kind"] for o in objects] == [
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+        "MutatingAdmissionPolicy",
+        "MutatingAdmissionPolicyBinding",
+    ]
+    for obj in objects:
+        if obj["kind"].endswith("Binding"):
+            obj["spec"]["matchResources"] = {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}}
+            }
+        apply_object(api, obj)
+    # The policies' informers sync: wait until a route pod is denied.
+    probe = _named(pod(container("app", env=_env("NVIDIA_VISIBLE_DEVICES", "all"))), "probe", 0)
+    for _ in range(60):
+        with contextlib.suppress(AssertionError):
+            if server_answer(core, probe)[0]:
+                break
+        time.sleep(0.5)
+    yield core, webhook_config
+
+
+def test_no_webhook_is_registered(cluster: Any) -> None:
+    from kubernetes import client as _client
+
+    client: Any = _client
+    core, _ = cluster
+    adm = client.AdmissionregistrationV1Api(core.api_client)
+    assert adm.list_validating_webhook_configuration().items == []
+    assert adm.list_mutating_webhook_configuration().items == []
+
+
+def test_policies_and_webhook_agree_on_every_route(cluster: Any) -> None:
+    core, config = cluster
+    disagree: list[str] = []
+    invalid: list[str] = []
+    denied = allowed = 0
+    for i, (case, obj) in enumerate(route_cases(), start=1):
+        body = _named(obj, case, i)
+        want = core_answer(body, config)
+        got = server_answer(core, body)
+        if got[2].startswith("invalid: "):
+            invalid.append(f"{case}: {got[2]}")
+            continue
+        if (got[0], got[1]) != want:
+            disagree.append(f"{case}: webhook {want}, policies {got[:2]} {got[2][:160]}")
+        denied += want[0]
+        allowed += not want[0]
+    assert not disagree, "\n".join(disagree)
+    # Rejected by the API server's validation before any policy: a `..` in a hostPath.
+    assert len(invalid) == 1 and "must not contain '..'" in invalid[0], invalid
+    # Both answers occur, and the routes are the majority.
+    assert denied > 80 and allowed > 30, (denied, allowed)
+
+
+def test_without_the_webhook_a_plain_pod_is_created_and_a_route_still_denied(cluster: Any) -> None:
+    """Issue 46 item 7: the webhook stopped (here: never registered), the native policies
+    installed: a plain pod is created, with its voids; a route pod is denied."""
+    from kubernetes import client as _client
+
+    client: Any = _client
+    core, _ = cluster
+    plain = _named(pod(container("app")), "plain", 9000)
+    with contextlib.suppress(client.ApiException):
+        core.delete_namespaced_pod("r9000", NAMESPACE, grace_period_seconds=0)
+    created = core.create_namespaced_pod(NAMESPACE, plain)
+    env = {e.name: e.value or "" for e in created.spec.containers[0].env}
+    assert env == {
+        "NVIDIA_VISIBLE_DEVICES": "void",
+        "AMD_VISIBLE_DEVICES": "void",
+        "ASCEND_VISIBLE_DEVICES": "",
+    }
+    route = _named(pod(container("app", env=_env("NVIDIA_VISIBLE_DEVICES", "all,VOID"))), "r", 9001)
+    with pytest.raises(client.ApiException) as denied:
+        core.create_namespaced_pod(NAMESPACE, route)
+    assert denied.value.status == 403
+    message = json.loads(denied.value.body)["message"]
+    assert message == (
+        f"pods \"r9001\" is forbidden: ValidatingAdmissionPolicy '{NAME}' with binding '{NAME}' "
+        "denied request: gpuAccess: a container sets a device-selection variable that names "
+        "devices it does not request: request the device's resource, or set the variable to its "
+        "void."
+    )
+    core.delete_namespaced_pod("r9000", NAMESPACE, grace_period_seconds=0)
+
+
+def test_a_new_ephemeral_container_is_judged(cluster: Any) -> None:
+    """The pods/ephemeralcontainers subresource: a privileged debug container is denied, a plain
+    one added."""
+    from kubernetes import client as _client
+
+    client: Any = _client
+    core, _ = cluster
+    name = "r9002"
+    with contextlib.suppress(client.ApiException):
+        core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
+    core.create_namespaced_pod(NAMESPACE, _named(pod(container("app")), "eph", 9002))
+    debug = {"name": "debug", "image": "busybox", "securityContext": {"privileged": True}}
+    with pytest.raises(client.ApiException) as denied:
+        core.patch_namespaced_pod_ephemeralcontainers(
+            name, NAMESPACE, {"spec": {"ephemeralContainers": [debug]}}
+        )
+    assert "is privileged or adds SYS_ADMIN or ALL" in json.loads(denied.value.body)["message"]
+    plain = {"name": "shell", "image": "busybox"}
+    done = core.patch_namespaced_pod_ephemeralcontainers(
+        name, NAMESPACE, {"spec": {"ephemeralContainers": [plain]}}
+    )
+    assert [c.name for c in done.spec.ephemeral_containers] == ["shell"]
+    core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
