@@ -431,6 +431,12 @@ def cluster() -> Iterator[tuple[Any, WebhookConfig]]:
                 break
         time.sleep(0.5)
     yield core, webhook_config
+    custom = client.CustomObjectsApi(api)
+    for obj in reversed(objects):
+        group, version = obj["apiVersion"].split("/")
+        plural = obj["kind"].lower().replace("policy", "policies").replace("binding", "bindings")
+        plural = plural.replace("policiesbindings", "policybindings")
+        custom.delete_cluster_custom_object(group, version, plural, NAME)
 
 
 def test_no_webhook_is_registered(cluster: Any) -> None:
