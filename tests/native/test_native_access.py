@@ -526,3 +526,100 @@ def test_a_new_ephemeral_container_is_judged(cluster: Any) -> None:
     )
     assert [c.name for c in done.spec.ephemeral_containers] == ["shell"]
     core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
+
+
+# --- an outage, through the chart's own webhook configurations ---------------------------------
+
+OUTAGE_PODS: list[tuple[str, dict[str, Any]]] = [
+    ("plain", pod(container("app"))),
+    ("plain with an init container", pod(container("app"), init=[container("setup")])),
+    ("GPU", pod(container("g", limits={GPU: "1"}))),
+    (
+        "route: NVIDIA_VISIBLE_DEVICES=all",
+        pod(container("app", env=_env("NVIDIA_VISIBLE_DEVICES", "all"))),
+    ),
+    ("route: privileged", pod(container("app", securityContext={"privileged": True}))),
+    (
+        "route: CDI annotation",
+        pod(container("app"), annotations={"cdi.k8s.io/gpu": "nvidia.com/gpu=all"}),
+    ),
+]
+
+
+def _chart_webhooks(native: bool) -> list[dict[str, Any]]:
+    """The chart's two webhook configurations under `enforce` (with or without the native access
+    policies), with the Service the chart names absent: every call fails, as in an outage."""
+    import helm_python
+
+    from tests.chart.conftest import CHART_DIR, manifests_of, render_chart
+
+    values: dict[str, Any] = {"config": {"gpuAccess": {"mode": "enforce"}}}
+    if native:
+        values["nativePolicies"] = {"access": {"enabled": True}}
+    with helm_python.Chart.load(CHART_DIR) as chart:
+        objs = manifests_of(render_chart(chart, values, kube_version="v1.36.2"))
+    return [o for o in objs if o["kind"].endswith("WebhookConfiguration")]
+
+
+def _outcome(core: Any, i: int, obj: dict[str, Any]) -> str:
+    from kubernetes import client as _client
+
+    client: Any = _client
+    try:
+        core.create_namespaced_pod(NAMESPACE, _named(obj, "outage", i), dry_run="All")
+    except client.ApiException as exc:
+        message = json.loads(exc.body or "{}").get("message", "")
+        if "failed calling webhook" in message:
+            return "blocked by the outage"
+        if "ValidatingAdmissionPolicy" in message:
+            return "denied by the policy"
+        raise AssertionError(f"unexpected API error {exc.status}: {message}") from exc
+    return "created"
+
+
+@pytest.mark.parametrize("native", [False, True], ids=["webhook only", "native policies"])
+def test_an_outage_under_enforce(cluster: Any, native: bool) -> None:
+    """Issue 46 items 5 and 7, with numbers: the webhook unreachable (its Service absent), the
+    chart's entries under `enforce`. Without the native policies the access entry (Fail) blocks
+    every pod CREATE in the namespace; with them (access entry Ignore) plain pods are created,
+    the routes are still denied by the API server, and only pods with extended resources wait
+    for the pods entries (failurePolicy Fail: the CRL quotas)."""
+    from kubernetes import client as _client
+
+    client: Any = _client
+    core, _ = cluster
+    adm = client.AdmissionregistrationV1Api(core.api_client)
+    configs = _chart_webhooks(native)
+    assert {
+        h["failurePolicy"]
+        for c in configs
+        for h in c["webhooks"]
+        if h["name"].startswith("gpu-access.")
+    } == {"Ignore" if native else "Fail"}
+    try:
+        for config in configs:
+            if config["kind"] == "MutatingWebhookConfiguration":
+                adm.create_mutating_webhook_configuration(config)
+            else:
+                adm.create_validating_webhook_configuration(config)
+        time.sleep(2)  # the webhook configuration informer
+        outcomes = {case: _outcome(core, i, obj) for i, (case, obj) in enumerate(OUTAGE_PODS, 9100)}
+    finally:
+        for config in configs:
+            name = config["metadata"]["name"]
+            with contextlib.suppress(client.ApiException):
+                if config["kind"] == "MutatingWebhookConfiguration":
+                    adm.delete_mutating_webhook_configuration(name)
+                else:
+                    adm.delete_validating_webhook_configuration(name)
+    if not native:
+        assert outcomes == dict.fromkeys(outcomes, "blocked by the outage")
+        return
+    assert outcomes == {
+        "plain": "created",
+        "plain with an init container": "created",
+        "GPU": "blocked by the outage",
+        "route: NVIDIA_VISIBLE_DEVICES=all": "denied by the policy",
+        "route: privileged": "denied by the policy",
+        "route: CDI annotation": "denied by the policy",
+    }
