@@ -465,6 +465,7 @@ def test_policies_and_webhook_agree_on_every_route(cluster: Any) -> None:
             disagree.append(f"{case}: webhook {want}, policies {got[:2]} {got[2][:160]}")
         denied += want[0]
         allowed += not want[0]
+    print(f"{denied + allowed} compared: {denied} denied and {allowed} allowed by both")
     assert not disagree, "\n".join(disagree)
     # Rejected by the API server's validation before any policy: a `..` in a hostPath.
     assert len(invalid) == 1 and "must not contain '..'" in invalid[0], invalid
