@@ -11,7 +11,7 @@ import helm_python
 import pytest
 
 from webhook.core.config.model import load_config
-from webhook.core.policies.native_access import export_access
+from webhook.core.evaluation.native_access import export_access
 
 from .conftest import CHART_DIR, NAMESPACE, RELEASE, Render, manifests_of, render_chart
 from .test_chart import WEBHOOK_KINDS, webhooks

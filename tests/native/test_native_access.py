@@ -32,7 +32,7 @@ from tests.vendor_examples import kai_pod, mindcluster_pod
 from webhook.core.access.control import POLICY
 from webhook.core.config.model import WebhookConfig, load_config
 from webhook.core.evaluation.evaluate import evaluate
-from webhook.core.policies.native_access import export_access, voids
+from webhook.core.evaluation.native_access import export_access, voids
 from webhook.core.policies.policyset import PolicySet
 
 KUBECONFIG = os.environ.get("NATIVE_KUBECONFIG", "")

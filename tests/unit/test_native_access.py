@@ -12,16 +12,14 @@ import yaml
 
 from webhook.cli import main
 from webhook.core.config.model import load_config
-from webhook.core.families.catalog import FAMILIES
-from webhook.core.families.visible import LIMITER_PARSERS, PARSERS
-from webhook.core.policies.native_access import (
-    CEL_LIMITER_PARSERS,
-    CEL_PARSERS,
+from webhook.core.evaluation.native_access import (
     NOT_EXPRESSED,
-    _unbind,
     export_access,
     voids,
 )
+from webhook.core.evaluation.native_access_cel import CEL_LIMITER_PARSERS, CEL_PARSERS, unbind
+from webhook.core.families.catalog import FAMILIES
+from webhook.core.families.visible import LIMITER_PARSERS, PARSERS
 
 
 def _kinds(text: str) -> list[str]:
@@ -98,7 +96,7 @@ def test_the_mutating_policy_writes_every_familys_void_and_share_value() -> None
 
 def test_bindings_are_rewritten_as_one_item_lists() -> None:
     """The API server's CEL has no bindings library (`cel.bind` does not compile)."""
-    assert _unbind("cel.bind(x, a.b(1, 2), x + cel.bind(y, ')', y))") == (
+    assert unbind("cel.bind(x, a.b(1, 2), x + cel.bind(y, ')', y))") == (
         "[a.b(1, 2)].exists(x, x + [')'].exists(y, y))"
     )
     for obj in export_access(load_config({"gpuAccess": {"mode": "enforce"}})).objects:

@@ -13,10 +13,10 @@ import yaml
 from webhook.cli.exits import EXIT_OK, CommandError
 from webhook.cli.review import load_policies
 from webhook.core.config.model import load_config
+from webhook.core.evaluation.native_access import DEFAULT_NAME as ACCESS_NAME
+from webhook.core.evaluation.native_access import export_access
 from webhook.core.evaluation.updates import update_reads
 from webhook.core.policies.native import DEFAULT_NAME, export
-from webhook.core.policies.native_access import DEFAULT_NAME as ACCESS_NAME
-from webhook.core.policies.native_access import export_access
 from webhook.core.policies.native_cost import (
     cost_problem,
     estimated_cost,

@@ -25,27 +25,42 @@ mutations are applied in order, each to the object the previous ones produced; C
 strings.TrimSpace; two-variable comprehensions (`exists(i, c, ...)`, `transformList`) since
 1.32; the validating policies run after every mutation, so they judge the voided pod.
 
-What CEL cannot express is `NOT_EXPRESSED`; the webhook still judges it when it is up.
+What CEL cannot express is `NOT_EXPRESSED`; the webhook still judges it when it is up. This
+module sits in core/evaluation, beside the CRL export's core/policies/native*.py, because it
+reads the access routes, the families and the config together (the import contracts allow that
+only here). Offline only: the CLI and the tests, never a review (not compiled, setup.py).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.core.access import patterns
-from webhook.core.access.routes import _PRIVILEGED_CAPS as PRIVILEGED_CAPABILITIES
-from webhook.core.access.routes import DEVICE_LIST_MOUNT_ROOT
 from webhook.core.config.model import WebhookConfig
-from webhook.core.families.catalog import DEVICE_PATHS, FAMILIES, Family, family_named
+from webhook.core.evaluation.native_access_cel import (
+    any_of,
+    cel_list,
+    claims,
+    device_path,
+    device_variable,
+    env_from,
+    limiter,
+    mounts,
+    name_is,
+    owns,
+    privileged,
+    quote,
+    requests,
+    unbind,
+)
+from webhook.core.families.catalog import FAMILIES, Family, family_named
 from webhook.core.workloads.devices import DEVICE_ANNOTATION_PREFIXES
 
 DEFAULT_NAME = "gpu-webhook-access"
 API_VERSION = "admissionregistration.k8s.io/v1"
 _LABELS = {"app.kubernetes.io/name": "gpu-admission-webhook"}
-_CUDA_ENV = ("CUDA_VERSION", "NVIDIA_REQUIRE_CUDA")
 
 NOT_EXPRESSED: tuple[str, ...] = (
     "DRA claims: a policy cannot read ResourceClaims, so a container with resource claims "
@@ -58,277 +73,7 @@ NOT_EXPRESSED: tuple[str, ...] = (
 )
 
 
-def _q(text: str) -> str:
-    """A CEL string literal."""
-    return json.dumps(text, ensure_ascii=True)
-
-
-def _list(items: Sequence[str]) -> str:
-    return "[" + ", ".join(_q(i) for i in items) + "]"
-
-
-def _unbind(text: str) -> str:
-    """`text` with every `cel.bind(x, e, body)` written `[e].exists(x, body)`: the API server's
-    CEL environment has no bindings library, and a one-item list binds the same way."""
-    start = text.find("cel.bind(")
-    while start >= 0:
-        at = start + len("cel.bind(")
-        comma = text.index(", ", at)
-        name = text[at:comma]
-        parts: list[str] = []
-        depth, quote, i, mark = 0, "", comma + 2, comma + 2
-        while True:
-            ch = text[i]
-            if quote:
-                if ch == "\\":
-                    i += 1
-                elif ch == quote:
-                    quote = ""
-            elif ch in "'\"":
-                quote = ch
-            elif ch in "([{":
-                depth += 1
-            elif ch in ")]}":
-                if depth == 0:
-                    parts.append(text[mark:i])
-                    break
-                depth -= 1
-            elif ch == "," and depth == 0 and not parts:
-                parts.append(text[mark:i])
-                mark = i + 2
-            i += 1
-        expr, body = parts
-        text = f"{text[:start]}[{expr}].exists({name}, {body}){text[i + 1 :]}"
-        start = text.find("cel.bind(")
-    return text
-
-
-def _any(terms: Sequence[str]) -> str:
-    return "(" + " || ".join(terms) + ")" if terms else "false"
-
-
-# --- the runtimes' parsers (core/families/visible.py PARSERS), over a string `v` ------------
-
-_ATOI = "'^[+-]?[0-9]+$'"
-# nvidia_selects: items split on ",", Go-trimmed, empty ones dropped; `void`/`none` win.
-_NVIDIA = (
-    "cel.bind(items, v.split(',').map(x, x.trim()).filter(x, x != ''), "
-    "size(items) > 0 && !('void' in items) && !('none' in items))"
-)
-# amd_selects: `all`/`All`/`ALL`, else any untrimmed item that is a unique id, a range of
-# non-negative integers or a non-negative index.
-_AMD = (
-    "(v in ['all', 'All', 'ALL'] || v.split(',').exists(x, "
-    "x.startsWith('0x') || x.startsWith('0X') || (size(x) > 8 && x.matches('^[0-9a-fA-F]+$')) || "
-    "(x.contains('-') ? cel.bind(lo, x.substring(0, x.indexOf('-')), "
-    "cel.bind(hi, x.substring(x.indexOf('-') + 1), "
-    f"lo.matches({_ATOI}) && hi.matches({_ATOI}) && int(lo) >= 0 && int(lo) <= int(hi))) : "
-    f"(x.matches({_ATOI}) && int(x) >= 0))))"
-)
-CEL_PARSERS: dict[str, str] = {
-    "nvidia": _NVIDIA,
-    "amd": _AMD,
-    "ascend": "!(v in ['', 'void'])",
-    "any": "true",
-}
-# LIMITER_PARSERS: whether a value raises or switches the limit off (a control not listed:
-# every value does).
-CEL_LIMITER_PARSERS: dict[str, str] = {
-    "GPU_CORE_UTILIZATION_POLICY": "v in ['disable', 'DISABLE']",
-}
-
-
-def _value_selects(family: Family) -> str:
-    """CEL over an env entry `e`: its value names devices as `family`'s runtime reads it."""
-    parser = CEL_PARSERS.get(family.selection, "true")
-    return f"(has(e.valueFrom) || cel.bind(v, e.?value.orValue(''), {parser}))"
-
-
-def _name_is(names: Sequence[str], prefixes: Sequence[str], of: str = "e.name") -> list[str]:
-    terms = [f"{of} in {_list(names)}"] if names else []
-    terms += [f"{of}.startsWith({_q(p)})" for p in prefixes]
-    return terms
-
-
-def _resource_of(family: Family, key: str) -> str:
-    exact = [p for p in family.resources if not p.endswith("*")]
-    prefixes = [p[:-1] for p in family.resources if p.endswith("*")]
-    return _any(_name_is(exact, prefixes, key))
-
-
-def _requests(c: str, match: str) -> str:
-    """CEL: container `c` asks a nonzero amount of a resource `k` matching `match`."""
-    return (
-        "(['limits', 'requests'].exists(l, cel.bind(m, "
-        f"{c}.?resources[?l].orValue({{}}), m.exists(k, {match} && "
-        "quantity(string(m[k])).compareTo(quantity('0')) != 0))))"
-    )
-
-
-def owns(family: Family, c: str = "c") -> str:
-    """CEL: container `c` requests a device of `family` (control.container_families)."""
-    return _requests(c, _resource_of(family, "k"))
-
-
-def _any_device(c: str = "c") -> str:
-    return _any([owns(f, c) for f in FAMILIES])
-
-
-def _claims(c: str = "c") -> str:
-    return f"(size({c}.?resources.?claims.orValue([])) > 0)"
-
-
-# --- the vendors' patterns (core/access/patterns.py counted) -------------------------------
-
-_MINDCLUSTER_FIELD = r"^metadata\.annotations\['huawei\.com/Ascend[0-9A-Za-z]+'\]$"
-
-
-def _mindcluster() -> str:
-    """An ASCEND_VISIBLE_DEVICES entry `e` from the pod's own huawei.com/<type> annotation, in a
-    container `c` requesting that type, scheduled by Volcano (patterns.mindcluster_counted)."""
-    return (
-        f"(e.name == {_q(patterns.ASCEND_VARIABLE)} && "
-        "cel.bind(p, e.?valueFrom.?fieldRef.?fieldPath.orValue(''), "
-        f"p.matches({_q(_MINDCLUSTER_FIELD)}) && "
-        "cel.bind(r, p.substring(22, size(p) - 2), "
-        "['limits', 'requests'].exists(l, cel.bind(m, c.?resources[?l].orValue({}), "
-        "r in m && quantity(string(m[r])).compareTo(quantity('0')) > 0)))) && "
-        f"object.spec.?schedulerName.orValue('') == {_q(patterns.VOLCANO)})"
-    )
-
-
-def _kai(list_name: str) -> str:
-    """An NVIDIA_VISIBLE_DEVICES entry `e` in container `c` (index `i` of `list_name`) from key
-    NVIDIA_VISIBLE_DEVICES of the pod's own KAI sharing ConfigMap, in the container KAI's
-    scheduler accounts the fraction to (patterns.kai_counted, kai_fraction_container)."""
-    if list_name not in ("containers", "initContainers"):
-        return "false"
-    ann = "object.metadata.?annotations.orValue({})"
-    named = f"{ann}[?{_q(patterns.KAI_CONTAINER_ANNOTATION)}]"
-    if list_name == "containers":
-        # The named container: the first init container of that name, else this one.
-        fraction = (
-            f"({named}.hasValue() ? ({named}.value() == c.name && "
-            "!object.spec.?initContainers.orValue([]).exists(o, o.name == c.name)) : i == 0)"
-        )
-        index = "string(i)"
-    else:
-        fraction = f"({named}.hasValue() && {named}.value() == c.name)"
-        index = "'i' + string(i)"
-    cm = f"{ann}[?{_q(patterns.KAI_CONFIGMAP_ANNOTATION)}].orValue('')"
-    return (
-        f"(e.name == {_q(patterns.NVIDIA_VARIABLE)} && "
-        f"e.?valueFrom.?configMapKeyRef.?key.orValue('') == {_q(patterns.NVIDIA_VARIABLE)} && "
-        f"object.spec.?schedulerName.orValue('') == {_q(patterns.KAI_SCHEDULER)} && "
-        f"{_list(patterns.KAI_FRACTION_ANNOTATIONS)}.exists(a, a in {ann}) && {fraction} && "
-        f"{cm} != '' && e.?valueFrom.?configMapKeyRef.?name.orValue('') == {cm} + '-' + {index})"
-    )
-
-
-# --- the per-container checks -----------------------------------------------------------------
-
-_DEVICE_FAMILIES = tuple(f for f in FAMILIES if f.device_env or f.device_env_prefixes)
-_LIMITER_FAMILIES = tuple(f for f in FAMILIES if f.limiter_env)
 _VOID_FAMILIES = tuple(f for f in FAMILIES if f.void is not None and f.void_env)
-_UNVOIDABLE = tuple(n for f in _DEVICE_FAMILIES if f.void is None for n in f.device_env)
-_DEVICE_PREFIXES = tuple(p for f in _DEVICE_FAMILIES for p in f.device_env_prefixes)
-
-
-def _device_variable(list_name: str) -> str:
-    """CEL over container `c`: an env entry of a device variable names devices, and is no
-    vendor pattern (control._env_findings)."""
-    terms = []
-    for family in _DEVICE_FAMILIES:
-        named = _any(_name_is(family.device_env, family.device_env_prefixes))
-        terms.append(f"({named} && {_value_selects(family)})")
-    counted = f"({_mindcluster()} || {_kai(list_name)})"
-    return f"c.?env.orValue([]).exists(e, {_any(terms)} && !{counted})"
-
-
-def _limiter() -> str:
-    """CEL over container `c`: a device container's sharing-limiter control that raises or
-    switches off its limit (control._limits_raised)."""
-    terms = []
-    device_names = _any(
-        _name_is(
-            [n for f in _DEVICE_FAMILIES for n in f.device_env] + list(_CUDA_ENV),
-            _DEVICE_PREFIXES,
-        )
-    )
-    for family in _LIMITER_FAMILIES:
-        exact = [p for p in family.limiter_env if not p.endswith("*")]
-        prefixes = [p[:-1] for p in family.limiter_env if p.endswith("*")]
-        parsed = [
-            f"(e.name == {_q(n)} && !has(e.valueFrom) && !cel.bind(v, e.?value.orValue(''), {p}))"
-            for n, p in CEL_LIMITER_PARSERS.items()
-        ]
-        raised = f"!{_any(parsed)}"
-        terms.append(
-            f"({owns(family)} && c.?env.orValue([]).exists(e, !{device_names} && "
-            f"{_any(_name_is(exact, prefixes))} && {raised}))"
-        )
-    return _any(terms)
-
-
-def _env_from(config: WebhookConfig) -> str:
-    """CEL over container `c`: envFrom no void closes (control.container_findings; evaluation
-    containers._void with its unvoidable prefixes)."""
-    ignored = config.gpu_access.node_settings.env_ignored
-    guarded = [
-        owns(f)
-        for f in FAMILIES
-        if (f.device_env or f.limiter_env or f.device_env_prefixes) and f.name not in ignored
-    ]
-    has_from = "size(c.?envFrom.orValue([])) > 0"
-    device = f"({has_from} && {_any(guarded)})"
-    if config.gpu_access.void_image_devices != "all":
-        plain = f"({has_from} && !{_any_device()})"
-    else:
-        prefix = "x.?prefix.orValue('')"
-        unvoidable = _any(
-            [f"{_q(n)}.startsWith({prefix})" for n in _UNVOIDABLE]
-            + [
-                f"({_q(p)}.startsWith({prefix}) || {prefix}.startsWith({_q(p)}))"
-                for p in _DEVICE_PREFIXES
-            ]
-        )
-        plain = (
-            f"(!{_any_device()} && c.?envFrom.orValue([]).exists(x, {prefix} != '' && "
-            f"{unvoidable}))"
-        )
-    return f"(!{_claims()} && ({device} || {plain}))"
-
-
-def _privileged() -> str:
-    caps = _list(sorted(PRIVILEGED_CAPABILITIES))
-    return (
-        "(c.?securityContext.?privileged.orValue(false) == true || "
-        "c.?securityContext.?capabilities.?add.orValue([]).exists(n, "
-        f"n.trim().upperAscii() in {caps}))"
-    )
-
-
-def _path_parts(path: str) -> str:
-    return f"{path}.trim().split('/').filter(x, x != '' && x != '.')"
-
-
-def _device_path(path: str) -> str:
-    """CEL: a hostPath reaches device nodes (routes.device_host_path; a `..` part: yes)."""
-    return (
-        f"({path}.trim() != '' && cel.bind(parts, {_path_parts(path)}, "
-        "'..' in parts || cel.bind(n, '/' + parts.join('/'), "
-        f"n in ['/', '/dev'] || {_any([f'n.startsWith({_q(p)})' for p in DEVICE_PATHS])})))"
-    )
-
-
-def _mounts() -> str:
-    """CEL over container `c`: it mounts a device-node volume or at the device-list prefix."""
-    return (
-        "c.?volumeMounts.orValue([]).exists(m, m.name in variables.deviceVolumes || "
-        f"cel.bind(parts, {_path_parts('m.mountPath')}, '..' in parts || "
-        f"('/' + parts.join('/')).startsWith({_q(DEVICE_LIST_MOUNT_ROOT)})))"
-    )
-
 
 _LISTS = (
     ("containers", "variables.containers"),
@@ -343,7 +88,7 @@ def _every_container(check: str | dict[str, str]) -> str:
     for name, var in _LISTS:
         text = check[name] if isinstance(check, dict) else check
         terms.append(f"{var}.exists(i, c, {text})")
-    return "!" + _any(terms)
+    return "!" + any_of(terms)
 
 
 def _runtime_class(config: WebhookConfig) -> str:
@@ -353,44 +98,45 @@ def _runtime_class(config: WebhookConfig) -> str:
         family = family_named(name)
         if family is None:
             continue
-        requested = f"{every}.exists(c, {owns(family)} || {_claims()})"
+        requested = f"{every}.exists(c, {owns(family)} || {claims()})"
         if family.name == "nvidia":
             ann = "object.metadata.?annotations.orValue({})"
             requested += (
-                f" || (object.spec.?schedulerName.orValue('') == {_q(patterns.KAI_SCHEDULER)} && "
-                f"{_list(patterns.KAI_FRACTION_ANNOTATIONS)}.exists(a, a in {ann}))"
+                " || (object.spec.?schedulerName.orValue('') == "
+                f"{quote(patterns.KAI_SCHEDULER)} && "
+                f"{cel_list(patterns.KAI_FRACTION_ANNOTATIONS)}.exists(a, a in {ann}))"
             )
         terms.append(
-            f"(object.spec.?runtimeClassName.orValue('') == {_q(runtime)} && !({requested}))"
+            f"(object.spec.?runtimeClassName.orValue('') == {quote(runtime)} && !({requested}))"
         )
-    return "!(!has(request.subResource) && " + _any(terms) + ")"
+    return "!(!has(request.subResource) && " + any_of(terms) + ")"
 
 
 def _validations(config: WebhookConfig) -> list[dict[str, str]]:
-    annotations = _any([f"k.startsWith({_q(p)})" for p in DEVICE_ANNOTATION_PREFIXES])
+    annotations = any_of([f"k.startsWith({quote(p)})" for p in DEVICE_ANNOTATION_PREFIXES])
     rules = [
         (
-            _every_container({n: _device_variable(n) for n, _ in _LISTS}),
+            _every_container({n: device_variable(n) for n, _ in _LISTS}),
             "a container sets a device-selection variable that names devices it does not "
             "request: request the device's resource, or set the variable to its void",
         ),
         (
-            _every_container(_privileged()),
+            _every_container(privileged()),
             "a container is privileged or adds SYS_ADMIN or ALL, which gives it every device "
             "of its node: drop it or exempt its namespace in gpuAccess",
         ),
         (
-            _every_container(_mounts()),
+            _every_container(mounts()),
             "a container mounts a host path of device nodes or the device-list path: request "
             "the device's resource instead",
         ),
         (
-            _every_container(_limiter()),
+            _every_container(limiter()),
             "a device container sets its sharing limiter's controls: remove them, the device "
             "plugin sets the limits",
         ),
         (
-            _every_container(_env_from(config)),
+            _every_container(env_from(config)),
             "a container's envFrom can choose devices no void closes: list its variables in env",
         ),
         (
@@ -407,7 +153,7 @@ def _validations(config: WebhookConfig) -> list[dict[str, str]]:
     ]
     return [
         {
-            "expression": _unbind(expression),
+            "expression": unbind(expression),
             "message": f"gpuAccess: {message}.",
             "reason": "Forbidden",
         }
@@ -458,7 +204,7 @@ def validating_policy(config: WebhookConfig, name: str = DEFAULT_NAME) -> dict[s
         (
             "deviceVolumes",
             "object.spec.?volumes.orValue([]).filter(v, has(v.hostPath) && "
-            f"{_device_path('v.hostPath.path')}).map(v, v.name)",
+            f"{device_path('v.hostPath.path')}).map(v, v.name)",
         ),
     ]
     return {
@@ -484,7 +230,7 @@ def validating_policy(config: WebhookConfig, name: str = DEFAULT_NAME) -> dict[s
                     },
                 ]
             },
-            "variables": [{"name": n, "expression": _unbind(e)} for n, e in variables],
+            "variables": [{"name": n, "expression": unbind(e)} for n, e in variables],
             "validations": _validations(config),
         },
     }
@@ -501,14 +247,14 @@ def voids() -> list[tuple[str, str, Family, bool]]:
 def _writes(family: Family, share: bool) -> str:
     """CEL over container `c`: whether it gets the family's variable."""
     if share:
-        keys = _any(
-            _name_is(
+        keys = any_of(
+            name_is(
                 [p for p in family.share_resources if not p.endswith("*")],
                 [p[:-1] for p in family.share_resources if p.endswith("*")],
                 "k",
             )
         )
-        return _requests("c", keys)
+        return requests("c", keys)
     if family.void_in_devices:
         return "true"
     return f"!{owns(family)}"
@@ -517,7 +263,7 @@ def _writes(family: Family, share: bool) -> str:
 def _needs(variable: str, family: Family, share: bool) -> str:
     """CEL over container `c`: it gets `variable` (no claims, no entry of that name)."""
     return (
-        f"!{_claims()} && !c.?env.orValue([]).exists(e, e.name == {_q(variable)}) && "
+        f"!{claims()} && !c.?env.orValue([]).exists(e, e.name == {quote(variable)}) && "
         f"{_writes(family, share)}"
     )
 
@@ -528,12 +274,12 @@ def mutating_policy(name: str = DEFAULT_NAME) -> dict[str, Any]:
     for list_name in ("containers", "initContainers"):
         at = f"'/spec/{list_name}/' + string(i) + '/env'"
         for variable, value, family, share in written:
-            entry = f"Object.spec.{list_name}.env{{name: {_q(variable)}, value: {_q(value)}}}"
+            entry = f"Object.spec.{list_name}.env{{name: {quote(variable)}, value: {quote(value)}}}"
             # Where the container has no env yet, the list is written as plain maps: a JSONPatch
             # value that is a list of typed objects makes the 1.36.2 API server panic (cel-go
             # baseList.ConvertToNative into structpb.Value), and an empty env is dropped before
             # the next mutation. Mutations apply in order, so the next variable finds the env.
-            plain = f"[{{'name': {_q(variable)}, 'value': {_q(value)}}}]"
+            plain = f"[{{'name': {quote(variable)}, 'value': {quote(value)}}}]"
             mutations.append(
                 f"object.spec.?{list_name}.orValue([]).transformList(i, c, "
                 f"{_needs(variable, family, share)}, has(c.env) ? "
@@ -558,7 +304,7 @@ def mutating_policy(name: str = DEFAULT_NAME) -> dict[str, Any]:
                 ]
             },
             "mutations": [
-                {"patchType": "JSONPatch", "jsonPatch": {"expression": _unbind(m)}}
+                {"patchType": "JSONPatch", "jsonPatch": {"expression": unbind(m)}}
                 for m in mutations
             ],
         },
