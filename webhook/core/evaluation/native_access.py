@@ -175,6 +175,24 @@ def _selector(exempt: Sequence[str]) -> dict[str, Any]:
     }
 
 
+def _pods_rule(resource: str, operation: str) -> dict[str, Any]:
+    return {
+        "apiGroups": [""],
+        "apiVersions": ["v1"],
+        "resources": [resource],
+        "operations": [operation],
+    }
+
+
+def _object(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": kind,
+        "metadata": {"name": name, "labels": dict(_LABELS)},
+        "spec": spec,
+    }
+
+
 def exempt_namespaces(config: WebhookConfig) -> tuple[str, ...]:
     """The namespaces neither policy judges: the webhook's and gpuAccess's exempt lists."""
     return tuple(sorted(set(config.exempt_namespaces) | set(config.gpu_access.exempt_namespaces)))
@@ -207,33 +225,19 @@ def validating_policy(config: WebhookConfig, name: str = DEFAULT_NAME) -> dict[s
             f"{device_path('v.hostPath.path')}).map(v, v.name)",
         ),
     ]
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": name, "labels": dict(_LABELS)},
-        "spec": {
-            # A CEL error (the cost limit on an absurd pod) denies: never an unreviewed route.
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "resources": ["pods"],
-                        "operations": ["CREATE"],
-                    },
-                    {
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "resources": ["pods/ephemeralcontainers"],
-                        "operations": ["UPDATE"],
-                    },
-                ]
-            },
-            "variables": [{"name": n, "expression": unbind(e)} for n, e in variables],
-            "validations": _validations(config),
+    spec = {
+        # A CEL error (the cost limit on an absurd pod) denies: never an unreviewed route.
+        "failurePolicy": "Fail",
+        "matchConstraints": {
+            "resourceRules": [
+                _pods_rule("pods", "CREATE"),
+                _pods_rule("pods/ephemeralcontainers", "UPDATE"),
+            ]
         },
+        "variables": [{"name": n, "expression": unbind(e)} for n, e in variables],
+        "validations": _validations(config),
     }
+    return _object("ValidatingAdmissionPolicy", name, spec)
 
 
 def voids() -> list[tuple[str, str, Family, bool]]:
@@ -286,29 +290,15 @@ def mutating_policy(name: str = DEFAULT_NAME) -> dict[str, Any]:
                 f"JSONPatch{{op: 'add', path: {at} + '/-', value: {entry}}} : "
                 f"JSONPatch{{op: 'add', path: {at}, value: {plain}}})"
             )
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "MutatingAdmissionPolicy",
-        "metadata": {"name": name, "labels": dict(_LABELS)},
-        "spec": {
-            "failurePolicy": "Fail",
-            "reinvocationPolicy": "IfNeeded",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "resources": ["pods"],
-                        "operations": ["CREATE"],
-                    }
-                ]
-            },
-            "mutations": [
-                {"patchType": "JSONPatch", "jsonPatch": {"expression": unbind(m)}}
-                for m in mutations
-            ],
-        },
+    spec = {
+        "failurePolicy": "Fail",
+        "reinvocationPolicy": "IfNeeded",
+        "matchConstraints": {"resourceRules": [_pods_rule("pods", "CREATE")]},
+        "mutations": [
+            {"patchType": "JSONPatch", "jsonPatch": {"expression": unbind(m)}} for m in mutations
+        ],
     }
+    return _object("MutatingAdmissionPolicy", name, spec)
 
 
 @dataclass(frozen=True)
@@ -324,27 +314,21 @@ def export_access(config: WebhookConfig, name: str = DEFAULT_NAME) -> AccessExpo
     selector = _selector(exempt_namespaces(config))
     objects = [
         validating_policy(config, name),
-        {
-            "apiVersion": API_VERSION,
-            "kind": "ValidatingAdmissionPolicyBinding",
-            "metadata": {"name": name, "labels": dict(_LABELS)},
-            "spec": {
-                "policyName": name,
-                "validationActions": ["Deny"],
-                "matchResources": selector,
-            },
-        },
+        _object(
+            "ValidatingAdmissionPolicyBinding",
+            name,
+            {"policyName": name, "validationActions": ["Deny"], "matchResources": selector},
+        ),
     ]
     notes = []
     if config.gpu_access.void_image_devices == "all":
         objects += [
             mutating_policy(name),
-            {
-                "apiVersion": API_VERSION,
-                "kind": "MutatingAdmissionPolicyBinding",
-                "metadata": {"name": name, "labels": dict(_LABELS)},
-                "spec": {"policyName": name, "matchResources": selector},
-            },
+            _object(
+                "MutatingAdmissionPolicyBinding",
+                name,
+                {"policyName": name, "matchResources": selector},
+            ),
         ]
     else:
         notes.append(
