@@ -423,13 +423,17 @@ def cluster() -> Iterator[tuple[Any, WebhookConfig]]:
                 "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}}
             }
         apply_object(api, obj)
-    # The policies' informers sync: wait until a route pod is denied.
-    probe = _named(pod(container("app", env=_env("NVIDIA_VISIBLE_DEVICES", "all"))), "probe", 0)
-    for _ in range(60):
+    # The policies' informers sync (each policy on its own): wait until a route pod is denied
+    # and a plain pod gets its voids.
+    route = _named(pod(container("app", env=_env("NVIDIA_VISIBLE_DEVICES", "all"))), "probe", 0)
+    plain = _named(pod(container("app")), "probe", 0)
+    for _ in range(120):
         with contextlib.suppress(AssertionError):
-            if server_answer(core, probe)[0]:
+            if server_answer(core, route)[0] and server_answer(core, plain)[1]:
                 break
         time.sleep(0.5)
+    else:
+        raise AssertionError("the access policies did not take effect within a minute")
     yield core, webhook_config
     custom = client.CustomObjectsApi(api)
     for obj in reversed(objects):
