@@ -508,28 +508,52 @@ def test_without_the_webhook_a_plain_pod_is_created_and_a_route_still_denied(clu
     core.delete_namespaced_pod("r9000", NAMESPACE, grace_period_seconds=0)
 
 
-def test_a_new_ephemeral_container_is_judged(cluster: Any) -> None:
+def test_a_new_ephemeral_container_is_judged_and_voided(cluster: Any) -> None:
     """The pods/ephemeralcontainers subresource: a privileged debug container is denied, a plain
-    one added."""
+    one added with the voids the webhook core writes into it (and nothing written elsewhere)."""
     from kubernetes import client as _client
 
     client: Any = _client
-    core, _ = cluster
+    core, config = cluster
     name = "r9002"
     with contextlib.suppress(client.ApiException):
         core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
-    core.create_namespaced_pod(NAMESPACE, _named(pod(container("app")), "eph", 9002))
+    stored = core.create_namespaced_pod(NAMESPACE, _named(pod(container("app")), "eph", 9002))
+    old = core.api_client.sanitize_for_serialization(stored)
     debug = {"name": "debug", "image": "busybox", "securityContext": {"privileged": True}}
     with pytest.raises(client.ApiException) as denied:
         core.patch_namespaced_pod_ephemeralcontainers(
             name, NAMESPACE, {"spec": {"ephemeralContainers": [debug]}}
         )
     assert "is privileged or adds SYS_ADMIN or ALL" in json.loads(denied.value.body)["message"]
-    plain = {"name": "shell", "image": "busybox"}
+    plain = {"name": "shell", "image": "busybox", "env": [{"name": "TERM", "value": "xterm"}]}
     done = core.patch_namespaced_pod_ephemeralcontainers(
         name, NAMESPACE, {"spec": {"ephemeralContainers": [plain]}}
     )
-    assert [c.name for c in done.spec.ephemeral_containers] == ["shell"]
+    (shell,) = done.spec.ephemeral_containers
+    got = [(e.name, e.value or "") for e in shell.env]
+    new = copy.deepcopy(old)
+    new["spec"]["ephemeralContainers"] = [plain]
+    decision = evaluate(
+        new,
+        PolicySet.from_configmaps([]),
+        config,
+        namespace=NAMESPACE,
+        operation="UPDATE",
+        sub_resource="ephemeralcontainers",
+        old_object=old,
+    )
+    assert decision.mutated is not None
+    (want,) = decision.mutated["spec"]["ephemeralContainers"]
+    assert got == [(e["name"], e.get("value", "")) for e in want["env"]]
+    assert got == [
+        ("TERM", "xterm"),
+        ("NVIDIA_VISIBLE_DEVICES", "void"),
+        ("AMD_VISIBLE_DEVICES", "void"),
+        ("ASCEND_VISIBLE_DEVICES", ""),
+    ]
+    # The pod's own containers are untouched on the subresource.
+    assert done.spec.containers[0].env == stored.spec.containers[0].env
     core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
 
 

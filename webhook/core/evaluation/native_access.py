@@ -11,7 +11,8 @@ families catalog, core/families; the routes' constants, core/access; the webhook
   core/access/patterns.py pass), a device container's sharing-limiter controls, `envFrom` where
   no void closes it, privileged containers and `SYS_ADMIN`/`ALL`, hostPath volumes of device
   nodes and device-list mounts, device annotations, and vendor runtime classes;
-- a MutatingAdmissionPolicy writing, on Pod CREATE, the voids and pins `enforce` writes
+- a MutatingAdmissionPolicy writing, on Pod CREATE (and into the ephemeral containers the
+  subresource adds), the voids and pins `enforce` writes
   (voidImageDevices `all`): each family's void in every container that requests none of its
   devices and sets no value of it, the void of a family no plugin sets in its own device
   containers (AMD), and a share's safe limiter value. JSONPatch `add` at `env/-`, never an
@@ -67,7 +68,6 @@ NOT_EXPRESSED: tuple[str, ...] = (
     "gets no void from the policy and its envFrom is not judged by it",
     "voidImageDevices known (image facts): only `all` is exported as a mutation",
     "a Pod UPDATE that swaps an image into a container without its voids",
-    "ephemeral containers get no void from the policy (they are still judged)",
     "a hostPath or mountPath with a `..` part is denied when mounted, without resolving it",
     "workload templates and operator objects (their pods are judged when created)",
 )
@@ -275,7 +275,18 @@ def _needs(variable: str, family: Family, share: bool) -> str:
 def mutating_policy(name: str = DEFAULT_NAME) -> dict[str, Any]:
     mutations = []
     written = voids()
-    for list_name in ("containers", "initContainers"):
+    # On CREATE the pod's containers; on the ephemeralcontainers subresource only the ephemeral
+    # containers it adds (nothing else of a pod's spec may change there).
+    lists = (
+        ("containers", "!has(request.subResource)"),
+        ("initContainers", "!has(request.subResource)"),
+        (
+            "ephemeralContainers",
+            "has(request.subResource) && "
+            "!oldObject.spec.?ephemeralContainers.orValue([]).exists(o, o.name == c.name)",
+        ),
+    )
+    for list_name, when in lists:
         at = f"'/spec/{list_name}/' + string(i) + '/env'"
         for variable, value, family, share in written:
             entry = f"Object.spec.{list_name}.env{{name: {quote(variable)}, value: {quote(value)}}}"
@@ -286,14 +297,19 @@ def mutating_policy(name: str = DEFAULT_NAME) -> dict[str, Any]:
             plain = f"[{{'name': {quote(variable)}, 'value': {quote(value)}}}]"
             mutations.append(
                 f"object.spec.?{list_name}.orValue([]).transformList(i, c, "
-                f"{_needs(variable, family, share)}, has(c.env) ? "
+                f"{when} && {_needs(variable, family, share)}, has(c.env) ? "
                 f"JSONPatch{{op: 'add', path: {at} + '/-', value: {entry}}} : "
                 f"JSONPatch{{op: 'add', path: {at}, value: {plain}}})"
             )
     spec = {
         "failurePolicy": "Fail",
         "reinvocationPolicy": "IfNeeded",
-        "matchConstraints": {"resourceRules": [_pods_rule("pods", "CREATE")]},
+        "matchConstraints": {
+            "resourceRules": [
+                _pods_rule("pods", "CREATE"),
+                _pods_rule("pods/ephemeralcontainers", "UPDATE"),
+            ]
+        },
         "mutations": [
             {"patchType": "JSONPatch", "jsonPatch": {"expression": unbind(m)}} for m in mutations
         ],
