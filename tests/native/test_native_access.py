@@ -49,6 +49,9 @@ CONFIG = {
         "vendorRuntimeClasses": {"ascend": ["ascend"], "amd": ["amd-runtime"]},
     }
 }
+# A pod with this label is skipped by the test's bindings: how the UPDATE test stores a pod made
+# before the policies were installed (no voids). The UPDATE drops it.
+UNCHECKED = "native-access/unchecked"
 VOID_NAMES = frozenset(v for v, _, _, _ in voids())
 GPU = "nvidia.com/gpu"
 
@@ -420,7 +423,10 @@ def cluster() -> Iterator[tuple[Any, WebhookConfig]]:
     for obj in objects:
         if obj["kind"].endswith("Binding"):
             obj["spec"]["matchResources"] = {
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}}
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}},
+                "objectSelector": {
+                    "matchExpressions": [{"key": UNCHECKED, "operator": "DoesNotExist"}]
+                },
             }
         apply_object(api, obj)
     # The policies' informers sync (each policy on its own): wait until a route pod is denied
@@ -554,6 +560,61 @@ def test_a_new_ephemeral_container_is_judged_and_voided(cluster: Any) -> None:
     ]
     # The pod's own containers are untouched on the subresource.
     assert done.spec.containers[0].env == stored.spec.containers[0].env
+    core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
+
+
+@pytest.mark.parametrize(
+    ("stored_without_voids", "image", "denied"),
+    [
+        (True, "nvidia/cuda:12.4.1-base-ubuntu22.04", True),
+        (True, "busybox", False),
+        (False, "nvidia/cuda:12.4.1-base-ubuntu22.04", False),
+    ],
+    ids=["image swapped, no voids", "label only, no voids", "image swapped, voided"],
+)
+def test_a_pod_update_that_swaps_an_image(
+    cluster: Any, stored_without_voids: bool, image: str, denied: bool
+) -> None:
+    """A Pod UPDATE that gives a container without its voids a new image (its image config
+    could name devices): denied by both; a label change, or a pod the mutating policy voided,
+    passes both."""
+    from kubernetes import client as _client
+
+    client: Any = _client
+    core, config = cluster
+    name = "r9004"
+    with contextlib.suppress(client.ApiException):
+        core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
+    body = _named(pod(container("app", image="busybox")), "update", 9004)
+    if stored_without_voids:
+        body["metadata"]["labels"][UNCHECKED] = "true"
+    stored = core.create_namespaced_pod(NAMESPACE, body)
+    old = core.api_client.sanitize_for_serialization(stored)
+    assert bool(stored.spec.containers[0].env) is not stored_without_voids
+    new = copy.deepcopy(old)
+    new["metadata"]["labels"].pop(UNCHECKED, None)
+    new["spec"]["containers"][0]["image"] = image
+    decision = evaluate(
+        new,
+        PolicySet.from_configmaps([]),
+        config,
+        namespace=NAMESPACE,
+        operation="UPDATE",
+        old_object=old,
+    )
+    assert any(v.configmap == POLICY for v in decision.violations) is denied
+    try:
+        core.replace_namespaced_pod(name, NAMESPACE, new, dry_run="All")
+        answer = "allowed"
+    except client.ApiException as exc:
+        answer = json.loads(exc.body or "{}").get("message", "")
+    if denied:
+        assert answer.endswith(
+            "denied request: gpuAccess: a container changes its image while its device variables "
+            "are not void: recreate the pod, env cannot change on update."
+        )
+    else:
+        assert answer == "allowed"
     core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
 
 

@@ -67,7 +67,8 @@ NOT_EXPRESSED: tuple[str, ...] = (
     "DRA claims: a policy cannot read ResourceClaims, so a container with resource claims "
     "gets no void from the policy and its envFrom is not judged by it",
     "voidImageDevices known (image facts): only `all` is exported as a mutation",
-    "a Pod UPDATE that swaps an image into a container without its voids",
+    "a Pod UPDATE that swaps an image into a container without its voids, under "
+    "voidImageDevices known or off (under all it is denied)",
     "a hostPath or mountPath with a `..` part is denied when mounted, without resolving it",
     "workload templates and operator objects (their pods are judged when created)",
 )
@@ -109,7 +110,20 @@ def _runtime_class(config: WebhookConfig) -> str:
         terms.append(
             f"(object.spec.?runtimeClassName.orValue('') == {quote(runtime)} && !({requested}))"
         )
-    return "!(!has(request.subResource) && " + any_of(terms) + ")"
+    return "!(request.operation == 'CREATE' && " + any_of(terms) + ")"
+
+
+def _image_swap() -> str:
+    """CEL: a Pod UPDATE (not a subresource) gives a container a new image while it lacks a void
+    or pin the mutating policy would have written (evaluation/containers.py apply_access: the
+    image config route of a pod created without them)."""
+    needs = any_of([f"({_needs(v, f, s)})" for v, _, f, s in voids()])
+    terms = [
+        f"object.spec.?{lst}.orValue([]).exists(c, oldObject.spec.?{lst}.orValue([]).exists(o, "
+        f"o.name == c.name && o.?image.orValue('') != c.?image.orValue('')) && {needs})"
+        for lst in ("containers", "initContainers")
+    ]
+    return f"!(request.operation == 'UPDATE' && !has(request.subResource) && {any_of(terms)})"
 
 
 def _validations(config: WebhookConfig) -> list[dict[str, str]]:
@@ -140,7 +154,7 @@ def _validations(config: WebhookConfig) -> list[dict[str, str]]:
             "a container's envFrom can choose devices no void closes: list its variables in env",
         ),
         (
-            "!(!has(request.subResource) && object.metadata.?annotations.orValue({}).exists(k, "
+            "!(request.operation == 'CREATE' && object.metadata.?annotations.orValue({}).exists(k, "
             f"{annotations}))",
             "an annotation names devices or host mounts (CDI, NRI, CRI-O): request the device's "
             "resource or a DRA claim instead",
@@ -151,6 +165,14 @@ def _validations(config: WebhookConfig) -> list[dict[str, str]]:
             "none of its devices: request one or drop the runtime class",
         ),
     ]
+    if config.gpu_access.void_image_devices == "all":
+        rules.append(
+            (
+                _image_swap(),
+                "a container changes its image while its device variables are not void: "
+                "recreate the pod, env cannot change on update",
+            )
+        )
     return [
         {
             "expression": unbind(expression),
@@ -175,12 +197,12 @@ def _selector(exempt: Sequence[str]) -> dict[str, Any]:
     }
 
 
-def _pods_rule(resource: str, operation: str) -> dict[str, Any]:
+def _pods_rule(resource: str, *operations: str) -> dict[str, Any]:
     return {
         "apiGroups": [""],
         "apiVersions": ["v1"],
         "resources": [resource],
-        "operations": [operation],
+        "operations": list(operations),
     }
 
 
@@ -202,12 +224,12 @@ def validating_policy(config: WebhookConfig, name: str = DEFAULT_NAME) -> dict[s
     variables = [
         (
             "containers",
-            "!has(request.subResource) ? object.spec.containers : "
+            "request.operation == 'CREATE' ? object.spec.containers : "
             "object.spec.containers.filter(c, false)",
         ),
         (
             "initContainers",
-            "!has(request.subResource) ? object.spec.?initContainers.orValue([]) : "
+            "request.operation == 'CREATE' ? object.spec.?initContainers.orValue([]) : "
             "object.spec.containers.filter(c, false)",
         ),
         # On the subresource only the ephemeral containers the update adds (the webhook judges
@@ -230,7 +252,7 @@ def validating_policy(config: WebhookConfig, name: str = DEFAULT_NAME) -> dict[s
         "failurePolicy": "Fail",
         "matchConstraints": {
             "resourceRules": [
-                _pods_rule("pods", "CREATE"),
+                _pods_rule("pods", "CREATE", "UPDATE"),
                 _pods_rule("pods/ephemeralcontainers", "UPDATE"),
             ]
         },
