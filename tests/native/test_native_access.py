@@ -33,6 +33,7 @@ from webhook.core.access.control import POLICY
 from webhook.core.config.model import WebhookConfig, load_config
 from webhook.core.evaluation.evaluate import evaluate
 from webhook.core.evaluation.native_access import export_access, voids
+from webhook.core.outcome.decision import Decision
 from webhook.core.policies.policyset import PolicySet
 
 KUBECONFIG = os.environ.get("NATIVE_KUBECONFIG", "")
@@ -344,11 +345,24 @@ def _written(original: Mapping[str, Any], result: Mapping[str, Any]) -> dict[str
     return found
 
 
+def _core(obj: Mapping[str, Any], config: WebhookConfig, **update: Any) -> Decision:
+    """The webhook core's Decision under `config`, with no CRL (an UPDATE: `old_object=`)."""
+    operation = "UPDATE" if update else "CREATE"
+    return evaluate(
+        obj,
+        PolicySet.from_configmaps([]),
+        config,
+        namespace=NAMESPACE,
+        operation=operation,
+        **update,
+    )
+
+
 def core_answer(
     obj: dict[str, Any], config: WebhookConfig
 ) -> tuple[bool, dict[str, dict[str, str]]]:
     """(denied for GPU access, the voids written) by the webhook core under `enforce`."""
-    decision = evaluate(obj, PolicySet.from_configmaps([]), config, namespace=NAMESPACE)
+    decision = _core(obj, config)
     denied = any(v.configmap == POLICY for v in decision.violations)
     mutated = decision.mutated if decision.mutated is not None else obj
     return denied, {} if denied else _written(obj, mutated)
@@ -540,15 +554,7 @@ def test_a_new_ephemeral_container_is_judged_and_voided(cluster: Any) -> None:
     got = [(e.name, e.value or "") for e in shell.env]
     new = copy.deepcopy(old)
     new["spec"]["ephemeralContainers"] = [plain]
-    decision = evaluate(
-        new,
-        PolicySet.from_configmaps([]),
-        config,
-        namespace=NAMESPACE,
-        operation="UPDATE",
-        sub_resource="ephemeralcontainers",
-        old_object=old,
-    )
+    decision = _core(new, config, sub_resource="ephemeralcontainers", old_object=old)
     assert decision.mutated is not None
     (want,) = decision.mutated["spec"]["ephemeralContainers"]
     assert got == [(e["name"], e.get("value", "")) for e in want["env"]]
@@ -594,14 +600,7 @@ def test_a_pod_update_that_swaps_an_image(
     new = copy.deepcopy(old)
     new["metadata"]["labels"].pop(UNCHECKED, None)
     new["spec"]["containers"][0]["image"] = image
-    decision = evaluate(
-        new,
-        PolicySet.from_configmaps([]),
-        config,
-        namespace=NAMESPACE,
-        operation="UPDATE",
-        old_object=old,
-    )
+    decision = _core(new, config, old_object=old)
     assert any(v.configmap == POLICY for v in decision.violations) is denied
     try:
         core.replace_namespaced_pod(name, NAMESPACE, new, dry_run="All")
