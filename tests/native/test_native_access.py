@@ -523,7 +523,7 @@ def test_without_the_webhook_a_plain_pod_is_created_and_a_route_still_denied(clu
         f"pods \"r9001\" is forbidden: ValidatingAdmissionPolicy '{NAME}' with binding '{NAME}' "
         "denied request: gpuAccess: a container sets a device-selection variable that names "
         "devices it does not request: request the device's resource, or set the variable to its "
-        "void."
+        'void (container "app").'
     )
     core.delete_namespaced_pod("r9000", NAMESPACE, grace_period_seconds=0)
 
@@ -545,7 +545,10 @@ def test_a_new_ephemeral_container_is_judged_and_voided(cluster: Any) -> None:
         core.patch_namespaced_pod_ephemeralcontainers(
             name, NAMESPACE, {"spec": {"ephemeralContainers": [debug]}}
         )
-    assert "is privileged or adds SYS_ADMIN or ALL" in json.loads(denied.value.body)["message"]
+    assert json.loads(denied.value.body)["message"].endswith(
+        "gpuAccess: a container is privileged or adds SYS_ADMIN or ALL, which gives it every "
+        'device of its node: drop it or exempt its namespace in gpuAccess (ephemeral container "debug").'
+    )
     plain = {"name": "shell", "image": "busybox", "env": [{"name": "TERM", "value": "xterm"}]}
     done = core.patch_namespaced_pod_ephemeralcontainers(
         name, NAMESPACE, {"spec": {"ephemeralContainers": [plain]}}

@@ -83,13 +83,24 @@ _LISTS = (
 )
 
 
-def _every_container(check: str | dict[str, str]) -> str:
-    """`check` (CEL over `i`, `c`; per list name when a dict) in no container of the lists."""
+_LABEL = {
+    "containers": "'container \"'",
+    "initContainers": "'init container \"'",
+    "ephemeralContainers": "'ephemeral container \"'",
+}
+
+
+def _every_container(check: str | dict[str, str]) -> tuple[str, str]:
+    """(`check` (CEL over `i`, `c`; per list name when a dict) in no container of the lists,
+    the labels of the containers where it holds, joined: `container "app"`, as the webhook
+    names them)."""
     terms = []
+    names = []
     for name, var in _LISTS:
         text = check[name] if isinstance(check, dict) else check
         terms.append(f"{var}.exists(i, c, {text})")
-    return "!" + any_of(terms)
+        names.append(f"{var}.transformList(i, c, {text}, {_LABEL[name]} + c.name + '\"')")
+    return "!" + any_of(terms), "(" + " + ".join(names) + ").join(', ')"
 
 
 def _runtime_class(config: WebhookConfig) -> str:
@@ -128,7 +139,7 @@ def _image_swap() -> str:
 
 def _validations(config: WebhookConfig) -> list[dict[str, str]]:
     annotations = any_of([f"k.startsWith({quote(p)})" for p in DEVICE_ANNOTATION_PREFIXES])
-    rules = [
+    rules: list[tuple[str | tuple[str, str], str]] = [
         (
             _every_container({n: device_variable(n) for n, _ in _LISTS}),
             "a container sets a device-selection variable that names devices it does not "
@@ -173,14 +184,21 @@ def _validations(config: WebhookConfig) -> list[dict[str, str]]:
                 "recreate the pod, env cannot change on update",
             )
         )
-    return [
-        {
-            "expression": unbind(expression),
-            "message": f"gpuAccess: {message}.",
-            "reason": "Forbidden",
-        }
-        for expression, message in rules
-    ]
+    found = []
+    for rule_check, message in rules:
+        rule = {"message": f"gpuAccess: {message}.", "reason": "Forbidden"}
+        if isinstance(rule_check, tuple):
+            # The containers named, as the webhook names them, cut under the API server's 5 KiB
+            # cap on an evaluated message (a message expression must be a string: no binding).
+            expression, names = rule_check
+            rule["messageExpression"] = unbind(
+                f"{quote(f'gpuAccess: {message} (')} + (size({names}) > 2000 ? "
+                f"{names}.substring(0, 2000) + ' …' : {names}) + ').'"
+            )
+        else:
+            expression = rule_check
+        found.append({"expression": unbind(expression), **rule})
+    return found
 
 
 def _selector(exempt: Sequence[str]) -> dict[str, Any]:
