@@ -547,7 +547,8 @@ def test_a_new_ephemeral_container_is_judged_and_voided(cluster: Any) -> None:
         )
     assert json.loads(denied.value.body)["message"].endswith(
         "gpuAccess: a container is privileged or adds SYS_ADMIN or ALL, which gives it every "
-        'device of its node: drop it or exempt its namespace in gpuAccess (ephemeral container "debug").'
+        "device of its node: drop it or exempt its namespace in gpuAccess "
+        '(ephemeral container "debug").'
     )
     plain = {"name": "shell", "image": "busybox", "env": [{"name": "TERM", "value": "xterm"}]}
     done = core.patch_namespaced_pod_ephemeralcontainers(
