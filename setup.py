@@ -31,8 +31,9 @@ from setuptools import setup
 #   compiled (below). Never per review: app.py, runner.py, lifecycle.py, gauges.py,
 #   metrics.py, limits.py (start-up, scrapes);
 # - the offline-only parts: base/manifests.py, core/audit, policies/native*.py,
-#   images/knowledge.py (the CLI and the audit, never a review), and placement/dra.py (read
-#   when ResourceSlices change and the node inventory is rebuilt, not in a review).
+#   evaluation/native_access*.py, images/knowledge.py (the CLI and the audit, never a review),
+#   and placement/dra.py (read when ResourceSlices change and the node inventory is rebuilt,
+#   not in a review).
 # tests/unit/test_compiled_path.py checks that a review runs nothing else interpreted.
 # A @dataclass built per review writes its __init__ out (pods.ContainerRef says why).
 COMPILED = [

@@ -8,8 +8,9 @@
 #   registry (real registry)   tests/e2e/test_e2e_registry.py (E2E_REGISTRY=1 scripts/e2e-kapi.sh)
 #                              and tests/integration/test_registry_real.py, against the CNCF
 #                              distribution registry v3 on loopback
-#   native policy (real API server)  tests/native: the exported ValidatingAdmissionPolicy
-#                              against the webhook core, on a bare kube-apiserver
+#   native policy (real API server)  tests/native: the exported native policies (CRLs, and
+#                              GPU access control's validating and mutating ones) against the
+#                              webhook core, on a bare kube-apiserver
 # and fail when one of them could run and did not. Without the prebuilt folder each suite's
 # tests are collected and skipped, saying why, and the run passes.
 #
@@ -176,7 +177,8 @@ fi
 # The native-policy differential on a bare API server (no webhook registered, no controllers).
 if wanted native; then
   "${SUITE[@]}" run "$SUITES_DIR" "$NATIVE" --junit "$(junit native)" --must-run \
-    --require tests/native/test_native_differential.py -- \
+    --require tests/native/test_native_differential.py \
+    --require tests/native/test_native_access.py -- \
     bash scripts/test-real.sh __native "$(junit native)" || status=1
 fi
 

@@ -1,17 +1,20 @@
-"""`gpu-webhook export-policies`: the CRL rules as native ValidatingAdmissionPolicies."""
+"""`gpu-webhook export-policies`: the CRL rules as native ValidatingAdmissionPolicies, and with
+`--access` GPU access control's rules as a validating and a mutating admission policy."""
 
 from __future__ import annotations
 
 import argparse
 import json
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import yaml
 
 from webhook.cli.exits import EXIT_OK, CommandError
 from webhook.cli.review import load_policies
 from webhook.core.config.model import load_config
+from webhook.core.evaluation.native_access import DEFAULT_NAME as ACCESS_NAME
+from webhook.core.evaluation.native_access import export_access
 from webhook.core.evaluation.updates import update_reads
 from webhook.core.policies.native import DEFAULT_NAME, export
 from webhook.core.policies.native_cost import (
@@ -41,8 +44,16 @@ def add_export_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     parser.add_argument(
         "--name",
-        default=DEFAULT_NAME,
-        help="name of the policy and of its binding, unique in the cluster (default: %(default)s)",
+        default=None,
+        help="name of the policy and of its binding, unique in the cluster (default: "
+        f"{DEFAULT_NAME}, or {ACCESS_NAME} with --access)",
+    )
+    parser.add_argument(
+        "--access",
+        action="store_true",
+        help="export GPU access control's rules instead (gpuAccess under enforce, from --config): "
+        "a ValidatingAdmissionPolicy for the denials and a MutatingAdmissionPolicy writing the "
+        "voids, each with its binding (Kubernetes >= 1.36)",
     )
     parser.add_argument(
         "-o",
@@ -53,22 +64,46 @@ def add_export_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
 
 
+def _write(objects: list[dict[str, Any]], lines: list[str], output: str, out: TextIO) -> int:
+    if output == "json":
+        out.write(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+        out.write("\n")
+        return EXIT_OK
+    out.write("\n".join(lines) + "\n")
+    out.write(yaml.safe_dump_all(objects, sort_keys=False, width=100_000))
+    return EXIT_OK
+
+
+def _export_access(args: argparse.Namespace, out: TextIO) -> int:
+    config = load_config(args.config)
+    result = export_access(config, name=args.name or ACCESS_NAME)
+    kinds = ", ".join(o["kind"] for o in result.objects)
+    lines = [
+        "# gpu-webhook export-policies --access: GPU access control under enforce, as native",
+        f"# policies ({kinds}).",
+        "# With them installed the chart runs the access entry at failurePolicy Ignore: a",
+        "# webhook outage blocks no pod, and these still deny the routes and write the voids.",
+        *(f"# Note: {note}." for note in result.notes),
+        "# Not expressed here (the webhook still does them):",
+        *(f"#  - {item}" for item in result.not_expressed),
+    ]
+    return _write(result.objects, lines, args.output, out)
+
+
 def cmd_export(args: argparse.Namespace, out: TextIO) -> int:
+    if args.access:
+        return _export_access(args, out)
     policies = load_policies(args.policies)
     config = load_config(args.config)
     result = export(
         policies.by_key.values(),
         reads=update_reads(config),
         exempt_namespaces=config.exempt_namespaces,
-        name=args.name,
+        name=args.name or DEFAULT_NAME,
     )
     problem = cost_problem(result.groups)
     if problem:
         raise CommandError(f"not exported: {problem}")
-    if args.output == "json":
-        out.write(json.dumps({"apiVersion": "v1", "kind": "List", "items": result.objects}))
-        out.write("\n")
-        return EXIT_OK
     groups = ", ".join(f"{g} ({len(k)} keys)" for g, k in result.groups.items()) or "none"
     lines = [
         "# gpu-webhook export-policies: the CRL rules as a ValidatingAdmissionPolicy.",
@@ -80,6 +115,4 @@ def cmd_export(args: argparse.Namespace, out: TextIO) -> int:
         "# Not expressed here (the webhook still does them):",
         *(f"#  - {item}" for item in result.not_expressed),
     ]
-    out.write("\n".join(lines) + "\n")
-    out.write(yaml.safe_dump_all(result.objects, sort_keys=False, width=100_000))
-    return EXIT_OK
+    return _write(result.objects, lines, args.output, out)

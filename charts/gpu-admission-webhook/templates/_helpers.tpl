@@ -153,17 +153,21 @@ webhook/core/config/access.py).
 
 {{/*
 The access entry's failurePolicy (SPEC §12): `auto` is Fail under `enforce` (an unreviewed pod
-is never admitted silently) and Ignore under `warn` (an outage only loses warnings). Ignore
-under enforce would reopen every route while the webhook is unreachable: refused.
+is never admitted silently) and Ignore under `warn` (an outage only loses warnings). Under
+`enforce` with the native access policies installed (nativePolicies.access.enabled) `auto` is
+Ignore: the API server itself then denies the routes CEL can see and writes the voids while the
+webhook is down, so the webhook is no longer the reason no pod can be created. Ignore under
+enforce without them would reopen every route while the webhook is unreachable: refused.
 */}}
 {{- define "gaw.gpuAccessFailurePolicy" -}}
 {{- $access := .Values.config.gpuAccess | default dict -}}
 {{- $mode := toString ($access.mode | default "warn") -}}
 {{- $policy := toString (.Values.webhooks.gpuAccess.failurePolicy | default "auto") -}}
+{{- $native := (.Values.nativePolicies.access | default dict).enabled -}}
 {{- if eq $policy "auto" -}}
-{{- if eq $mode "enforce" -}}Fail{{- else -}}Ignore{{- end -}}
-{{- else if and (eq $policy "Ignore") (eq $mode "enforce") -}}
-{{- fail "webhooks.gpuAccess.failurePolicy: Ignore contradicts config.gpuAccess.mode: enforce (pods would be admitted unreviewed while the webhook is down); use auto or Fail" -}}
+{{- if and (eq $mode "enforce") (not $native) -}}Fail{{- else -}}Ignore{{- end -}}
+{{- else if and (eq $policy "Ignore") (eq $mode "enforce") (not $native) -}}
+{{- fail "webhooks.gpuAccess.failurePolicy: Ignore contradicts config.gpuAccess.mode: enforce (pods would be admitted unreviewed while the webhook is down); use auto or Fail, or install the native access policies (nativePolicies.access.enabled)" -}}
 {{- else -}}
 {{- $policy -}}
 {{- end -}}
