@@ -61,6 +61,9 @@ class Derived:
     qualified: dict[tuple[str, str, str], tuple[str, ...]] = field(default_factory=dict)
     # (vendor, HDK, CANN) pairs a release note lists: the data must run them (any row).
     pairs: set[tuple[str, str, str]] = field(default_factory=set)
+    # (vendor, HDK, CANN, devices): pairs a note states for those devices only (the Ascend 950
+    # HDKs); the data must run them there (a row for every device, or one for these).
+    device_pairs: set[tuple[str, str, str, tuple[str, ...]]] = field(default_factory=set)
     # (vendor, kernel module) -> release.
     modules: dict[tuple[str, str], str] = field(default_factory=dict)
     # (vendor, label value without an "ascend" prefix, lower case) -> device.
@@ -117,6 +120,14 @@ def _amd_modules(derived: Derived, name: str, body: str) -> None:
     found += [
         (m, r) for r, m in re.findall(r"^\|\s*(\d+\.\d+)\.x\s*\|\s*(\d[\d.]*)\s*\|", body, re.M)
     ]
+    # An AMD engineer's issue in ROCm/rocm-install-on-linux: "the release version (30.20.1) VS
+    # the actual amdgpu version (6.16.6)".
+    found += [
+        (m, r)
+        for r, m in re.findall(
+            r"release version \((\d[\d.]*)\) VS the actual amdgpu version \((\d[\d.]*)\)", body
+        )
+    ]
     for section in body.split("\n== ")[1:]:
         named = re.search(r"^release: (\S+)$", section, re.M)
         dkms = re.search(r"amdgpu/(\d+\.\d+\.\d+)-", section)
@@ -150,6 +161,21 @@ def _cann_pairing(derived: Derived, name: str, body: str) -> None:
         for hdk in re.findall(r"Ascend HDK (\S+)", hdks):
             derived.pairs.add(("cann", version_key(hdk), version_key(cann)))
             derived.origin[("pairs", "cann", version_key(hdk))] = name
+
+
+def _mind_cluster_pairing(derived: Derived, name: str, body: str) -> None:
+    """MindCluster's release notes: the HDK each product runs with the CANN of that release
+    (表 1), and which HDKs are the Ascend 950 series' (表 3): those pairs hold on 950 only."""
+    header = re.search(r"Ascend 950 系列产品HDK版本</th>.*?<th>([^<]+)</th>", body, re.S)
+    on_950 = {version_key(h) for h in header[1].split("/")} if header else set()
+    for cann, hdks in re.findall(r"^\|[\d.]+\|([\d.]+)\|(.*?<ul>.*?</ul>)", body, re.M):
+        for hdk in re.findall(r"<li>[^<：]+：([^<]+)</li>", hdks):
+            key = ("cann", version_key(hdk.strip()))
+            if key[1] in on_950:
+                derived.device_pairs.add((*key, version_key(cann), ("950",)))
+            else:
+                derived.pairs.add((*key, version_key(cann)))
+            derived.origin[("pairs", *key)] = name
 
 
 _FAMILIES = {"A2": "910b", "A3": "a3", "_310P": "310p"}
@@ -199,6 +225,7 @@ _PARSERS = {
     "cann-9.1.0-compat.txt": _cann_grid,
     "cann-9.1.1-compat.txt": _cann_grid,
     "cann-9.0.1-pairing.txt": _cann_pairing,
+    "ascend-mind-cluster-26.1.0-pairing.txt": _mind_cluster_pairing,
     "ascend-socs.txt": _ascend_socs,
     "ascend-mind-cluster-labels.txt": _mind_cluster,
     "vllm-ascend-matrix.txt": _vllm_ascend,
@@ -223,6 +250,14 @@ def derive(sources: Path = SOURCES) -> Derived:
 def _runs(vendor: Vendor, release: str, runtime: str) -> bool:
     row = vendor.release_row(release)
     return row is not None and any(covers(rt, runtime) for rt in row.runtimes)
+
+
+def _runs_on(vendor: Vendor, release: str, runtime: str, devices: tuple[str, ...]) -> bool:
+    row = vendor.release_row(release)
+    return row is not None and (
+        any(covers(rt, runtime) for rt in row.runtimes)
+        or any(covers(q.runtime, runtime) and set(devices) <= set(q.devices) for q in row.qualified)
+    )
 
 
 def differences(derived: Derived, vendors: tuple[Vendor, ...]) -> list[str]:
@@ -250,6 +285,10 @@ def differences(derived: Derived, vendors: tuple[Vendor, ...]) -> list[str]:
         explained.add((vendor, "releases", hdk))
         if not _runs(by_name[vendor], hdk, cann):
             lines.append(f"! {vendor} releases {hdk} does not run {cann}")
+    for vendor, hdk, cann, devices in sorted(derived.device_pairs):
+        explained.add((vendor, "releases", hdk))
+        if not _runs_on(by_name[vendor], hdk, cann, devices):
+            lines.append(f"! {vendor} releases {hdk} does not run {cann} on {', '.join(devices)}")
     for (vendor, module), release in sorted(derived.modules.items()):
         explained.add((vendor, "modules", module))
         target = next((r.target for r in by_name[vendor].modules if r.value == module), None)

@@ -7,8 +7,8 @@ kube-scheduler (asserted by node name); where one node is known to fit, bound th
   (`amd.com/gpu.driver-version`) and the PCI device id (`amd.com/gpu.device-id`): the shipped
   table maps module 6.14.14 (amdgpu 30.10: ROCm 6.2-7.2, 7.14), 6.12.12 (the ROCm 6.4 driver:
   6.1-7.2) and 6.19.14 (amdgpu 31.40: 7.0-7.2, 7.14; written in the labeller's four-field form
-  `6.19.14.31400000`); modules no AMD page the tables read pairs with a release (`6.16.6`,
-  `6.16.13`) are unknown to it. 74a1 is MI300X (gfx942), 75a3 MI355X (gfx950).
+  `6.19.14.31400000`); a module no AMD page the tables read pairs with a release (`6.16.13`)
+  is unknown to it. 74a1 is MI300X (gfx942), 75a3 MI355X (gfx950).
 - mind-cluster before v26.1 writes the chip (`node.kubernetes.io/npu.chip.name`) and the
   accelerator type, no driver version; v26.1 on also `huawei.com/driver.version` (HDK 25.5.1
   pairs with CANN 9.0.0 and 8.5.x, not 8.3.RC1).
@@ -58,7 +58,7 @@ AMD_GPU, NPU_910, NPU_310P, NVIDIA_GPU = (
 NODES: dict[str, tuple[dict[str, str], str]] = {
     "amd-30-10": ({MODULE: "6.14.14", DEVICE: "74a1"}, f"{AMD_GPU}=8"),
     "amd-6-4": ({MODULE: "6.12.12", DEVICE: "74a1"}, f"{AMD_GPU}=8"),
-    "amd-6-16": ({MODULE: "6.16.6", DEVICE: "74a1"}, f"{AMD_GPU}=8"),
+    "amd-6-16": ({MODULE: "6.16.13", DEVICE: "74a1"}, f"{AMD_GPU}=8"),
     "amd-6-16-13": ({MODULE: "6.16.13", DEVICE: "75a3"}, f"{AMD_GPU}=8"),
     "amd-31-40": ({MODULE: "6.19.14.31400000", DEVICE: "75a3"}, f"{AMD_GPU}=8"),
     # mind-cluster before v26.1: chip and type only.

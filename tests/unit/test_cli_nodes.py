@@ -70,7 +70,7 @@ def test_each_node_as_the_webhook_reads_it() -> None:
     ) in text
     assert (
         "mi300-2: AMD GPU\n"
-        "  driver: unknown (amd.com/gpu.driver-version=6.16.6 has no table row)\n"
+        "  driver: unknown (amd.com/gpu.driver-version=6.16.13 has no table row)\n"
         "  device: amd.com/gpu.device-id=74a1 -> gfx942\n"
         "  to make it known: label amdgpu-driver-release=<amdgpu driver release>\n"
     ) in text
@@ -113,7 +113,7 @@ def test_a_cuda_image_fits_nvidia_nodes_by_their_cuda_version() -> None:
 def test_a_rocm_image_fits_by_the_amdgpu_release() -> None:
     found = fits(ROCM_64)
     assert found["mi300-1"] == ("fit", "amdgpu driver 30.10 runs it")
-    assert found["mi300-2"] == ("unknown", "amd.com/gpu.driver-version=6.16.6 has no table row")
+    assert found["mi300-2"] == ("unknown", "amd.com/gpu.driver-version=6.16.13 has no table row")
     assert found["h100-1"] == ("unfit", "NVIDIA GPU node; the image needs ROCm 6.4")
     # The unknown node's hint stays, the others' (known or another vendor's) is none.
     hints = {n: r["hint"] for n, r in reports("--image", ROCM_64).items() if r["hint"]}

@@ -27,6 +27,7 @@ from tests.unit.test_vendor_gate import (
     absent,
     amd,
     among,
+    notin,
     npu,
     required,
     term,
@@ -73,6 +74,11 @@ def test_every_shipped_row_is_what_its_excerpt_says() -> None:
     assert derived.releases[("rocm", "31.50")] == ("7.0", "7.1", "7.2", "7.14", "10.0.0")
     assert derived.releases[("rocm", "5.3")] == ("5.1", "5.2", "5.3", "5.4", "5.5")
     assert derived.modules[("rocm", "6.19.14")] == "31.40"
+    # MindCluster 26.1.0's notes: CANN 9.1.0 on the Ascend 950 series HDKs, on 950 only.
+    assert ("cann", "25.1.rc1", "9.1.0", ("950",)) in derived.device_pairs
+    assert ("cann", "25.6.rc1", "9.1.0", ("950",)) in derived.device_pairs
+    # AMD's Yan Sun in ROCm/rocm-install-on-linux#684: release 30.20.1 is amdgpu 6.16.6.
+    assert derived.modules[("rocm", "6.16.6")] == "30.20.1"
     assert derived.releases[("cann", "25.0")] == ("8.5.2", "9.0")  # 9.1.X: N on 25.0.X
     assert derived.images[("cann", "v0.23.0")] == "9.1.0"
     assert derived.devices[("cann", "910_9391")] == "a3"
@@ -117,7 +123,7 @@ def test_a_shipped_row_no_excerpt_states_is_reported(tmp_path: Path) -> None:
     data = (ROOT / "webhook" / "data" / "accelerators.yaml").read_text(encoding="utf-8")
     data = data.replace(
         "  modules:\n  - value: '6.19.14'",
-        "  modules:\n  - value: '6.16.6'\n    release: '30.20'\n    source: 'a guess'\n"
+        "  modules:\n  - value: '6.16.13'\n    release: '30.20'\n    source: 'a guess'\n"
         "  - value: '6.19.14'",
     )
     file = tmp_path / "accelerators.yaml"
@@ -135,17 +141,54 @@ def test_the_four_field_module_version_is_its_release() -> None:
         {
             "new": {MODULE: "6.19.14.31400000", DEVICE: "75a3"},
             "dkms": {MODULE: "6.14.14-2204008", DEVICE: "75a3"},
-            "unknown": {MODULE: "6.16.6", DEVICE: "75a3"},
+            "unknown": {MODULE: "6.16.13", DEVICE: "75a3"},
         }
     )
     decision = run(pod(amd(ROCM_72)), inventory=nodes)
     assert required(apply(decision)) == [
         term(absent(RELEASE), among(MODULE, "6.14.14-2204008", "6.19.14.31400000")),
     ]
+    # amdgpu 6.16.6 is release 30.20.1, whose 30.20 row runs ROCm 6.3 to 7.2, 7.14 and 10.0.0.
+    nodes = NodeInventory.build(
+        {
+            "30.20": {MODULE: "6.16.6", DEVICE: "75a3"},
+            "unknown": {MODULE: "6.16.13", DEVICE: "75a3"},
+        }
+    )
+    assert required(apply(run(pod(amd(ROCM_72)), inventory=nodes))) == [
+        term(absent(RELEASE), among(MODULE, "6.16.6")),
+    ]
+    # ROCm 6.2 is not in its row: kept off that node, never stranded (the unknown one may run it).
+    older = run(pod(amd("rocm/dev-ubuntu-24.04:6.2.4")), inventory=nodes)
+    assert required(apply(older))[-1] == term(absent(RELEASE), notin(MODULE, "6.16.6"))
     # The label to set is never cut (SPEC §13): the reason gives way to it.
     assert decision.warnings == (
         "1 AMD GPU node not used, its amdgpu driver is unknown: "
         "label amdgpu-driver-release=<amdgpu driver release>",
+    )
+
+
+def test_the_ascend_950_hdks_run_cann_9_1_0_on_the_950_chip_only() -> None:
+    # MindCluster 26.1.0: CANN 9.1.0 with HDK 25.1.RC1 (Atlas 950 SuperPoD) and 25.6.RC1 (Atlas
+    # 850), both Ascend 950 series HDKs; a 910B node reporting one of them is not placed by it.
+    nodes = NodeInventory.build(
+        {
+            "superpod": {HDK: "25.1.RC1", CHIP: "Ascend950DT"},
+            "atlas-850": {HDK: "25.6.RC1", CHIP: "Ascend950PR"},
+            "a2": {HDK: "25.1.RC1", CHIP: "910B3"},
+        }
+    )
+    decision = run(pod(npu("quay.io/ascend/cann:9.1.0-950-ubuntu22.04-py3.12")), inventory=nodes)
+    # One term per HDK, each with the chips it runs on: never the 910B3 on 25.1.RC1.
+    assert required(apply(decision)) == [
+        term(absent(HDK_ADMIN), among(HDK, "25.1.RC1"), among(CHIP, "Ascend950DT")),
+        term(absent(HDK_ADMIN), among(HDK, "25.6.RC1"), among(CHIP, "Ascend950PR")),
+    ]
+    assert decision.warnings == ()
+    # CANN 9.0.0 is not what the notes pair with them: no node is known to run it.
+    older = run(pod(npu("quay.io/ascend/cann:9.0.0-950-ubuntu22.04-py3.11")), inventory=nodes)
+    assert older.warnings == (
+        "no node's Ascend HDK supports CANN 9.0.0; newest is 25.6.RC1 (1 node)",
     )
 
 
@@ -180,7 +223,7 @@ def test_admin_rows_are_added_to_the_shipped_ones() -> None:
             "accelerators": {
                 "rocm": {
                     "modules": [
-                        {"value": "6.16.6", "release": "30.20", "source": "dkms on our nodes"},
+                        {"value": "6.16.13", "release": "30.20", "source": "dkms on our nodes"},
                         {"value": "6.20.1", "release": "32.10"},
                     ],
                     "releases": [{"release": "32.10", "runtimes": ["7.2", "7.14"]}],
@@ -191,18 +234,18 @@ def test_admin_rows_are_added_to_the_shipped_ones() -> None:
     nodes = NodeInventory.build(
         {
             "shipped": {MODULE: "6.12.12"},
-            "admin-module": {MODULE: "6.16.6"},
+            "admin-module": {MODULE: "6.16.13"},
             "admin-release": {MODULE: "6.20.1"},
         }
     )
     newer = run(pod(amd("rocm/vllm:rocm7.14.0_vllm_0.10.2")), config=config, inventory=nodes)
     assert required(apply(newer)) == [
-        term(absent(RELEASE), among(MODULE, "6.16.6", "6.20.1")),
+        term(absent(RELEASE), among(MODULE, "6.16.13", "6.20.1")),
     ]
     assert newer.warnings == ()
-    # The shipped rows stay: ROCm 6.4 on 6.12.12 (6.4) and 6.16.6 (30.20), not on 32.10.
+    # The shipped rows stay: ROCm 6.4 on 6.12.12 (6.4) and 6.16.13 (30.20), not on 32.10.
     older = run(pod(amd("rocm/dev-ubuntu-24.04:6.4.1")), config=config, inventory=nodes)
-    assert required(apply(older)) == [term(absent(RELEASE), among(MODULE, "6.12.12", "6.16.6"))]
+    assert required(apply(older)) == [term(absent(RELEASE), among(MODULE, "6.12.12", "6.16.13"))]
 
 
 def test_an_admin_release_row_adds_runtimes_and_a_device_row_names_a_chip() -> None:
@@ -240,7 +283,7 @@ def test_an_admin_release_row_adds_runtimes_and_a_device_row_names_a_chip() -> N
     ("section", "message"),
     [
         (
-            {"modules": [{"value": "6.16.6", "release": "thirty"}]},
+            {"modules": [{"value": "6.16.13", "release": "thirty"}]},
             "modules[].release must be a version like 30.20, 6.19.14, 25.3.RC1 or 9.0.0-beta.1, "
             "got 'thirty'",
         ),
@@ -263,7 +306,7 @@ def test_bad_admin_rows_are_refused(section: dict[str, Any], message: str) -> No
 def test_lint_checks_the_admin_rows(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(
-        "accelerators:\n  rocm:\n    modules:\n    - {value: '6.16.6', release: 'thirty'}\n"
+        "accelerators:\n  rocm:\n    modules:\n    - {value: '6.16.13', release: 'thirty'}\n"
         "    releases:\n    - {release: '32.10', runtime: ['7.2']}\n",
         encoding="utf-8",
     )
@@ -280,7 +323,7 @@ def test_lint_checks_the_admin_rows(tmp_path: Path) -> None:
     ]
     good = tmp_path / "good.yaml"
     good.write_text(
-        "accelerators:\n  rocm:\n    modules:\n    - {value: '6.16.6', release: '30.20'}\n",
+        "accelerators:\n  rocm:\n    modules:\n    - {value: '6.16.13', release: '30.20'}\n",
         encoding="utf-8",
     )
     code, out = cli("lint", "--config", str(good))
@@ -325,15 +368,19 @@ def test_tables_prints_the_rows_in_force_with_their_sources(tmp_path: Path) -> N
     config = tmp_path / "config.yaml"
     config.write_text(
         "accelerators:\n  rocm:\n    modules:\n"
-        "    - {value: '6.16.6', release: '30.20', source: 'dkms status on our nodes'}\n",
+        "    - {value: '6.16.13', release: '30.20', source: 'dkms status on our nodes'}\n",
         encoding="utf-8",
     )
     code, out = cli("tables", "--config", str(config), "--vendor", "rocm")
     assert code == 0
     lines = out.splitlines()
     assert lines[0] == "rocm: ROCm on the amdgpu driver"
-    assert lines[1] == "  modules (kernel module -> amdgpu driver release): 6 row(s)"
-    assert "    6.16.6 -> 30.20  [config: dkms status on our nodes]" in lines
+    assert lines[1] == "  modules (kernel module -> amdgpu driver release): 7 row(s)"
+    assert "    6.16.13 -> 30.20  [config: dkms status on our nodes]" in lines
+    assert any(
+        line.startswith("    6.16.6 -> 30.20.1  [shipped: ROCm/rocm-install-on-linux issue #684")
+        for line in lines
+    )
     assert (
         "    6.19.14 -> 31.40  [shipped: ROCm/gpu-operator docs/releasenotes.md at 6df13c1 "
         '(2026-08-06): "amdgpu driver 6.19.14 (packaged release 31.40)"]'
@@ -347,7 +394,7 @@ def test_tables_prints_the_rows_in_force_with_their_sources(tmp_path: Path) -> N
     tables = {t["vendor"]: t for t in json.loads(out)}
     assert set(tables) == {"rocm", "cann"}
     assert tables["rocm"]["modules"][-1] == {
-        "value": "6.16.6",
+        "value": "6.16.13",
         "release": "30.20",
         "origin": "config",
         "source": "dkms status on our nodes",
@@ -362,14 +409,14 @@ def test_tables_prints_the_rows_in_force_with_their_sources(tmp_path: Path) -> N
 def test_review_counts_the_nodes_by_the_rows_in_force(tmp_path: Path) -> None:
     # The inventory line and the placement both read the admin's module row.
     nodes = tmp_path / "nodes.yaml"
-    labels = {MODULE: "6.16.6", DEVICE: "75a3"}
+    labels = {MODULE: "6.16.13", DEVICE: "75a3"}
     node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "mi355", "labels": labels}}
     nodes.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [node]}))
     manifest = tmp_path / "pod.yaml"
     manifest.write_text(json.dumps(pod(amd(ROCM_72))), encoding="utf-8")
     config = tmp_path / "config.yaml"
     config.write_text(
-        "accelerators:\n  rocm:\n    modules: [{value: '6.16.6', release: '30.20'}]\n",
+        "accelerators:\n  rocm:\n    modules: [{value: '6.16.13', release: '30.20'}]\n",
         encoding="utf-8",
     )
     code, text = cli("review", "-f", str(manifest), "--nodes", str(nodes))
