@@ -14,6 +14,7 @@ reason is logged once and shown on /inventory, and the reflector retries slowly.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Any, Literal
 
@@ -72,6 +73,12 @@ CLAIMS = Watched(
 Field = Literal["templates", "claims"]
 
 
+def _current(store: PolicyStore) -> ClaimIndex:
+    """The claim index the three sources share; each replaces only its own field of it (they
+    all run on the one event loop, so a read-modify-write is never interleaved)."""
+    return store.claims if store.claims is not None else ClaimIndex()
+
+
 class ClaimSource(Reflector[ClaimClasses]):
     """Publishes the device classes of every object of one kind into one field of
     `store.claims`, keeping the other field as the other kind's source last published it."""
@@ -89,18 +96,12 @@ class ClaimSource(Reflector[ClaimClasses]):
         return self._shared.setdefault(classes, classes)
 
     def _build(self, items: Mapping[Key, ClaimClasses]) -> None:
-        # Both sources run on the one event loop: read-modify-write of `store.claims` here is
-        # not interleaved with the other source's.
-        current = self.store.claims if self.store.claims is not None else ClaimIndex()
         table = MappingProxyType(dict(items))
+        current = _current(self.store)
         if self._field == "templates":
-            self.store.claims = ClaimIndex(
-                templates=table, claims=current.claims, classes=current.classes
-            )
+            self.store.claims = replace(current, templates=table)
         else:
-            self.store.claims = ClaimIndex(
-                templates=current.templates, claims=table, classes=current.classes
-            )
+            self.store.claims = replace(current, claims=table)
 
 
 class ClaimTemplateSource(ClaimSource):
@@ -146,10 +147,7 @@ class DeviceClassSource(Reflector[DeviceClassFacts]):
     def _build(self, items: Mapping[Key, DeviceClassFacts]) -> None:
         facts = {key[-1]: fact for key, fact in items.items()}
         classes = DeviceClasses.of(facts) if facts else BUILT_IN_CLASSES
-        current = self.store.claims if self.store.claims is not None else ClaimIndex()
-        self.store.claims = ClaimIndex(
-            templates=current.templates, claims=current.claims, classes=classes
-        )
+        self.store.claims = replace(_current(self.store), classes=classes)
 
 
 def claim_sources(store: PolicyStore, **options: Any) -> list[Reflector[Any]]:
