@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ROOT / "docs" / "research" / "image-sources"
 DATA = ROOT / "webhook" / "data" / "images.yaml"
 _KEYS = ("families", "cuda", "evidence", "source")
+_HEADER = re.compile(r"^# ([a-z]+): *(.*?) *$", re.M)
 # How a text spells a CUDA version: a wheel index or tag (cu118, cu130: the last digit is the
 # minor), or a dotted version (12.4.0, cuda>=12.4).
 _WHEEL = re.compile(r"cu([0-9]{2})([0-9])(?![0-9])")
@@ -52,17 +53,13 @@ class Excerpt:
 
 
 def read_excerpt(path: Path) -> Excerpt:
+    """One excerpt file: its `# key: value` header, `---`, then the source's text."""
     head, sep, text = path.read_text(encoding="utf-8").partition("\n---\n")
-    if not sep:
-        raise ValueError(f"{path.name}: no '---' line between the header and the excerpt")
-    meta: dict[str, str] = {}
-    for line in head.splitlines():
-        key, colon, value = line.removeprefix("# ").partition(":")
-        if colon:
-            meta.setdefault(key.strip(), value.strip())
+    meta = dict(_HEADER.findall(head)[::-1])  # the first line of a key wins
     missing = [key for key in _KEYS if not meta.get(key)]
-    if missing:
-        raise ValueError(f"{path.name}: the header has no '# {missing[0]}:' line")
+    if not sep or missing:
+        what = "no '---' line after the header" if not sep else f"no '# {missing[0]}:' line"
+        raise ValueError(f"{path.name}: {what}")
     families = tuple(name.strip() for name in meta["families"].split(",") if name.strip())
     return Excerpt(path.name, families, meta["cuda"], meta["evidence"], meta["source"], text)
 
@@ -119,18 +116,20 @@ def problems(excerpts: list[Excerpt], data: dict[str, Any]) -> list[str]:
     return out
 
 
+def check(sources: Path = SOURCES, data: Path = DATA) -> list[str]:
+    """The problems of the excerpts in `sources` against the knowledge file `data`."""
+    excerpts = [read_excerpt(path) for path in sorted(sources.glob("*.txt"))]
+    return problems(excerpts, yaml.safe_load(data.read_text(encoding="utf-8")))
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sources", type=Path, default=SOURCES)
-    parser.add_argument("--data", type=Path, default=DATA)
-    args = parser.parse_args(argv)
-    excerpts = [read_excerpt(p) for p in sorted(args.sources.glob("*.txt"))]
-    data = yaml.safe_load(args.data.read_text(encoding="utf-8"))
-    found = problems(excerpts, data)
-    for line in found:
-        print(line)
-    if not found:
-        print(f"{len(excerpts)} excerpts, every release of their families matches")
+    options = argparse.ArgumentParser(description="the shipped image knowledge vs its excerpts")
+    options.add_argument("--sources", type=Path, default=SOURCES, help="the excerpts")
+    options.add_argument("--data", type=Path, default=DATA, help="the knowledge file")
+    args = options.parse_args(argv)
+    found = check(args.sources, args.data)
+    ok = f"every release of the families {args.sources.name}/ backs matches its excerpt\n"
+    sys.stdout.write("".join(f"{line}\n" for line in found) or ok)
     return 1 if found else 0
 
 

@@ -6,111 +6,77 @@ words that spell it. Also the Jupyter pytorch-notebook cuda11 and cuda13 images 
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import shutil
-import sys
 from pathlib import Path
-from types import ModuleType
-from typing import Any
 
 import pytest
 import yaml
 
+from scripts import image_sources
 from tests.helpers import CONFIGMAPS, GPU, container, expr, node_terms, pod
 from webhook.cli import main
 
-ROOT = Path(__file__).resolve().parents[2]
 REPO = "quay.io/jupyter/pytorch-notebook"
 
 
-def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "image_sources", ROOT / "scripts/image_sources.py"
+def test_every_excerpted_release_matches_its_excerpt(capsys: pytest.CaptureFixture[str]) -> None:
+    assert image_sources.check() == []
+    assert image_sources.main([]) == 0
+    assert capsys.readouterr().out == (
+        "every release of the families image-sources/ backs matches its excerpt\n"
     )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["image_sources"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
-image_sources = _script()
+CU124 = "jupyter-pytorch-cuda12-cu124.txt"
+CU124_SOURCE = (
+    "https://github.com/jupyter/docker-stacks/blob/2c525aff70edc2cff2dc8f664facceb6a48a6179"
+    "/images/pytorch-notebook/cuda12/Dockerfile"
+)
 
 
-def _copy(tmp_path: Path) -> tuple[Path, Path]:
+@pytest.mark.parametrize(
+    ("edited", "old", "new", "first", "count"),
+    [
+        (  # a release that drifts from its excerpt
+            "images.yaml",
+            "{release: 'cuda11', cuda: '11.8'",
+            "{release: 'cuda11', cuda: '12.8'",
+            "Jupyter pytorch-notebook cuda11: states CUDA 12.8, its excerpt "
+            "jupyter-pytorch-cuda11.txt states 11.8",
+            1,
+        ),
+        (  # an excerpt whose text does not hold the words it claims
+            "jupyter-pytorch-cuda13.txt",
+            "# evidence: whl/cu130",
+            "# evidence: whl/cu131",
+            "jupyter-pytorch-cuda13.txt: the text does not hold its evidence 'whl/cu131'",
+            2,  # and those words spell 13.1, not the stated 13.0
+        ),
+        (  # releases citing a link no excerpt has (one line for each)
+            CU124,
+            f"# source: {CU124_SOURCE}",
+            f"# source: {CU124_SOURCE}?moved",
+            "Jupyter pytorch-notebook cuda12 day 2024-11-05: no excerpt has its source "
+            + CU124_SOURCE,
+            50 + 4 + 1,  # 50 days, 4 months, and the excerpt no release cites
+        ),
+    ],
+)
+def test_a_release_or_excerpt_that_does_not_hold_is_named(
+    tmp_path: Path, edited: str, old: str, new: str, first: str, count: int
+) -> None:
     sources = tmp_path / "image-sources"
     shutil.copytree(image_sources.SOURCES, sources)
     data = tmp_path / "images.yaml"
     shutil.copy(image_sources.DATA, data)
-    return sources, data
-
-
-def _check(sources: Path, data: Path) -> tuple[int, str]:
-    return _capture(lambda: image_sources.main(["--sources", str(sources), "--data", str(data)]))
-
-
-def _capture(run: Any) -> tuple[int, str]:
-    saved = sys.stdout
-    sys.stdout = buffer = io.StringIO()
-    try:
-        code = run()
-    finally:
-        sys.stdout = saved
-    return code, buffer.getvalue()
-
-
-def test_every_excerpted_release_matches_its_excerpt() -> None:
-    code, text = _capture(lambda: image_sources.main([]))
-    assert (code, text) == (0, "5 excerpts, every release of their families matches\n")
-
-
-def test_a_release_that_drifts_from_its_excerpt_is_named(tmp_path: Path) -> None:
-    sources, data = _copy(tmp_path)
-    text = data.read_text(encoding="utf-8")
-    data.write_text(
-        text.replace("{release: 'cuda11', cuda: '11.8'", "{release: 'cuda11', cuda: '12.8'"),
-        encoding="utf-8",
-    )
-    code, out = _check(sources, data)
-    assert code == 1
-    assert out == (
-        "Jupyter pytorch-notebook cuda11: states CUDA 12.8, its excerpt "
-        "jupyter-pytorch-cuda11.txt states 11.8\n"
-    )
-
-
-def test_an_excerpt_whose_text_does_not_spell_its_version_is_named(tmp_path: Path) -> None:
-    sources, data = _copy(tmp_path)
-    excerpt = sources / "jupyter-pytorch-cuda13.txt"
-    excerpt.write_text(
-        excerpt.read_text(encoding="utf-8").replace(
-            "# evidence: whl/cu130", "# evidence: whl/cu131"
-        ),
-        encoding="utf-8",
-    )
-    code, out = _check(sources, data)
-    assert code == 1
-    assert out == (
-        "jupyter-pytorch-cuda13.txt: the text does not hold its evidence 'whl/cu131'\n"
-        "jupyter-pytorch-cuda13.txt: the evidence 'whl/cu131' spells 13.1, not the stated "
-        "cuda 13.0\n"
-    )
-
-
-def test_a_release_citing_a_source_no_excerpt_has_is_named(tmp_path: Path) -> None:
-    sources, data = _copy(tmp_path)
-    (sources / "jupyter-pytorch-cuda12-cu124.txt").unlink()
-    code, out = _check(sources, data)
-    assert code == 1
-    lines = out.splitlines()
-    assert lines[0] == (
-        "Jupyter pytorch-notebook cuda12 day 2024-11-05: no excerpt has its source "
-        "https://github.com/jupyter/docker-stacks/blob/2c525aff70edc2cff2dc8f664facceb6a48a6179"
-        "/images/pytorch-notebook/cuda12/Dockerfile"
-    )
-    assert all("no excerpt has its source" in line for line in lines)
+    path = data if edited == "images.yaml" else sources / edited
+    text = path.read_text(encoding="utf-8")
+    assert old in text
+    path.write_text(text.replace(old, new), encoding="utf-8")
+    found = image_sources.check(sources, data)
+    assert (found[0], len(found)) == (first, count)
 
 
 @pytest.mark.parametrize(
@@ -219,3 +185,20 @@ def test_a_reviewed_cuda11_notebook_pod_is_placed_on_cuda_11_8_nodes(tmp_path: P
         },
         {"matchExpressions": [expr("cuda-major-version", "Gt", 11)]},
     ]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "# families: A\n# cuda: 11.8\n# evidence: cu118\n# source: https://x\ncu118\n",
+            "no '---'",
+        ),
+        ("# families: A\n# cuda: 11.8\n# source: https://x\n---\ncu118\n", "no '# evidence:'"),
+    ],
+)
+def test_an_excerpt_without_its_header_is_refused(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "bad.txt"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ValueError, match=f"^bad.txt: {message}"):
+        image_sources.read_excerpt(path)
