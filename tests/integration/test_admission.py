@@ -79,11 +79,13 @@ SHM_NOTE = 'mounted a 16Gi memory-backed /dev/shm in container "train" (shm fix)
 
 
 def with_shm(obj: dict[str, Any]) -> dict[str, Any]:
-    """`obj` (a pod, its one container) with the /dev/shm fix's volume and mount."""
+    """`obj` (a pod, its one container) with the /dev/shm fix's volume, mount and mark."""
     obj["spec"]["containers"][0]["volumeMounts"] = [{"name": "dshm", "mountPath": "/dev/shm"}]
     obj["spec"]["volumes"] = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}}
     ]
+    annotations = obj["metadata"].setdefault("annotations", {})
+    annotations["features.alauda.io/injected-shm"] = "dshm"
     return obj
 
 
@@ -140,6 +142,30 @@ def test_mutate_is_idempotent(server: RunningServer) -> None:
     assert "patch" not in again
     assert "patchType" not in again
     assert again["allowed"] is True
+
+
+def test_a_reinvocation_resizes_the_webhooks_own_dev_shm(server: RunningServer) -> None:
+    # reinvocationPolicy IfNeeded: another mutating webhook sets the memory limit after this
+    # one's first pass, and the API server sends the object as it now is through /mutate
+    # again. The webhook's own /dev/shm (marked on the pod) follows the new limit.
+    obj = pod(container(PADDLE, {"tencent.com/vcuda-core": "50", "memory": "4Gi"}))
+    once = apply_patch(obj, server.review("/mutate", admission_review(obj))["response"])
+    assert once["metadata"]["annotations"] == {"features.alauda.io/injected-shm": "dshm"}
+    assert once["spec"]["volumes"] == [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}}
+    ]
+    raised = copy.deepcopy(once)
+    raised["spec"]["containers"][0]["resources"]["limits"]["memory"] = "24Gi"
+    response = server.review("/mutate", admission_review(raised))["response"]
+    assert response["warnings"] == ["resized the webhook's /dev/shm (dshm) to 12Gi (shm fix)"]
+    expected = copy.deepcopy(raised)
+    expected["spec"]["volumes"][0]["emptyDir"]["sizeLimit"] = "12Gi"
+    assert apply_patch(raised, response) == expected
+    # The same pod as the user wrote it (their own dshm at /dev/shm, no mark): left alone.
+    users = copy.deepcopy(raised)
+    del users["metadata"]["annotations"]
+    again = server.review("/mutate", admission_review(users))["response"]
+    assert (again["allowed"], "patch" in again, "warnings" in again) == (True, False, False)
 
 
 def test_non_gpu_pod_is_untouched(server: RunningServer) -> None:

@@ -87,7 +87,10 @@ def test_a_deployments_pods_get_what_the_same_pod_gets(tmp_path: Path) -> None:
         "generateName": "infer-",
         "namespace": "ml",
         "labels": {"app": "infer"},
+        # The mark of the webhook's own /dev/shm volume, as on the same pod alone.
+        "annotations": {"features.alauda.io/injected-shm": "dshm"},
     }
+    assert alone["mutated"]["metadata"]["annotations"] == mutated["metadata"]["annotations"]
     terms = mutated["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"
     ]

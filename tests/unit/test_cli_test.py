@@ -60,11 +60,13 @@ HAMI_POD = {
 
 
 def with_shm(pod: dict[str, Any]) -> dict[str, Any]:
-    """A copy of `pod` with what the /dev/shm fix (on by default) adds to its one container."""
+    """A copy of `pod` with what the /dev/shm fix (on by default) adds to its one container,
+    and the annotation that marks the volume as the webhook's."""
     patched: dict[str, Any] = json.loads(json.dumps(pod))
     patched["spec"]["containers"][0]["volumeMounts"] = [{"name": "dshm", "mountPath": "/dev/shm"}]
     volume = {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}}
     patched["spec"]["volumes"] = [volume]
+    patched["metadata"].setdefault("annotations", {})["features.alauda.io/injected-shm"] = "dshm"
     return patched
 
 
@@ -193,7 +195,7 @@ def test_a_patched_object_that_differs_shows_a_unified_diff(tmp_path: Path) -> N
     assert text.endswith(
         "--- expected (expected.yaml)\n"
         "+++ patched by the webhook\n"
-        "@@ -11,6 +11,9 @@\n"
+        "@@ -13,6 +13,9 @@\n"  # below the two lines of the mark's annotation
         "       limits:\n"
         "         nvidia.com/gpu: '1'\n"
         "         nvidia.com/gpucores: '50'\n"

@@ -53,6 +53,8 @@ def test_shm_is_mounted_in_the_accelerator_container() -> None:
     expected = copy.deepcopy(original)
     expected["spec"]["volumes"] = [shm_volume()]
     expected["spec"]["containers"][0]["volumeMounts"] = [SHM_MOUNT]
+    # The mark: the volume is the webhook's own (a reinvocation resizes it, runtimefix/shm.py).
+    expected["metadata"]["annotations"] = {"features.alauda.io/injected-shm": "dshm"}
     assert apply(decision) == expected
     assert decision.notes == (
         'mounted a 16Gi memory-backed /dev/shm in container "trainer" (shm fix)',

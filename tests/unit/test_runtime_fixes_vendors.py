@@ -71,6 +71,7 @@ def test_every_familys_accelerator_container_gets_dev_shm(resource: str, image: 
     expected = copy.deepcopy(original)
     expected["spec"]["volumes"] = [shm_volume()]
     expected["spec"]["containers"][0]["volumeMounts"] = [SHM_MOUNT]
+    expected["metadata"]["annotations"] = {SHM_MARK: "dshm"}  # the webhook's own volume
     assert apply(decision) == expected
     assert decision.notes == (note(),)
     assert decision.warnings == ()
@@ -200,6 +201,97 @@ def test_a_users_own_dshm_is_never_resized() -> None:
     )
     decision = run(marked, _template_config())
     assert (decision.patch, decision.notes, decision.warnings) == ([], (), ())
+
+
+def _raised(obj: dict[str, Any], memory: str) -> dict[str, Any]:
+    """`obj` (a pod) after another mutating webhook set its container's memory limit."""
+    changed = copy.deepcopy(obj)
+    changed["spec"]["containers"][0]["resources"]["limits"]["memory"] = memory
+    return changed
+
+
+def test_a_plain_pods_own_dshm_follows_its_limit_on_reinvocation() -> None:
+    # A plain pod (no template): the first pass mounts the volume and marks it on the pod.
+    first = apply(run(pod(container("trainer", ROCM, limits={"amd.com/gpu": 1, "memory": "8Gi"}))))
+    assert first["spec"]["volumes"] == [shm_volume("4Gi")]
+    assert first["metadata"]["annotations"] == {SHM_MARK: "dshm"}
+    assert first["spec"]["containers"][0]["volumeMounts"] == [SHM_MOUNT]
+    # Another webhook raised the limit after the first pass; the API server calls this one
+    # again (reinvocationPolicy IfNeeded) with the object as it now is: the volume follows.
+    decision = run(_raised(first, "20Gi"))
+    again = apply(decision)
+    assert again["spec"]["volumes"] == [shm_volume("10Gi")]
+    assert again["spec"]["containers"][0]["volumeMounts"] == [SHM_MOUNT]
+    assert again["metadata"]["annotations"] == {SHM_MARK: "dshm"}
+    assert decision.notes == ("resized the webhook's /dev/shm (dshm) to 10Gi (shm fix)",)
+    # A pod-level limit set by another webhook decides too (PodLevelResources).
+    pod_level = copy.deepcopy(again)
+    pod_level["spec"]["resources"] = {"limits": {"memory": "6Gi"}}
+    assert apply(run(pod_level))["spec"]["volumes"] == [shm_volume("3Gi")]
+    # Unchanged limits: nothing to do, the second pass writes nothing.
+    assert (run(again).patch, run(again).notes) == ([], ())
+
+
+def test_a_users_own_dshm_stays_as_written_on_reinvocation() -> None:
+    # The user's volume at /dev/shm, no mark: the limit raised later changes nothing.
+    trainer = container(
+        "trainer", ROCM, limits={"amd.com/gpu": 1, "memory": "2Gi"}, volumeMounts=[SHM_MOUNT]
+    )
+    first = run(pod(trainer, volumes=[shm_volume("512Mi")]))
+    assert (first.patch, first.notes, first.warnings) == ([], (), ())
+    again = run(_raised(apply(first), "64Gi"))
+    assert (again.patch, again.notes, again.warnings) == ([], (), ())
+
+
+def test_a_mark_the_user_wrote_changes_at_most_a_size() -> None:
+    # The mark is an annotation: a user can write it on their own memory-backed volume at
+    # /dev/shm. The worst it does: that volume's sizeLimit is worked out as the webhook's
+    # would be. The volume, its mount and the annotation stay.
+    trainer = container(
+        "trainer", ROCM, limits={"amd.com/gpu": 1, "memory": "2Gi"}, volumeMounts=[SHM_MOUNT]
+    )
+    forged = pod(trainer, volumes=[shm_volume("16Gi")], annotations={SHM_MARK: "dshm"})
+    decision = run(forged)
+    result = apply(decision)
+    assert result["spec"]["volumes"] == [shm_volume("1Gi")]
+    assert result["spec"]["containers"] == forged["spec"]["containers"]
+    assert result["metadata"] == forged["metadata"]
+    assert decision.patch == [
+        {"op": "replace", "path": "/spec/volumes/0/emptyDir/sizeLimit", "value": "1Gi"}
+    ]
+    # A mark naming a memory-backed volume mounted elsewhere (a cache): not the webhook's.
+    cache = {"name": "cache", "mountPath": "/cache"}
+    user_shm = {"name": "host-shm", "mountPath": "/dev/shm"}
+    trainer = container(
+        "trainer",
+        ROCM,
+        limits={"amd.com/gpu": 1, "memory": "2Gi"},
+        volumeMounts=[cache, user_shm],
+    )
+    volumes = [shm_volume("8Gi", "cache"), {"name": "host-shm", "hostPath": {"path": "/dev/shm"}}]
+    decision = run(pod(trainer, volumes=volumes, annotations={SHM_MARK: "cache"}))
+    assert (decision.patch, decision.notes, decision.warnings) == ([], (), ())
+    # The same volume also mounted at /dev/shm: still a cache, still the user's.
+    both = container(
+        "trainer",
+        ROCM,
+        limits={"amd.com/gpu": 1, "memory": "2Gi"},
+        volumeMounts=[cache, {"name": "cache", "mountPath": "/dev/shm"}],
+    )
+    decision = run(pod(both, volumes=[shm_volume("8Gi", "cache")], annotations={SHM_MARK: "cache"}))
+    assert (decision.patch, decision.notes, decision.warnings) == ([], (), ())
+    # A mark naming the cache while nothing is at /dev/shm: the webhook mounts its own volume
+    # and the mark names it; the cache is not touched.
+    only_cache = container(
+        "trainer", ROCM, limits={"amd.com/gpu": 1, "memory": "2Gi"}, volumeMounts=[cache]
+    )
+    original = pod(
+        only_cache, volumes=[shm_volume("8Gi", "cache")], annotations={SHM_MARK: "cache"}
+    )
+    result = apply(run(original))
+    assert result["spec"]["volumes"] == [shm_volume("8Gi", "cache"), shm_volume("1Gi")]
+    assert result["spec"]["containers"][0]["volumeMounts"] == [cache, SHM_MOUNT]
+    assert result["metadata"]["annotations"] == {SHM_MARK: "dshm"}
 
 
 # --- RDMA -----------------------------------------------------------------------------------

@@ -5,12 +5,18 @@ the container devices; a value the webhook cannot see (`valueFrom`) always may.
 
 Which entry of a name wins: the kubelet resolves a container's `env` into one value per name,
 the last entry of a name winning (pkg/kubelet/kubelet_pods.go makeEnvironmentVariables keeps a
-map), and appends a Service link's variables only under names the container does not set;
-containerd (internal/cri/opts/spec_opts.go WithEnv, replaceOrAppendEnvValues) and CRI-O
-(server/container_create.go mergeEnvs) replace an image config entry of the same name in
-place, so a runtime sees one value per name and its own first/last rule below never meets a
-duplicate the pod wrote. GPU access control still judges every entry of a name, so that no
-answer depends on which duplicate a reader keeps.
+map), and appends a Service link's variables only under names the container does not set.
+CRI-O (server/container_create.go mergeEnvs) adds an image config entry only under a name the
+pod does not set. containerd does not: internal/cri/server/container_create.go buildLinuxSpec
+(1.x: pkg/cri/server/container_create_linux.go) passes the image's entries, then the pod's, to
+one oci.WithEnv, and pkg/oci/spec_opts.go replaceOrAppendEnvValues replaces only names of the
+default spec, so a name both set is in the OCI spec twice, the image's first
+(containerd/containerd#7348, #13929). The readers here take the last entry (NVIDIA's map, AMD's
+getAMDEnv, MindCluster's getValueByDeviceKey), so a written void wins. Ascend/ascend-docker-runtime
+up to v5.0.0-RC3.2 takes the first (hook/main.go, runtime/main.go getValueByKey) and v5.0.0 the
+first naming `Ascend` (runtime/main.go getValueByDeviceKey): there the image's value wins on
+containerd (docs/concepts/gpu-access.md names the builds). GPU access control judges every
+entry of a name the pod writes.
 """
 
 from __future__ import annotations

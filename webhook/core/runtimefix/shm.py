@@ -132,10 +132,34 @@ def _volume_name(spec: Mapping[str, Any]) -> str:
     return name
 
 
+def _mounted_only_at_shm(spec: Mapping[str, Any], name: str) -> bool:
+    """Whether the volume `name` is mounted somewhere, and only ever at /dev/shm (what the
+    webhook's own volume is: it mounts it there and nowhere else)."""
+    found = False
+    for list_name in _LISTS:
+        containers = field_of(spec, list_name)
+        for c in containers if isinstance(containers, list) else ():
+            mounts = field_of(c, "volumeMounts")
+            for m in mounts if isinstance(mounts, list) else ():
+                if field_of(m, "name") != name:
+                    continue
+                path = field_of(m, "mountPath")
+                if not isinstance(path, str) or path.rstrip("/") != SHM_PATH:
+                    return False
+                found = True
+    return found
+
+
 def _own_volume(state: PodState) -> tuple[int, Mapping[str, Any]] | None:
     """(index, volume) of the /dev/shm volume the webhook added earlier and marked (the
-    annotation names it): a memory-backed emptyDir of that name. Any other volume is the
-    user's and never changed."""
+    annotation names it): a memory-backed emptyDir of that name, mounted at /dev/shm and
+    nowhere else. Any other volume is the user's and never changed.
+
+    The mark is an annotation anyone who writes the pod can set. A user who marks a volume
+    of their own gets the webhook's treatment of its volume and no more: the sizeLimit of a
+    memory-backed emptyDir already at /dev/shm worked out again. Nothing is ever removed or
+    unmounted, and a volume mounted anywhere else (a cache named in a forged mark) is not
+    taken for the webhook's."""
     name = state.pod.annotations.get(ANNOTATION_INJECTED_SHM)
     volumes = field_of(state.pod.spec, "volumes")
     if not name or not isinstance(volumes, list):
@@ -143,7 +167,7 @@ def _own_volume(state: PodState) -> tuple[int, Mapping[str, Any]] | None:
     for i, v in enumerate(volumes):
         empty = field_of(v, "emptyDir")
         if field_of(v, "name") == name and field_of(empty, "medium") == "Memory":
-            return i, v
+            return (i, v) if _mounted_only_at_shm(state.pod.spec, name) else None
     return None
 
 
@@ -187,12 +211,11 @@ def apply_shm(state: PodState, cap: str, fraction: float, containers: list[Conta
         state.draft.extend(
             state.container_path(c), "volumeMounts", [{"name": name, "mountPath": SHM_PATH}]
         )
-    if state.pod.annotatable and (
-        state.pod.is_template or ANNOTATION_INJECTED_SHM in state.pod.annotations
-    ):
-        # A template carries the mark (and so do the pods made from it), as the webhook's
-        # node affinity does: the next evaluation (the template with another memory limit,
-        # a pod made from it and reinvoked) knows this volume is the webhook's, not the user's.
+    if state.pod.annotatable:
+        # The mark, on a template (and so on the pods made from it) as on a plain pod: the
+        # next evaluation (the template with another memory limit; the pod reinvoked after
+        # another webhook changed its limits, reinvocationPolicy IfNeeded) knows this volume
+        # is the webhook's, not the user's, and sizes it again.
         annotations = (*state.pod.template_path, "metadata", "annotations")
         state.draft.set(annotations, ANNOTATION_INJECTED_SHM, name)
     where = ", ".join(container_label(c) for c in containers)
