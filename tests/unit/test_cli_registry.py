@@ -434,8 +434,11 @@ def test_images_and_review_read_rocm_from_the_image_config(
     # An AMD container gets /dev/shm (SPEC §14), with or without its ROCm version.
     shm = 'mounted a 16Gi memory-backed /dev/shm in container "main" (shm fix)'
     assert json.loads(out)[0]["changes"] == [limits, shm]
+    # Offline its ROCm version is unknown: counted as a CUDA container's would be.
+    assert json.loads(out)[0]["unknownRuntimes"] == [{"runtime": "ROCm", "image": ref}]
     code, out = cli(*common, "--resolve-images", "--registry-ca", str(tls.ca_cert))
     (result,) = json.loads(out)
+    assert result["unknownRuntimes"] == []
     assert result["changes"] == [
         limits,
         "required nodes whose amdgpu driver runs ROCm 6.4 on GPU target gfx942 "
@@ -451,3 +454,6 @@ def test_images_and_review_read_rocm_from_the_image_config(
             ]
         }
     ]
+    # The text names what the registries told, per runtime, as for CUDA.
+    code, out = cli(*common[:-2], "--resolve-images", "--registry-ca", str(tls.ca_cert))
+    assert "image lookups: 1 image(s) asked their registries, 1 with a ROCm version\n" in out

@@ -172,3 +172,24 @@ def test_images_says_when_no_driver_release_lists_the_version() -> None:
             "  no amdgpu driver release the webhook knows lists ROCm 9.9: no affinity",
         ],
     )
+
+
+def test_review_json_lists_unknown_runtimes_the_same_way_for_every_family(
+    tmp_path: Path,
+) -> None:
+    manifest = tmp_path / "pods.yaml"
+    manifest.write_text(
+        yaml.safe_dump_all(
+            [
+                pod(container("c", "registry.example/team/cuda-app:1", limits={res: "1"}))
+                for res in ("nvidia.com/gpu", "amd.com/gpu", "huawei.com/npu")
+            ]
+            + [pod(container("k", ROCM_714, limits={"amd.com/gpu": "1"}))]
+        )
+    )
+    code, out = cli("review", "-f", str(manifest), "-o", "json")
+    assert code == 0
+    assert [d["unknownRuntimes"] for d in json.loads(out)] == [
+        [{"runtime": runtime, "image": "registry.example/team/cuda-app:1"}]
+        for runtime in ("CUDA", "ROCm", "CANN")
+    ] + [[]]
