@@ -354,3 +354,15 @@ async def test_an_architecture_that_is_no_architecture_name_is_not_looked_up() -
     assert client.calls == [(Q.image, "arm64")]
     assert found.warnings == []
     assert {row["arch"] for row in images.entries()} == {"arm64"}
+
+
+async def test_a_vendor_config_without_its_version_variable_is_a_reason_as_for_cuda() -> None:
+    """The metrics' reason for a ROCm image whose config names no ROCM_VERSION is the one a
+    CUDA image whose config names no CUDA_VERSION gets (no-cuda), not "not-known"."""
+    plain = LookupResult(NO_CUDA, detail="its config sets no CUDA_VERSION")
+    images = resolver(ScriptedClient(lambda image, arch: plain))
+    found = await images.resolve([ImageQuery("ghcr.io/team/rocm:1", runtime="rocm")])
+    assert found.failed == {"ghcr.io/team/rocm:1": "no-cuda"}
+    assert found.warnings == ["ROCm lookup of ghcr.io/team/rocm:1: its config sets no ROCM_VERSION"]
+    found = await images.resolve([ImageQuery("ghcr.io/team/cuda:1")])
+    assert found.failed == {"ghcr.io/team/cuda:1": "no-cuda"}

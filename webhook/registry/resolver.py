@@ -29,7 +29,7 @@ from webhook.core.images.facts import KNOWN_ARCHS, ImageQuery, Requirement
 from webhook.core.placement.vendors import Vendor, shipped_vendors, vendor_named, version_key
 from webhook.registry.client import Known
 from webhook.registry.reference import ImageRef
-from webhook.registry.results import BUSY, FOUND, TIMEOUT, LookupResult, warning
+from webhook.registry.results import BUSY, FOUND, NO_CUDA, TIMEOUT, LookupResult, warning
 
 log = logging.getLogger(__name__)
 
@@ -313,6 +313,8 @@ class ImageResolver:
             if any(env.get(name) for name in vendor.env_version):
                 out.env[query.image] = env
                 return
+            # Counted as a CUDA config without CUDA_VERSION is (gpu_webhook_cuda_unknown_total).
+            out.failed.setdefault(query.image, NO_CUDA)
             detail = f"its config sets no {' or '.join(vendor.env_version) or 'version'}"
             out.warnings.append(warning(query.image, detail, runtime=vendor.runtime))
             return
