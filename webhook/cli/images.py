@@ -343,13 +343,10 @@ def table(found: Sequence[ImageAnswer]) -> str:
             }
             if a.accelerator.devices:
                 row["devices"] = list(a.accelerator.devices)
-            vendors.setdefault(a.accelerator.vendor.name, []).append({"imageTable": [row]})
+            vendors.setdefault(a.accelerator.vendor.name, []).append(row)
     pinned: dict[str, Any] = {"imageCudaTable": entries} if entries else {}
     if vendors:
-        pinned["accelerators"] = {
-            name: {"imageTable": [r for t in tables for r in t["imageTable"]]}
-            for name, tables in vendors.items()
-        }
+        pinned["accelerators"] = {name: {"imageTable": rows} for name, rows in vendors.items()}
     if not pinned:
         return ""
     return yaml.safe_dump(pinned, sort_keys=False, default_style=None)
