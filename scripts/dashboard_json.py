@@ -76,21 +76,23 @@ PANELS: list[tuple[str, str, str, list[tuple[str, str]]]] = [
         ],
     ),
     (
-        "GPU containers whose CUDA is unknown, and why",
+        "Accelerator containers whose runtime version is unknown, and why",
         "percentunit",
-        "Share of the GPU containers /mutate evaluated whose CUDA version nothing told, by "
-        "reason: lookups-off, not-known (not asked), slow (no answer within the budget), or the "
-        "registry lookup's failure (unreachable, timeout, unauthorized, not-found, no-cuda ...).",
+        "Share of the accelerator containers /mutate evaluated whose runtime version (CUDA, ROCm, "
+        "CANN) nothing told, per runtime, by reason: lookups-off, not-known (not asked), slow (no "
+        "answer within the budget), or the registry lookup's failure (unreachable, timeout, "
+        "unauthorized, not-found, no-cuda ...).",
         [
             (
-                f"sum by (reason) (rate(gpu_webhook_cuda_unknown_total{{{S}}}[{RATE}])) / "
-                f"scalar(sum(rate(gpu_webhook_gpu_containers_total{{{S}}}[{RATE}])))",
-                "{{reason}}",
+                f"sum by (runtime, reason) (rate(gpu_webhook_cuda_unknown_total{{{S}}}[{RATE}])) "
+                f"/ on (runtime) group_left "
+                f"sum by (runtime) (rate(gpu_webhook_gpu_containers_total{{{S}}}[{RATE}]))",
+                "{{runtime}} {{reason}}",
             ),
             (
-                f"sum(rate(gpu_webhook_cuda_unknown_total{{{S}}}[{RATE}])) / "
-                f"sum(rate(gpu_webhook_gpu_containers_total{{{S}}}[{RATE}]))",
-                "all reasons",
+                f"sum by (runtime) (rate(gpu_webhook_cuda_unknown_total{{{S}}}[{RATE}])) / "
+                f"sum by (runtime) (rate(gpu_webhook_gpu_containers_total{{{S}}}[{RATE}]))",
+                "{{runtime}} all reasons",
             ),
         ],
     ),

@@ -112,6 +112,41 @@ async def test_the_audit_publishes_reports_and_its_figures(kube: FakeKube, tmp_p
         await client.close()
 
 
+async def test_the_audit_counts_unknown_runtimes_per_runtime(
+    kube: FakeKube, tmp_path: Path
+) -> None:
+    """Running pods of each family whose runtime version nothing tells: /audit and the gauge
+    count them by runtime, the same way for CUDA, ROCm and CANN."""
+    for name, image, resource in (
+        ("cuda-app", "registry.example/team/cuda-app:1", GPU),
+        ("rocm-app", "registry.example/team/rocm-app:1", "amd.com/gpu"),
+        ("rocm-app-2", "registry.example/team/rocm-app:2", "amd.com/gpu"),
+        ("npu-app", "registry.example/team/npu-app:1", "huawei.com/npu"),
+    ):
+        limits = {resource: "1"}
+        spec = {"name": "c", "image": image, "resources": {"limits": limits, "requests": limits}}
+        meta = {"name": name, "namespace": "lab", "uid": f"uid-{name}"}
+        kube.put(
+            {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {"containers": [spec]}}
+        )
+    client, store = await started(kube, tmp_path)
+    try:
+        await eventually(
+            lambda: store.audit is not None and store.audit.last_success_unix is not None,
+            "the first audit finished",
+        )
+        document = await (await client.get("/audit")).json()
+        assert document["unknownRuntimes"] == {"CUDA": 1, "CANN": 1, "ROCm": 2}
+        samples = metric_samples(await (await client.get("/metrics")).text())
+        assert {k: v for k, v in samples.items() if "audit_unknown_runtimes" in k} == {
+            'gpu_webhook_audit_unknown_runtimes{runtime="cuda"}': 1.0,
+            'gpu_webhook_audit_unknown_runtimes{runtime="cann"}': 1.0,
+            'gpu_webhook_audit_unknown_runtimes{runtime="rocm"}': 2.0,
+        }
+    finally:
+        await client.close()
+
+
 async def test_a_failing_audit_changes_nothing_for_admission_or_readiness(
     kube: FakeKube, tmp_path: Path
 ) -> None:

@@ -57,6 +57,7 @@ PROMQL_WORDS = {
     "and",
     "or",
     "bool",
+    "group_left",
 }
 
 
@@ -195,8 +196,11 @@ async def test_every_metric_of_the_alerts_and_the_dashboard_is_exported(
         for family in text_string_to_metric_families(text)
         for s in family.samples
     }
-    assert samples["gpu_webhook_gpu_containers_total[]"] == 4
-    assert samples["gpu_webhook_cuda_unknown_total[('reason', 'unreachable')]"] == 1
+    assert samples["gpu_webhook_gpu_containers_total[('runtime', 'cuda')]"] == 4
+    assert (
+        samples["gpu_webhook_cuda_unknown_total[('reason', 'unreachable'), ('runtime', 'cuda')]"]
+        == 1
+    )
     assert samples["gpu_webhook_image_cache_requests_total[('result', 'miss')]"] == 1
     assert samples["gpu_webhook_image_cache_requests_total[('result', 'hit')]"] == 0
     assert samples["gpu_webhook_image_lookups_over_budget_total[]"] == 0

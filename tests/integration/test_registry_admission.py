@@ -484,9 +484,9 @@ async def test_metrics_count_misses_the_budget_late_answers_and_cache_hits(
         'gpu_webhook_image_cache_requests_total{result="miss"}': 2.0,
         "gpu_webhook_image_lookups_over_budget_total": 2.0,
         "gpu_webhook_image_lookups_late_total": 1.0,
-        'gpu_webhook_cuda_unknown_total{reason="slow"}': 2.0,
+        'gpu_webhook_cuda_unknown_total{reason="slow",runtime="cuda"}': 2.0,
         'gpu_webhook_placements_total{rule="backward"}': 1.0,
-        "gpu_webhook_gpu_containers_total": 3.0,
+        'gpu_webhook_gpu_containers_total{runtime="cuda"}': 3.0,
     }
 
 
@@ -506,10 +506,10 @@ async def test_metrics_say_why_a_cuda_version_is_unknown(
         'gpu_webhook_image_cache_requests_total{result="miss"}': 2.0,
         "gpu_webhook_image_lookups_over_budget_total": 0.0,
         "gpu_webhook_image_lookups_late_total": 0.0,
-        'gpu_webhook_cuda_unknown_total{reason="unreachable"}': 2.0,
-        'gpu_webhook_cuda_unknown_total{reason="unauthorized"}': 1.0,
-        'gpu_webhook_cuda_unknown_total{reason="not-known"}': 1.0,
-        "gpu_webhook_gpu_containers_total": 4.0,
+        'gpu_webhook_cuda_unknown_total{reason="unreachable",runtime="cuda"}': 2.0,
+        'gpu_webhook_cuda_unknown_total{reason="unauthorized",runtime="cuda"}': 1.0,
+        'gpu_webhook_cuda_unknown_total{reason="not-known",runtime="cuda"}': 1.0,
+        'gpu_webhook_gpu_containers_total{runtime="cuda"}': 4.0,
     }
 
 

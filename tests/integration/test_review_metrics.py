@@ -89,9 +89,9 @@ async def test_counters_after_exact_reviews(http: TestClient[Any, Any]) -> None:
         'gpu_webhook_violations_total{policy="cf-crl-gpu-manager-vcuda-memory",'
         'rule="requests = limits"}': 2.0,
         'gpu_webhook_placements_total{rule="backward"}': 3.0,
-        'gpu_webhook_cuda_unknown_total{reason="lookups-off"}': 1.0,
+        'gpu_webhook_cuda_unknown_total{reason="lookups-off",runtime="cuda"}': 1.0,
         # /mutate only: the replica twice, then two of the three containers of `two`.
-        "gpu_webhook_gpu_containers_total": 4.0,
+        'gpu_webhook_gpu_containers_total{runtime="cuda"}': 4.0,
     }
 
 
@@ -104,20 +104,52 @@ async def test_a_pod_that_is_not_placed_counts_its_containers_only(
     )
     await answer(http, "mutate", opted_out)
     text = await (await http.get("/metrics")).text()
-    assert counters(text, *NEW) == {"gpu_webhook_gpu_containers_total": 1.0}
+    assert counters(text, *NEW) == {'gpu_webhook_gpu_containers_total{runtime="cuda"}': 1.0}
 
 
 def test_policy_labels_are_the_first_ones_then_other_and_rules_are_bounded() -> None:
     counts = ReviewCounts()
     for n in range(MAX_POLICY_LABELS + 3):
-        counts.evaluated(0, (), ((f"kube-public/cf-crl-{n}", f"max: {n}"),), ())
-    counts.evaluated(0, (), (("", "cuda"), ("kube-public/cf-crl-0", "made up")), ())
+        counts.evaluated((), (), ((f"kube-public/cf-crl-{n}", f"max: {n}"),), ())
+    counts.evaluated((), (), (("", "cuda"), ("kube-public/cf-crl-0", "made up")), ())
     expected = {(f"cf-crl-{n}", "max"): 1 for n in range(MAX_POLICY_LABELS)}
     expected[("other", "max")] = 3
     expected[("gpu-admission-webhook", "cuda")] = 1
     expected[("cf-crl-0", "other")] = 1
     assert counts.violations == expected
-    counts.evaluated(2, ("backward", "made-up"), (), ("slow", "made-up", "lookups-off"))
+    unknown = (("CUDA", "slow"), ("CUDA", "made-up"), ("ROCm", "lookups-off"), ("x", "slow"))
+    counts.evaluated(("CUDA", "ROCm", "made-up"), ("backward", "made-up"), (), unknown)
     assert counts.placements == {"backward": 1, "other": 1}
-    assert counts.cuda_unknown == {"slow": 1, "other": 1, "lookups-off": 1}
-    assert counts.gpu_containers == 2
+    assert counts.cuda_unknown == {
+        ("slow", "cuda"): 1,
+        ("other", "cuda"): 1,
+        ("lookups-off", "rocm"): 1,
+        ("slow", "other"): 1,
+    }
+    assert counts.gpu_containers == {"cuda": 1, "rocm": 1, "other": 1}
+
+
+async def test_every_vendor_counts_its_containers_and_unknown_runtimes_by_runtime(
+    http: TestClient[Any, Any],
+) -> None:
+    """One pod of each family whose runtime version nothing tells, and a ROCm pod whose tag
+    names it: the same two series count them, labelled by runtime."""
+    pods = [
+        pod(container("c", "registry.example/team/cuda-app:1", limits={GPU: "1"})),
+        pod(container("r", "registry.example/team/rocm-app:1", limits={"amd.com/gpu": "1"})),
+        pod(container("a", "registry.example/team/npu-app:1", limits={"huawei.com/npu": "1"})),
+        pod(
+            container("k", "rocm/vllm:rocm7.0.0_vllm_0.10.2_20251006", limits={"amd.com/gpu": "1"})
+        ),
+    ]
+    for obj in pods:
+        await answer(http, "mutate", obj)
+    text = await (await http.get("/metrics")).text()
+    assert counters(text, "gpu_webhook_cuda_unknown_total", "gpu_webhook_gpu_containers") == {
+        'gpu_webhook_cuda_unknown_total{reason="lookups-off",runtime="cuda"}': 1.0,
+        'gpu_webhook_cuda_unknown_total{reason="lookups-off",runtime="rocm"}': 1.0,
+        'gpu_webhook_cuda_unknown_total{reason="lookups-off",runtime="cann"}': 1.0,
+        'gpu_webhook_gpu_containers_total{runtime="cuda"}': 1.0,
+        'gpu_webhook_gpu_containers_total{runtime="rocm"}': 2.0,
+        'gpu_webhook_gpu_containers_total{runtime="cann"}': 1.0,
+    }

@@ -296,6 +296,7 @@ def test_result_json_names_each_finding_and_its_counts() -> None:
         "pods": 3,
         "finishedPods": 0,
         "skipped": 1,
+        "unknownRuntimes": {},
     }
     (finding,) = document["findings"]
     assert {k: finding[k] for k in ("namespace", "kind", "name", "pods", "podsDenied")} == {
@@ -440,3 +441,21 @@ def test_kserve_serverless_pods_are_one_finding_on_the_inferenceservice() -> Non
     (finding,) = audit.result().findings
     assert finding.owner == Ref(api, "InferenceService", "ml", "llm", "isvc-1")
     assert finding.scope() == "template denied, 2 of 2 pod(s) denied"
+
+
+def test_unknown_runtimes_are_counted_per_runtime_for_every_vendor() -> None:
+    """One pod of each family whose runtime version nothing tells, one whose image names it:
+    the audit counts the unknown ones by runtime, the same way for CUDA, ROCm and CANN."""
+    audit = Audit()
+    for name, image, resource in (
+        ("cuda", "registry.example/team/cuda-app:1", GPU),
+        ("cuda-2", "registry.example/team/cuda-app:2", GPU),
+        ("rocm", "registry.example/team/rocm-app:1", "amd.com/gpu"),
+        ("cann", "registry.example/team/npu-app:1", "huawei.com/npu"),
+        ("known", "rocm/vllm:rocm7.0.0_vllm_0.10.2_20251006", "amd.com/gpu"),
+    ):
+        obj = pod(container("c", image=image, limits={resource: "1"}), name=name)
+        add(audit, obj, "Pod", "v1", standard_policies(), owner=False)
+    result = audit.result()
+    assert result.to_json()["summary"]["unknownRuntimes"] == {"CUDA": 2, "CANN": 1, "ROCm": 1}
+    assert result.unknown_text() == "CUDA 2, CANN 1, ROCm 1"

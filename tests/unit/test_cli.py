@@ -76,6 +76,7 @@ def test_review_json_output() -> None:
         "patch",
         "mutated",
         "templates",
+        "unknownRuntimes",
     }
     assert first["templates"] == []  # a Pod has no template: its own patch is what it gets
     assert first["patch"][0] == {

@@ -264,3 +264,41 @@ async def test_unusable_inputs_are_exit_2(
     )
     assert code == 2
     assert "no CRL ConfigMap in" in capsys.readouterr().err
+
+
+async def test_the_text_counts_unknown_runtimes_per_runtime(
+    cluster: FakeKube, tmp_path: Path
+) -> None:
+    """Pods of each family whose runtime version nothing tells: the last lines count them by
+    runtime, as -o json's summary does (the same rule for CUDA, ROCm and CANN)."""
+    for name, image, resource in (
+        ("cuda-app", "registry.example/team/cuda-app:1", "nvidia.com/gpu"),
+        ("rocm-app", "registry.example/team/rocm-app:1", "amd.com/gpu"),
+        ("npu-app", "registry.example/team/npu-app:1", "huawei.com/npu"),
+    ):
+        limits = {resource: "1"}
+        cluster.put(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "namespace": "lab", "uid": f"uid-{name}"},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "c",
+                            "image": image,
+                            "resources": {"limits": limits, "requests": limits},
+                        }
+                    ]
+                },
+            }
+        )
+    kubeconfig = cluster.write_kubeconfig(tmp_path)
+    code, out = await cli("audit", "--kubeconfig", str(kubeconfig))
+    assert code == 0
+    assert out.endswith(
+        "runtime version unknown in pods' containers: CUDA 1, CANN 1, ROCm 1 (their placement "
+        "is not checked: set each image's version annotation or image table entry)\n"
+    )
+    code, out = await cli("audit", "--kubeconfig", str(kubeconfig), "-o", "json")
+    assert json.loads(out)["summary"]["unknownRuntimes"] == {"CUDA": 1, "CANN": 1, "ROCm": 1}

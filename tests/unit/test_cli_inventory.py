@@ -197,6 +197,7 @@ def test_kubectl_json_output_and_machine_formats_keep_their_shape(
         "patch",
         "mutated",
         "templates",
+        "unknownRuntimes",
     }
     assert results[0]["warnings"] == [
         "no node supports CUDA 12.6; highest available is 12.4 (3 nodes)"

@@ -115,19 +115,27 @@ def test_images_exits_1_when_a_version_stays_unknown(
     assert json.loads(out) == [
         {
             "image": f"{host}/public/python:3.12",
-            "cudaVersion": None,
+            "runtime": None,
+            "version": None,
+            "devices": [],
+            "driverReleases": [],
             "origin": None,
             "source": "its config sets no CUDA_VERSION",
             "digest": digest(registry.manifests[("public/python", "3.12")][1]),
+            "cudaVersion": None,
             "minComputeCapability": None,
             "forwardCompatibleDriverBranches": [],
         },
         {
             "image": f"{host}/private/trainer:v3",
-            "cudaVersion": None,
+            "runtime": None,
+            "version": None,
+            "devices": [],
+            "driverReleases": [],
             "origin": None,
             "source": "401 from the registry: add credentials for it to --registry-auth",
             "digest": None,
+            "cudaVersion": None,
             "minComputeCapability": None,
             "forwardCompatibleDriverBranches": [],
         },
@@ -369,7 +377,26 @@ def test_images_and_review_read_rocm_from_the_image_config(
     code, out = cli("images", ref, "--config", config, "--registry-ca", str(tls.ca_cert))
     assert (code, out) == (
         0,
-        f"{ref}: ROCm 6.4 (built for gfx942) from its registry (image config ROCM_VERSION=6.4.1)\n",
+        f"{ref}: ROCm 6.4 from its registry (image config ROCM_VERSION=6.4.1)\n"
+        "  built for GPU target gfx942\n"
+        "  amdgpu driver releases that run ROCm 6.4: 6.1, 6.2, 6.3, 6.4, 30.10, 30.20, 30.30\n"
+        "\n# webhook config entries that pin the registry answers (for clusters whose webhook "
+        "cannot ask the registries):\n"
+        "accelerators:\n"
+        "  rocm:\n"
+        "    imageTable:\n"
+        f"    - image: {ref}\n"
+        "      version: 6.4.1\n"
+        "      devices:\n"
+        "      - gfx942\n",
+    )
+    # The entries printed are a config that answers the same without the registry.
+    pinned = tmp_path / "pinned.yaml"
+    pinned.write_text(out.partition("\n\n")[2], encoding="utf-8")
+    code, out = cli("images", ref, "--no-lookup", "--config", str(pinned))
+    assert (code, out.splitlines()[0]) == (
+        0,
+        f"{ref}: ROCm 6.4 from the admin table (image table {ref})",
     )
     nodes = tmp_path / "nodes.yaml"
     nodes.write_text(
@@ -407,8 +434,11 @@ def test_images_and_review_read_rocm_from_the_image_config(
     # An AMD container gets /dev/shm (SPEC §14), with or without its ROCm version.
     shm = 'mounted a 16Gi memory-backed /dev/shm in container "main" (shm fix)'
     assert json.loads(out)[0]["changes"] == [limits, shm]
+    # Offline its ROCm version is unknown: counted as a CUDA container's would be.
+    assert json.loads(out)[0]["unknownRuntimes"] == [{"runtime": "ROCm", "image": ref}]
     code, out = cli(*common, "--resolve-images", "--registry-ca", str(tls.ca_cert))
     (result,) = json.loads(out)
+    assert result["unknownRuntimes"] == []
     assert result["changes"] == [
         limits,
         "required nodes whose amdgpu driver runs ROCm 6.4 on GPU target gfx942 "
@@ -424,3 +454,6 @@ def test_images_and_review_read_rocm_from_the_image_config(
             ]
         }
     ]
+    # The text names what the registries told, per runtime, as for CUDA.
+    code, out = cli(*common[:-2], "--resolve-images", "--registry-ca", str(tls.ca_cert))
+    assert "image lookups: 1 image(s) asked their registries, 1 with a ROCm version\n" in out

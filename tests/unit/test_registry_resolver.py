@@ -20,6 +20,7 @@ from webhook.registry.resolver import MAX_LOOKUPS_PER_REVIEW, ImageResolver
 from webhook.registry.results import (
     FOUND,
     INVALID,
+    NO_CUDA,
     NOT_FOUND,
     REFUSED,
     TIMEOUT,
@@ -265,6 +266,25 @@ async def test_the_cache_is_bounded_and_listed_newest_first() -> None:
     assert [r["image"] for r in rows] == ["ghcr.io/team/app2:1", "ghcr.io/team/app1:1"]
     assert rows[0]["cuda"] == "12.4" and rows[0]["result"] == "found"
     assert rows[0]["ageSeconds"] == 0.0 and rows[0]["expiresInSeconds"] == 3600.0
+    assert (rows[0]["runtime"], rows[0]["version"]) == ("CUDA", "12.4")
+
+
+async def test_the_cache_listing_names_every_vendors_runtime_the_same_way() -> None:
+    """A ROCm image's answer (its config's ROCM_VERSION) is listed with its runtime and version
+    in the same fields as a CUDA image's."""
+    rocm = LookupResult(
+        NO_CUDA, detail="its config sets no CUDA_VERSION", env=(("ROCM_VERSION", "6.4.1"),)
+    )
+    plain = LookupResult(NO_CUDA, detail="its config sets no CUDA_VERSION")
+    answers = {"ghcr.io/team/rocm:1": rocm, "ghcr.io/team/cpu:1": plain}
+    images = resolver(ScriptedClient(lambda image, arch: answers[image]))
+    await images.resolve([ImageQuery("ghcr.io/team/rocm:1", runtime="rocm")])
+    await images.resolve([ImageQuery("ghcr.io/team/cpu:1")])
+    rows = {r["image"]: (r["result"], r["runtime"], r["version"]) for r in images.entries()}
+    assert rows == {
+        "ghcr.io/team/rocm:1": ("no-cuda", "ROCm", "6.4"),
+        "ghcr.io/team/cpu:1": ("no-cuda", None, None),
+    }
 
 
 async def test_an_invalid_reference_is_a_warning() -> None:
@@ -334,3 +354,15 @@ async def test_an_architecture_that_is_no_architecture_name_is_not_looked_up() -
     assert client.calls == [(Q.image, "arm64")]
     assert found.warnings == []
     assert {row["arch"] for row in images.entries()} == {"arm64"}
+
+
+async def test_a_vendor_config_without_its_version_variable_is_a_reason_as_for_cuda() -> None:
+    """The metrics' reason for a ROCm image whose config names no ROCM_VERSION is the one a
+    CUDA image whose config names no CUDA_VERSION gets (no-cuda), not "not-known"."""
+    plain = LookupResult(NO_CUDA, detail="its config sets no CUDA_VERSION")
+    images = resolver(ScriptedClient(lambda image, arch: plain))
+    found = await images.resolve([ImageQuery("ghcr.io/team/rocm:1", runtime="rocm")])
+    assert found.failed == {"ghcr.io/team/rocm:1": "no-cuda"}
+    assert found.warnings == ["ROCm lookup of ghcr.io/team/rocm:1: its config sets no ROCM_VERSION"]
+    found = await images.resolve([ImageQuery("ghcr.io/team/cuda:1")])
+    assert found.failed == {"ghcr.io/team/cuda:1": "no-cuda"}

@@ -67,23 +67,32 @@ def test_exposition_matches_prometheus_client(seed: int) -> None:
         for name, labels in (
             ("gpu_webhook_violations", ["policy", "rule"]),
             ("gpu_webhook_placements", ["rule"]),
-            ("gpu_webhook_cuda_unknown", ["reason"]),
-            ("gpu_webhook_gpu_containers", []),
+            ("gpu_webhook_cuda_unknown", ["reason", "runtime"]),
+            ("gpu_webhook_gpu_containers", ["runtime"]),
         )
     )
+    gpu.labels("cuda")  # the CUDA series exists before any review, as it did unlabelled
     for _ in range(rng.randrange(0, 100)):
         n = rng.randrange(0, 4)
         rules = tuple(rng.choices(["backward", "minorVersion", "forward", "compute"], k=n))
-        reasons = tuple(rng.choices(["not-known", "lookups-off", "slow", "unreachable"], k=n))
+        runtimes = tuple(rng.choices(["CUDA", "ROCm", "CANN"], k=n))
+        reasons = tuple(
+            zip(
+                runtimes,
+                rng.choices(["not-known", "lookups-off", "slow", "unreachable"], k=n),
+                strict=True,
+            )
+        )
         pairs = tuple(
             rng.choices([("kube-public/cf-crl-a", "max: 8"), ("", "cuda")], k=rng.randrange(3))
         )
-        counts.evaluated(n, rules, pairs, reasons)
-        gpu.inc(n)
+        counts.evaluated(runtimes, rules, pairs, reasons)
+        for runtime in runtimes:
+            gpu.labels(runtime.lower()).inc()
         for rule in rules:
             placements.labels(rule).inc()
-        for reason in reasons:
-            unknown.labels(reason).inc()
+        for runtime, reason in reasons:
+            unknown.labels(reason, runtime.lower()).inc()
         for configmap, rule in pairs:
             policy = configmap.rpartition("/")[2] or "gpu-admission-webhook"
             violations.labels(policy, rule.partition(":")[0]).inc()
@@ -135,9 +144,12 @@ def test_answered_counts_what_the_series_methods_count(seed: int, max_aggregates
         result = rng.choice(RESULTS)
         seconds = rng.uniform(0, 0.02)
         kinds = tuple(rng.choices(MUTATIONS, k=rng.randrange(3)))
-        gpu = rng.choice((0, 0, 1, 2))
+        gpu = rng.choice(((), (), ("CUDA",), ("CUDA", "CUDA"), ("ROCm",), ("CANN", "made-up")))
         rules = tuple(rng.choices(["backward", "forward", "made-up"], k=rng.randrange(2)))
-        reasons = tuple(rng.choices(["lookups-off", "slow", "made-up"], k=rng.randrange(2)))
+        reasons = tuple(
+            (rng.choice(["CUDA", "ROCm", "made-up"]), rng.choice(["lookups-off", "slow", "x"]))
+            for _ in range(rng.randrange(2))
+        )
         pairs = tuple(
             (rng.choice(policies), rng.choice(["max: 8", "cuda", "made up"]))
             for _ in range(rng.choice((0, 0, 1, 2)))

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.helpers import container, pod
@@ -83,14 +84,112 @@ def test_images_names_rocm_and_cann_versions() -> None:
     assert code == 0
     assert out.splitlines() == [
         f"{ROCM_714}: ROCm 7.14 from the reference",
-        "ascendai/cann:8.3.rc1-910b-ubuntu22.04-py3.11: CANN 8.3.RC1 (built for 910b) "
-        "from the reference",
-        "quay.io/ascend/vllm-ascend:v0.11.0rc1-310p: CANN 8.3.RC1 (built for 310p) "
-        "from the shipped knowledge",
+        "  amdgpu driver releases that run ROCm 7.14: 30.10, 30.20, 30.30, 31.40, 31.50",
+        "ascendai/cann:8.3.rc1-910b-ubuntu22.04-py3.11: CANN 8.3.RC1 from the reference",
+        "  built for Ascend chip 910b",
+        "  Ascend HDK releases that run CANN 8.3.RC1: 25.3.RC1",
+        "quay.io/ascend/vllm-ascend:v0.11.0rc1-310p: CANN 8.3.RC1 from the shipped knowledge "
+        "(vllm-project/vllm-ascend docs/source/community/versioning_policy.md at 182b75e, "
+        "Release compatibility matrix (Stable CANN))",
+        "  built for Ascend chip 310p",
+        "  Ascend HDK releases that run CANN 8.3.RC1: 25.3.RC1",
     ]
-    code, out = cli("images", "--no-lookup", "-o", "json", ROCM_714)
-    assert json.loads(out)[0]["accelerator"] == {
-        "runtime": "ROCm",
-        "version": "7.14",
-        "devices": [],
-    }
+
+
+# One image of each family, as `images` shows it: the same line and the same JSON fields,
+# with what placement reads of it (compute capability floor; devices and driver releases).
+FAMILY_IMAGES = [
+    (
+        "nvcr.io/nvidia/pytorch:24.05-py3",
+        [
+            "nvcr.io/nvidia/pytorch:24.05-py3: CUDA 12.4 from the shipped knowledge "
+            "(NGC PyTorch 24.05, NVIDIA release notes)",
+            "  GPUs with compute capability ≥ 5.0 (architecture floor of CUDA 12.4)",
+        ],
+        {"runtime": "CUDA", "version": "12.4", "devices": [], "driverReleases": []},
+    ),
+    (
+        ROCM_714,
+        [
+            f"{ROCM_714}: ROCm 7.14 from the reference",
+            "  amdgpu driver releases that run ROCm 7.14: 30.10, 30.20, 30.30, 31.40, 31.50",
+        ],
+        {
+            "runtime": "ROCm",
+            "version": "7.14",
+            "devices": [],
+            "driverReleases": ["30.10", "30.20", "30.30", "31.40", "31.50"],
+        },
+    ),
+    (
+        "ascendai/cann:8.5.0-910b-ubuntu22.04-py3.10",
+        [
+            "ascendai/cann:8.5.0-910b-ubuntu22.04-py3.10: CANN 8.5.0 from the reference",
+            "  built for Ascend chip 910b",
+            "  Ascend HDK releases that run CANN 8.5.0: 25.5.0, 25.5.1",
+        ],
+        {
+            "runtime": "CANN",
+            "version": "8.5.0",
+            "devices": ["910b"],
+            "driverReleases": ["25.5.0", "25.5.1"],
+        },
+    ),
+]
+
+
+@pytest.mark.parametrize(("image", "lines", "fields"), FAMILY_IMAGES)
+def test_images_shows_every_family_the_same_way(
+    image: str, lines: list[str], fields: dict[str, Any]
+) -> None:
+    code, out = cli("images", "--no-lookup", image)
+    assert (code, out.splitlines()) == (0, lines)
+    code, out = cli("images", "--no-lookup", "-o", "json", image)
+    (answer,) = json.loads(out)
+    assert {k: answer[k] for k in fields} == fields
+    # Every family's answer has the same fields (the CUDA-only facts empty for the others).
+    assert list(answer) == [
+        "image",
+        "runtime",
+        "version",
+        "devices",
+        "driverReleases",
+        "origin",
+        "source",
+        "digest",
+        "cudaVersion",
+        "minComputeCapability",
+        "forwardCompatibleDriverBranches",
+    ]
+
+
+def test_images_says_when_no_driver_release_lists_the_version() -> None:
+    code, out = cli("images", "--no-lookup", "rocm/dev-ubuntu-24.04:9.9.1")
+    assert (code, out.splitlines()) == (
+        0,
+        [
+            "rocm/dev-ubuntu-24.04:9.9.1: ROCm 9.9 from the reference",
+            "  no amdgpu driver release the webhook knows lists ROCm 9.9: no affinity",
+        ],
+    )
+
+
+def test_review_json_lists_unknown_runtimes_the_same_way_for_every_family(
+    tmp_path: Path,
+) -> None:
+    manifest = tmp_path / "pods.yaml"
+    manifest.write_text(
+        yaml.safe_dump_all(
+            [
+                pod(container("c", "registry.example/team/cuda-app:1", limits={res: "1"}))
+                for res in ("nvidia.com/gpu", "amd.com/gpu", "huawei.com/npu")
+            ]
+            + [pod(container("k", ROCM_714, limits={"amd.com/gpu": "1"}))]
+        )
+    )
+    code, out = cli("review", "-f", str(manifest), "-o", "json")
+    assert code == 0
+    assert [d["unknownRuntimes"] for d in json.loads(out)] == [
+        [{"runtime": runtime, "image": "registry.example/team/cuda-app:1"}]
+        for runtime in ("CUDA", "ROCm", "CANN")
+    ] + [[]]

@@ -120,10 +120,10 @@ async def decide(
     if endpoint == "mutate":
         warnings = [*decision.notes, *decision.warnings, *lookup_warnings]
         patch = decision.patch
-        gpu = decision.gpu_containers
-        # GPU containers and unknown CUDA versions are counted by /mutate only: /validate
-        # skips placement for most pods (evaluate's violations_only).
-        unknown = _unknown_reasons(state, decision.cuda_unknown, failed)
+        # Accelerator containers (by runtime) and unknown runtime versions are counted by
+        # /mutate only: /validate skips placement for most pods (evaluate's violations_only).
+        gpu = decision.runtimes
+        unknown = _unknown_reasons(state, decision.runtime_unknown, failed)
         if patch:
             response = allowed(patch, warnings, state.codec.dumps)
             kinds = decision.mutation_kinds
@@ -167,14 +167,17 @@ def _what(req: AdmissionRequest) -> str:
 
 
 def _unknown_reasons(
-    state: WebhookState, images: tuple[str, ...], failed: dict[str, str] | None
-) -> tuple[str, ...]:
-    """Why each GPU container's CUDA version is unknown (review_counts.CUDA_UNKNOWN_REASONS)."""
-    if not images:
+    state: WebhookState, unknown: tuple[tuple[str, str], ...], failed: dict[str, str] | None
+) -> tuple[tuple[str, str], ...]:
+    """(runtime label, reason) of each accelerator container whose runtime version is unknown
+    (review_counts.CUDA_UNKNOWN_REASONS; the runtime lowercased: cuda, rocm, cann)."""
+    if not unknown:
         return ()
     if state.images is None:
-        return ("lookups-off",) * len(images)
+        return tuple((runtime.lower(), "lookups-off") for runtime, _ in unknown)
     # Not asked (no image, no architecture the pod may run on) or nothing failed: "not-known".
+    found = failed or {}
     return tuple(
-        (failed or {}).get(image, "not-known") if image else "not-known" for image in images
+        (runtime.lower(), found.get(image, "not-known") if image else "not-known")
+        for runtime, image in unknown
     )

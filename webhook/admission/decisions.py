@@ -64,10 +64,10 @@ class CachedAnswer(NamedTuple):
     mutation_kinds: tuple[str, ...]
     fields: tuple[tuple[str, Any], ...]  # the review log line without uid and duration
     # What the answer counts in the metrics, as state.Outcome has it.
-    gpu_containers: int = 0
+    gpu_containers: tuple[str, ...] = ()
     placements: tuple[str, ...] = ()
     violations: tuple[tuple[str, str], ...] = ()
-    cuda_unknown: tuple[str, ...] = ()
+    cuda_unknown: tuple[tuple[str, str], ...] = ()
 
     def response(self, uid: bytes) -> bytes:
         return self.head + uid + self.tail
@@ -159,10 +159,10 @@ class DecisionCache:
         labels: tuple[str, str, str],
         mutation_kinds: tuple[str, ...],
         fields: tuple[tuple[str, Any], ...],
-        gpu_containers: int = 0,
+        gpu_containers: tuple[str, ...] = (),
         placements: tuple[str, ...] = (),
         violations: tuple[tuple[str, str], ...] = (),
-        cuda_unknown: tuple[str, ...] = (),
+        cuda_unknown: tuple[tuple[str, str], ...] = (),
     ) -> None:
         """Store `payload` (the answer for `uid`) if its uid can be found in it exactly once."""
         needle = b'"uid":"' + uid + b'"'

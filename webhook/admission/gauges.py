@@ -9,6 +9,7 @@ from prometheus_client.registry import Collector
 
 from webhook.admission.decisions import DecisionCache
 from webhook.core.config.model import WebhookConfig
+from webhook.core.outcome.decision import CUDA
 from webhook.registry.resolver import ImageResolver
 from webhook.sources.store import AuditStatus, PolicyStore
 from webhook.tls.certs import CertReloader
@@ -215,6 +216,18 @@ def _audit_metrics(audit: AuditStatus) -> Iterable[Metric]:
     objects.add_metric(["workload"], audit.workloads)
     objects.add_metric(["pod"], audit.pods)
     yield objects
+    unknown = GaugeMetricFamily(
+        "gpu_webhook_audit_unknown_runtimes",
+        "Containers of the pods the last audit evaluated whose runtime version nothing told, by "
+        "runtime (cuda, rocm, cann).",
+        labels=["runtime"],
+    )
+    counts = {CUDA.lower(): 0}
+    for runtime, count in audit.unknown_runtimes.items():
+        counts[runtime.lower()] = count
+    for runtime, count in counts.items():
+        unknown.add_metric([runtime], count)
+    yield unknown
     yield GaugeMetricFamily(
         "gpu_webhook_audit_report_errors",
         "Policy reports the last audit could not write or delete.",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from bisect import bisect_left
 from collections.abc import Iterable
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -13,7 +14,9 @@ from prometheus_client.utils import floatToGoString
 
 from webhook.core.audit.findings import SOURCE, policy_name
 from webhook.core.audit.reports import OTHER
+from webhook.core.outcome.decision import CUDA
 from webhook.core.placement.injection import PLACEMENT_RULES
+from webhook.core.placement.vendors import shipped_vendors
 from webhook.registry.resolver import SLOW
 from webhook.registry.results import FOUND, STATUSES
 
@@ -43,28 +46,35 @@ _RULES = frozenset(
     }
 )
 _RULE_FIELDS = frozenset({"dataType", "min", "max", "wholeUnit"})
-# gpu_webhook_cuda_unknown_total{reason}: lookups off, not asked or nothing failed
+# gpu_webhook_cuda_unknown_total{reason,runtime}: lookups off, not asked or nothing failed
 # ("not-known"), a lookup's failure (LookupResult status), or no answer within the budget.
 CUDA_UNKNOWN_REASONS = frozenset(
     {"not-known", "lookups-off", SLOW, *(s for s in STATUSES if s != FOUND)}
 )
+# The `runtime` label of gpu_webhook_cuda_unknown_total and gpu_webhook_gpu_containers_total:
+# CUDA (NVIDIA's containers) and each shipped vendor's runtime (placement/vendors.py), lowercased;
+# anything else "other". The CUDA series always exists (at 0 before any review), as it did
+# before the label.
+RUNTIMES = frozenset({CUDA.lower(), *(v.runtime.lower() for v in shipped_vendors())})
+_CUDA = CUDA.lower()
 _PLACEMENTS = frozenset(PLACEMENT_RULES)
 # Distinct review aggregates kept by ReviewCounts.answered; past it, reviews are counted one
 # series at a time (as review_done, mutated and evaluated do), so memory stays bounded.
 MAX_AGGREGATES = 4096
 
 # What one review counts, as ReviewCounts.answered keys it: endpoint, kind, operation, result,
-# mutation kinds, GPU containers, placements, violations, unknown-CUDA reasons.
+# mutation kinds, accelerator containers' runtimes, placements, violations, unknown runtimes'
+# (runtime, reason).
 AggregateKey = tuple[
     str,
     str,
     str,
     str,
     tuple[str, ...],
-    int,
+    tuple[str, ...],
     tuple[str, ...],
     tuple[tuple[str, str], ...],
-    tuple[str, ...],
+    tuple[tuple[str, str], ...],
 ]
 
 
@@ -78,9 +88,9 @@ class _Aggregate:
         row: list[float],
         review: tuple[str, str, str, str],
         kinds: tuple[str, ...],
-        gpu: int,
+        gpu: tuple[str, ...],
         placements: tuple[str, ...],
-        unknown: tuple[str, ...],
+        unknown: tuple[tuple[str, str], ...],
         violations: tuple[tuple[str, str], ...],
     ) -> None:
         self.count = 0
@@ -91,6 +101,18 @@ class _Aggregate:
         self.placements = placements
         self.unknown = unknown
         self.violations = violations
+
+
+def runtime_label(runtime: str) -> str:
+    """The `runtime` label of a container's runtime (Decision.runtimes: "CUDA", "ROCm")."""
+    label = runtime.lower()
+    return label if label in RUNTIMES else OTHER
+
+
+def _unknown_label(pair: tuple[str, str]) -> tuple[str, str]:
+    """(reason, runtime) labels of one unknown runtime version given as (runtime, reason)."""
+    runtime, reason = pair
+    return (reason if reason in CUDA_UNKNOWN_REASONS else OTHER, runtime_label(runtime))
 
 
 def rule_label(rule: str) -> str:
@@ -116,12 +138,12 @@ class ReviewCounts(Collector):
     def __init__(self) -> None:
         self.reviews: dict[tuple[str, str, str, str], int] = {}
         self.mutations: dict[str, int] = {}
-        # (policy, rule) label values, placement rule, unknown-CUDA reason -> count.
+        # (policy, rule) label values, placement rule, (reason, runtime) of an unknown runtime
+        # version, accelerator containers' runtime -> count.
         self.violations: dict[tuple[str, str], int] = {}
         self.placements: dict[str, int] = {}
-        self.cuda_unknown: dict[str, int] = {}
-        self.gpu_containers = 0
-        self._gpu_created = time.time()
+        self.cuda_unknown: dict[tuple[str, str], int] = {}
+        self.gpu_containers: dict[str, int] = {_CUDA: 0}
         # (configmap, rule) of a violation -> its label values, once worked out.
         self._violation_labels: dict[tuple[str, str], tuple[str, str]] = {}
         self._policies: set[str] = set()
@@ -134,6 +156,7 @@ class ReviewCounts(Collector):
         # time; the tables above hold their series (at 0, in the order they were first seen).
         self._aggregates: dict[AggregateKey, _Aggregate] = {}
         self.max_aggregates = MAX_AGGREGATES
+        self._created[("gpu-containers", _CUDA)] = time.time()
 
     def answered(
         self,
@@ -143,10 +166,10 @@ class ReviewCounts(Collector):
         result: str,
         seconds: float,
         mutation_kinds: tuple[str, ...],
-        gpu_containers: int,
+        gpu_containers: tuple[str, ...],
         placements: tuple[str, ...],
         violations: tuple[tuple[str, str], ...],
-        cuda_unknown: tuple[str, ...],
+        cuda_unknown: tuple[tuple[str, str], ...],
     ) -> None:
         """One answered review, as mutated() per kind, review_done() and, when it evaluated
         GPU containers or violations, evaluated() count it: one dict update, not several."""
@@ -190,22 +213,24 @@ class ReviewCounts(Collector):
             self._created[review] = time.time()
         row = self._latency_row(endpoint)
         placement_labels: tuple[str, ...] = ()
-        unknown_labels: tuple[str, ...] = ()
+        unknown_labels: tuple[tuple[str, str], ...] = ()
         violation_labels: tuple[tuple[str, str], ...] = ()
+        gpu_labels: tuple[str, ...] = ()
         if gpu or violations:
+            gpu_labels = tuple(runtime_label(r) for r in gpu)
+            for runtime in gpu_labels:
+                self._add(self.gpu_containers, runtime, "gpu-containers", 0)
             placement_labels = tuple(r if r in _PLACEMENTS else OTHER for r in placements)
             for rule in placement_labels:
                 self._add(self.placements, rule, "placement", 0)
-            unknown_labels = tuple(r if r in CUDA_UNKNOWN_REASONS else OTHER for r in unknown)
-            for reason in unknown_labels:
-                self._add(self.cuda_unknown, reason, "cuda-unknown", 0)
+            unknown_labels = tuple(_unknown_label(pair) for pair in unknown)
+            for labels in unknown_labels:
+                self._add(self.cuda_unknown, labels, "cuda-unknown", 0)
             violation_labels = tuple(self._violation_labels_of(pair) for pair in violations)
             for labels in violation_labels:
                 self._add_violation(labels, 0)
-        else:
-            gpu = 0
         found = _Aggregate(
-            row, review, kinds, gpu, placement_labels, unknown_labels, violation_labels
+            row, review, kinds, gpu_labels, placement_labels, unknown_labels, violation_labels
         )
         self._aggregates[key] = found
         return found
@@ -241,19 +266,20 @@ class ReviewCounts(Collector):
 
     def evaluated(
         self,
-        gpu_containers: int,
+        gpu_containers: tuple[str, ...],
         placements: tuple[str, ...],
         violations: tuple[tuple[str, str], ...],
-        cuda_unknown: tuple[str, ...],
+        cuda_unknown: tuple[tuple[str, str], ...],
     ) -> None:
-        """What one review's decision counts: GPU containers, placements by rule, denied
-        violations by (configmap, rule), unknown CUDA versions by reason."""
-        self.gpu_containers += gpu_containers
+        """What one review's decision counts: accelerator containers by runtime, placements by
+        rule, denied violations by (configmap, rule), unknown runtime versions by (reason,
+        runtime)."""
+        for runtime in gpu_containers:
+            self._add(self.gpu_containers, runtime_label(runtime), "gpu-containers")
         for rule in placements:
             self._add(self.placements, rule if rule in _PLACEMENTS else OTHER, "placement")
-        for reason in cuda_unknown:
-            label = reason if reason in CUDA_UNKNOWN_REASONS else OTHER
-            self._add(self.cuda_unknown, label, "cuda-unknown")
+        for pair in cuda_unknown:
+            self._add(self.cuda_unknown, _unknown_label(pair), "cuda-unknown")
         for pair in violations:
             self._add_violation(self._violation_labels_of(pair), 1)
 
@@ -281,7 +307,7 @@ class ReviewCounts(Collector):
             self._violation_labels[(configmap, rule)] = labels
         return labels
 
-    def _add(self, table: dict[str, int], label: str, series: str, n: int = 1) -> None:
+    def _add(self, table: dict[Any, int], label: Any, series: str, n: int = 1) -> None:
         count = table.get(label)
         if count is None:
             count = 0
@@ -295,27 +321,29 @@ class ReviewCounts(Collector):
         dict[str, int],
         dict[tuple[str, str], int],
         dict[str, int],
+        dict[tuple[str, str], int],
         dict[str, int],
-        int,
     ]:
-        """Reviews, mutations, violations, placements, unknown CUDA and GPU containers: the
+        """Reviews, mutations, violations, placements, unknown runtimes and accelerator
+        containers: the
         tables plus the aggregates (whose series the tables hold already, in their order)."""
         reviews = dict(self.reviews)
         mutations = dict(self.mutations)
         violations = dict(self.violations)
         placements = dict(self.placements)
         unknown = dict(self.cuda_unknown)
-        gpu = self.gpu_containers
+        gpu = dict(self.gpu_containers)
         for found in list(self._aggregates.values()):
             n = found.count
             reviews[found.review] += n
             for mutation in found.kinds:
                 mutations[mutation] += n
-            gpu += found.gpu * n
+            for runtime in found.gpu:
+                gpu[runtime] += n
             for rule in found.placements:
                 placements[rule] += n
-            for reason in found.unknown:
-                unknown[reason] += n
+            for labels in found.unknown:
+                unknown[labels] += n
             for labels in found.violations:
                 violations[labels] += n
         return reviews, mutations, violations, placements, unknown, gpu
@@ -377,16 +405,22 @@ class ReviewCounts(Collector):
         yield placements
         unknown = CounterMetricFamily(
             "gpu_webhook_cuda_unknown",
-            "GPU containers /mutate found no CUDA version for where placement would use it, "
-            "by reason (not-known, lookups-off, or the registry lookup's result).",
-            labels=["reason"],
+            "Accelerator containers /mutate found no runtime version for where placement would "
+            "use it, by reason (not-known, lookups-off, or the registry lookup's result) and "
+            "runtime (cuda, rocm, cann).",
+            labels=["reason", "runtime"],
         )
-        for reason, count in unknown_counts.items():
-            unknown.add_metric([reason], count, created=self._created[("cuda-unknown", reason)])
+        for labels, count in unknown_counts.items():
+            created = self._created[("cuda-unknown", labels)]
+            unknown.add_metric(list(labels), count, created=created)
         yield unknown
-        yield CounterMetricFamily(
+        containers = CounterMetricFamily(
             "gpu_webhook_gpu_containers",
-            "GPU containers in the objects /mutate evaluated.",
-            value=gpu,
-            created=self._gpu_created,
+            "Accelerator containers in the objects /mutate evaluated, by the runtime placement "
+            "reads (cuda: NVIDIA's GPU containers; rocm, cann).",
+            labels=["runtime"],
         )
+        for runtime, count in gpu.items():
+            created = self._created[("gpu-containers", runtime)]
+            containers.add_metric([runtime], count, created=created)
+        yield containers

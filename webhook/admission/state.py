@@ -82,11 +82,12 @@ class Outcome:
     cacheable: bool = True
     mutation_kinds: tuple[str, ...] = ()
     # For the metrics (ReviewCounts.evaluated): the decision's own tuples, nothing built per
-    # review but the denial's (configmap, rule) pairs and the unknown-CUDA reasons.
-    gpu_containers: int = 0
+    # review but the denial's (configmap, rule) pairs and the unknown runtimes' (runtime,
+    # reason) pairs. gpu_containers: the runtime of each accelerator container (Decision.runtimes).
+    gpu_containers: tuple[str, ...] = ()
     placements: tuple[str, ...] = ()
     violations: tuple[tuple[str, str], ...] = ()
-    cuda_unknown: tuple[str, ...] = ()
+    cuda_unknown: tuple[tuple[str, str], ...] = ()
 
     # Written out, as the core's per-review classes do (workloads/pods.ContainerRef says why):
     # one per review; a NamedTuple's __new__ and @dataclass's __init__ stay interpreted.
@@ -98,10 +99,10 @@ class Outcome:
         warnings: int,
         cacheable: bool = True,
         mutation_kinds: tuple[str, ...] = (),
-        gpu_containers: int = 0,
+        gpu_containers: tuple[str, ...] = (),
         placements: tuple[str, ...] = (),
         violations: tuple[tuple[str, str], ...] = (),
-        cuda_unknown: tuple[str, ...] = (),
+        cuda_unknown: tuple[tuple[str, str], ...] = (),
     ) -> None:
         self.response = response
         self.result = result

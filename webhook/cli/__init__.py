@@ -75,8 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     review.add_argument(
         "--resolve-images",
         action="store_true",
-        help="look up in their registries the CUDA version of GPU images nothing else tells "
-        "(the offline review never asks a registry otherwise)",
+        help="look up in their registries the runtime version (CUDA, ROCm) of accelerator images "
+        "nothing else tells (the offline review never asks a registry otherwise)",
     )
     add_registry_arguments(review)
     review.add_argument(

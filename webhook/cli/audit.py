@@ -110,6 +110,11 @@ def print_text(result: AuditResult, run_line: str, out: TextIO) -> None:
     out.write(
         f"\n{run_line}: {len(denied)} owner(s) would be denied, {len(changed)} would change{tail}\n"
     )
+    if result.runtime_unknown:
+        out.write(
+            f"runtime version unknown in pods' containers: {result.unknown_text()} (their "
+            "placement is not checked: set each image's version annotation or image table entry)\n"
+        )
 
 
 def print_summary(result: AuditResult, out: TextIO) -> None:

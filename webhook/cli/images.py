@@ -1,6 +1,8 @@
-"""`gpu-webhook images IMAGE…`: each image's CUDA runtime and where it came from (the admin
-table, the reference, shipped knowledge, or the image's configuration in its registry), and the
-`imageCudaTable` entries that pin the registry answers for clusters that cannot look them up.
+"""`gpu-webhook images IMAGE…`: each image's runtime (CUDA, ROCm, CANN: one output for every
+vendor) and where it came from (the admin table, the reference, shipped knowledge, or the
+image's configuration in its registry), what placement reads of it, and the config entries
+(`imageCudaTable`, `accelerators.<vendor>.imageTable`) that pin the registry answers for clusters
+that cannot look them up.
 Also the registry flags shared by `serve` and `review --resolve-images`."""
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, NamedTuple, TextIO
 
 import yaml
 
@@ -21,8 +23,18 @@ from webhook.core.config.model import WebhookConfig, load_config
 from webhook.core.images.facts import DEFAULT_ARCH
 from webhook.core.images.references import normalize
 from webhook.core.images.requires import branch_list
+from webhook.core.outcome.decision import CUDA
 from webhook.core.placement import cuda
-from webhook.core.placement.vendors import container_finding, shipped_vendors
+from webhook.core.placement.vendor_nodes import Want
+from webhook.core.placement.vendors import (
+    Release,
+    Vendor,
+    container_finding,
+    device_matches,
+    in_force,
+    release_order,
+    shipped_vendors,
+)
 
 if TYPE_CHECKING:
     from webhook.core.images.facts import ImageQuery
@@ -86,8 +98,8 @@ def resolve_images(
 def add_images_parser(sub: Any) -> None:
     images = sub.add_parser(
         "images",
-        help="print each image's CUDA version, where it came from, and imageCudaTable entries "
-        "that pin it (exit 1 if some image's CUDA stays unknown)",
+        help="print each image's runtime version (CUDA, ROCm, CANN), where it came from, and the "
+        "config entries that pin it (exit 1 if some image's runtime stays unknown)",
     )
     images.add_argument("image", nargs="+", help="image references, as in a pod spec")
     images.add_argument("--config", type=Path, help="webhook config YAML (default: built-in)")
@@ -112,6 +124,40 @@ def add_images_parser(sub: Any) -> None:
     add_registry_arguments(images)
 
 
+class VendorRuntime(NamedTuple):
+    """Another vendor's runtime an image needs (SPEC §13), as the driver-release gate reads it."""
+
+    vendor: Vendor  # its tables in force (the shipped rows and the config's)
+    version: str  # the version as read (7.14.0, 8.3.rc1): what the table rows cover
+    devices: tuple[str, ...]  # the gfx targets or chips its code is built for (() unknown)
+
+    @property
+    def shown(self) -> str:
+        return self.vendor.shown(self.version)
+
+    def releases(self) -> tuple[str, ...]:
+        """The driver releases of the vendor's table that run it (on its devices, where it
+        names them), oldest first: where the gate's terms can send its pods."""
+        want = Want((self.version,), (self.devices,) if self.devices else ())
+        found = sorted(
+            {r.release for r in self.vendor.releases if _runs(want, r)}, key=release_order
+        )
+        return tuple(dict.fromkeys(self.vendor.shown(r) for r in found))
+
+
+def _runs(want: Want, release: Release) -> bool:
+    """Whether `release` runs what `want` needs on some device it is built for (any device,
+    when it names none)."""
+    if not want.devices:
+        return want.runs_somewhere(release)
+    return want.runs(release) or any(
+        want.runs(release, d)
+        for q in release.qualified
+        for d in q.devices
+        if want.fits_device(d, device_matches)
+    )
+
+
 @dataclass
 class ImageAnswer:
     image: str
@@ -121,12 +167,23 @@ class ImageAnswer:
     digest: str = ""
     # Driver branches the image declares forward compatibility for (its NVIDIA_REQUIRE_CUDA).
     forward: tuple[int, ...] = ()
-    # Another vendor's runtime the reference names (SPEC §13): (runtime, version, devices).
-    accelerator: tuple[str, str, tuple[str, ...]] | None = None
+    # Another vendor's runtime the image needs (SPEC §13): ROCm, CANN.
+    accelerator: VendorRuntime | None = None
 
     @property
     def known(self) -> bool:
         return self.version is not None or self.accelerator is not None
+
+    @property
+    def runtime(self) -> str:
+        """The runtime placement reads for the image: CUDA, or the vendor's (ROCm, CANN)."""
+        return self.accelerator.vendor.runtime if self.accelerator else CUDA
+
+    @property
+    def shown_version(self) -> str | None:
+        if self.accelerator is not None:
+            return self.accelerator.shown
+        return str(self.version) if self.version else None
 
     @property
     def floor(self) -> cuda.CudaVersion | None:
@@ -134,29 +191,39 @@ class ImageAnswer:
         return cuda.architecture_floor(self.version) if self.version else None
 
     def to_json(self) -> dict[str, Any]:
+        """The same fields for every runtime; the CUDA-only facts empty for the others."""
+        vendor = self.accelerator
         return {
             "image": self.image,
-            "cudaVersion": str(self.version) if self.version else None,
+            "runtime": self.runtime if self.known else None,
+            "version": self.shown_version,
+            "devices": list(vendor.devices) if vendor else [],
+            "driverReleases": list(vendor.releases()) if vendor else [],
             "origin": self.origin or None,
             "source": self.source,
             "digest": self.digest or None,
+            "cudaVersion": str(self.version) if self.version else None,
             "minComputeCapability": str(self.floor) if self.floor else None,
             "forwardCompatibleDriverBranches": list(self.forward),
-            **(
-                {
-                    "accelerator": {
-                        "runtime": self.accelerator[0],
-                        "version": self.accelerator[1],
-                        "devices": list(self.accelerator[2]),
-                    }
-                }
-                if self.accelerator
-                else {}
-            ),
         }
 
+    def line(self) -> str:
+        """The image's line: its runtime and version, and where they came from."""
+        if not self.known:
+            return f"{self.image}: CUDA unknown ({self.source})\n"
+        if self.origin == "reference":
+            origin = "the reference"
+        elif self.origin == "registry":
+            origin = f"its registry ({self.source})"
+        else:
+            # Shipped knowledge's source: CUDA's says so, another vendor's names the image.
+            source = self.source.removeprefix("shipped knowledge: ")
+            origin = f"the {self.origin} ({source.removeprefix(f'{self.image}: ')})"
+        return f"{self.image}: {self.runtime} {self.shown_version} from {origin}\n"
+
     def details(self) -> str:
-        """The indented lines under the image's line: its floor and forward-compatible branches."""
+        """The indented lines under the image's line, what placement reads of it: the CUDA
+        floor and forward-compatible branches; another vendor's devices and driver releases."""
         lines = ""
         if self.floor is not None:
             lines += (
@@ -168,6 +235,19 @@ class ImageAnswer:
             lines += (
                 f"  forward compatible on driver branches {branches} (on forwardCompatibleNodes)\n"
             )
+        found = self.accelerator
+        if found is not None:
+            vendor = found.vendor
+            if found.devices:
+                lines += f"  built for {vendor.device} {', '.join(found.devices)}\n"
+            releases = found.releases()
+            runtime = f"{vendor.runtime} {found.shown}"
+            if releases:
+                lines += f"  {vendor.driver} releases that run {runtime}: {', '.join(releases)}\n"
+            else:
+                lines += (
+                    f"  no {vendor.driver} release the webhook knows lists {runtime}: no affinity\n"
+                )
         return lines
 
 
@@ -176,14 +256,17 @@ def _offline(image: str, config: WebhookConfig, arch: str) -> ImageAnswer:
     if detection.requirement is not None:
         req = detection.requirement
         return ImageAnswer(image, req.version, _origin(req.source), req.source)
-    for vendor in shipped_vendors():
-        gate = config.accelerators.gate(vendor.name)
-        found = vendor.image(image, gate.image_table) if gate is not None else None
+    for shipped in shipped_vendors():
+        gate = config.accelerators.gate(shipped.name)
+        if gate is None:
+            continue
+        vendor = in_force(shipped, gate)
+        found = vendor.image(image, gate.image_table)
         if found is not None and found.version is not None:
             origin = "admin table" if found.source.startswith("image table") else "reference"
             if found.source.startswith(f"{image}: "):
                 origin = "shipped knowledge"
-            accelerator = (vendor.runtime, vendor.shown(found.version), found.devices)
+            accelerator = VendorRuntime(vendor, found.version, found.devices)
             return ImageAnswer(image, None, origin, found.source, accelerator=accelerator)
     return ImageAnswer(
         image, None, "", "; ".join(fit(w) for w in detection.warnings) or "nothing offline names it"
@@ -231,27 +314,42 @@ def _accelerator_from_config(
 ) -> None:
     """Another vendor's runtime the image config names (ROCM_VERSION, SPEC §13), read as the
     driver-release gate reads it."""
-    for vendor in shipped_vendors():
-        gate = config.accelerators.gate(vendor.name)
+    for shipped in shipped_vendors():
+        gate = config.accelerators.gate(shipped.name)
         if gate is None:
             continue
+        vendor = in_force(shipped, gate)
         found = container_finding(vendor, {"image": answer.image}, {}, gate, {answer.image: env})
         if found is not None and found.version is not None:
-            answer.accelerator = (vendor.runtime, vendor.shown(found.version), found.devices)
+            answer.accelerator = VendorRuntime(vendor, found.version, found.devices)
             answer.origin, answer.source = "registry", found.source
             return
 
 
 def table(found: Sequence[ImageAnswer]) -> str:
-    """imageCudaTable entries for the registry answers (others are known without a lookup)."""
+    """The config entries that pin the registry answers (others are known without a lookup):
+    imageCudaTable for CUDA, accelerators.<vendor>.imageTable for the other vendors."""
     entries = [
         {"image": normalize(a.image) or a.image, "cudaVersion": str(a.version)}
         for a in found
         if a.origin == "registry" and a.version is not None
     ]
-    if not entries:
+    vendors: dict[str, list[dict[str, Any]]] = {}
+    for a in found:
+        if a.origin == "registry" and a.accelerator is not None:
+            row: dict[str, Any] = {
+                "image": normalize(a.image) or a.image,
+                "version": a.accelerator.version,
+            }
+            if a.accelerator.devices:
+                row["devices"] = list(a.accelerator.devices)
+            vendors.setdefault(a.accelerator.vendor.name, []).append(row)
+    pinned: dict[str, Any] = {"imageCudaTable": entries} if entries else {}
+    if vendors:
+        pinned["accelerators"] = {name: {"imageTable": rows} for name, rows in vendors.items()}
+    if not pinned:
         return ""
-    return yaml.safe_dump({"imageCudaTable": entries}, sort_keys=False, default_style=None)
+    return yaml.safe_dump(pinned, sort_keys=False, default_style=None)
 
 
 def cmd_images(args: argparse.Namespace, out: TextIO) -> int:
@@ -263,22 +361,7 @@ def cmd_images(args: argparse.Namespace, out: TextIO) -> int:
         out.write("\n")
     else:
         for a in found:
-            if a.accelerator is not None:
-                runtime, version, devices = a.accelerator
-                built = f" (built for {', '.join(devices)})" if devices else ""
-                origin = (
-                    f"its registry ({a.source})" if a.origin == "registry" else f"the {a.origin}"
-                )
-                out.write(f"{a.image}: {runtime} {version}{built} from {origin}\n")
-            elif a.version is None:
-                out.write(f"{a.image}: CUDA unknown ({a.source})\n")
-            elif a.origin == "reference":
-                out.write(f"{a.image}: CUDA {a.version} from the reference\n")
-            elif a.origin == "registry":
-                out.write(f"{a.image}: CUDA {a.version} from its registry ({a.source})\n")
-            else:
-                source = a.source.removeprefix("shipped knowledge: ")
-                out.write(f"{a.image}: CUDA {a.version} from the {a.origin} ({source})\n")
+            out.write(a.line())
             out.write(a.details())
         pinned = table(found)
         if pinned:

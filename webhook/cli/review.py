@@ -32,7 +32,9 @@ from webhook.core.base.manifests import parse_documents
 from webhook.core.config.model import WebhookConfig, load_config
 from webhook.core.evaluation.evaluate import Decision, evaluate
 from webhook.core.images.facts import ImageEnv, ImageFacts, ImageQuery
+from webhook.core.outcome.decision import CUDA
 from webhook.core.placement.inventory import NodeInventory
+from webhook.core.placement.vendors import vendor_named
 from webhook.core.policies.crl import parse_configmap
 from webhook.core.policies.policyset import PolicySet
 from webhook.core.workloads.claims import ClaimIndex
@@ -40,6 +42,7 @@ from webhook.core.workloads.pods import PodSpecRef, find_pod_specs, lookup
 from webhook.sources.files import policy_files, read_documents
 
 if TYPE_CHECKING:
+    from webhook.registry.resolver import Resolution
     from webhook.sources.snapshot import ClusterSnapshot
 
 DEFAULT_POLICIES = Path("configmaps")
@@ -92,8 +95,11 @@ class DocumentResult:
     changes: list[str] = field(default_factory=list)
     patch: list[dict[str, Any]] = field(default_factory=list)
     mutated: Mapping[str, Any] | None = None
-    # GPU images whose CUDA nothing offline tells (what --resolve-images looks up).
+    # Accelerator images whose runtime nothing offline tells (what --resolve-images looks up).
     unresolved: tuple[ImageQuery, ...] = ()
+    # (runtime, image) of each accelerator container whose runtime version (CUDA, ROCm, CANN)
+    # nothing told where placement would have used it (Decision.runtime_unknown).
+    unknown_runtimes: tuple[tuple[str, str], ...] = ()
     # A workload's pod templates as their pods will be mutated (empty for a Pod).
     templates: list[TemplateResult] = field(default_factory=list)
 
@@ -111,6 +117,10 @@ class DocumentResult:
             "patch": self.patch,
             "mutated": self.mutated,
             "templates": [t.to_json() for t in self.templates],
+            "unknownRuntimes": [
+                {"runtime": runtime, "image": image or None}
+                for runtime, image in self.unknown_runtimes
+            ],
         }
 
 
@@ -195,7 +205,30 @@ def review_document(
         patch=decision.patch,
         mutated=decision.mutated,
         unresolved=decision.unresolved_images,
+        unknown_runtimes=decision.runtime_unknown,
         templates=templates,
+    )
+
+
+def _found_text(results: Sequence[DocumentResult], resolutions: Sequence[Resolution | None]) -> str:
+    """`2 with a CUDA version, 1 with a ROCm version`: the images whose registry answer named
+    their runtime, per runtime (CUDA first), the same for every vendor."""
+    runtimes: dict[str, str] = {}  # image -> the runtime its answer named
+    for result, found in zip(results, resolutions, strict=True):
+        if found is None:
+            continue
+        for query in found.facts:
+            runtimes.setdefault(query.image, CUDA)
+        for query in result.unresolved:
+            vendor = vendor_named(query.runtime) if query.runtime else None
+            if vendor is not None and query.image in found.env:
+                runtimes.setdefault(query.image, vendor.runtime)
+    counts: dict[str, int] = {}
+    for runtime in runtimes.values():
+        counts[runtime] = counts.get(runtime, 0) + 1
+    ordered = sorted(counts.items(), key=lambda item: (item[0] != CUDA, item[0]))
+    return ", ".join(f"{n} with a {runtime} version" for runtime, n in ordered) or (
+        "none with a runtime version"
     )
 
 
@@ -466,10 +499,9 @@ def cmd_review(args: argparse.Namespace, out: TextIO) -> int:
         # Images, not (image, architecture) pairs: a pod allowed on several architectures
         # asks once for each.
         asked = {q.image for r in results for q in r.unresolved}
-        found = {q.image for res in resolutions if res is not None for q in res.facts}
         context.lines.append(
             f"image lookups: {len(asked)} image(s) asked their registries, "
-            f"{len(found)} with a CUDA version"
+            f"{_found_text(results, resolutions)}"
         )
         for index, ((name, i, doc), resolution) in enumerate(
             zip(documents, resolutions, strict=True)

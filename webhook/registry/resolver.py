@@ -26,10 +26,10 @@ from typing import Any, Protocol
 
 from webhook.core.config.registry import RegistryLookups
 from webhook.core.images.facts import KNOWN_ARCHS, ImageQuery, Requirement
-from webhook.core.placement.vendors import Vendor, vendor_named
+from webhook.core.placement.vendors import Vendor, shipped_vendors, vendor_named, version_key
 from webhook.registry.client import Known
 from webhook.registry.reference import ImageRef
-from webhook.registry.results import BUSY, FOUND, TIMEOUT, LookupResult, warning
+from webhook.registry.results import BUSY, FOUND, NO_CUDA, TIMEOUT, LookupResult, warning
 
 log = logging.getLogger(__name__)
 
@@ -313,6 +313,8 @@ class ImageResolver:
             if any(env.get(name) for name in vendor.env_version):
                 out.env[query.image] = env
                 return
+            # Counted as a CUDA config without CUDA_VERSION is (gpu_webhook_cuda_unknown_total).
+            out.failed.setdefault(query.image, NO_CUDA)
             detail = f"its config sets no {' or '.join(vendor.env_version) or 'version'}"
             out.warnings.append(warning(query.image, detail, runtime=vendor.runtime))
             return
@@ -337,6 +339,7 @@ class ImageResolver:
                 "image": reference,
                 "arch": arch,
                 "result": result.status,
+                **_answered_runtime(result),
                 "cuda": str(result.requirement.version) if result.requirement else None,
                 "source": result.detail,
                 "digest": result.digest or None,
@@ -364,3 +367,16 @@ class ImageResolver:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await self.client.close()
+
+
+def _answered_runtime(result: LookupResult) -> dict[str, str | None]:
+    """The runtime an answer names, the same fields for every vendor (/images): CUDA from the
+    config's CUDA variables, ROCm from ROCM_VERSION (SPEC §13), as the gate shows versions."""
+    if result.requirement is not None:
+        return {"runtime": "CUDA", "version": str(result.requirement.version)}
+    env = dict(result.env)
+    for vendor in shipped_vendors():
+        value = next((env[name] for name in vendor.env_version if env.get(name)), None)
+        if value is not None:
+            return {"runtime": vendor.runtime, "version": vendor.shown(version_key(value))}
+    return {"runtime": None, "version": None}

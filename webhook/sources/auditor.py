@@ -151,6 +151,7 @@ class Auditor:
             )
             status.denied, status.changed = len(result.denied), len(result.changed)
             status.findings = finding_counts(result)
+            status.unknown_runtimes = dict(result.runtime_unknown)
             for note in result.notes:
                 log.info("Audit: %s", note)
             log.info(

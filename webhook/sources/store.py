@@ -80,6 +80,9 @@ class AuditStatus:
     changed: int = 0
     # {(policy, namespace, result): owners}, labels already capped (core/audit/reports.py)
     findings: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    # The last audit's containers whose runtime version nothing told, by runtime (CUDA, ROCm,
+    # CANN: AuditResult.runtime_unknown).
+    unknown_runtimes: dict[str, int] = field(default_factory=dict)
     reports_written: int = 0
     reports_deleted: int = 0
     report_errors: list[str] = field(default_factory=list)
@@ -101,6 +104,7 @@ class AuditStatus:
             "apiRequests": self.requests,
             "denied": self.denied,
             "changed": self.changed,
+            "unknownRuntimes": self.unknown_runtimes,
             "reportsWritten": self.reports_written,
             "reportsDeleted": self.reports_deleted,
             "reportErrors": self.report_errors,

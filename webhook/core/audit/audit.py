@@ -24,7 +24,7 @@ from webhook.core.audit.owners import Ref, controller_ref, object_ref
 from webhook.core.base.errors import WebhookError
 from webhook.core.config.model import WebhookConfig
 from webhook.core.evaluation.evaluate import evaluate
-from webhook.core.outcome.decision import Decision, Violation
+from webhook.core.outcome.decision import CUDA, Decision, Violation
 from webhook.core.placement.inventory import NodeInventory
 from webhook.core.policies.policyset import PolicySet
 from webhook.core.workloads.claims import ClaimIndex
@@ -72,6 +72,9 @@ class Audit:
         self.finished_pods = 0
         self.skipped = 0  # objects admission lets pass unevaluated
         self.notes: list[str] = []
+        # Containers of the pods evaluated whose runtime version nothing told, by runtime (CUDA,
+        # ROCm, CANN: Decision.runtime_unknown), the same count for every vendor.
+        self.runtime_unknown: dict[str, int] = {}
 
     def owner(self, obj: Mapping[str, Any], api_version: str, kind: str) -> None:
         """Register a listed workload. Call it for every workload before the pods are added:
@@ -104,6 +107,8 @@ class Audit:
         warned = [v for v in decision.access if v not in decision.violations]
         if is_pod:
             self.pods += 1
+            for runtime, _ in decision.runtime_unknown:
+                self.runtime_unknown[runtime] = self.runtime_unknown.get(runtime, 0) + 1
             if controller is None and not (denied or changed or warned):
                 # Pods are counted per owner only: a clean standalone pod costs nothing.
                 return
@@ -198,6 +203,8 @@ class Audit:
             self.finished_pods,
             self.skipped,
             tuple(self.notes),
+            # CUDA first, then the other runtimes by name: the same order on every run.
+            tuple(sorted(self.runtime_unknown.items(), key=lambda i: (i[0] != CUDA, i[0]))),
         )
 
 

@@ -138,6 +138,13 @@ class AuditResult:
     finished_pods: int  # pods skipped because they will not run again
     skipped: int = 0  # objects admission lets pass unevaluated (exempt namespace, ...)
     notes: tuple[str, ...] = ()
+    # (runtime, containers): the pods' containers whose runtime version (CUDA, ROCm, CANN)
+    # nothing told, where placement would have used it; CUDA first, then by name.
+    runtime_unknown: tuple[tuple[str, int], ...] = ()
+
+    def unknown_text(self) -> str:
+        """`CUDA 2, ROCm 1`: the containers whose runtime is unknown, per runtime."""
+        return ", ".join(f"{runtime} {count}" for runtime, count in self.runtime_unknown)
 
     @property
     def denied(self) -> list[Finding]:
@@ -161,6 +168,7 @@ class AuditResult:
                 "pods": self.pods,
                 "finishedPods": self.finished_pods,
                 "skipped": self.skipped,
+                "unknownRuntimes": dict(self.runtime_unknown),
             },
             "findings": [f.to_json() for f in self.findings],
             "notes": list(self.notes),

@@ -22,6 +22,7 @@ from webhook.core.evaluation.containers import (
 from webhook.core.images.facts import ImageEnv, ImageFacts, ImageQuery
 from webhook.core.kinds.registry import WorkloadKind
 from webhook.core.outcome.decision import (
+    CUDA,
     Decision,
     PodState,
     Violation,
@@ -204,6 +205,11 @@ def _evaluate_spec(
     if unknown and not violations_only:
         state.warnings.append(unknown_gpu_warning(sorted(unknown)))
     state.gpu_containers = len(gpu)
+    if gpu:
+        state.runtimes += [CUDA] * len(gpu)
+    if vendors:
+        # Each gated vendor's containers, by its runtime (the metrics' containers per runtime).
+        state.runtimes += [v.runtime for v, listed in vendors.values() for _ in listed]
     if access_applies(config, namespace):
         apply_access(state, access_devices, config, violations_only, audit)
     if gpu:
@@ -283,7 +289,8 @@ def evaluate_pod(
     unresolved: list[ImageQuery] = []
     access_found: list[Violation] = []
     placements: list[str] = []
-    cuda_unknown: list[str] = []
+    runtimes: list[str] = []
+    runtime_unknown: list[tuple[str, str]] = []
     gpu_containers = 0
     templates = False
     # A DaemonSet's pods are pinned to their nodes and get no affinity (SPEC §4): its template
@@ -321,8 +328,10 @@ def evaluate_pod(
             access_found += state.access
         if state.placements:
             placements += state.placements
-        if state.cuda_unknown:
-            cuda_unknown += state.cuda_unknown
+        if state.runtimes:
+            runtimes += state.runtimes
+        if state.runtime_unknown:
+            runtime_unknown += state.runtime_unknown
         gpu_containers += state.gpu_containers
         violations += state.violations
         kinds += state.kinds
@@ -338,7 +347,8 @@ def evaluate_pod(
             unresolved_images=unresolved_images,
             access=tuple(access_found),
             gpu_containers=gpu_containers,
-            cuda_unknown=tuple(cuda_unknown) if cuda_unknown else (),
+            runtimes=tuple(runtimes) if runtimes else (),
+            runtime_unknown=tuple(runtime_unknown) if runtime_unknown else (),
         )
     mutated: Mapping[str, Any] | None = draft.root if draft.changed else None
     # Operator workloads are never mutated (their operator builds the pods; GitOps drift).
@@ -360,7 +370,8 @@ def evaluate_pod(
         access=tuple(access_found),
         placements=tuple(placements) if mutated is not None and placements else (),
         gpu_containers=gpu_containers,
-        cuda_unknown=tuple(cuda_unknown) if cuda_unknown else (),
+        runtimes=tuple(runtimes) if runtimes else (),
+        runtime_unknown=tuple(runtime_unknown) if runtime_unknown else (),
     )
 
 

@@ -16,6 +16,9 @@ from webhook.core.workloads.pods import ContainerRef, PodSpecRef
 
 # A denial lists every violation up to this many, then says how many more (SPEC §7): 5,000
 # broken containers must not make a 1 MB message that no one reads and that logs truncate.
+# The runtime NVIDIA's containers are placed by (Decision.runtimes, runtime_unknown); other
+# vendors' are their data's `runtime` (placement/vendors.py: ROCm, CANN).
+CUDA: Final = "CUDA"
 MAX_LISTED_VIOLATIONS = 20
 # A single line (one violation, one policy description) is cut past this many characters.
 MAX_LINE_CHARS = 400
@@ -86,10 +89,14 @@ class Decision:
     # node affinity part injected (backward | minorVersion | forward | architecture-floor |
     # compute, injection.PLACEMENT_RULES).
     placements: tuple[str, ...] = ()
-    # GPU containers evaluated, and the image ("" when none) of each whose CUDA version
-    # nothing told where placement would have used it (`unresolved_images` per container).
+    # NVIDIA GPU containers evaluated; the runtime placement reads of every accelerator
+    # container it evaluated, one entry per container ("CUDA" for NVIDIA's, the vendor's runtime,
+    # "ROCm" or "CANN", for the driver-release gate's: SPEC §13); and (runtime, image) of each
+    # whose runtime version nothing told where placement would have used it ("" when it names no
+    # image; `unresolved_images` per container).
     gpu_containers: int = 0
-    cuda_unknown: tuple[str, ...] = ()
+    runtimes: tuple[str, ...] = ()
+    runtime_unknown: tuple[tuple[str, str], ...] = ()
     original: Mapping[str, Any] | None = field(default=None, repr=False)
     mutated: Mapping[str, Any] | None = field(default=None, repr=False)
     # The draft that made `mutated`, when there is one: its patch is built from the places it
@@ -110,7 +117,8 @@ class Decision:
         access: tuple[Violation, ...] = (),
         placements: tuple[str, ...] = (),
         gpu_containers: int = 0,
-        cuda_unknown: tuple[str, ...] = (),
+        runtimes: tuple[str, ...] = (),
+        runtime_unknown: tuple[tuple[str, str], ...] = (),
         original: Mapping[str, Any] | None = None,
         mutated: Mapping[str, Any] | None = None,
         draft: Draft | None = None,
@@ -126,10 +134,17 @@ class Decision:
         self.access = access
         self.placements = placements
         self.gpu_containers = gpu_containers
-        self.cuda_unknown = cuda_unknown
+        self.runtimes = runtimes
+        self.runtime_unknown = runtime_unknown
         self.original = original
         self.mutated = mutated
         self.draft = draft
+
+    @property
+    def cuda_unknown(self) -> tuple[str, ...]:
+        """The images of the NVIDIA containers whose CUDA version is unknown (runtime_unknown's
+        CUDA part)."""
+        return tuple(image for runtime, image in self.runtime_unknown if runtime == CUDA)
 
     @property
     def allowed(self) -> bool:
@@ -241,7 +256,8 @@ class PodState:
     access: list[Violation] = field(default_factory=list)
     placements: list[str] = field(default_factory=list)
     gpu_containers: int = 0
-    cuda_unknown: list[str] = field(default_factory=list)
+    runtimes: list[str] = field(default_factory=list)
+    runtime_unknown: list[tuple[str, str]] = field(default_factory=list)
 
     def __init__(self, ref: str, pod: PodSpecRef, draft: Draft) -> None:  # as Decision's
         self.ref = ref
@@ -255,7 +271,15 @@ class PodState:
         self.access = []
         self.placements = []
         self.gpu_containers = 0
-        self.cuda_unknown = []
+        self.runtimes = []
+        self.runtime_unknown = []
+
+    def unknown_runtime(self, runtime: str, *containers: ContainerRef) -> None:
+        """Counts (Decision.runtime_unknown) each of `containers` whose `runtime` version
+        nothing told, where placement would have used it: the same for every vendor."""
+        for c in containers:
+            image = c.container.get("image")
+            self.runtime_unknown.append((runtime, image if isinstance(image, str) else ""))
 
     def container_path(self, c: ContainerRef) -> tuple[str | int, ...]:
         if c.index < 0:  # a container-like field of the spec (KServe `model`), not a list item

@@ -366,6 +366,7 @@ def place_vendor(
         from_operator = n.container.image_from and not n.container.container.get("image")
         if n.version is None and not from_operator:
             state.warnings.append(_unknown_warning(vendor, n.container, bool(known)))
+            state.unknown_runtime(vendor.runtime, n.container)  # Decision.runtime_unknown
     if not known:
         return
     if not _listed(vendor, want):

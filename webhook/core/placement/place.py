@@ -13,7 +13,7 @@ from webhook.core.config.model import (
 from webhook.core.images.facts import ImageFacts, ImageQuery, facts_for_archs, pod_archs
 from webhook.core.images.references import shown_image
 from webhook.core.images.requires import Branches, branch_count, branch_list, holds
-from webhook.core.outcome.decision import PodState, container_label, short
+from webhook.core.outcome.decision import CUDA, PodState, container_label, short
 from webhook.core.placement import cuda, fit, nodeclass
 from webhook.core.placement.injection import Plan, inject
 from webhook.core.placement.inventory import InventoryFacts, NodeInventory
@@ -248,10 +248,8 @@ def place(
     if not config.cuda_affinity or opted_out:
         return
     if unknown:
-        # Counted (Decision.cuda_unknown) where placement would have used the version.
-        state.cuda_unknown += [
-            image if isinstance(image := c.container.get("image"), str) else "" for c in unknown
-        ]
+        # Counted (Decision.runtime_unknown) where placement would have used the version.
+        state.unknown_runtime(CUDA, *unknown)
         # What a registry lookup could still tell (only when placement would use the answer),
         # for every architecture the pod may run on (the strictest answer is used).
         archs = archs or pod_archs(state.pod.spec)
