@@ -286,9 +286,10 @@ def test_a_gpu_pod_gets_one_call_per_configuration_and_never_loses_a_fail_review
     render: Render, access: dict[str, Any], pods_policy: str, pod: str
 ) -> None:
     """In every namespace, for each kind of pod: at most one mutating and one validating call
-    for a GPU pod's CREATE (unless the pods entries are Ignore under warn); every pod CREATE and UPDATE reviewed wherever it was before; and
-    wherever an entry with failurePolicy Fail reviewed it before (the pods entry, or the
-    access entry), one still does, on each configuration."""
+    for a GPU pod's CREATE (unless the pods entries are Ignore under warn); every pod CREATE
+    and UPDATE reviewed wherever it was before; and wherever an entry with failurePolicy Fail
+    reviewed it before (the pods entry, or the access entry), one still does, on each
+    configuration."""
     values: dict[str, Any] = {
         "config": {"gpuAccess": access},
         "webhooks": {"pods": {"failurePolicy": pods_policy}},
