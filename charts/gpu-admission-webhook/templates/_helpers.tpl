@@ -185,8 +185,9 @@ only the namespaces the access entry exempts (less those excluded from both); no
 Availability: unchanged, since while the webhook is unreachable the access entry (Fail) already
 rejects every pod in its namespaces, GPU or not. Never fails open: every pod the pods entries
 reviewed is still reviewed by an entry with failurePolicy Fail (the access entry, or the pods
-entry's own policy in the exempt namespaces). Under `warn` the access entry is Ignore: both
-stay, since one entry could not keep Fail for GPU pods and Ignore for the others.
+entry's own policy in the exempt namespaces). Under `warn` the access entry is Ignore: the
+pods entries stay (one entry could not keep Fail for GPU pods and Ignore for the others), and
+the access entry leaves them their pods instead (gaw.accessDefersToPods).
 */}}
 {{- define "gaw.podsEntryNamespaces" -}}
 {{- if and (include "gaw.gpuAccessOn" .) (eq (include "gaw.gpuAccessFailurePolicy" .) "Fail") -}}
@@ -198,6 +199,33 @@ stay, since one entry could not keep Fail for GPU pods and Ignore for the others
 {{- range $exempt -}}{{- if not (has . $excluded) -}}{{- $only = append $only . -}}{{- end -}}{{- end -}}
 {{- toJson ($only | uniq) -}}
 {{- else -}}all{{- end -}}
+{{- end -}}
+
+{{/*
+Whether the GPU access entry leaves to the pods entries the pod CREATEs they review (one review
+where one suffices under `warn`, docs/operations/server.md "Reviews per pod"): when the access
+entry is Ignore (`warn`, or `enforce` with the native access policies), the pods entries are Fail
+and both have matchConditions. The pods entries then send a pod CREATE that asks for an extended
+resource (or has DRA claims) to the same /mutate and /validate, with the same timeout, in a
+superset of the access entry's namespaces (the access entry also skips the exempt ones), at Fail:
+the access entry, at Ignore, would only review the same pod a second time. With the pods entries
+at Ignore, or without matchConditions (before 1.28), nothing changes (gaw.accessDefersCondition).
+*/}}
+{{- define "gaw.accessDefersToPods" -}}
+{{- if and (include "gaw.gpuAccessOn" .) (eq (include "gaw.gpuAccessFailurePolicy" .) "Ignore") (eq (toString .Values.webhooks.pods.failurePolicy) "Fail") (include "gaw.matchConditionsEnabled" .) -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+CEL, under gaw.accessDefersToPods: true for what the access entry must still review (every
+UPDATE, the ephemeralcontainers subresource, every pod CREATE the pods entries skip). The pods
+entries' condition is then its negation, `!(this)`: the same expression on the same object, so
+it costs one operation more. A CEL error (the API server's runtime budget, docs/operations/
+deploy.md) makes the Ignore access entry skip the object; an object that costs the access
+condition over budget costs the pods condition over budget too, and the pods entry, at Fail,
+rejects it: no pod the access entry reviewed before is now admitted unreviewed.
+*/}}
+{{- define "gaw.accessDefersCondition" -}}
+{{- printf "request.operation != 'CREATE' || !(has(object.spec) && %s)" (include "gaw.celUsesExtended" "object.spec") -}}
 {{- end -}}
 
 {{/* The pods entries' extra namespace expression (gaw.podsEntryNamespaces: a JSON list). */}}
@@ -259,9 +287,10 @@ validateFieldAllowList refuses `resources` and `ports`, "cannot be set for an Ep
 {{- $path := index . 1 -}}
 {{- $fullname := include "gaw.fullname" $root -}}
 # GPU access control (SPEC §12): every pod, its updates and its ephemeral containers, outside
-# the exempt namespaces. No matchConditions: any condition that reads the pod costs in
+# the exempt namespaces. No condition of its own: any condition that reads the pod costs in
 # proportion to what the tenant writes, and a pod padded past the API server's CEL budget
 # would make the entry fail its condition and be skipped under Ignore (docs/operations/deploy.md).
+# Only the pods entries' one, negated, when it is Ignore (gaw.accessDefersToPods).
 # failurePolicy Fail under enforce, Ignore under warn (webhooks.gpuAccess.failurePolicy: auto).
 - name: {{ printf "gpu-access.%s.%s.svc" $fullname $root.Release.Namespace }}
   admissionReviewVersions: ["v1"]
@@ -276,11 +305,21 @@ validateFieldAllowList refuses `resources` and `ports`, "cannot be set for an Ep
     {{- include "gaw.gpuAccessRules" $root | nindent 4 }}
   namespaceSelector:
     {{- include "gaw.gpuAccessNamespaceSelector" $root | nindent 4 }}
+  {{- if include "gaw.accessDefersToPods" $root }}
+  # The pod CREATEs the pods entry (Fail) reviews are not sent here a second time.
+  matchConditions:
+    - name: not-reviewed-by-the-pods-entry
+      expression: {{ include "gaw.accessDefersCondition" $root | quote }}
+  {{- end }}
 {{- end -}}
 
 {{- define "gaw.podMatchConditions" -}}
 - name: uses-extended-resources
+{{- if include "gaw.accessDefersToPods" . }}
+  expression: {{ printf "!(%s)" (include "gaw.accessDefersCondition" .) | quote }}
+{{- else }}
   expression: {{ printf "has(object.spec) && %s" (include "gaw.celUsesExtended" "object.spec") | quote }}
+{{- end }}
 {{- end -}}
 
 {{- define "gaw.workloadMatchConditions" -}}
