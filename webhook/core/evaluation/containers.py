@@ -367,7 +367,9 @@ def _void(
         # An envFrom prefix that makes a variable no void closes (a family without one, AMD's
         # DOCKER_RESOURCE_*) is a finding in every mode (core/access/control.py).
         unvoidable = access.unvoidable_prefix(env_from)
-        if (enforce and mode != "all") or (not enforce and prefix) or unvoidable:
+        # (An unprefixed envFrom the pod's runtime reads open names from is one already.)
+        unclosed = enforce and mode != "all" and not candidate.unseen
+        if unclosed or (not enforce and prefix) or unvoidable:
             prefix = unvoidable or prefix
             shown = f"envFrom with prefix {prefix}" if prefix else "envFrom"
             advice = (
