@@ -41,6 +41,7 @@ COMPILED = [
     "webhook/core/access/links.py",
     "webhook/core/access/patterns.py",
     "webhook/core/access/routes.py",
+    "webhook/core/access/sources.py",
     "webhook/core/base/annotations.py",
     "webhook/core/base/errors.py",
     "webhook/core/base/names.py",

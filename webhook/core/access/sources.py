@@ -35,12 +35,12 @@ from webhook.core.families.catalog import FAMILIES, Family
 _MAX_NAME = 32
 
 
-def _open(family: Family) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def open_lists(family: Family) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(exact names, name prefixes) of `family`'s runtime that no written void closes."""
     return (family.device_env if family.void is None else ()), family.device_env_prefixes
 
 
-def _read(family: Family) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def read_lists(family: Family) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(exact names, name prefixes) `family`'s runtime and sharing limiter read: what an envFrom
     of one of its device containers could set over the device plugin's values."""
     exact = (*family.device_env, *(n for n in family.limiter_env if not n.endswith("*")))
@@ -49,7 +49,7 @@ def _read(family: Family) -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 
 # Families with an open name, in the catalog's order (AMD, Enflame, Moore Threads, AWS Neuron).
-OPEN_FAMILIES: tuple[Family, ...] = tuple(f for f in FAMILIES if any(_open(f)))
+OPEN_FAMILIES: tuple[Family, ...] = tuple(f for f in FAMILIES if any(open_lists(f)))
 _OPEN_NAMES = frozenset(f.name for f in OPEN_FAMILIES)
 
 
@@ -63,8 +63,8 @@ def makes(prefix: str, exact: Iterable[str], prefixes: Iterable[str]) -> bool:
 
 # Device variables no void closes: those of families without a void, and name prefixes (AMD's
 # DOCKER_RESOURCE_*), which no fixed name written can override.
-_UNVOIDABLE = tuple(n for f in OPEN_FAMILIES for n in _open(f)[0])
-_PREFIXES = tuple(p for f in OPEN_FAMILIES for p in _open(f)[1])
+_UNVOIDABLE = tuple(n for f in OPEN_FAMILIES for n in open_lists(f)[0])
+_PREFIXES = tuple(p for f in OPEN_FAMILIES for p in open_lists(f)[1])
 
 
 def unvoidable_prefix(prefixes: tuple[str, ...]) -> str:
@@ -78,7 +78,7 @@ def unvoidable_prefix(prefixes: tuple[str, ...]) -> str:
 
 def open_names(family: Family) -> str:
     """`DOCKER_RESOURCE_*`, `AWS_NEURON_VISIBLE_DEVICES`: the family's open names, for messages."""
-    exact, prefixes = _open(family)
+    exact, prefixes = open_lists(family)
     return "/".join((*exact, *(f"{p}*" for p in prefixes)))
 
 
@@ -146,7 +146,7 @@ def device_env_from(container: Mapping[str, Any], family: Family) -> str:
     """The first envFrom entry of a device container of `family` that can set a name its runtime
     or sharing limiter reads, as `envFrom` or `envFrom with prefix P`; "" when every entry has a
     prefix that makes none (`CFG_` cannot make AMD_VISIBLE_DEVICES or DOCKER_RESOURCE_*)."""
-    exact, prefixes = _read(family)
+    exact, prefixes = read_lists(family)
     for _, prefix in env_from_sources(container):
         if not prefix:
             return "envFrom"

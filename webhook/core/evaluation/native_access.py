@@ -50,6 +50,7 @@ from webhook.core.evaluation.native_access_cel import (
     limiter,
     mounts,
     name_is,
+    open_readers,
     owns,
     privileged,
     quote,
@@ -65,7 +66,8 @@ _LABELS = {"app.kubernetes.io/name": "gpu-admission-webhook"}
 
 NOT_EXPRESSED: tuple[str, ...] = (
     "DRA claims: a policy cannot read ResourceClaims, so a container with resource claims "
-    "gets no void from the policy and its envFrom is not judged by it",
+    "gets no void from the policy and its envFrom is not judged by it, and AMD devices from a "
+    "claim do not make the pod's other containers' unprefixed envFrom a finding",
     "voidImageDevices known (image facts): only `all` is exported as a mutation",
     "a Pod UPDATE that swaps an image into a container without its voids, under "
     "voidImageDevices known or off (under all it is denied)",
@@ -259,6 +261,7 @@ def validating_policy(config: WebhookConfig, name: str = DEFAULT_NAME) -> dict[s
             "!oldObject.spec.?ephemeralContainers.orValue([]).exists(o, o.name == c.name)) : "
             "object.spec.?ephemeralContainers.orValue([]).filter(c, false)",
         ),
+        ("openReaders", open_readers(config)),
         (
             "deviceVolumes",
             "object.spec.?volumes.orValue([]).filter(v, has(v.hostPath) && "
