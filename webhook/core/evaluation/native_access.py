@@ -164,7 +164,8 @@ def _validations(config: WebhookConfig) -> list[dict[str, str]]:
         ),
         (
             _every_container(env_from(config)),
-            "a container's envFrom can choose devices no void closes: list its variables in env",
+            "a container's envFrom can choose devices no void closes: set an envFrom prefix "
+            "or list its variables in env",
         ),
         (
             "!(request.operation == 'CREATE' && object.metadata.?annotations.orValue({}).exists(k, "
