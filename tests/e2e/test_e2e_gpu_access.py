@@ -625,7 +625,8 @@ def test_unprefixed_env_from_in_an_amd_pod(
         )
     expected = expected_for(pod, namespace, policies, webhook_config, None)
     if prefix:
-        assert expected.allowed and not expected.access, expected.access
+        # (Under warn the audit still lists the pod's Service links, a route of its own.)
+        assert expected.allowed and not [v for v in expected.access if "envFrom" in v.message]
         created, _ = call(core.create_namespaced_pod, namespace, pod, dry_run="All")
         after = jsonpatch.apply_patch(expected.original, expected.patch)
         assert _pairs(created["spec"]["containers"][0].get("env")) == _pairs(
