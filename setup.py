@@ -55,6 +55,7 @@ COMPILED = [
     "webhook/core/evaluation/containers.py",
     "webhook/core/evaluation/evaluate.py",
     "webhook/core/evaluation/pods.py",
+    "webhook/core/evaluation/unseen.py",
     "webhook/core/evaluation/updates.py",
     "webhook/core/families/catalog.py",
     "webhook/core/families/visible.py",

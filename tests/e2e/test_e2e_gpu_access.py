@@ -602,9 +602,9 @@ def test_unprefixed_env_from_in_an_amd_pod(
     if mode == "off":
         pytest.skip("the webhook runs with gpuAccess.mode: off")
     env_from = [{"prefix": prefix, "configMapRef": {"name": "settings"}}]
-    gpu = {"resources": {"limits": {"amd.com/gpu": "1"}}}
+    gpu = {"limits": {"amd.com/gpu": "1"}}
     if sidecar:
-        pod = plain_pod(unique(case), **gpu)
+        pod = plain_pod(unique(case), resources=gpu)
         pod["spec"]["initContainers"] = [
             {
                 "name": "side",
@@ -618,7 +618,7 @@ def test_unprefixed_env_from_in_an_amd_pod(
             "set an envFrom prefix: DOCKER_RESOURCE_* keys pick AMD GPUs"
         )
     else:
-        pod = plain_pod(unique(case), envFrom=env_from, **gpu)
+        pod = plain_pod(unique(case), envFrom=env_from, resources=gpu)
         text = (
             'container "app" uses envFrom: list its variables in env: envFrom can choose its '
             "AMD GPUs or raise its limits"

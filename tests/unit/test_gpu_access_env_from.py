@@ -309,3 +309,102 @@ def test_readers_follow_the_pods_devices_and_runtime_class() -> None:
     assert readers({1: frozenset({"nvidia"})}, "", ()) == ()
     assert readers({}, "neuron", ()) == (neuron,)
     assert readers({1: frozenset({"amd"})}, "", ("amd",)) == ()
+
+
+# --- the image configuration: what a registry lookup read (ImageEnv) ----------------------------
+
+ROCM_IMAGE = "registry.corp/team/train:v3"  # a tag that says nothing: looked up for its ROCm
+PLACEMENT_OFF = {"accelerators": {"vendors": {"rocm": {"enabled": False}}}}
+
+
+def _with_config(mode: str, obj: dict[str, Any], env: dict[str, str], **access: Any) -> Decision:
+    return evaluate(
+        obj,
+        standard_policies(),
+        config(mode, **access),
+        image_env={ROCM_IMAGE: {"ROCM_VERSION": "6.4.1", **env}},
+    )
+
+
+def test_an_images_docker_resource_variable_is_written_over_with_amds_void() -> None:
+    """A config's DOCKER_RESOURCE_GPU=0-7 is read by AMD's runtime beside the written
+    AMD_VISIBLE_DEVICES=void (getAMDEnv, the last one wins; CRI-O puts the image's entries after
+    the container's, server/utils.go mergeEnvs): the exact name written with AMD's void replaces
+    the config's entry on containerd and CRI-O alike."""
+    obj = pod(container("gpu", ROCM_IMAGE, limits=AMD))
+    decision = _with_config("enforce", obj, {"DOCKER_RESOURCE_GPU": "0-7"})
+    assert decision.allowed
+    env = get(apply(decision), "spec", "containers", 0, "env")
+    assert {"name": "DOCKER_RESOURCE_GPU", "value": "void"} in env
+    assert (
+        'set DOCKER_RESOURCE_GPU=void in container "gpu": its image\'s value would choose its AMD '
+        "GPUs" in decision.notes
+    )
+    # Its own value in env replaces the config's: judged as its own (a finding), not written.
+    own = pod(
+        container(
+            "gpu", ROCM_IMAGE, limits=AMD, env=[{"name": "DOCKER_RESOURCE_GPU", "value": "0"}]
+        )
+    )
+    assert not _with_config("enforce", own, {"DOCKER_RESOURCE_GPU": "0-7"}).allowed
+    # A value AMD's parser reads as no GPU needs nothing.
+    quiet = _with_config("enforce", obj, {"DOCKER_RESOURCE_GPU": "none"})
+    assert "DOCKER_RESOURCE_GPU" not in [
+        e["name"] for e in get(apply(quiet), "spec", "containers", 0, "env")
+    ]
+
+
+def test_where_no_void_is_written_the_images_variable_is_a_finding() -> None:
+    obj = pod(container("gpu", ROCM_IMAGE, limits=AMD))
+    text = (
+        'container "gpu" runs an image setting DOCKER_RESOURCE_GPU=0-7: use another image or set '
+        "gpuAccess.voidImageDevices: all"
+    )
+    denied = _with_config("enforce", obj, {"DOCKER_RESOURCE_GPU": "0-7"}, voidImageDevices="known")
+    assert denied.denial_message() == f"Pod ml/train, {text}. {WHY}"
+    warned = _with_config("warn", obj, {"DOCKER_RESOURCE_GPU": "0-7"})
+    assert warned.allowed and text in warned.warnings
+
+
+def test_an_image_with_more_open_names_than_were_read_is_a_finding() -> None:
+    obj = pod(container("gpu", ROCM_IMAGE, limits=AMD))
+    denied = _with_config("enforce", obj, {"=": ""})
+    assert denied.denial_message() == (
+        'Pod ml/train, container "gpu" runs an image setting more DOCKER_RESOURCE_* variables '
+        f"than are read: use another image. {WHY}"
+    )
+
+
+def test_the_registry_keeps_the_open_names_of_a_config() -> None:
+    from tests.unit.test_vendor_image_config import blob, config_document
+    from webhook.registry.documents import MAX_OPEN_VARIABLES, read_image_config
+
+    body, digest = blob(
+        config_document(
+            ["ROCM_VERSION=6.4.1", "DOCKER_RESOURCE_GPU=0-7", "MTHREADS_VISIBLE_DEVICES=all"]
+        )
+    )
+    assert read_image_config(body, digest).variables == {
+        "ROCM_VERSION": "6.4.1",
+        "DOCKER_RESOURCE_GPU": "0-7",
+        "MTHREADS_VISIBLE_DEVICES": "all",
+    }
+    many = [f"DOCKER_RESOURCE_{i}=0" for i in range(MAX_OPEN_VARIABLES + 1)]
+    body, digest = blob(config_document(many))
+    found = read_image_config(body, digest).variables
+    assert len(found) == MAX_OPEN_VARIABLES + 1 and found["="] == ""
+
+
+async def test_the_resolver_keeps_open_names_of_a_config_without_a_version() -> None:
+    from tests.unit.test_registry_resolver import ScriptedClient, resolver
+    from webhook.core.images.facts import ImageQuery
+    from webhook.registry.results import NO_CUDA, LookupResult
+
+    env = (("DOCKER_RESOURCE_GPU", "0-7"),)
+    answer = LookupResult(NO_CUDA, detail="its config sets no CUDA_VERSION", env=env)
+    found = await resolver(ScriptedClient(lambda i, a: answer)).resolve(
+        [ImageQuery(ROCM_IMAGE, "amd64", "rocm")]
+    )
+    assert found.env == {ROCM_IMAGE: dict(env)}
+    # The version is still unknown, and said so.
+    assert found.warnings == [f"ROCm lookup of {ROCM_IMAGE}: its config sets no ROCM_VERSION"]

@@ -201,7 +201,14 @@ class RegistryClient:
         if not platforms and image_config.architecture:
             # A single manifest: its config's platform is the image's only one (SPEC §14).
             platforms = (image_config.architecture,)
-        env = tuple((k, variables[k]) for k in documents.ACCELERATOR_VARIABLES if k in variables)
+        env = tuple(
+            (k, v)
+            for k, v in variables.items()
+            if k in documents.ACCELERATOR_VARIABLES
+            or k in documents.OPEN_EXACT
+            or k.startswith(documents.OPEN_PREFIXES)
+            or k == documents.TOO_MANY_OPEN
+        )
         return LookupResult(
             result.status,
             result.requirement,

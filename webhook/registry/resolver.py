@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from webhook.core.config.registry import RegistryLookups
 from webhook.core.images.facts import KNOWN_ARCHS, ImageQuery, Requirement
 from webhook.core.placement.vendors import Vendor, vendor_named
+from webhook.registry import documents
 from webhook.registry.client import Known
 from webhook.registry.reference import ImageRef
 from webhook.registry.results import BUSY, FOUND, TIMEOUT, LookupResult, warning
@@ -313,6 +314,10 @@ class ImageResolver:
             if any(env.get(name) for name in vendor.env_version):
                 out.env[query.image] = env
                 return
+            if any(name not in documents.ACCELERATOR_VARIABLES for name in env):
+                # Device variables GPU access control voids or denies (core/access/sources.py),
+                # in a config that names no version: kept for it, and the version still unknown.
+                out.env[query.image] = env
             detail = f"its config sets no {' or '.join(vendor.env_version) or 'version'}"
             out.warnings.append(warning(query.image, detail, runtime=vendor.runtime))
             return

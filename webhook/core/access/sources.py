@@ -31,6 +31,7 @@ from webhook.core.access.routes import AccessFinding
 from webhook.core.base.shapes import is_mapping
 from webhook.core.base.wording import cut
 from webhook.core.families.catalog import FAMILIES, Family
+from webhook.core.families.visible import selects_devices
 
 _MAX_NAME = 32
 
@@ -153,3 +154,59 @@ def device_env_from(container: Mapping[str, Any], family: Family) -> str:
         if makes(prefix, exact, prefixes):
             return f"envFrom with prefix {cut(prefix, _MAX_NAME)}"
     return ""
+
+
+# An image config whose open names the registry lookup did not all keep (registry/documents.py
+# TOO_MANY_OPEN: never a variable's name, it holds "=").
+TOO_MANY_OPEN = "="
+
+
+def image_routes(
+    where: str,
+    config_env: Mapping[str, str],
+    written: Iterable[str],
+    own: frozenset[str],
+    families: tuple[Family, ...],
+    write: bool,
+) -> tuple[tuple[tuple[str, str], ...], list[AccessFinding]]:
+    """What an image configuration's open names need in a container (`config_env`: what a
+    registry lookup read, core/images/facts.py ImageEnv; `written`: the names its env sets,
+    which replace the config's in containerd and CRI-O alike; `own`: its device families;
+    `families`: the pod's readers; `write`: voids are written, gpuAccess enforce with
+    voidImageDevices all). Returns the (name, void) pairs to write — each DOCKER_RESOURCE_*
+    name the config sets to a value AMD's parser reads as GPUs, written over with AMD's void —
+    and the findings: such a name where nothing is written, a variable of a family without a
+    void in a container without its device (its plugin sets its own), and a config with more
+    open names than were read."""
+    pins: list[tuple[str, str]] = []
+    found: list[AccessFinding] = []
+    names = set(written)
+    for name, value in sorted(config_env.items()):
+        if name == TOO_MANY_OPEN and families:
+            first = families[0]
+            what = f"runs an image setting more {open_names(first)} variables than are read"
+            found.append(
+                AccessFinding(where, what, "use another image", first.name in own, first.noun)
+            )
+            continue
+        family = next(
+            (f for f in families if name in open_lists(f)[0] or name.startswith(open_lists(f)[1])),
+            None,
+        )
+        if family is None or name in names or not selects_devices(family.selection, value):
+            continue
+        if family.void is not None and write:
+            pins.append((name, family.void))
+        elif family.void is not None or family.name not in own:
+            shown = f"{name}={cut(value, 16)}" if value.isprintable() else name
+            advice = "use another image" + (
+                " or set gpuAccess.voidImageDevices: all" if family.void is not None else ""
+            )
+            what = f"runs an image setting {shown}"
+            found.append(AccessFinding(where, what, advice, family.name in own, family.noun))
+    return tuple(pins), found
+
+
+def image_note(name: str, value: str, where: str) -> str:
+    """The note saying a config's open name was written over (only AMD's have a void)."""
+    return f"set {name}={value} in {where}: its image's value would choose its AMD GPUs"

@@ -205,7 +205,7 @@ def _evaluate_spec(
         state.warnings.append(unknown_gpu_warning(sorted(unknown)))
     state.gpu_containers = len(gpu)
     if access_applies(config, namespace):
-        apply_access(state, access_devices, config, violations_only, audit)
+        apply_access(state, access_devices, config, violations_only, audit, image_env=image_env)
     if gpu:
         place(
             state,
