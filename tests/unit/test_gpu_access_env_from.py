@@ -314,7 +314,6 @@ def test_readers_follow_the_pods_devices_and_runtime_class() -> None:
 # --- the image configuration: what a registry lookup read (ImageEnv) ----------------------------
 
 ROCM_IMAGE = "registry.corp/team/train:v3"  # a tag that says nothing: looked up for its ROCm
-PLACEMENT_OFF = {"accelerators": {"vendors": {"rocm": {"enabled": False}}}}
 
 
 def _with_config(mode: str, obj: dict[str, Any], env: dict[str, str], **access: Any) -> Decision:

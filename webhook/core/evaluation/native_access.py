@@ -73,6 +73,9 @@ NOT_EXPRESSED: tuple[str, ...] = (
     "voidImageDevices known or off (under all it is denied)",
     "a hostPath or mountPath with a `..` part is denied when mounted, without resolving it",
     "workload templates and operator objects (their pods are judged when created)",
+    "an image configuration's device variables a registry lookup read (DOCKER_RESOURCE_* "
+    "written over with void, the variables of vendors without a void denied): a policy reads "
+    "no registry",
 )
 
 
