@@ -533,6 +533,19 @@ def test_without_the_webhook_a_plain_pod_is_created_and_a_route_still_denied(clu
     core.delete_namespaced_pod("r9000", NAMESPACE, grace_period_seconds=0)
 
 
+def _debug_denied(core: Any, name: str, debug: dict[str, Any]) -> str:
+    """The API server's message refusing `debug` added to pod `name` by kubectl debug."""
+    from kubernetes import client as _client
+
+    client: Any = _client
+    with pytest.raises(client.ApiException) as denied:
+        core.patch_namespaced_pod_ephemeralcontainers(
+            name, NAMESPACE, {"spec": {"ephemeralContainers": [debug]}}
+        )
+    message: str = json.loads(denied.value.body)["message"]
+    return message
+
+
 def test_a_new_ephemeral_container_is_judged_and_voided(cluster: Any) -> None:
     """The pods/ephemeralcontainers subresource: a privileged debug container is denied, a plain
     one added with the voids the webhook core writes into it (and nothing written elsewhere)."""
@@ -546,11 +559,7 @@ def test_a_new_ephemeral_container_is_judged_and_voided(cluster: Any) -> None:
     stored = core.create_namespaced_pod(NAMESPACE, _named(pod(container("app")), "eph", 9002))
     old = core.api_client.sanitize_for_serialization(stored)
     debug = {"name": "debug", "image": "busybox", "securityContext": {"privileged": True}}
-    with pytest.raises(client.ApiException) as denied:
-        core.patch_namespaced_pod_ephemeralcontainers(
-            name, NAMESPACE, {"spec": {"ephemeralContainers": [debug]}}
-        )
-    assert json.loads(denied.value.body)["message"].endswith(
+    assert _debug_denied(core, name, debug).endswith(
         "gpuAccess: a container is privileged or adds SYS_ADMIN or ALL, which gives it every "
         "device of its node: drop it or exempt its namespace in gpuAccess "
         '(ephemeral container "debug").'
@@ -595,11 +604,7 @@ def test_an_ephemeral_container_with_unprefixed_env_from_in_an_amd_pod(cluster: 
     new = copy.deepcopy(old)
     new["spec"]["ephemeralContainers"] = [debug]
     assert not _core(new, config, sub_resource="ephemeralcontainers", old_object=old).allowed
-    with pytest.raises(client.ApiException) as denied:
-        core.patch_namespaced_pod_ephemeralcontainers(
-            name, NAMESPACE, {"spec": {"ephemeralContainers": [debug]}}
-        )
-    assert json.loads(denied.value.body)["message"].endswith(
+    assert _debug_denied(core, name, debug).endswith(
         "gpuAccess: a container's envFrom can choose devices no void closes: set an envFrom "
         'prefix or list its variables in env (ephemeral container "dbg").'
     )
