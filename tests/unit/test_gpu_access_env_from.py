@@ -407,3 +407,16 @@ async def test_the_resolver_keeps_open_names_of_a_config_without_a_version() -> 
     assert found.env == {ROCM_IMAGE: dict(env)}
     # The version is still unknown, and said so.
     assert found.warnings == [f"ROCm lookup of {ROCM_IMAGE}: its config sets no ROCM_VERSION"]
+
+
+def test_a_sidecar_beside_an_amd_dra_claim_is_judged_as_beside_amd_gpu() -> None:
+    """ROCm/k8s-gpu-dra-driver's class gpu.amd.com: the claimed container runs on an AMD node
+    as an amd.com/gpu one does, so its sidecar's unprefixed envFrom is the same finding."""
+    from tests.unit.test_gpu_access_vendor_claims import check as check_claims
+    from tests.unit.test_gpu_access_vendor_claims import claim_pod, claimed
+
+    side = container("side", "busybox", envFrom=[CM])
+    denied = check_claims(claim_pod("amd", claimed(), side))
+    assert denied.denial_message() == "Pod ml/train, " + _amd_text(SIDE) + f". {WHY}"
+    prefixed = container("side", "busybox", envFrom=[{"prefix": "CFG_", **CM}])
+    assert check_claims(claim_pod("amd", claimed(), prefixed)).allowed
