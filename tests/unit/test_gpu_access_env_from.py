@@ -355,10 +355,7 @@ def test_an_images_docker_resource_variable_is_written_over_with_amds_void() -> 
 
 def test_where_no_void_is_written_the_images_variable_is_a_finding() -> None:
     obj = pod(container("gpu", ROCM_IMAGE, limits=AMD))
-    text = (
-        'container "gpu" runs an image setting DOCKER_RESOURCE_GPU=0-7: use another image or set '
-        "gpuAccess.voidImageDevices: all"
-    )
+    text = 'container "gpu" runs an image setting DOCKER_RESOURCE_GPU=0-7: use another image'
     denied = _with_config("enforce", obj, {"DOCKER_RESOURCE_GPU": "0-7"}, voidImageDevices="known")
     assert denied.denial_message() == f"Pod ml/train, {text}. {WHY}"
     warned = _with_config("warn", obj, {"DOCKER_RESOURCE_GPU": "0-7"})

@@ -199,10 +199,8 @@ def image_routes(
             pins.append((name, family.void))
         elif family.void is not None or family.name not in own:
             shown = f"{name}={cut(value, 16)}" if value.isprintable() else name
-            advice = "use another image" + (
-                " or set gpuAccess.voidImageDevices: all" if family.void is not None else ""
-            )
             what = f"runs an image setting {shown}"
+            advice = "use another image"
             found.append(AccessFinding(where, what, advice, family.name in own, family.noun))
     return tuple(pins), found
 
