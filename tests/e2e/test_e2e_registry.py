@@ -257,21 +257,29 @@ def test_a_rocm_pod_is_placed_by_the_rocm_version_and_targets_of_its_image_confi
     created_as_decided(core, namespace, pod, want)
 
 
+@pytest.fixture
+def mi300_inventory(
+    make_nodes: NodeMaker, core: Any, webhook_inventory: InventoryReader, webhook_config: Any
+) -> NodeInventory | None:
+    """One MI300X node (74a1, gfx942) on amdgpu module 6.14.14, as the webhook sees it."""
+    module, device = "amd.com/gpu.driver-version", "amd.com/gpu.device-id"
+    make_nodes({"mi300": {module: "6.14.14", device: "74a1"}})
+    inventory, _ = synced_inventory(core, webhook_inventory, webhook_config)
+    return inventory
+
+
 def test_an_amd_image_config_docker_resource_variable_is_voided_or_reported(
     core: Any,
     namespace: str,
     policies: PolicySet,
     webhook_config: WebhookConfig,
-    make_nodes: NodeMaker,
-    webhook_inventory: InventoryReader,
+    mi300_inventory: NodeInventory | None,
 ) -> None:
     """Issue 46: the config pushed to the registry sets DOCKER_RESOURCE_GPU=0-7, which AMD's
     runtime reads beside the written AMD_VISIBLE_DEVICES=void (getAMDEnv; on CRI-O the image's
     entries come last). The lookup made for the ROCm version reads it; under gpuAccess enforce
     the webhook writes DOCKER_RESOURCE_GPU=void into the container, under warn it warns."""
-    module, device = "amd.com/gpu.driver-version", "amd.com/gpu.device-id"
-    make_nodes({"mi300": {module: "6.14.14", device: "74a1"}})
-    inventory, _ = synced_inventory(core, webhook_inventory, webhook_config)
+    inventory = mi300_inventory
     image = ref(ROCM_DOCKER)
     pod = gpu_pod(unique("rocm-dr"), {"amd.com/gpu": "1"}, image=image)
     env = dict(entry.split("=", 1) for entry in ROCM_DOCKER_ENV)
