@@ -190,6 +190,11 @@ ALLOWED: list[tuple[str, dict[str, Any]]] = [
         pod(container("gpu", limits={"nvidia.com/gpu": 1}), container("side", envFrom=[CM])),
     ),
     ("plain pod, unprefixed", pod(container("app", envFrom=[CM, SECRET]))),
+    # A family whose runtime reads no variable: its device container's envFrom chooses nothing.
+    (
+        "Intel device container, unprefixed",
+        pod(container("gpu", limits={"gpu.intel.com/i915": 1}, envFrom=[CM])),
+    ),
     (
         "Ascend sidecar, unprefixed",
         pod(container("npu", limits={"huawei.com/Ascend910": 1}), container("side", envFrom=[CM])),

@@ -148,6 +148,8 @@ def device_env_from(container: Mapping[str, Any], family: Family) -> str:
     or sharing limiter reads, as `envFrom` or `envFrom with prefix P`; "" when every entry has a
     prefix that makes none (`CFG_` cannot make AMD_VISIBLE_DEVICES or DOCKER_RESOURCE_*)."""
     exact, prefixes = read_lists(family)
+    if not exact and not prefixes:
+        return ""  # its runtime reads no variable (Intel: the plugin hands the nodes over)
     for _, prefix in env_from_sources(container):
         if not prefix:
             return "envFrom"
