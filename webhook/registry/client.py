@@ -21,6 +21,7 @@ from typing import TypeVar
 import aiohttp
 from aiohttp.abc import AbstractResolver
 
+from webhook.core.access.sources import is_open_name
 from webhook.core.base.wording import fit
 from webhook.core.config.model import WebhookConfig
 from webhook.core.images.facts import KNOWN_ARCHS
@@ -204,10 +205,7 @@ class RegistryClient:
         env = tuple(
             (k, v)
             for k, v in variables.items()
-            if k in documents.ACCELERATOR_VARIABLES
-            or k in documents.OPEN_EXACT
-            or k.startswith(documents.OPEN_PREFIXES)
-            or k == documents.TOO_MANY_OPEN
+            if k in documents.ACCELERATOR_VARIABLES or is_open_name(k)
         )
         return LookupResult(
             result.status,

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.core.access.sources import OPEN_FAMILIES, open_lists
+from webhook.core.access.sources import TOO_MANY_OPEN, is_open_name
 from webhook.core.images.facts import DEFAULT_ARCH, GPU_ARCHS
 from webhook.registry.results import INVALID, LookupFailure
 
@@ -59,12 +59,9 @@ ACCELERATOR_VARIABLES = {"ROCM_VERSION": 32, "PYTORCH_ROCM_ARCH": 512}
 # has (ImageEnv), to void each DOCKER_RESOURCE_* name there or deny. Kept: names up to
 # MAX_OPEN_NAME characters, values cut to OPEN_VALUE; past MAX_OPEN_VARIABLES names (or a name
 # too long) the key TOO_MANY_OPEN ("=", never a variable's name) says some were left out.
-OPEN_EXACT = tuple(n for f in OPEN_FAMILIES for n in open_lists(f)[0])
-OPEN_PREFIXES = tuple(p for f in OPEN_FAMILIES for p in open_lists(f)[1])
 MAX_OPEN_VARIABLES = 16
 MAX_OPEN_NAME = 128
 OPEN_VALUE = 64
-TOO_MANY_OPEN = "="
 # The client's parsing threads: one, so parsed documents are never in memory side by side.
 WORKER_THREADS = 1
 
@@ -295,7 +292,7 @@ def read_image_config(body: bytes | bytearray, digest: str) -> ImageConfig:
                 # Leading and trailing blanks are no part of a version; what is past the cut
                 # is never read.
                 found[name] = value[: limit * 2].strip()[:limit]
-            elif name in OPEN_EXACT or name.startswith(OPEN_PREFIXES):
+            elif is_open_name(name):
                 # Kept as written (the runtimes do not trim it): only its name is used.
                 if name not in found and (opens >= MAX_OPEN_VARIABLES or len(name) > MAX_OPEN_NAME):
                     found[TOO_MANY_OPEN] = ""

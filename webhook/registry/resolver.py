@@ -24,10 +24,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from webhook.core.access.sources import is_open_name
 from webhook.core.config.registry import RegistryLookups
 from webhook.core.images.facts import KNOWN_ARCHS, ImageQuery, Requirement
 from webhook.core.placement.vendors import Vendor, vendor_named
-from webhook.registry import documents
 from webhook.registry.client import Known
 from webhook.registry.reference import ImageRef
 from webhook.registry.results import BUSY, FOUND, TIMEOUT, LookupResult, warning
@@ -309,15 +309,19 @@ class ImageResolver:
         if result.platforms:
             out.platforms[query.image] = result.platforms
         vendor = vendor_named(query.runtime) if query.runtime else None
+        if (
+            vendor is not None
+            and result.cacheable_long
+            and any(is_open_name(n) for n, _ in result.env)
+        ):
+            # Device variables GPU access control voids or denies (core/access/sources.py): kept
+            # for it whatever the config says of the version (a config without one is said below).
+            out.env[query.image] = dict(result.env)
         if vendor is not None and result.cacheable_long:
             env = dict(result.env)
             if any(env.get(name) for name in vendor.env_version):
                 out.env[query.image] = env
                 return
-            if any(name not in documents.ACCELERATOR_VARIABLES for name in env):
-                # Device variables GPU access control voids or denies (core/access/sources.py),
-                # in a config that names no version: kept for it, and the version still unknown.
-                out.env[query.image] = env
             detail = f"its config sets no {' or '.join(vendor.env_version) or 'version'}"
             out.warnings.append(warning(query.image, detail, runtime=vendor.runtime))
             return

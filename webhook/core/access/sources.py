@@ -77,6 +77,16 @@ def unvoidable_prefix(prefixes: tuple[str, ...]) -> str:
     return ""
 
 
+# The key of an image config whose open names a registry lookup did not all keep
+# (registry/documents.py): never a variable's name, it holds "=".
+TOO_MANY_OPEN = "="
+
+
+def is_open_name(name: str) -> bool:
+    """Whether `name` is a device variable no void closes, or TOO_MANY_OPEN."""
+    return name in _UNVOIDABLE or name.startswith(_PREFIXES) or name == TOO_MANY_OPEN
+
+
 def open_names(family: Family) -> str:
     """`DOCKER_RESOURCE_*`, `AWS_NEURON_VISIBLE_DEVICES`: the family's open names, for messages."""
     exact, prefixes = open_lists(family)
@@ -156,11 +166,6 @@ def device_env_from(container: Mapping[str, Any], family: Family) -> str:
         if makes(prefix, exact, prefixes):
             return f"envFrom with prefix {cut(prefix, _MAX_NAME)}"
     return ""
-
-
-# An image config whose open names the registry lookup did not all keep (registry/documents.py
-# TOO_MANY_OPEN: never a variable's name, it holds "=").
-TOO_MANY_OPEN = "="
 
 
 def image_routes(
