@@ -38,6 +38,11 @@ PADDED = "hostile/padded-cuda:1"
 # was built for (as PyTorch's ROCm images set them), gfx942 (MI300X), not gfx90a (MI210).
 ROCM = "e2e/rocm-train:v1"
 ROCM_ENV = ("ROCM_VERSION=6.4.1", "PYTORCH_ROCM_ARCH=gfx942")
+# The same ROCm image with a Docker Swarm generic-resource variable AMD's runtime reads as a
+# device list (ROCm/container-toolkit internal/oci/oci.go getAMDEnv: every DOCKER_RESOURCE_*),
+# and AMD_VISIBLE_DEVICES=all as ROCm's images set it (issue 46: an image config's open names).
+ROCM_DOCKER = "hostile/rocm-docker-resource:v1"
+ROCM_DOCKER_ENV = (*ROCM_ENV, "AMD_VISIBLE_DEVICES=all", "DOCKER_RESOURCE_GPU=0-7")
 # An arm64-only build (Grace/GH200) pushed as a single manifest, no index: its config's
 # architecture is its one platform (SPEC §14).
 ARM_ONLY = "e2e/grace-only:v1"
@@ -59,6 +64,7 @@ def catalogue() -> dict[str, Built]:
         WIDE: trainer,
         PADDED: config_image(padded_cuda_config()),
         ROCM: image(list(ROCM_ENV), index=False),
+        ROCM_DOCKER: image(list(ROCM_DOCKER_ENV), index=False),
         ARM_ONLY: image({"arm64": list(ARM_ONLY_ENV)}, index=False),
     }
     out.update(dict.fromkeys(tagged(BLOATED, BLOATED_TAGS), bloated))

@@ -571,3 +571,72 @@ def test_the_same_variables_without_the_counted_device_are_findings(
     )
     if admitted is not None:
         assert set(expected.warnings) <= set(admitted[1])
+
+
+# --- Issue 46 leftovers: envFrom where no void closes it ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("case", "prefix", "sidecar"),
+    [
+        ("amd-envfrom", "", False),
+        ("amd-envfrom-prefixed", "CFG_", False),
+        ("amd-sidecar-envfrom", "", True),
+        ("amd-sidecar-envfrom-prefixed", "CFG_", True),
+    ],
+)
+def test_unprefixed_env_from_in_an_amd_pod(
+    core: Any,
+    namespace: str,
+    policies: PolicySet,
+    webhook_config: WebhookConfig,
+    case: str,
+    prefix: str,
+    sidecar: bool,
+) -> None:
+    """AMD's runtime reads every DOCKER_RESOURCE_* variable (ROCm/container-toolkit
+    internal/oci/oci.go getAMDEnv) and no written name overrides a ConfigMap key of another
+    name: an unprefixed envFrom in an amd.com/gpu container, or in a sidecar beside one, is
+    denied under enforce; with a prefix that makes no such name it is admitted."""
+    mode = _mode(webhook_config)
+    if mode == "off":
+        pytest.skip("the webhook runs with gpuAccess.mode: off")
+    env_from = [{"prefix": prefix, "configMapRef": {"name": "settings"}}]
+    gpu = {"limits": {"amd.com/gpu": "1"}}
+    if sidecar:
+        pod = plain_pod(unique(case), resources=gpu)
+        pod["spec"]["initContainers"] = [
+            {
+                "name": "side",
+                "image": "busybox:1.36",
+                "restartPolicy": "Always",
+                "envFrom": env_from,
+            }
+        ]
+        text = (
+            'init container "side" uses envFrom configMap "settings" but requests no AMD GPU: '
+            "set an envFrom prefix: DOCKER_RESOURCE_* keys pick AMD GPUs"
+        )
+    else:
+        pod = plain_pod(unique(case), envFrom=env_from, resources=gpu)
+        text = (
+            'container "app" uses envFrom: list its variables in env: envFrom can choose its '
+            "AMD GPUs or raise its limits"
+        )
+    expected = expected_for(pod, namespace, policies, webhook_config, None)
+    if prefix:
+        # (Under warn the audit still lists the pod's Service links, a route of its own.)
+        assert expected.allowed and not [v for v in expected.access if "envFrom" in v.message]
+        created, _ = call(core.create_namespaced_pod, namespace, pod, dry_run="All")
+        after = jsonpatch.apply_patch(expected.original, expected.patch)
+        assert _pairs(created["spec"]["containers"][0].get("env")) == _pairs(
+            after["spec"]["containers"][0].get("env")
+        )
+        return
+    assert [v for v in expected.access if text in v.message], expected.access
+    starts = f"Pod {namespace}/{pod['metadata']['name']}, {text}"
+    admitted = _judged(
+        mode, expected, starts, core.create_namespaced_pod, namespace, pod, dry_run="All"
+    )
+    if admitted is not None:
+        assert set(expected.warnings) <= set(admitted[1])

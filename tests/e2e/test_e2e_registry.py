@@ -48,6 +48,8 @@ from .registryimages import (
     NORMAL_ENV,
     PADDED,
     ROCM,
+    ROCM_DOCKER,
+    ROCM_DOCKER_ENV,
     ROCM_ENV,
     WIDE,
 )
@@ -253,6 +255,50 @@ def test_a_rocm_pod_is_placed_by_the_rocm_version_and_targets_of_its_image_confi
     ), terms
 
     created_as_decided(core, namespace, pod, want)
+
+
+@pytest.fixture
+def mi300_inventory(
+    make_nodes: NodeMaker, core: Any, webhook_inventory: InventoryReader, webhook_config: Any
+) -> NodeInventory | None:
+    """One MI300X node (74a1, gfx942) on amdgpu module 6.14.14, as the webhook sees it."""
+    module, device = "amd.com/gpu.driver-version", "amd.com/gpu.device-id"
+    make_nodes({"mi300": {module: "6.14.14", device: "74a1"}})
+    inventory, _ = synced_inventory(core, webhook_inventory, webhook_config)
+    return inventory
+
+
+def test_an_amd_image_config_docker_resource_variable_is_voided_or_reported(
+    core: Any,
+    namespace: str,
+    policies: PolicySet,
+    webhook_config: WebhookConfig,
+    mi300_inventory: NodeInventory | None,
+) -> None:
+    """Issue 46: the config pushed to the registry sets DOCKER_RESOURCE_GPU=0-7, which AMD's
+    runtime reads beside the written AMD_VISIBLE_DEVICES=void (getAMDEnv; on CRI-O the image's
+    entries come last). The lookup made for the ROCm version reads it; under gpuAccess enforce
+    the webhook writes DOCKER_RESOURCE_GPU=void into the container, under warn it warns."""
+    inventory = mi300_inventory
+    image = ref(ROCM_DOCKER)
+    pod = gpu_pod(unique("rocm-dr"), {"amd.com/gpu": "1"}, image=image)
+    env = dict(entry.split("=", 1) for entry in ROCM_DOCKER_ENV)
+    kept = {k: v for k, v in env.items() if k != "AMD_VISIBLE_DEVICES"}  # what a lookup keeps
+    want = expected_for(
+        pod, namespace, policies, webhook_config, inventory, image_env={image: kept}
+    )
+    rules = webhook_config.gpu_access
+    assert want.allowed, want.violations  # enforce writes the void; warn warns
+    created, shown, _ = timed_create(core, namespace, pod)
+    assert shown == lines(want)
+    written = created["spec"]["containers"][0].get("env") or []
+    voided = {"name": "DOCKER_RESOURCE_GPU", "value": "void"} in written
+    assert voided == (rules.mode == "enforce" and rules.void_image_devices == "all")
+    if rules.mode == "warn":
+        assert (
+            'container "train" runs an image setting DOCKER_RESOURCE_GPU=0-7: use another image'
+            in shown
+        ), shown
 
 
 def test_an_arm64_only_single_manifest_image_is_required_on_arm64_nodes(

@@ -27,6 +27,8 @@ import pytest
 
 from tests.helpers import container, pod
 from tests.unit.test_gpu_access import FINDINGS
+from tests.unit.test_gpu_access_env_from import ALLOWED as ENV_FROM_ALLOWED
+from tests.unit.test_gpu_access_env_from import FINDINGS as ENV_FROM_FINDINGS
 from tests.unit.test_gpu_access_routes import VENDOR_ENV
 from tests.vendor_examples import kai_pod, mindcluster_pod
 from webhook.core.access.control import POLICY
@@ -78,6 +80,9 @@ def route_cases() -> list[tuple[str, dict[str, Any]]]:
     """(case, pod): every route pod of the access tests, and what the runtimes' parsers and the
     vendors' patterns turn on."""
     cases: list[tuple[str, dict[str, Any]]] = [(case, obj) for case, obj, _ in FINDINGS]
+    # envFrom where no void closes it (issue 46 leftovers): denied and allowed alike.
+    cases += [(f"envFrom: {case}", obj) for case, obj, _ in ENV_FROM_FINDINGS]
+    cases += [(f"envFrom: {case}", obj) for case, obj in ENV_FROM_ALLOWED]
     for name, value, _ in VENDOR_ENV:
         c = container("x", env=_env(name, value))
         cases += [
@@ -528,6 +533,19 @@ def test_without_the_webhook_a_plain_pod_is_created_and_a_route_still_denied(clu
     core.delete_namespaced_pod("r9000", NAMESPACE, grace_period_seconds=0)
 
 
+def _debug_denied(core: Any, name: str, debug: dict[str, Any]) -> str:
+    """The API server's message refusing `debug` added to pod `name` by kubectl debug."""
+    from kubernetes import client as _client
+
+    client: Any = _client
+    with pytest.raises(client.ApiException) as denied:
+        core.patch_namespaced_pod_ephemeralcontainers(
+            name, NAMESPACE, {"spec": {"ephemeralContainers": [debug]}}
+        )
+    message: str = json.loads(denied.value.body)["message"]
+    return message
+
+
 def test_a_new_ephemeral_container_is_judged_and_voided(cluster: Any) -> None:
     """The pods/ephemeralcontainers subresource: a privileged debug container is denied, a plain
     one added with the voids the webhook core writes into it (and nothing written elsewhere)."""
@@ -541,11 +559,7 @@ def test_a_new_ephemeral_container_is_judged_and_voided(cluster: Any) -> None:
     stored = core.create_namespaced_pod(NAMESPACE, _named(pod(container("app")), "eph", 9002))
     old = core.api_client.sanitize_for_serialization(stored)
     debug = {"name": "debug", "image": "busybox", "securityContext": {"privileged": True}}
-    with pytest.raises(client.ApiException) as denied:
-        core.patch_namespaced_pod_ephemeralcontainers(
-            name, NAMESPACE, {"spec": {"ephemeralContainers": [debug]}}
-        )
-    assert json.loads(denied.value.body)["message"].endswith(
+    assert _debug_denied(core, name, debug).endswith(
         "gpuAccess: a container is privileged or adds SYS_ADMIN or ALL, which gives it every "
         "device of its node: drop it or exempt its namespace in gpuAccess "
         '(ephemeral container "debug").'
@@ -570,6 +584,39 @@ def test_a_new_ephemeral_container_is_judged_and_voided(cluster: Any) -> None:
     ]
     # The pod's own containers are untouched on the subresource.
     assert done.spec.containers[0].env == stored.spec.containers[0].env
+    core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
+
+
+def test_an_ephemeral_container_with_unprefixed_env_from_in_an_amd_pod(cluster: Any) -> None:
+    """kubectl debug into an AMD pod with an unprefixed envFrom: its DOCKER_RESOURCE_* keys
+    would reach AMD's runtime unseen; the policy denies as the core does, and a prefix passes."""
+    from kubernetes import client as _client
+
+    client: Any = _client
+    core, config = cluster
+    name = "r9003"
+    with contextlib.suppress(client.ApiException):
+        core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
+    amd = pod(container("gpu", limits={"amd.com/gpu": 1}))
+    stored = core.create_namespaced_pod(NAMESPACE, _named(amd, "eph-amd", 9003))
+    old = core.api_client.sanitize_for_serialization(stored)
+    debug = {"name": "dbg", "image": "busybox", "envFrom": [{"configMapRef": {"name": "cm"}}]}
+    new = copy.deepcopy(old)
+    new["spec"]["ephemeralContainers"] = [debug]
+    assert not _core(new, config, sub_resource="ephemeralcontainers", old_object=old).allowed
+    assert _debug_denied(core, name, debug).endswith(
+        "gpuAccess: a container's envFrom can choose devices no void closes: set an envFrom "
+        'prefix or list its variables in env (ephemeral container "dbg").'
+    )
+    prefixed = {**debug, "envFrom": [{"prefix": "CFG_", "configMapRef": {"name": "cm"}}]}
+    done = core.patch_namespaced_pod_ephemeralcontainers(
+        name, NAMESPACE, {"spec": {"ephemeralContainers": [prefixed]}}
+    )
+    assert [e.name for e in done.spec.ephemeral_containers[0].env] == [
+        "NVIDIA_VISIBLE_DEVICES",
+        "AMD_VISIBLE_DEVICES",
+        "ASCEND_VISIBLE_DEVICES",
+    ]
     core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
 
 

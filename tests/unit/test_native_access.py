@@ -57,8 +57,8 @@ def test_voids_known_only_write_no_mutating_policy_and_deny_env_from(tmp_path: P
     ]
     messages = [v["message"] for v in items[0]["spec"]["validations"]]
     assert (
-        "gpuAccess: a container's envFrom can choose devices no void closes: list its "
-        "variables in env." in messages
+        "gpuAccess: a container's envFrom can choose devices no void closes: set an envFrom "
+        "prefix or list its variables in env." in messages
     )
 
 

@@ -21,6 +21,7 @@ from typing import TypeVar
 import aiohttp
 from aiohttp.abc import AbstractResolver
 
+from webhook.core.access.sources import is_open_name
 from webhook.core.base.wording import fit
 from webhook.core.config.model import WebhookConfig
 from webhook.core.images.facts import KNOWN_ARCHS
@@ -201,7 +202,11 @@ class RegistryClient:
         if not platforms and image_config.architecture:
             # A single manifest: its config's platform is the image's only one (SPEC §14).
             platforms = (image_config.architecture,)
-        env = tuple((k, variables[k]) for k in documents.ACCELERATOR_VARIABLES if k in variables)
+        env = tuple(
+            (k, v)
+            for k, v in variables.items()
+            if k in documents.ACCELERATOR_VARIABLES or is_open_name(k)
+        )
         return LookupResult(
             result.status,
             result.requirement,

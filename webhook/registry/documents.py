@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from webhook.core.access.sources import TOO_MANY_OPEN, is_open_name
 from webhook.core.images.facts import DEFAULT_ARCH, GPU_ARCHS
 from webhook.registry.results import INVALID, LookupFailure
 
@@ -53,6 +54,14 @@ MAX_REQUIRE_VARIABLES = 8
 # nine gfx targets, ~80 characters). CANN images set no version variable (Ascend/
 # cann-container-image cann/*/Dockerfile: ASCEND_TOOLKIT_HOME=.../latest), so none is read.
 ACCELERATOR_VARIABLES = {"ROCM_VERSION": 32, "PYTORCH_ROCM_ARCH": 512}
+# Device variables no written void closes (core/access/sources.py: AMD's DOCKER_RESOURCE_*, the
+# variables of Neuron, Moore Threads and Enflame): GPU access control reads them from a config it
+# has (ImageEnv), to void each DOCKER_RESOURCE_* name there or deny. Kept: names up to
+# MAX_OPEN_NAME characters, values cut to OPEN_VALUE; past MAX_OPEN_VARIABLES names (or a name
+# too long) the key TOO_MANY_OPEN ("=", never a variable's name) says some were left out.
+MAX_OPEN_VARIABLES = 16
+MAX_OPEN_NAME = 128
+OPEN_VALUE = 64
 # The client's parsing threads: one, so parsed documents are never in memory side by side.
 WORKER_THREADS = 1
 
@@ -253,7 +262,8 @@ def read_image_config(body: bytes | bytearray, digest: str) -> ImageConfig:
     """The CUDA variables of an image config's Env (name -> value, cut to what is read; the
     last entry of a name wins, as for a container's env), checked against `digest`: CUDA_VERSION,
     the NVIDIA_REQUIRE_* variables (a few), NVIDIA_DISABLE_REQUIRE and the other vendors'
-    ACCELERATOR_VARIABLES; and its linux architecture."""
+    ACCELERATOR_VARIABLES, and the OPEN device variables GPU access control voids or denies; and
+    its linux architecture."""
     verify(body, digest, "image config")
     document = parse(body, "image config")
     arch = document.get("architecture")
@@ -269,6 +279,7 @@ def read_image_config(body: bytes | bytearray, digest: str) -> ImageConfig:
         raise LookupFailure(INVALID, f"its config has more than {MAX_ENV_ENTRIES} Env entries")
     found: dict[str, str] = {}
     requires = 0
+    opens = 0
     for entry in entries:
         if isinstance(entry, str):
             name, _, value = entry.partition("=")
@@ -281,4 +292,11 @@ def read_image_config(body: bytes | bytearray, digest: str) -> ImageConfig:
                 # Leading and trailing blanks are no part of a version; what is past the cut
                 # is never read.
                 found[name] = value[: limit * 2].strip()[:limit]
+            elif is_open_name(name):
+                # Kept as written (the runtimes do not trim it): only its name is used.
+                if name not in found and (opens >= MAX_OPEN_VARIABLES or len(name) > MAX_OPEN_NAME):
+                    found[TOO_MANY_OPEN] = ""
+                else:
+                    opens += name not in found
+                    found[name] = value[:OPEN_VALUE]
     return ImageConfig(found, architecture)

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from webhook.core.access.sources import is_open_name
 from webhook.core.config.registry import RegistryLookups
 from webhook.core.images.facts import KNOWN_ARCHS, ImageQuery, Requirement
 from webhook.core.placement.vendors import Vendor, shipped_vendors, vendor_named, version_key
@@ -308,6 +309,14 @@ class ImageResolver:
         if result.platforms:
             out.platforms[query.image] = result.platforms
         vendor = vendor_named(query.runtime) if query.runtime else None
+        if (
+            vendor is not None
+            and result.cacheable_long
+            and any(is_open_name(n) for n, _ in result.env)
+        ):
+            # Device variables GPU access control voids or denies (core/access/sources.py): kept
+            # for it whatever the config says of the version (a config without one is said below).
+            out.env[query.image] = dict(result.env)
         if vendor is not None and result.cacheable_long:
             env = dict(result.env)
             if any(env.get(name) for name in vendor.env_version):

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.core.access import patterns
+from webhook.core.access import patterns, sources
 from webhook.core.access.routes import (
     EPHEMERAL,
     AccessFinding,
@@ -38,6 +38,7 @@ from webhook.core.access.routes import (
     privilege,
     privilege_finding,
 )
+from webhook.core.access.sources import unvoidable_prefix
 from webhook.core.base.shapes import as_dict, is_mapping
 from webhook.core.base.wording import cut
 from webhook.core.families.catalog import FAMILIES, Family, family_named
@@ -108,6 +109,8 @@ class _Context:
     # Families whose nodes ignore device variables (nodeSettings).
     env_ignored: frozenset[str] | tuple[str, ...]
     pod: PodSpecRef  # for the vendors' patterns (core/access/patterns.py)
+    # The families with names no void closes whose runtime reads the pod (sources.readers).
+    readers: tuple[Family, ...]
 
     def __init__(
         self,
@@ -115,11 +118,13 @@ class _Context:
         devices: Mapping[str, str],
         env_ignored: frozenset[str] | tuple[str, ...],
         pod: PodSpecRef,
+        readers: tuple[Family, ...] = (),
     ) -> None:
         self.request = request
         self.devices = devices
         self.env_ignored = env_ignored
         self.pod = pod
+        self.readers = readers
 
 
 def _names_devices(family: Family, entry: Mapping[str, Any]) -> bool:
@@ -278,6 +283,7 @@ def container_findings(
     container = as_dict(c.container)
     privileged = privilege(container)
     found, names, cuda = _env_findings(c, container, own, ctx)
+    opened = None
     device = bool(own)
     mounts = container.get("volumeMounts")
     env_from = _env_from(container)
@@ -293,24 +299,27 @@ def container_findings(
         # envFrom comes before env in the kubelet's list (kubelet_pods.go
         # makeEnvironmentVariables), after the device plugin's: a ConfigMap key can replace the
         # plugin's choice or a sharing limit, and no value can be written over it without
-        # overriding the plugin. Moot only where the admin declares that the vendor's nodes
-        # ignore device variables and run no env-controlled limiter (nodeSettings).
+        # overriding the plugin. Moot where every entry's prefix makes no name the family reads
+        # (sources.device_env_from), or where the admin declares that the vendor's nodes ignore
+        # device variables and run no env-controlled limiter (nodeSettings).
         for name in sorted(own):
             family = family_named(name)
             if family is None or name in ctx.env_ignored:
                 continue
-            if family.device_env or family.limiter_env:
+            shown = sources.device_env_from(container, family)
+            if shown:
                 noun = _advice_for(family, ctx)[0]
-                found.append(
-                    AccessFinding(
-                        where,
-                        "uses envFrom",
-                        f"list its variables in env: envFrom can choose its {noun}s or raise "
-                        "its limits",
-                        gpu=True,
-                    )
-                )
+                fix = "change its prefix" if shown != "envFrom" else "list its variables in env"
+                why = f"envFrom can choose its {noun}s or raise its limits"
+                found.append(AccessFinding(where, f"uses {shown}", f"{fix}: {why}", gpu=True))
                 break
+    elif env_from and ctx.readers:
+        # A container without a device in a pod whose runtime reads names no void closes (AMD's
+        # DOCKER_RESOURCE_*, Neuron's, Moore Threads', Enflame's variables): an unprefixed
+        # ConfigMap or Secret hands it devices unseen.
+        opened = sources.open_finding(label(c), container, ctx.readers)
+        if opened is not None:
+            found.append(opened)
     pins: tuple[tuple[str, str], ...] = ()
     if not own and not names:
         voids = _EVERY_VOID  # the usual container: every family's void
@@ -323,24 +332,7 @@ def container_findings(
                 v for v, family in _VOIDS if family in own & _VOID_IN_DEVICES and v[0] not in names
             )
             pins += _share_values(container, own, names)
-    return found, Candidate(c, voids, cuda, env_from, device, pins)
-
-
-# Device variables no void closes: those of families without a void, and name prefixes (AMD's
-# DOCKER_RESOURCE_*), which no fixed name written can override.
-_UNVOIDABLE = tuple(n for f in _DEVICE_FAMILIES if f.void is None for n in f.device_env)
-_PREFIXES = tuple(p for f in _DEVICE_FAMILIES for p in f.device_env_prefixes)
-
-
-def unvoidable_prefix(prefixes: tuple[str, ...]) -> str:
-    """The first envFrom prefix that makes names of device variables no void closes, or ""."""
-    for prefix in prefixes:
-        if prefix and (
-            any(name.startswith(prefix) for name in _UNVOIDABLE)
-            or any(p.startswith(prefix) or prefix.startswith(p) for p in _PREFIXES)
-        ):
-            return prefix
-    return ""
+    return found, Candidate(c, voids, cuda, env_from, device, pins, opened is not None)
 
 
 def pin_note(name: str, value: str, where: str) -> str:
@@ -398,12 +390,14 @@ def findings(
     # The config's tuple as it is (only `in` reads it); anything else as a frozenset.
     ignored = env_ignored if type(env_ignored) is tuple else frozenset(env_ignored)
     spec = as_dict(pod.spec)
-    ctx = _Context(request, device_volumes(spec), ignored, pod)
+    runtime = spec.get("runtimeClassName")
+    vendor = runtime_classes.get(runtime, "") if runtime_classes and type(runtime) is str else ""
+    readers = sources.readers(devices, vendor, ignored) if devices or vendor else ()
+    ctx = _Context(request, device_volumes(spec), ignored, pod, readers)
     found: list[AccessFinding] = []
     candidates: list[Candidate] = []
-    runtime = spec.get("runtimeClassName")
-    if runtime_classes and isinstance(runtime, str) and runtime in runtime_classes:
-        family = family_named(runtime_classes[runtime])
+    if vendor and isinstance(runtime, str):
+        family = family_named(vendor)
         requested: set[str] = set()
         for fams in devices.values():
             requested |= fams

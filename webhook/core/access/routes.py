@@ -67,6 +67,7 @@ class Candidate:
     env_from: tuple[str, ...]
     device: bool  # a device container (of some family)
     pins: tuple[tuple[str, str], ...]
+    unseen: bool  # its envFrom is a finding already (sources.open_finding)
 
     # Written out: @dataclass's own __init__ stays interpreted under mypyc (pods.ContainerRef).
     def __init__(
@@ -77,6 +78,7 @@ class Candidate:
         env_from: tuple[str, ...],
         device: bool,
         pins: tuple[tuple[str, str], ...] = (),
+        unseen: bool = False,
     ) -> None:
         self.ref = ref
         self.voids = voids
@@ -84,6 +86,7 @@ class Candidate:
         self.env_from = env_from
         self.device = device
         self.pins = pins
+        self.unseen = unseen
 
 
 def nonzero(values: Any, key: str) -> bool:

@@ -13,11 +13,14 @@ from webhook.core.base.quantity import format_quantity
 from webhook.core.base.wording import after
 from webhook.core.config.model import WebhookConfig
 from webhook.core.envfix.fixes import env_fixes
+from webhook.core.evaluation.unseen import access_violation as _access_violation
+from webhook.core.evaluation.unseen import image_config
+from webhook.core.evaluation.unseen import report as _report
+from webhook.core.images.facts import ImageEnv
 from webhook.core.outcome.decision import (
     PodState,
     Violation,
     container_label,
-    short,
 )
 from webhook.core.placement.cuda import known_cuda_image
 from webhook.core.policies.gpu_keys import GpuKeys, cuda_or_unknown, says_gpu
@@ -156,8 +159,6 @@ _IMAGE_FINDING = (
     "runs a CUDA image, which gives it every GPU of its node, but requests no GPU: "
     "gpuAccess enforce sets NVIDIA_VISIBLE_DEVICES=void"
 )
-# Said once per denial, after the findings (Violation.description).
-_ACCESS_WHY = "GPUs reached without a request are counted by no quota, CRL or scheduler."
 
 
 class AccessUpdate(NamedTuple):
@@ -174,28 +175,6 @@ class AccessUpdate(NamedTuple):
     # The update removes the pod's last scheduling gate: its claims, which may have been
     # replaced while it was gated, are judged again (a claim container whose voids are unwritten).
     ungated: bool = False
-
-
-def _access_violation(state: PodState, finding: access.AccessFinding) -> Violation:
-    detail = f"{state.ref}, {finding.text()}."
-    return Violation(
-        f"{detail} {_ACCESS_WHY}",
-        state.ref,
-        finding.container,
-        rule=access.RULE,
-        configmap=access.POLICY,
-        detail=detail,
-        description=_ACCESS_WHY,
-    )
-
-
-def _report(state: PodState, finding: access.AccessFinding, enforce: bool, quiet: bool) -> None:
-    violation = _access_violation(state, finding)
-    state.access.append(violation)
-    if enforce:
-        state.violations.append(violation)
-    elif not quiet:
-        state.warnings.append(short(finding.text()))
 
 
 def _suspicious(prefixes: tuple[str, ...]) -> str:
@@ -230,6 +209,7 @@ def apply_access(
     violations_only: bool,
     audit: bool,
     update: AccessUpdate | None = None,
+    image_env: ImageEnv | None = None,
 ) -> None:
     """GPU access control for one pod spec (SPEC §12): findings become warnings (`warn`) or
     violations (`enforce`); under `enforce` the device variables of the vendors a container
@@ -237,7 +217,8 @@ def apply_access(
     config and envFrom routes; where they cannot be set, what they would close is a finding.
 
     `devices` maps id(container) to the device families it requests. `update`: a Pod UPDATE
-    (only what it introduces is judged, and env is written to new ephemeral containers only)."""
+    (only what it introduces is judged, and env is written to new ephemeral containers only);
+    `image_env` the configs registry lookups read (their device variables no void closes)."""
     rules = config.gpu_access
     enforce = rules.mode == "enforce"
     mode = rules.void_image_devices
@@ -292,6 +273,8 @@ def apply_access(
                     violations_only,
                 )
             continue
+        if image_env and isinstance(image := c.container.get("image"), str) and image in image_env:
+            image_config(state, candidate, image_env[image], devices, config, violations_only)
         voided = _void(state, candidate, config, enforce, violations_only, audit, mode)
         if voided:
             grouped.setdefault(voided, []).append(container_label(c))
@@ -367,7 +350,9 @@ def _void(
         # An envFrom prefix that makes a variable no void closes (a family without one, AMD's
         # DOCKER_RESOURCE_*) is a finding in every mode (core/access/control.py).
         unvoidable = access.unvoidable_prefix(env_from)
-        if (enforce and mode != "all") or (not enforce and prefix) or unvoidable:
+        # (An unprefixed envFrom the pod's runtime reads open names from is one already.)
+        unclosed = enforce and mode != "all" and not candidate.unseen
+        if unclosed or (not enforce and prefix) or unvoidable:
             prefix = unvoidable or prefix
             shown = f"envFrom with prefix {prefix}" if prefix else "envFrom"
             advice = (

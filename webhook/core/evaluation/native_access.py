@@ -50,6 +50,7 @@ from webhook.core.evaluation.native_access_cel import (
     limiter,
     mounts,
     name_is,
+    open_readers,
     owns,
     privileged,
     quote,
@@ -65,12 +66,16 @@ _LABELS = {"app.kubernetes.io/name": "gpu-admission-webhook"}
 
 NOT_EXPRESSED: tuple[str, ...] = (
     "DRA claims: a policy cannot read ResourceClaims, so a container with resource claims "
-    "gets no void from the policy and its envFrom is not judged by it",
+    "gets no void from the policy and its envFrom is not judged by it, and AMD devices from a "
+    "claim do not make the pod's other containers' unprefixed envFrom a finding",
     "voidImageDevices known (image facts): only `all` is exported as a mutation",
     "a Pod UPDATE that swaps an image into a container without its voids, under "
     "voidImageDevices known or off (under all it is denied)",
     "a hostPath or mountPath with a `..` part is denied when mounted, without resolving it",
     "workload templates and operator objects (their pods are judged when created)",
+    "an image configuration's device variables a registry lookup read (DOCKER_RESOURCE_* "
+    "written over with void, the variables of vendors without a void denied): a policy reads "
+    "no registry",
 )
 
 
@@ -162,7 +167,8 @@ def _validations(config: WebhookConfig) -> list[dict[str, str]]:
         ),
         (
             _every_container(env_from(config)),
-            "a container's envFrom can choose devices no void closes: list its variables in env",
+            "a container's envFrom can choose devices no void closes: set an envFrom prefix "
+            "or list its variables in env",
         ),
         (
             "!(request.operation == 'CREATE' && object.metadata.?annotations.orValue({}).exists(k, "
@@ -259,6 +265,7 @@ def validating_policy(config: WebhookConfig, name: str = DEFAULT_NAME) -> dict[s
             "!oldObject.spec.?ephemeralContainers.orValue([]).exists(o, o.name == c.name)) : "
             "object.spec.?ephemeralContainers.orValue([]).filter(c, false)",
         ),
+        ("openReaders", open_readers(config)),
         (
             "deviceVolumes",
             "object.spec.?volumes.orValue([]).filter(v, has(v.hostPath) && "

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from webhook.core.access import patterns
 from webhook.core.access.routes import _PRIVILEGED_CAPS as PRIVILEGED_CAPABILITIES
 from webhook.core.access.routes import DEVICE_LIST_MOUNT_ROOT
+from webhook.core.access.sources import OPEN_FAMILIES, open_lists, read_lists
 from webhook.core.config.model import WebhookConfig
 from webhook.core.families.catalog import DEVICE_PATHS, FAMILIES, Family
 
@@ -191,7 +192,6 @@ def kai(list_name: str) -> str:
 
 _DEVICE_FAMILIES = tuple(f for f in FAMILIES if f.device_env or f.device_env_prefixes)
 _LIMITER_FAMILIES = tuple(f for f in FAMILIES if f.limiter_env)
-_UNVOIDABLE = tuple(n for f in _DEVICE_FAMILIES if f.void is None for n in f.device_env)
 _DEVICE_PREFIXES = tuple(p for f in _DEVICE_FAMILIES for p in f.device_env_prefixes)
 
 
@@ -232,30 +232,56 @@ def limiter() -> str:
     return any_of(terms)
 
 
-def env_from(config: WebhookConfig) -> str:
-    """CEL over container `c`: envFrom no void closes (control.container_findings; evaluation
-    containers._void with its unvoidable prefixes)."""
+def _makes(prefix: str, lists: tuple[tuple[str, ...], tuple[str, ...]]) -> str:
+    """CEL: an envFrom `prefix` can make one of the (exact, prefixes) names (sources.makes)."""
+    exact, prefixes = lists
+    terms = [f"({quote(n)}.startsWith({prefix}) && {prefix} != {quote(n)})" for n in exact]
+    terms += [
+        f"({quote(p)}.startsWith({prefix}) || {prefix}.startsWith({quote(p)}))" for p in prefixes
+    ]
+    return any_of(terms)
+
+
+def open_readers(config: WebhookConfig) -> str:
+    """CEL over the pod: a runtime that reads names no void closes reads its containers
+    (sources.readers): a container requests a device of such a family, or the pod's runtime
+    class is one of that family's."""
     ignored = config.gpu_access.node_settings.env_ignored
+    every = "(object.spec.containers + object.spec.?initContainers.orValue([]))"
+    runtimes = config.gpu_access.runtime_class_families
+    terms = []
+    for family in OPEN_FAMILIES:
+        if family.name in ignored:
+            continue
+        classes = sorted(r for r, name in runtimes.items() if name == family.name)
+        term = f"{every}.exists(o, {owns(family, 'o')})"
+        if classes:
+            term += f" || object.spec.?runtimeClassName.orValue('') in {cel_list(classes)}"
+        terms.append(f"({term})")
+    return any_of(terms)
+
+
+def env_from(config: WebhookConfig) -> str:
+    """CEL over container `c`: envFrom no void closes (control.container_findings with
+    sources.device_env_from and open_finding; evaluation containers._void with its unvoidable
+    prefixes). `variables.openReaders` is open_readers."""
+    ignored = config.gpu_access.node_settings.env_ignored
+    prefix = "x.?prefix.orValue('')"
     guarded = [
-        owns(f)
+        f"({owns(f)} && c.?envFrom.orValue([]).exists(x, {prefix} == '' || "
+        f"{_makes(prefix, read_lists(f))}))"
         for f in FAMILIES
         if (f.device_env or f.limiter_env or f.device_env_prefixes) and f.name not in ignored
     ]
+    device = any_of(guarded)
     has_from = "size(c.?envFrom.orValue([])) > 0"
-    device = f"({has_from} && {any_of(guarded)})"
     if config.gpu_access.void_image_devices != "all":
         plain = f"({has_from} && !{any_device()})"
     else:
-        prefix = "x.?prefix.orValue('')"
-        unvoidable = any_of(
-            [f"{quote(n)}.startsWith({prefix})" for n in _UNVOIDABLE]
-            + [
-                f"({quote(p)}.startsWith({prefix}) || {prefix}.startsWith({quote(p)}))"
-                for p in _DEVICE_PREFIXES
-            ]
-        )
+        unvoidable = any_of([_makes(prefix, open_lists(f)) for f in OPEN_FAMILIES])
         plain = (
-            f"(!{any_device()} && c.?envFrom.orValue([]).exists(x, {prefix} != '' && {unvoidable}))"
+            f"(!{any_device()} && c.?envFrom.orValue([]).exists(x, ({prefix} != '' && "
+            f"{unvoidable}) || ({prefix} == '' && variables.openReaders)))"
         )
     return f"(!{claims()} && ({device} || {plain}))"
 

@@ -211,7 +211,7 @@ def _evaluate_spec(
         # Each gated vendor's containers, by its runtime (the metrics' containers per runtime).
         state.runtimes += [v.runtime for v, listed in vendors.values() for _ in listed]
     if access_applies(config, namespace):
-        apply_access(state, access_devices, config, violations_only, audit)
+        apply_access(state, access_devices, config, violations_only, audit, image_env=image_env)
     if gpu:
         place(
             state,
