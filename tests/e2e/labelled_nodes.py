@@ -14,10 +14,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
+
 from webhook.core.config.model import WebhookConfig
 from webhook.core.policies.policyset import PolicySet
 
-from .conftest import Cluster, cluster_inventory, kapi_nodes
+from .conftest import Cluster, cluster_inventory, kapi_nodes, real_scheduler
 from .test_e2e_admission import call, expected_for
 from .test_e2e_scheduling import create, scheduled, workload
 
@@ -132,3 +134,47 @@ class NodeSet:
             return (None if bound is None else short.get(bound, bound)), warnings
 
         return go
+
+
+def module_fixtures(
+    node_set: NodeSet,
+    nodes: Mapping[str, tuple[dict[str, str], str]],
+    probes: list[tuple[str, str, str]],
+    what: str,
+) -> tuple[Any, ...]:
+    """The fixtures a module whose pods the real scheduler binds on `nodes` needs, assigned by
+    that module to its own names: `scheduler`, `labelled` (short name -> Node name), `synced`
+    (the webhook's inventory places each of `probes` as the labels say), `batch`, `run`
+    (`NodeSet.runner`)."""
+
+    @pytest.fixture(scope="module")
+    def scheduler(cluster: Cluster) -> dict[str, str]:
+        return real_scheduler(cluster, what)
+
+    @pytest.fixture(scope="module")
+    def labelled(
+        core: Any, cluster: Cluster, scheduler: dict[str, str]
+    ) -> Iterator[dict[str, str]]:
+        with node_set.made(core, cluster, scheduler, nodes) as names:
+            yield names
+
+    @pytest.fixture(scope="module")
+    def synced(
+        core: Any, namespace: str, policies: PolicySet, webhook_config: WebhookConfig,
+        labelled: dict[str, str],
+    ) -> None:  # fmt: skip
+        node_set.wait_synced(core, namespace, policies, webhook_config, probes)
+
+    @pytest.fixture
+    def batch(cluster: Cluster) -> Any:
+        from kubernetes import client
+
+        return client.BatchV1Api(cluster.api)
+
+    @pytest.fixture
+    def run(
+        core: Any, apps: Any, batch: Any, namespace: str, labelled: dict[str, str], synced: None
+    ) -> Any:
+        return node_set.runner(core, apps, batch, namespace, labelled)
+
+    return scheduler, labelled, synced, batch, run

@@ -22,16 +22,11 @@ selected by a label of this module only and tainted, so no other module's pod la
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from webhook.core.config.model import WebhookConfig
-from webhook.core.policies.policyset import PolicySet
-
-from .conftest import Cluster, real_scheduler
-from .labelled_nodes import NodeSet
+from .labelled_nodes import NodeSet, module_fixtures
 
 pytestmark = pytest.mark.e2e
 
@@ -78,45 +73,10 @@ CANN_90_910B = "ascendai/cann:9.0.0-910b-ubuntu22.04-py3.11"  # HDK 25.5.1 (and 
 CUDA_124 = "nvidia/cuda:12.4.1-base-ubuntu22.04"
 
 
-@pytest.fixture(scope="module")
-def scheduler(cluster: Cluster) -> dict[str, str]:
-    return real_scheduler(cluster, "the never-strand e2e")
-
-
-@pytest.fixture(scope="module")
-def strand_nodes(
-    core: Any, cluster: Cluster, scheduler: dict[str, str]
-) -> Iterator[dict[str, str]]:
-    """short name -> Node name, made by node.sh with the vendors' labels and devices."""
-    with NODE_SET.made(core, cluster, scheduler, NODES) as names:
-        yield names
-
-
-@pytest.fixture(scope="module")
-def synced(
-    core: Any, namespace: str, policies: PolicySet, webhook_config: WebhookConfig,
-    strand_nodes: dict[str, str],
-) -> None:  # fmt: skip
-    probes = [
-        ("amd", ROCM_60, AMD_GPU),
-        ("npu", CANN_83_910B, NPU_910),
-        ("cuda", CUDA_124, NVIDIA_GPU),
-    ]
-    NODE_SET.wait_synced(core, namespace, policies, webhook_config, probes)
-
-
-@pytest.fixture
-def batch(cluster: Cluster) -> Any:
-    from kubernetes import client
-
-    return client.BatchV1Api(cluster.api)
-
-
-@pytest.fixture
-def run(
-    core: Any, apps: Any, batch: Any, namespace: str, strand_nodes: dict[str, str], synced: None
-) -> Any:
-    return NODE_SET.runner(core, apps, batch, namespace, strand_nodes)
+PROBES = [("amd", ROCM_60, AMD_GPU), ("npu", CANN_83_910B, NPU_910), ("cuda", CUDA_124, NVIDIA_GPU)]
+scheduler, labelled, synced, batch, run = module_fixtures(
+    NODE_SET, NODES, PROBES, "the never-strand e2e"
+)
 
 
 def test_rocm_on_labeller_only_nodes_is_bound(run: Any) -> None:

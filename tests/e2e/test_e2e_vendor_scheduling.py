@@ -21,16 +21,13 @@ by a label of this module only and tainted, so no other module's pod lands on th
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from webhook.core.config.model import WebhookConfig
-from webhook.core.policies.policyset import PolicySet
 
-from .conftest import Cluster, real_scheduler
-from .labelled_nodes import NodeSet
+from .labelled_nodes import NodeSet, module_fixtures
 
 pytestmark = pytest.mark.e2e
 
@@ -70,41 +67,10 @@ CANN_82_910B = "ascendai/cann:8.2.rc1-910b-ubuntu22.04-py3.11"
 VLLM_ASCEND = "quay.io/ascend/vllm-ascend:v0.11.0rc1"  # CANN 8.3.RC1, the 910b build
 
 
-@pytest.fixture(scope="module")
-def scheduler(cluster: Cluster) -> dict[str, str]:
-    return real_scheduler(cluster, "the vendor scheduling e2e")
-
-
-@pytest.fixture(scope="module")
-def vendor_nodes(
-    core: Any, cluster: Cluster, scheduler: dict[str, str]
-) -> Iterator[dict[str, str]]:
-    """short name -> Node name, made by node.sh with the vendors' labels and devices."""
-    with NODE_SET.made(core, cluster, scheduler, NODES) as names:
-        yield names
-
-
-@pytest.fixture(scope="module")
-def synced(
-    core: Any, namespace: str, policies: PolicySet, webhook_config: WebhookConfig,
-    vendor_nodes: dict[str, str],
-) -> None:  # fmt: skip
-    probes = [("amd", ROCM_64, AMD_GPU), ("npu", CANN_83_910B, NPU_910)]
-    NODE_SET.wait_synced(core, namespace, policies, webhook_config, probes)
-
-
-@pytest.fixture
-def batch(cluster: Cluster) -> Any:
-    from kubernetes import client
-
-    return client.BatchV1Api(cluster.api)
-
-
-@pytest.fixture
-def run(
-    core: Any, apps: Any, batch: Any, namespace: str, vendor_nodes: dict[str, str], synced: None
-) -> Any:
-    return NODE_SET.runner(core, apps, batch, namespace, vendor_nodes)
+PROBES = [("amd", ROCM_64, AMD_GPU), ("npu", CANN_83_910B, NPU_910)]
+scheduler, labelled, synced, batch, run = module_fixtures(
+    NODE_SET, NODES, PROBES, "the vendor scheduling e2e"
+)
 
 
 def test_rocm_pods_are_bound_where_the_amdgpu_driver_and_the_gpu_run_them(run: Any) -> None:
