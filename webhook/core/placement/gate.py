@@ -280,30 +280,56 @@ def _placement(facts: VendorFacts, want: Want, unknown_nodes: str) -> _Placement
     classes = classify(facts, want, device_matches)
     fit = sum(facts.combos[n] for n in classes.fit)
     unknown = sum(facts.combos[n] for n in classes.unknown)
-    verdict = nodeclass.decide(fit, unknown, unknown_nodes)
     vendor = facts.vendor
+    by_driver, by_device, kept_off = exclusions(facts, want, device_matches)
+    hints = _hints(facts, classes.unknown) if unknown else ()
+    why = next((n.problem for n in classes.unknown if n.problem), "")
+    runtime = f"{vendor.runtime} {_shown(vendor, want.versions)}"
+    verdict, warning = nodeclass.judge(
+        fit, unknown, kept_off, unknown_nodes, vendor.nodes, vendor.driver, runtime, hints, why
+    )
     if verdict == nodeclass.REQUIRE:
-        warning: Message = ""
-        if unknown:
-            hints = _hints(facts, classes.unknown)
-            why = next((n.problem for n in classes.unknown if n.problem), "")
-            warning = nodeclass.unknown_warning(unknown, vendor.nodes, vendor.driver, hints, why)
         terms = seen_terms(facts, classes.fit, bool(want.devices), want)
         return _Placement(terms, warning, "", False)
+    driver_keys = [d.key for d in facts.gate.driver_labels]
     if verdict == nodeclass.AVOID:
-        by_driver, by_device, kept_off = exclusions(facts, want, device_matches)
         terms = nodeclass.both(
-            nodeclass.exclusion_terms([d.key for d in facts.gate.driver_labels], by_driver),
+            nodeclass.exclusion_terms(driver_keys, by_driver),
             nodeclass.exclusion_terms(facts.gate.device_labels, by_device),
         )
-        runtime = f"{vendor.runtime} {_shown(vendor, want.versions)}"
-        hints = _hints(facts, classes.unknown)
-        warning = nodeclass.avoid_warning(
-            unknown, kept_off, vendor.nodes, vendor.driver, runtime, hints
-        )
         return _Placement(terms, warning, "", True)
-    table = table_terms(facts.vendor, facts.gate, want, device_matches)
-    return _Placement(table, "", _problem(facts, want), False)
+    terms, kept_off_only = _none_terms(facts, want, unknown_nodes)
+    return _Placement(terms, "", _problem(facts, want), kept_off_only)
+
+
+def _none_terms(facts: VendorFacts, want: Want, unknown_nodes: str) -> tuple[list[Term], bool]:
+    """The terms for a pod no known node runs (noCompatibleNode: warn), so it waits for a
+    node an autoscaler or an admin may add rather than land on a known-unfit one (issue 45
+    item 2); also whether they only keep the pod off (the note says so).
+
+    `unknownNodes: allow` (the default; then every node is known and unfit, or the verdict
+    would be AVOID): not `In` over the table rows' own spellings (`30.10`), which a node
+    labelled with a patch release the row covers (`30.10.1`, `25.3.RC1.2`) never matches (no
+    node selector operator matches a prefix), but the values that make the known nodes unfit
+    excluded (`NotIn`, read in the gate's label order: nodeclass.exclusion_terms), the same
+    terms as AVOID: a new node with any other value, a patch release of a row that runs the
+    pod among them, is eligible. When those values exclude nothing (every unfit node is so
+    only through a per-GPU row, which neither value alone decides), the rows' own terms.
+
+    `unknownNodes: exclude` (Pending rather than a gamble on a node whose driver no row
+    maps): the rows' own values only (vendor_nodes.table_terms), so a node with a value the
+    tables do not hold, a patch release among them, is not used until an admin labels it with
+    its row's release."""
+    if unknown_nodes != "exclude":
+        by_driver, by_device, _ = exclusions(facts, want, device_matches)
+        if by_driver or by_device:
+            driver_keys = [d.key for d in facts.gate.driver_labels]
+            terms = nodeclass.both(
+                nodeclass.exclusion_terms(driver_keys, by_driver),
+                nodeclass.exclusion_terms(facts.gate.device_labels, by_device),
+            )
+            return terms, True
+    return table_terms(facts.vendor, facts.gate, want, device_matches), False
 
 
 def facts_of(vendor: Vendor, inventory: NodeInventory, config: WebhookConfig) -> VendorFacts:

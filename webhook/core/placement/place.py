@@ -139,27 +139,29 @@ def _compute_terms(
         text = fit.compute_problem(facts, low)
         unknown = facts.unknown_compute
         labels = config.compute_capability_labels
-        hints = nodeclass.version_hints(labels.major, labels.minor)
-        verdict = nodeclass.decide(0 if text else 1, unknown, config.unknown_nodes)
-        if text and verdict == nodeclass.AVOID:
-            # None advertising one meets it, some GPU nodes advertise none (SPEC §13 "Never
-            # strand a pod"): they may run it too.
+        hints = nodeclass.version_hints(labels.major, labels.minor) if unknown else ()
+        # None advertising one meets it, some GPU nodes advertise none (SPEC §13 "Never
+        # strand a pod"): they may run it too.
+        verdict, warning = nodeclass.judge(
+            0 if text else 1,
+            unknown,
+            sum(facts.compute.values()) if text else 0,
+            config.unknown_nodes,
+            "GPU nodes",
+            "compute capability",
+            f"compute capability ≥ {low}" if text else "",
+            hints,
+            avoid_what="capability",
+        )
+        if verdict == nodeclass.AVOID:
             avoid = True
-            counted = sum(facts.compute.values())
-            wanted = f"compute capability ≥ {low}"
-            state.warnings.append(
-                nodeclass.avoid_warning(unknown, counted, "GPU nodes", "capability", wanted, hints)
-            )
-        elif text and by_floor and floor is not None:
-            if record_problem(state, config, floor.problem(), "compute capability"):
+        elif verdict == nodeclass.NONE:
+            problem = floor.problem() if by_floor and floor is not None else text
+            if record_problem(state, config, problem, "compute capability"):
                 return False
-        elif text and record_problem(state, config, text, "compute capability"):
-            return False
-        if not text and unknown:
-            state.warnings.append(
-                nodeclass.unknown_warning(unknown, "GPU nodes", "compute capability", hints)
-            )
-        if not text and plan.fits is not None:
+        if warning:
+            state.warnings.append(warning)
+        if verdict == nodeclass.REQUIRE and plan.fits is not None:
             # Each is met somewhere; check that some node meets both.
             text = fit.joint_problem(facts, plan.fits, low)
             if text and record_problem(state, config, text, "compute capability"):
