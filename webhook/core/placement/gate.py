@@ -1,6 +1,7 @@
-"""The driver-release gate (SPEC §13): one placement engine for every vendor whose compatibility
-is a published table of driver releases and runtime versions (AMD ROCm, Huawei Ascend CANN),
-read from the vendor's data (vendors.py), never from code written per vendor.
+"""The driver-release gate (SPEC §13): the description the placement engine (engine.py)
+evaluates for every vendor whose compatibility is a published table of driver releases and
+runtime versions (AMD ROCm, Huawei Ascend CANN), read from the vendor's data (vendors.py),
+never from code written per vendor (`TableFamily`).
 
 Per pod: each container's runtime version (pod annotation, env, admin table, tag, shipped
 knowledge) and the devices its code is built for; the nodes whose driver release runs every

@@ -6,6 +6,8 @@ driver, or device, is known and does not run it) or *unknown* (no label, an empt
 value no table row maps). Each path classifies its own nodes (what its labels mean differs);
 this module holds what is the same for all of them:
 
+- `judge`: the decide step of every family's plan, on every axis: the verdict and the warning
+  it carries (the engine, engine.py, runs the rest of the pod-level sequence).
 - `decide`: some fit -> required onto the fit ones (`REQUIRE`), and the unknown ones are
   counted in a warning (`unknown_warning`); none fit but some unknown -> only the unfit ones
   are kept off (`AVOID`: `NotIn`/`DoesNotExist` terms every unknown node meets, with no label
