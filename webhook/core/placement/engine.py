@@ -31,13 +31,13 @@ The sequence, in the order users see its warnings:
     (`injection.inject`: the user's affinity, the webhook's own terms, templates).
 
 `Family` is a Protocol with no default member: a class that lacks one is rejected by mypy
-(`--strict`, CI) wherever it is passed to `place_family`, and by `isinstance(x, Family)` at run
-time (tests/unit/test_placement_invariants.py asserts both families hold every member).
+(`--strict`, CI) wherever it is passed to `place_family` (tests/unit/test_placement_invariants.py
+also checks that each description defines every member itself).
 """
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 from webhook.core.base.wording import Message
 from webhook.core.config.model import WebhookConfig
@@ -52,7 +52,6 @@ from webhook.core.placement.needs import meta, record_problem
 Problem = tuple[str, str, bool]
 
 
-@runtime_checkable
 class Family(Protocol):
     """One accelerator family's description, for one pod spec's containers of that family."""
 
