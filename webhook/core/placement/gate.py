@@ -27,7 +27,7 @@ from webhook.core.images.facts import ImageEnv, ImageQuery, pod_archs
 from webhook.core.images.references import shown_image
 from webhook.core.outcome.decision import PodState, Violation, container_label, short
 from webhook.core.placement import nodeclass
-from webhook.core.placement.engine import Problem
+from webhook.core.placement.engine import Family, Problem
 from webhook.core.placement.injection import Plan
 from webhook.core.placement.inventory import NodeInventory
 from webhook.core.placement.needs import Envs, container_env, record_problem
@@ -359,7 +359,7 @@ def inventory_summary(inventory: NodeInventory, config: WebhookConfig) -> list[s
     return found
 
 
-class TableFamily:
+class TableFamily(Family):
     """A table vendor as the engine's description (engine.Family, SPEC §13): one pod spec's
     `containers`, which use `vendor`'s devices. `image_env`: the vendor variables read from
     images' configs in their registries (the last resort, as for CUDA: SPEC §4 step 6)."""
@@ -371,10 +371,12 @@ class TableFamily:
         self.vendor = vendor
         self.containers = containers
         self.image_env = image_env
-        self.needs: list[VendorNeed] = []
-        self.known: list[VendorNeed] = []
-        self.want = Want((), ())
         self.facts: VendorFacts | None = None
+
+    # Set by `read` (the engine calls it first).
+    needs: list[VendorNeed]
+    known: list[VendorNeed]
+    want: Want
 
     def may_conflict(self) -> bool:
         # Read in /validate too (the annotation's and image warnings are the review's).

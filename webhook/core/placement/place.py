@@ -16,7 +16,7 @@ from webhook.core.images.references import shown_image
 from webhook.core.images.requires import Branches, branch_count, branch_list, holds
 from webhook.core.outcome.decision import PodState, container_label, short
 from webhook.core.placement import cuda, fit, nodeclass
-from webhook.core.placement.engine import Problem
+from webhook.core.placement.engine import Family, Problem
 from webhook.core.placement.injection import Plan
 from webhook.core.placement.inventory import InventoryFacts, NodeInventory
 from webhook.core.placement.needs import (
@@ -205,11 +205,25 @@ def _daemonset_template(
         state.warnings += [short(w) for w in unfit]
 
 
-class CudaFamily:
+class CudaFamily(Family):
     """NVIDIA's CUDA as the engine's description (engine.Family, SPEC §4): one pod spec's GPU
     containers `gpu` (container, resource keys). `images`: CUDA versions read from the
     images' registries (last resort, SPEC §4 step 6). Compute capability is an extra axis the
     same plan carries (`_compute_terms`, decided by the same nodeclass.judge)."""
+
+    # Set by `read` and `read_nodes` (the engine calls them first): none allocated for the
+    # pods /validate stops early for.
+    envs: Envs
+    archs: tuple[str, ...] | None
+    needs: list[Need]
+    unknown: list[ContainerRef]
+    compatibility: str
+    rng: cuda.Range | None  # the required intersection; None: no known CUDA version
+    inventory: NodeInventory | None
+    facts: InventoryFacts | None
+    asked: cuda.Requirement | None
+    floor: _Floor | None
+    compute: cuda.Requirement | None
 
     # Written out (no dataclass): a constructor mypyc compiles.
     def __init__(
@@ -221,18 +235,6 @@ class CudaFamily:
         self.gpu = gpu
         self.policies = policies
         self.images = images
-        self.envs: Envs = {}
-        self.archs: tuple[str, ...] | None = None
-        self.needs: list[Need] = []
-        self.unknown: list[ContainerRef] = []
-        self.compatibility = "backward"
-        # The required intersection; None: no container with a known CUDA version.
-        self.rng: cuda.Range | None = None
-        self.inventory: NodeInventory | None = None
-        self.facts: InventoryFacts | None = None
-        self.asked: cuda.Requirement | None = None
-        self.floor: _Floor | None = None
-        self.compute: cuda.Requirement | None = None
 
     def may_conflict(self) -> bool:
         # One container's compatible set is never empty (some driver ≥ R within the skew, or
@@ -254,8 +256,10 @@ class CudaFamily:
         known = facts_for_archs(images, archs) if images and archs else None
         self.archs = archs
         policies = self.policies or PolicySet.empty()
+        envs: Envs = {}
+        self.envs = envs
         self.needs, self.unknown, self.compatibility = container_needs(
-            state, self.gpu, config, policies, self.envs, known, archs
+            state, self.gpu, config, policies, envs, known, archs
         )
         # Computed once for every step below.
         needs = self.needs
