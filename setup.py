@@ -66,6 +66,7 @@ COMPILED = [
     "webhook/core/kinds/registry.py",
     "webhook/core/outcome/decision.py",
     "webhook/core/placement/cuda.py",
+    "webhook/core/placement/engine.py",
     "webhook/core/placement/fit.py",
     "webhook/core/placement/gate.py",
     "webhook/core/placement/injection.py",

@@ -3,7 +3,12 @@ every vendor (CUDA, ROCm, CANN) on nodes labelled as the vendor's own tools labe
 Feature Discovery and the GPU Operator for NVIDIA, AMD's GPU operator labeller, mind-cluster
 before v26.1 (chip only) and after (with `huawei.com/driver.version`). No node carries an
 admin label. Each test asserts the patched pod's affinity, which of the nodes it lets the
-scheduler use (matched as the API server's selector does), and the exact warnings."""
+scheduler use (matched as the API server's selector does), and the exact warnings.
+
+Every case runs through the one engine (`engine.place_family`, the only entry the evaluation
+places a pod by) with the family's description (`place.CudaFamily`, `gate.TableFamily`): a
+new vendor is a row of `VENDORS` (and of `FAMILIES` when it brings a new description), and
+each invariant below runs for it."""
 
 from __future__ import annotations
 
@@ -18,9 +23,13 @@ from webhook.core.config.labels import NodeSelectorTerm
 from webhook.core.config.model import WebhookConfig
 from webhook.core.evaluation.evaluate import evaluate
 from webhook.core.outcome.decision import Decision
-from webhook.core.placement import ranges
+from webhook.core.placement import engine, ranges
+from webhook.core.placement.gate import TableFamily
 from webhook.core.placement.inventory import NodeInventory
+from webhook.core.placement.place import CudaFamily
+from webhook.core.placement.vendors import shipped_vendors
 from webhook.core.policies.policyset import PolicySet
+from webhook.core.workloads.pods import ContainerRef
 
 Labels = dict[str, str]
 Term = dict[str, Any]
@@ -442,3 +451,96 @@ def test_exclusion_terms_read_the_labels_in_the_gates_order() -> None:
         _term(_expr(RELEASE, "DoesNotExist"), _expr(MODULE, "NotIn", "6.14.14")),
     ]
     assert schedulable(spec, nodes) == ["admin-unknown", "module-unknown", "no-driver"]
+
+
+def _ref(vendor: Vendor) -> ContainerRef:
+    return ContainerRef("containers", 0, "main", vendor.make())
+
+
+# Every description the engine evaluates, built as the evaluation builds it for each vendor.
+FAMILIES: dict[str, Callable[[], object]] = {
+    "cuda": lambda: CudaFamily([(_ref(VENDORS[0]), {"nvidia.com/gpu"})]),
+    **{
+        vendor.name: lambda vendor=vendor: TableFamily(  # type: ignore[misc]
+            next(v for v in shipped_vendors() if v.name == vendor.name), [_ref(vendor)]
+        )
+        for vendor in VENDORS[1:]
+    },
+}
+
+
+def _members() -> list[str]:
+    return sorted(
+        name
+        for name, value in vars(engine.Family).items()
+        if callable(value) and not name.startswith("_")
+    )
+
+
+def _missing(family: object) -> list[str]:
+    """The parts of the pod-level sequence a description does not define itself."""
+    return [name for name in _members() if name not in vars(type(family))]
+
+
+def test_the_family_description_has_no_optional_part() -> None:
+    """A description must bring every part of the pod-level sequence: engine.Family gives
+    none a default (each is abstract), so a subclass lacking one cannot be instantiated
+    (mypy --strict rejects it in CI; the interpreter raises TypeError), and this check names
+    what a description lacks."""
+    assert _members() == [
+        "daemonset_template",
+        "may_conflict",
+        "not_enforced_yet",
+        "pinned_problems",
+        "placeable",
+        "plan",
+        "read",
+        "read_nodes",
+        "unresolved",
+        "violation",
+        "without_inventory",
+    ]
+
+    class Incomplete:
+        """Every part but the pinned-node check (engine step 10)."""
+
+    for name in _members():
+        if name != "pinned_problems":
+            setattr(Incomplete, name, lambda self, *args: None)
+    assert _missing(Incomplete()) == ["pinned_problems"]
+    if engine.__file__.endswith(".py"):
+        # Interpreted (a compiled Family admits no interpreted subclass at all).
+        parts = {name: vars(Incomplete)[name] for name in _members() if name in vars(Incomplete)}
+        with pytest.raises(TypeError, match="abstract method pinned_problems"):
+            type("Incomplete", (engine.Family,), parts)()
+
+
+@pytest.mark.parametrize("name", [v.name for v in VENDORS])
+def test_every_vendor_is_a_complete_description(name: str) -> None:
+    # Defined by the description itself, not inherited from a default.
+    assert _missing(FAMILIES[name]()) == []
+
+
+@pytest.mark.parametrize(
+    ("vendor", "patch"),
+    [
+        # amdgpu 30.10.1, a patch release of the 30.10 row (ROCm 7.14 runs on it), as an
+        # admin writes it on a node an autoscaler adds.
+        (VENDORS[1], {RELEASE: "30.10.1", DEVICE: "74a1"}),
+        # Ascend HDK 25.3.RC1.2, the patch of 25.3.RC1 (CANN 8.3.RC1), as mind-cluster writes it.
+        (VENDORS[2], {HDK: "25.3.RC1.2", CHIP: "910B3", ACCEL: "module-910b-8"}),
+    ],
+    ids=["rocm-30.10.1", "cann-25.3.RC1.2"],
+)
+def test_no_compatible_node_terms_admit_the_patch_releases_a_row_covers(
+    vendor: Vendor, patch: Labels
+) -> None:
+    """Issue 45 item 2: every known node unfit (noCompatibleNode: warn), the pod waits for a
+    node that runs it; the terms exclude the unfit node's values rather than list the rows'
+    own spellings (`30.10`, `25.3.RC1`), which a node with a patch release never matched."""
+    decision = run(pod(vendor.make()), vendor.nodes("unfit"), config())
+    assert decision.warnings == (vendor.no_node,)
+    spec = apply(decision)["spec"]
+    assert required(spec) == vendor.avoid_terms
+    later = {**vendor.nodes("unfit"), "patch": patch}
+    assert schedulable(spec, later) == ["patch"]

@@ -10,6 +10,7 @@ import pytest
 
 from tests.helpers import apply, assert_idempotent, container, pod, without_shm, workload
 from tests.helpers import run as run_with
+from tests.unit.test_placement_invariants import schedulable
 from webhook.core.audit.audit import Audit, evaluate_object
 from webhook.core.config.model import WebhookConfig, load_config
 from webhook.core.outcome.decision import Decision
@@ -165,12 +166,18 @@ def test_no_node_runs_the_rocm_version_warn_then_deny() -> None:
     assert warned.warnings == (
         "no node's amdgpu driver supports ROCm 6.0; newest is 30.10 (3 nodes)",
     )
-    # It waits for a node the table says runs it (an autoscaler may add one), never lands on
-    # one that cannot: the known values of AMD's matrix, not the cluster's.
-    assert required(apply(warned)) == [
-        term(among(RELEASE, "5.6", "5.7", "6.0", "6.1", "6.2")),
-        term(absent(RELEASE), among(MODULE, "6.8.5")),
+    # It waits for a node that may run it (an autoscaler may add one), never lands on one
+    # known not to: the values of the unfit nodes are excluded (issue 45 item 2), so a node
+    # labelled with a patch release of a row that runs it (6.2.1, of the 6.2 row) is eligible,
+    # which `In` over the rows' own spellings (6.2) never matched.
+    terms = required(apply(warned))
+    assert terms == [
+        term({"key": RELEASE, "operator": "Exists"}, notin(RELEASE, "30.10.1")),
+        term(absent(RELEASE), notin(MODULE, "6.12.12", "6.14.14")),
     ]
+    added = {"patch": {RELEASE: "6.2.1", DEVICE: "74a1"}, "module": {MODULE: "6.8.5"}}
+    nodes = {**{name: dict(labels) for name, labels in known.nodes.items()}, **added}
+    assert schedulable(apply(warned)["spec"], nodes) == ["module", "patch"]
     denied = run(pod(amd(image)), inventory=known, config=load_config({"noCompatibleNode": "deny"}))
     assert not denied.allowed
     assert [v.message for v in denied.violations] == [

@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 from tests.helpers import apply, pod, standard_policies, without_shm
+from tests.unit.test_placement_invariants import schedulable
 from tests.unit.test_registry_resolver import ScriptedClient, resolver
 from tests.unit.test_vendor_gate import (
     AMD,
@@ -20,6 +21,7 @@ from tests.unit.test_vendor_gate import (
     absent,
     amd,
     among,
+    notin,
     required,
     term,
 )
@@ -134,19 +136,20 @@ def test_the_config_targets_the_nodes_lack_are_warned_about() -> None:
         "no node whose amdgpu driver runs ROCm 7.14 has GPU target gfx950; "
         "they have gfx942 (2 nodes), gfx90a (1 node)",
     )
-    # Warned, and required to where the tables say it runs (75a0/75a3: MI350X/MI355X), never
-    # onto the MI210 or MI300X nodes the image has no code objects for.
+    # Warned, and kept off the MI210 and MI300X nodes the image has no code objects for (and
+    # the ROCm 6.4 driver), never required onto the rows' own spellings (issue 45 item 2): an
+    # MI355X added on amdgpu 30.10.1, a patch release of the 30.10 row, may run it.
     assert required(apply(decision)) == [
-        term(
-            among(RELEASE, "30.10", "30.20", "30.30", "31.40", "31.50"),
-            among(DEVICE, "75a0", "75a3"),
-        ),
-        term(
-            absent(RELEASE),
-            among(MODULE, "6.14.14", "6.16.6", "6.19.14"),
-            among(DEVICE, "75a0", "75a3"),
-        ),
+        term({"key": RELEASE, "operator": "Exists"}, notin(DEVICE, "740f", "74a1")),
+        term(absent(RELEASE), notin(MODULE, "6.12.12"), notin(DEVICE, "740f", "74a1")),
     ]
+    added = {"mi355-new": {RELEASE: "30.10.1", DEVICE: "75a3"}}
+    nodes = {**{name: dict(labels) for name, labels in AMD.nodes.items()}, **added}
+    assert schedulable(apply(decision)["spec"], nodes) == ["mi355-new"]
+    assert decision.notes == (
+        "kept off nodes whose amdgpu driver cannot run ROCm 7.14 on GPU target gfx950 "
+        "(image config ROCM_VERSION=7.14.0)",
+    )
 
 
 def test_the_container_env_wins_over_the_config() -> None:

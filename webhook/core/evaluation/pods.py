@@ -28,9 +28,10 @@ from webhook.core.outcome.decision import (
     Violation,
     short,
 )
-from webhook.core.placement.gate import place_vendor
+from webhook.core.placement.engine import place_family
+from webhook.core.placement.gate import TableFamily
 from webhook.core.placement.inventory import NodeInventory
-from webhook.core.placement.place import place
+from webhook.core.placement.place import CudaFamily
 from webhook.core.placement.vendors import Vendor, vendor_of
 from webhook.core.policies.gpu_keys import unknown_gpu_warning
 from webhook.core.policies.policyset import PolicySet
@@ -213,14 +214,12 @@ def _evaluate_spec(
     if access_applies(config, namespace):
         apply_access(state, access_devices, config, violations_only, audit, image_env=image_env)
     if gpu:
-        place(
+        place_family(
             state,
-            gpu,
+            CudaFamily(gpu, policies, images),
             config,
             inventory,
-            policies,
             violations_only=violations_only,
-            images=images,
             daemonset=daemonset,
         )
     if vendors and (gpu or len(vendors) > 1):
@@ -231,15 +230,13 @@ def _evaluate_spec(
             )
     elif vendors:
         vendor, containers = next(iter(vendors.values()))
-        place_vendor(
+        place_family(
             state,
-            vendor,
-            containers,
+            TableFamily(vendor, containers, image_env),
             config,
             inventory,
             violations_only=violations_only,
             daemonset=daemonset,
-            image_env=image_env,
         )
     apply_runtime_fixes(
         state,

@@ -1,6 +1,7 @@
-"""The driver-release gate (SPEC §13): one placement engine for every vendor whose compatibility
-is a published table of driver releases and runtime versions (AMD ROCm, Huawei Ascend CANN),
-read from the vendor's data (vendors.py), never from code written per vendor.
+"""The driver-release gate (SPEC §13): the description the placement engine (engine.py)
+evaluates for every vendor whose compatibility is a published table of driver releases and
+runtime versions (AMD ROCm, Huawei Ascend CANN), read from the vendor's data (vendors.py),
+never from code written per vendor (`TableFamily`).
 
 Per pod: each container's runtime version (pod annotation, env, admin table, tag, shipped
 knowledge) and the devices its code is built for; the nodes whose driver release runs every
@@ -25,10 +26,11 @@ from webhook.core.config.model import WebhookConfig
 from webhook.core.images.facts import ImageEnv, ImageQuery, pod_archs
 from webhook.core.images.references import shown_image
 from webhook.core.outcome.decision import PodState, Violation, container_label, short
-from webhook.core.placement import fit, nodeclass
-from webhook.core.placement.injection import Plan, inject
+from webhook.core.placement import nodeclass
+from webhook.core.placement.engine import Family, Problem
+from webhook.core.placement.injection import Plan
 from webhook.core.placement.inventory import NodeInventory
-from webhook.core.placement.needs import Envs, container_env, meta, record_problem
+from webhook.core.placement.needs import Envs, container_env, record_problem
 from webhook.core.placement.terms import fresh_terms
 from webhook.core.placement.vendor_nodes import (
     NodeDriver,
@@ -95,7 +97,7 @@ def _needs(
     return needs
 
 
-def _unresolved(state: PodState, vendor: Vendor, needs: list[VendorNeed]) -> None:
+def _unresolved(state: PodState, vendor: Vendor, needs: list[VendorNeed]) -> list[ImageQuery]:
     """What a registry lookup could still tell: the images whose version nothing else told
     (their configs' vendor variables, documents.ACCELERATOR_VARIABLES), for every
     architecture the pod may run on."""
@@ -105,11 +107,10 @@ def _unresolved(state: PodState, vendor: Vendor, needs: list[VendorNeed]) -> Non
         if n.version is None and isinstance(image := n.container.container.get("image"), str)
         if image
     ]
-    if images and vendor.env_version:
-        archs = pod_archs(state.pod.spec)
-        state.unresolved += [
-            ImageQuery(image, arch, vendor.name) for image in images for arch in archs
-        ]
+    if not images or not vendor.env_version:
+        return []
+    archs = pod_archs(state.pod.spec)
+    return [ImageQuery(image, arch, vendor.name) for image in images for arch in archs]
 
 
 def _unknown_warning(vendor: Vendor, c: ContainerRef, others: bool) -> Wording:
@@ -212,25 +213,24 @@ def _hints(facts: VendorFacts, unknown: list[NodeDriver]) -> tuple[nodeclass.Hin
     return (nodeclass.Hint(gate.driver_labels[0].key, f"<{vendor.driver} release>"),)
 
 
-def _pinned(
-    state: PodState, facts: VendorFacts, want: Want, node: str, who: str, config: WebhookConfig
-) -> None:
+def _pinned(facts: VendorFacts, want: Want, node: str, who: str) -> list[Problem]:
     pinned = facts.nodes.get(node)
     if pinned is None:
-        return
+        return []
     vendor = facts.vendor
     runtime = f"{vendor.runtime} {_shown(vendor, want.versions)}"
+    problems: list[Problem] = []
     if pinned.problem:
-        state.warnings.append(short(f"node {node}'s {vendor.driver} is unknown ({pinned.problem})"))
+        problems.append((f"node {node}'s {vendor.driver} is unknown ({pinned.problem})", "", True))
     elif not want.runs(pinned.release, pinned.device):
         release = vendor.shown(pinned.release.release) if pinned.release else "?"
         text = f"node {node}'s {vendor.driver} {release} does not support {runtime}; {who} needs it"
-        if record_problem(state, config, text, vendor.name):
-            return
+        problems.append((text, vendor.name, False))
     if want.devices and not want.fits_device(pinned.device, device_matches):
         have = pinned.device or pinned.device_value or "none"
         text = f"node {node} has {vendor.device} {have}; {who} needs {_devices_text(want)}"
-        record_problem(state, config, text, vendor.name)
+        problems.append((text, vendor.name, False))
+    return problems
 
 
 def _daemonset(state: PodState, facts: VendorFacts, want: Want) -> None:
@@ -281,30 +281,56 @@ def _placement(facts: VendorFacts, want: Want, unknown_nodes: str) -> _Placement
     classes = classify(facts, want, device_matches)
     fit = sum(facts.combos[n] for n in classes.fit)
     unknown = sum(facts.combos[n] for n in classes.unknown)
-    verdict = nodeclass.decide(fit, unknown, unknown_nodes)
     vendor = facts.vendor
+    by_driver, by_device, kept_off = exclusions(facts, want, device_matches)
+    hints = _hints(facts, classes.unknown) if unknown else ()
+    why = next((n.problem for n in classes.unknown if n.problem), "")
+    runtime = f"{vendor.runtime} {_shown(vendor, want.versions)}"
+    verdict, warning = nodeclass.judge(
+        fit, unknown, kept_off, unknown_nodes, vendor.nodes, vendor.driver, runtime, hints, why
+    )
     if verdict == nodeclass.REQUIRE:
-        warning: Message = ""
-        if unknown:
-            hints = _hints(facts, classes.unknown)
-            why = next((n.problem for n in classes.unknown if n.problem), "")
-            warning = nodeclass.unknown_warning(unknown, vendor.nodes, vendor.driver, hints, why)
         terms = seen_terms(facts, classes.fit, bool(want.devices), want)
         return _Placement(terms, warning, "", False)
+    driver_keys = [d.key for d in facts.gate.driver_labels]
     if verdict == nodeclass.AVOID:
-        by_driver, by_device, kept_off = exclusions(facts, want, device_matches)
         terms = nodeclass.both(
-            nodeclass.exclusion_terms([d.key for d in facts.gate.driver_labels], by_driver),
+            nodeclass.exclusion_terms(driver_keys, by_driver),
             nodeclass.exclusion_terms(facts.gate.device_labels, by_device),
         )
-        runtime = f"{vendor.runtime} {_shown(vendor, want.versions)}"
-        hints = _hints(facts, classes.unknown)
-        warning = nodeclass.avoid_warning(
-            unknown, kept_off, vendor.nodes, vendor.driver, runtime, hints
-        )
         return _Placement(terms, warning, "", True)
-    table = table_terms(facts.vendor, facts.gate, want, device_matches)
-    return _Placement(table, "", _problem(facts, want), False)
+    terms, kept_off_only = _none_terms(facts, want, unknown_nodes)
+    return _Placement(terms, "", _problem(facts, want), kept_off_only)
+
+
+def _none_terms(facts: VendorFacts, want: Want, unknown_nodes: str) -> tuple[list[Term], bool]:
+    """The terms for a pod no known node runs (noCompatibleNode: warn), so it waits for a
+    node an autoscaler or an admin may add rather than land on a known-unfit one (issue 45
+    item 2); also whether they only keep the pod off (the note says so).
+
+    `unknownNodes: allow` (the default; then every node is known and unfit, or the verdict
+    would be AVOID): not `In` over the table rows' own spellings (`30.10`), which a node
+    labelled with a patch release the row covers (`30.10.1`, `25.3.RC1.2`) never matches (no
+    node selector operator matches a prefix), but the values that make the known nodes unfit
+    excluded (`NotIn`, read in the gate's label order: nodeclass.exclusion_terms), the same
+    terms as AVOID: a new node with any other value, a patch release of a row that runs the
+    pod among them, is eligible. When those values exclude nothing (every unfit node is so
+    only through a per-GPU row, which neither value alone decides), the rows' own terms.
+
+    `unknownNodes: exclude` (Pending rather than a gamble on a node whose driver no row
+    maps): the rows' own values only (vendor_nodes.table_terms), so a node with a value the
+    tables do not hold, a patch release among them, is not used until an admin labels it with
+    its row's release."""
+    if unknown_nodes != "exclude":
+        by_driver, by_device, _ = exclusions(facts, want, device_matches)
+        if by_driver or by_device:
+            driver_keys = [d.key for d in facts.gate.driver_labels]
+            terms = nodeclass.both(
+                nodeclass.exclusion_terms(driver_keys, by_driver),
+                nodeclass.exclusion_terms(facts.gate.device_labels, by_device),
+            )
+            return terms, True
+    return table_terms(facts.vendor, facts.gate, want, device_matches), False
 
 
 def facts_of(vendor: Vendor, inventory: NodeInventory, config: WebhookConfig) -> VendorFacts:
@@ -333,118 +359,140 @@ def inventory_summary(inventory: NodeInventory, config: WebhookConfig) -> list[s
     return found
 
 
-def place_vendor(
-    state: PodState,
-    vendor: Vendor,
-    containers: list[ContainerRef],
-    config: WebhookConfig,
-    inventory: NodeInventory | None,
-    *,
-    violations_only: bool = False,
-    daemonset: bool = False,
-    image_env: ImageEnv | None = None,
-) -> None:
-    """Placement of a pod spec's `containers`, which use `vendor`'s devices (SPEC §13).
-    `image_env`: the vendor variables read from images' configs in their registries (the
-    last resort, as for CUDA: SPEC §4 step 6)."""
-    gate = config.accelerators.gate(vendor.name)
-    if gate is None or not gate.enabled:
-        return
-    needs = _needs(state, vendor, containers, config, image_env)
-    _unresolved(state, vendor, needs)
-    known = [n for n in needs if n.version is not None]
-    want = Want(
-        tuple(n.version for n in known if n.version is not None),
-        tuple(n.devices for n in needs if n.devices),
-    )
-    if known and _violation(state, vendor, known, want):
-        return
-    deny = inventory is not None and not inventory.pending and config.no_compatible_node == "deny"
-    if violations_only and not deny:
-        return
-    for n in needs:
-        from_operator = n.container.image_from and not n.container.container.get("image")
-        if n.version is None and not from_operator:
-            state.warnings.append(_unknown_warning(vendor, n.container, bool(known)))
-            state.unknown_runtime(vendor.runtime, n.container)  # Decision.runtime_unknown
-    if not known:
-        return
-    if not _listed(vendor, want):
-        state.warnings.append(
-            short(
-                f"no {vendor.driver} release the webhook knows lists {vendor.runtime} "
-                f"{_shown(vendor, want.versions)}: no affinity"
+class TableFamily(Family):
+    """A table vendor as the engine's description (engine.Family, SPEC §13): one pod spec's
+    `containers`, which use `vendor`'s devices. `image_env`: the vendor variables read from
+    images' configs in their registries (the last resort, as for CUDA: SPEC §4 step 6)."""
+
+    # Written out (no dataclass): a constructor mypyc compiles.
+    def __init__(
+        self, vendor: Vendor, containers: list[ContainerRef], image_env: ImageEnv | None = None
+    ) -> None:
+        self.vendor = vendor
+        self.containers = containers
+        self.image_env = image_env
+        self.facts: VendorFacts | None = None
+
+    # Set by `read` (the engine calls it first).
+    needs: list[VendorNeed]
+    known: list[VendorNeed]
+    want: Want
+
+    def may_conflict(self) -> bool:
+        # Read in /validate too (the annotation's and image warnings are the review's).
+        return True
+
+    def read(self, state: PodState, config: WebhookConfig) -> bool:
+        vendor = self.vendor
+        gate = config.accelerators.gate(vendor.name)
+        if gate is None or not gate.enabled:
+            return False
+        needs = self.needs = _needs(state, vendor, self.containers, config, self.image_env)
+        known = self.known = [n for n in needs if n.version is not None]
+        self.want = Want(
+            tuple(n.version for n in known if n.version is not None),
+            tuple(n.devices for n in needs if n.devices),
+        )
+        return True
+
+    def unresolved(self, state: PodState) -> list[ImageQuery]:
+        return _unresolved(state, self.vendor, self.needs)
+
+    def violation(self, state: PodState) -> bool:
+        known = self.known
+        return bool(known) and _violation(state, self.vendor, known, self.want)
+
+    def placeable(self, state: PodState) -> bool:
+        vendor, known = self.vendor, bool(self.known)
+        for n in self.needs:
+            from_operator = n.container.image_from and not n.container.container.get("image")
+            if n.version is None and not from_operator:
+                state.warnings.append(_unknown_warning(vendor, n.container, known))
+                state.unknown_runtime(vendor.runtime, n.container)  # Decision.runtime_unknown
+        if not known:
+            return False
+        if not _listed(vendor, self.want):
+            state.warnings.append(
+                short(
+                    f"no {vendor.driver} release the webhook knows lists {vendor.runtime} "
+                    f"{_shown(vendor, self.want.versions)}: no affinity"
+                )
             )
+            return False
+        return True
+
+    def not_enforced_yet(self) -> Message:
+        return short(
+            f"{self.vendor.runtime} placement is not enforced yet: "
+            "the webhook is still listing the cluster's Nodes"
         )
-        return
-    if inventory is None or inventory.pending:
-        what = (
-            "yet: the webhook is still listing the cluster's Nodes"
-            if inventory
-            else ("without the node inventory")
-        )
-        state.warnings.append(short(f"{vendor.runtime} placement is not enforced {what}"))
-        return
-    facts = facts_of(vendor, inventory, config)
-    if not facts.total:
-        state.warnings.append(
-            short(
+
+    def without_inventory(self) -> Message:
+        return short(f"{self.vendor.runtime} placement is not enforced without the node inventory")
+
+    def read_nodes(
+        self, state: PodState, config: WebhookConfig, inventory: NodeInventory | None
+    ) -> Message:
+        assert inventory is not None  # without_inventory stopped the engine
+        vendor = self.vendor
+        facts = self.facts = facts_of(vendor, inventory, config)
+        if not facts.total:
+            return short(
                 f"{vendor.runtime} placement is not enforced: "
                 f"no node advertises its {vendor.driver}"
             )
-        )
-        return
-    if state.pod.is_template and daemonset:
-        _daemonset(state, facts, want)
-        return
-    pinned = None if state.pod.is_template else fit.daemonset_node(meta(state), state.pod.spec)
-    who = "this DaemonSet pod"
-    if pinned is None and not state.pod.is_template:
-        pinned, who = fit.bound_node(state.pod.spec), "this pod"
-    if pinned is not None:
-        if pinned:
-            _pinned(state, facts, want, pinned, who, config)
-        return
-    key = (want, config.unknown_nodes)
-    found = facts.placements.get(key)
-    if found is None:
-        if len(facts.placements) >= _MAX_PLACEMENTS:
-            facts.placements.clear()  # annotations can name any version: stay bounded
-        found = facts.placements[key] = _placement(facts, want, config.unknown_nodes)
-    shared, warning, problem, avoid = found
-    if warning:
-        state.warnings.append(warning)
-    if problem and record_problem(state, config, problem, vendor.name):
-        return
-    terms = fresh_terms(shared)  # the memo's are shared by every review (issue 45)
-    if not terms:
-        return
-    runtime = f"{vendor.runtime} {_shown(vendor, want.versions)}"
-    on = f" on {vendor.device} {_devices_text(want)}" if want.devices else ""
-    source = known[0].source
-    if avoid:
-        note = Wording(
-            (
-                f"kept off nodes whose {vendor.driver} cannot run {runtime}{on} ({source})",
-                f"kept off {vendor.driver}s without {runtime}{on} ({source})",
-                f"kept off {vendor.driver}s without {runtime}{on}",
+        return ""
+
+    def daemonset_template(self, state: PodState, config: WebhookConfig) -> None:
+        assert self.facts is not None
+        _daemonset(state, self.facts, self.want)
+
+    def pinned_problems(self, config: WebhookConfig, node: str, who: str) -> list[Problem]:
+        assert self.facts is not None
+        return _pinned(self.facts, self.want, node, who)
+
+    def plan(self, state: PodState, config: WebhookConfig) -> Plan | None:
+        facts, want, vendor = self.facts, self.want, self.vendor
+        assert facts is not None
+        key = (want, config.unknown_nodes)
+        found = facts.placements.get(key)
+        if found is None:
+            if len(facts.placements) >= _MAX_PLACEMENTS:
+                facts.placements.clear()  # annotations can name any version: stay bounded
+            found = facts.placements[key] = _placement(facts, want, config.unknown_nodes)
+        shared, warning, problem, avoid = found
+        if warning:
+            state.warnings.append(warning)
+        if problem and record_problem(state, config, problem, vendor.name):
+            return None
+        terms = fresh_terms(shared)  # the memo's are shared by every review (issue 45)
+        if not terms:
+            return None
+        runtime = f"{vendor.runtime} {_shown(vendor, want.versions)}"
+        on = f" on {vendor.device} {_devices_text(want)}" if want.devices else ""
+        source = self.known[0].source
+        if avoid:
+            note = Wording(
+                (
+                    f"kept off nodes whose {vendor.driver} cannot run {runtime}{on} ({source})",
+                    f"kept off {vendor.driver}s without {runtime}{on} ({source})",
+                    f"kept off {vendor.driver}s without {runtime}{on}",
+                )
             )
-        )
-    else:
-        note = Wording(
-            (
-                f"required nodes whose {vendor.driver} runs {runtime}{on} ({source})",
-                f"required {vendor.driver} for {runtime}{on} ({source})",
-                f"{vendor.driver} for {runtime}{on} ({source})",
-                f"{vendor.driver} for {runtime}{on}",
+        else:
+            note = Wording(
+                (
+                    f"required nodes whose {vendor.driver} runs {runtime}{on} ({source})",
+                    f"required {vendor.driver} for {runtime}{on} ({source})",
+                    f"{vendor.driver} for {runtime}{on} ({source})",
+                    f"{vendor.driver} for {runtime}{on}",
+                )
             )
+        return Plan(
+            cuda=terms,
+            keys=facts.gate.keys,
+            note_kind=f"{vendor.name}-affinity",
+            cuda_rule=vendor.name,
+            cuda_want=f"an {vendor.driver} for {runtime}{on}",
+            cuda_note=note,
         )
-    plan = Plan(
-        cuda=terms,
-        keys=gate.keys,
-        note_kind=f"{vendor.name}-affinity",
-        cuda_rule=vendor.name,
-        cuda_want=f"an {vendor.driver} for {runtime}{on}",
-        cuda_note=note,
-    )
-    inject(state, config, plan)

@@ -6,6 +6,8 @@ driver, or device, is known and does not run it) or *unknown* (no label, an empt
 value no table row maps). Each path classifies its own nodes (what its labels mean differs);
 this module holds what is the same for all of them:
 
+- `judge`: the decide step of every family's plan, on every axis: the verdict and the warning
+  it carries (the engine, engine.py, runs the rest of the pod-level sequence).
 - `decide`: some fit -> required onto the fit ones (`REQUIRE`), and the unknown ones are
   counted in a warning (`unknown_warning`); none fit but some unknown -> only the unfit ones
   are kept off (`AVOID`: `NotIn`/`DoesNotExist` terms every unknown node meets, with no label
@@ -23,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from webhook.core.base.wording import Wording
+from webhook.core.base.wording import Message, Wording
 from webhook.core.placement.terms import cross
 
 Term = list[dict[str, Any]]
@@ -41,6 +43,34 @@ def decide(fit: int, unknown: int, unknown_nodes: str) -> str:
     if unknown and unknown_nodes == "allow":
         return AVOID
     return NONE
+
+
+def judge(
+    fit: int,
+    unknown: int,
+    unfit: int,
+    unknown_nodes: str,
+    nodes: str,
+    what: str,
+    wanted: str,
+    hints: Sequence[Hint],
+    why: str = "",
+    avoid_what: str = "",
+) -> tuple[str, Message]:
+    """The decide step every family's plan takes (engine.py, SPEC §13), on one axis (a vendor's
+    driver; CUDA's version; CUDA's compute capability): the verdict of `decide` and the
+    warning it carries ('' for none). REQUIRE: the `unknown` nodes not used are counted
+    (`why`: the first one's reason); AVOID: the pod may land on them, kept off the `unfit`
+    ones (`wanted`: what it needs, `avoid_what`: the fact unknown, default `what`); NONE:
+    no warning here, the family's `noCompatibleNode` sentence is recorded by the caller
+    (needs.record_problem: warn or deny). `nodes`: the plural naming the family's nodes;
+    `hints`: the labels that make a node known (read only when some node is unknown)."""
+    verdict = decide(fit, unknown, unknown_nodes)
+    if verdict == REQUIRE:
+        return verdict, unknown_warning(unknown, nodes, what, hints, why) if unknown else ""
+    if verdict == AVOID:
+        return verdict, avoid_warning(unknown, unfit, nodes, avoid_what or what, wanted, hints)
+    return verdict, ""
 
 
 class Hint:

@@ -1,11 +1,12 @@
-"""GPU placement (SPEC §4): what a pod's GPU containers need (CUDA, compute capability), checked
-against the node inventory when there is one, and injected as required node affinity."""
+"""NVIDIA's CUDA as a description the placement engine evaluates (engine.py, SPEC §4 and §13):
+what a pod's GPU containers need (CUDA, compute capability), checked against the node inventory
+when there is one, and the terms of required node affinity the engine injects."""
 
 from __future__ import annotations
 
 from webhook.core.base.annotations import parse_opt_out
 from webhook.core.base.versions import CudaVersion
-from webhook.core.base.wording import Wording
+from webhook.core.base.wording import Message, Wording
 from webhook.core.config.model import (
     ANNOTATION_CUDA_AFFINITY,
     WebhookConfig,
@@ -15,7 +16,8 @@ from webhook.core.images.references import shown_image
 from webhook.core.images.requires import Branches, branch_count, branch_list, holds
 from webhook.core.outcome.decision import CUDA, PodState, container_label, short
 from webhook.core.placement import cuda, fit, nodeclass
-from webhook.core.placement.injection import Plan, inject
+from webhook.core.placement.engine import Family, Problem
+from webhook.core.placement.injection import Plan
 from webhook.core.placement.inventory import InventoryFacts, NodeInventory
 from webhook.core.placement.needs import (
     NOT_ENFORCED_YET,
@@ -24,7 +26,6 @@ from webhook.core.placement.needs import (
     container_env,
     container_needs,
     forward_branches,
-    meta,
     record_problem,
 )
 from webhook.core.placement.ranges import (
@@ -138,27 +139,29 @@ def _compute_terms(
         text = fit.compute_problem(facts, low)
         unknown = facts.unknown_compute
         labels = config.compute_capability_labels
-        hints = nodeclass.version_hints(labels.major, labels.minor)
-        verdict = nodeclass.decide(0 if text else 1, unknown, config.unknown_nodes)
-        if text and verdict == nodeclass.AVOID:
-            # None advertising one meets it, some GPU nodes advertise none (SPEC §13 "Never
-            # strand a pod"): they may run it too.
+        hints = nodeclass.version_hints(labels.major, labels.minor) if unknown else ()
+        # None advertising one meets it, some GPU nodes advertise none (SPEC §13 "Never
+        # strand a pod"): they may run it too.
+        verdict, warning = nodeclass.judge(
+            0 if text else 1,
+            unknown,
+            sum(facts.compute.values()) if text else 0,
+            config.unknown_nodes,
+            "GPU nodes",
+            "compute capability",
+            f"compute capability ≥ {low}" if text else "",
+            hints,
+            avoid_what="capability",
+        )
+        if verdict == nodeclass.AVOID:
             avoid = True
-            counted = sum(facts.compute.values())
-            wanted = f"compute capability ≥ {low}"
-            state.warnings.append(
-                nodeclass.avoid_warning(unknown, counted, "GPU nodes", "capability", wanted, hints)
-            )
-        elif text and by_floor and floor is not None:
-            if record_problem(state, config, floor.problem(), "compute capability"):
+        elif verdict == nodeclass.NONE:
+            problem = floor.problem() if by_floor and floor is not None else text
+            if record_problem(state, config, problem, "compute capability"):
                 return False
-        elif text and record_problem(state, config, text, "compute capability"):
-            return False
-        if not text and unknown:
-            state.warnings.append(
-                nodeclass.unknown_warning(unknown, "GPU nodes", "compute capability", hints)
-            )
-        if not text and plan.fits is not None:
+        if warning:
+            state.warnings.append(warning)
+        if verdict == nodeclass.REQUIRE and plan.fits is not None:
             # Each is met somewhere; check that some node meets both.
             text = fit.joint_problem(facts, plan.fits, low)
             if text and record_problem(state, config, text, "compute capability"):
@@ -202,117 +205,152 @@ def _daemonset_template(
         state.warnings += [short(w) for w in unfit]
 
 
-def place(
-    state: PodState,
-    gpu: list[tuple[ContainerRef, set[str]]],
-    config: WebhookConfig,
-    inventory: NodeInventory | None,
-    policies: PolicySet | None = None,
-    *,
-    violations_only: bool = False,
-    images: ImageFacts | None = None,
-    daemonset: bool = False,
-) -> None:
-    """Placement for a pod spec whose GPU containers are `gpu` (container, resource keys).
+class CudaFamily(Family):
+    """NVIDIA's CUDA as the engine's description (engine.Family, SPEC §4): one pod spec's GPU
+    containers `gpu` (container, resource keys). `images`: CUDA versions read from the
+    images' registries (last resort, SPEC §4 step 6). Compute capability is an extra axis the
+    same plan carries (`_compute_terms`, decided by the same nodeclass.judge)."""
 
-    `violations_only` (/validate): stop once nothing else can deny, i.e. after the
-    intersection check unless an inventory with `noCompatibleNode: deny` is in force.
-    `images`: CUDA versions read from the images' registries (last resort, SPEC §4 step 6).
-    `daemonset`: the spec is a DaemonSet's pod template that is not mutated (its pods are
-    pinned to their nodes and get no affinity)."""
-    pending = inventory is not None and inventory.pending
-    if pending:
-        inventory = None
-    deny_mode = inventory is not None and config.no_compatible_node == "deny"
-    if violations_only and len(gpu) < 2 and not deny_mode:
+    # Set by `read` and `read_nodes` (the engine calls them first): none allocated for the
+    # pods /validate stops early for.
+    envs: Envs
+    archs: tuple[str, ...] | None
+    needs: list[Need]
+    unknown: list[ContainerRef]
+    compatibility: str
+    rng: cuda.Range | None  # the required intersection; None: no known CUDA version
+    inventory: NodeInventory | None
+    facts: InventoryFacts | None
+    asked: cuda.Requirement | None
+    floor: _Floor | None
+    compute: cuda.Requirement | None
+
+    # Written out (no dataclass): a constructor mypyc compiles.
+    def __init__(
+        self,
+        gpu: list[tuple[ContainerRef, set[str]]],
+        policies: PolicySet | None = None,
+        images: ImageFacts | None = None,
+    ) -> None:
+        self.gpu = gpu
+        self.policies = policies
+        self.images = images
+
+    def may_conflict(self) -> bool:
         # One container's compatible set is never empty (some driver ≥ R within the skew, or
         # of the same major for vGPU): only two or more can leave an empty intersection, so
         # /validate has nothing to find here for most pods.
-        return
-    opted_out, warning = parse_opt_out(
-        ANNOTATION_CUDA_AFFINITY, state.pod.annotations.get(ANNOTATION_CUDA_AFFINITY)
-    )
-    if warning:
-        state.warnings.append(short(warning))
-    envs: Envs = {}
-    # The architectures the pod may run on, which registry answers and shipped knowledge may
-    # depend on (one tag, a multi-platform index). Only read when one does (~2 µs compiled).
-    archs = pod_archs(state.pod.spec) if images else None
-    known = facts_for_archs(images, archs) if images and archs else None
-    needs, unknown, compatibility = container_needs(
-        state, gpu, config, policies or PolicySet.empty(), envs, known, archs
-    )
-    # The required intersection; None: no container with a known CUDA version. Computed once
-    # for every step below.
-    rng = intersect_ranges([n.range for n in needs]) if needs else None
-    if not config.cuda_affinity or opted_out:
-        return
-    if unknown:
+        return len(self.gpu) >= 2
+
+    def read(self, state: PodState, config: WebhookConfig) -> bool:
+        opted_out, warning = parse_opt_out(
+            ANNOTATION_CUDA_AFFINITY, state.pod.annotations.get(ANNOTATION_CUDA_AFFINITY)
+        )
+        if warning:
+            state.warnings.append(short(warning))
+        images = self.images
+        # The architectures the pod may run on, which registry answers and shipped knowledge
+        # may depend on (one tag, a multi-platform index). Only read when one does (~2 µs
+        # compiled).
+        archs = pod_archs(state.pod.spec) if images else None
+        known = facts_for_archs(images, archs) if images and archs else None
+        self.archs = archs
+        policies = self.policies or PolicySet.empty()
+        envs: Envs = {}
+        self.envs = envs
+        self.needs, self.unknown, self.compatibility = container_needs(
+            state, self.gpu, config, policies, envs, known, archs
+        )
+        # Computed once for every step below.
+        needs = self.needs
+        self.rng = intersect_ranges([n.range for n in needs]) if needs else None
+        return config.cuda_affinity and not opted_out
+
+    def unresolved(self, state: PodState) -> list[ImageQuery]:
+        unknown = self.unknown
+        if not unknown:
+            return []
         # Counted (Decision.runtime_unknown) where placement would have used the version.
         state.unknown_runtime(CUDA, *unknown)
         # What a registry lookup could still tell (only when placement would use the answer),
         # for every architecture the pod may run on (the strictest answer is used).
-        archs = archs or pod_archs(state.pod.spec)
-        state.unresolved += [
+        archs = self.archs or pod_archs(state.pod.spec)
+        return [
             ImageQuery(image, arch)
             for c in unknown
             if isinstance(image := c.container.get("image"), str) and image
             for arch in archs
         ]
-    if intersection_violation(state, needs, rng):
-        return
-    if violations_only and not deny_mode:
-        return
-    if pending:
-        # Not listed yet is not "no inventory": the first scheme may be one no node carries
-        # (a GFD-only cluster), and the pod would stay Pending forever. Inject nothing.
-        state.warnings.append(NOT_ENFORCED_YET)
-        return
-    facts = inventory.facts(config) if inventory is not None else None
-    asked = _compute_requirement(state, gpu, config, envs)
-    floor = _floor(needs)
-    if floor is not None and (facts is None or all(v >= floor.low for v in facts.compute)):
-        # The floor alone is placed only where it makes a difference: with an inventory in
-        # which some node advertises a compute capability below it. Otherwise every node that
-        # advertises one meets it, and a term on every CUDA pod would only say so again (and
-        # without an inventory, nothing says the nodes carry GFD's compute labels at all).
-        floor = None
-    compute = _stricter(asked, floor)
-    if state.pod.is_template:
-        if daemonset:
-            on_11_0 = bool(needs) and all(n.driver_11_0 for n in needs)
-            forward = forward_branches(needs, config)
-            _daemonset_template(state, rng, compute, facts, forward, on_11_0)
-            return
-        pinned = None
-    else:
-        pinned = fit.daemonset_node(meta(state), state.pod.spec)
-    who = "this DaemonSet pod"
-    if pinned is None and not state.pod.is_template:
-        # Bound with spec.nodeName (SPEC §4): the kubelet would fail it on an affinity.
-        pinned, who = fit.bound_node(state.pod.spec), "this pod"
-    if pinned is not None:
-        # Pinned to one node by the controller, and created for every node the DaemonSet
-        # selects: an affinity would only leave the pods on unfit nodes Pending.
-        if facts is not None and pinned:
-            low = compute.version if compute is not None else None
-            assert inventory is not None  # facts come from it
-            labels = inventory.nodes.get(pinned)
-            on_11_0 = bool(needs) and all(n.driver_11_0 for n in needs)
-            if fit.forward_node(labels, config, forward_branches(needs, config)) or (
-                on_11_0 and fit.driver_11_0_node(facts, pinned, labels)
-            ):
-                # Its driver runs the images: forward compatibility, or minorVersion on a
-                # CUDA 11.0 node with a driver ≥ 450.80.02 (the rules the terms carry).
-                rng = None
-            for text, rule in fit.pinned_problems(facts, pinned, rng, low, who):
-                if record_problem(state, config, text, rule):
-                    break
-        return
-    plan = Plan()
-    if not cuda_terms(state, needs, rng, unknown, config, facts, plan, compatibility):
-        return
-    if state.pod.by_digest and needs and tag_only_problem(state, needs, config):
-        plan.cuda_note = ""  # the pods' own evaluation decides (SPEC §4, Knative)
-    if _compute_terms(state, asked, floor, config, facts, plan):
-        inject(state, config, plan)
+
+    def violation(self, state: PodState) -> bool:
+        return intersection_violation(state, self.needs, self.rng)
+
+    def placeable(self, state: PodState) -> bool:
+        # The compute capability may be placed without a CUDA version: always something.
+        return True
+
+    def not_enforced_yet(self) -> Message:
+        # The first scheme may be one no node carries (a GFD-only cluster).
+        return NOT_ENFORCED_YET
+
+    def without_inventory(self) -> Message:
+        return ""  # the terms hold whatever the nodes are
+
+    def read_nodes(
+        self, state: PodState, config: WebhookConfig, inventory: NodeInventory | None
+    ) -> Message:
+        self.inventory = inventory
+        facts = self.facts = inventory.facts(config) if inventory is not None else None
+        self.asked = _compute_requirement(state, self.gpu, config, self.envs)
+        floor = _floor(self.needs)
+        if floor is not None and (facts is None or all(v >= floor.low for v in facts.compute)):
+            # The floor alone is placed only where it makes a difference: with an inventory
+            # in which some node advertises a compute capability below it. Otherwise every
+            # node that advertises one meets it, and a term on every CUDA pod would only say
+            # so again (and without an inventory, nothing says the nodes carry GFD's compute
+            # labels at all).
+            floor = None
+        self.floor = floor
+        self.compute = _stricter(self.asked, floor)
+        # With no node advertising a CUDA version the plan says so (nodeclass.judge: the
+        # unknown GPU nodes may run it): DaemonSet and bound pods are still checked.
+        return ""
+
+    def _on_11_0(self) -> bool:
+        needs = self.needs
+        return bool(needs) and all(n.driver_11_0 for n in needs)
+
+    def daemonset_template(self, state: PodState, config: WebhookConfig) -> None:
+        forward = forward_branches(self.needs, config)
+        _daemonset_template(state, self.rng, self.compute, self.facts, forward, self._on_11_0())
+
+    def pinned_problems(self, config: WebhookConfig, node: str, who: str) -> list[Problem]:
+        facts, inventory = self.facts, self.inventory
+        if facts is None or inventory is None:
+            return []
+        compute = self.compute
+        low = compute.version if compute is not None else None
+        labels = inventory.nodes.get(node)
+        rng = self.rng
+        if fit.forward_node(labels, config, forward_branches(self.needs, config)) or (
+            self._on_11_0() and fit.driver_11_0_node(facts, node, labels)
+        ):
+            # Its driver runs the images: forward compatibility, or minorVersion on a CUDA
+            # 11.0 node with a driver ≥ 450.80.02 (the rules the terms carry).
+            rng = None
+        return [
+            (text, rule, False) for text, rule in fit.pinned_problems(facts, node, rng, low, who)
+        ]
+
+    def plan(self, state: PodState, config: WebhookConfig) -> Plan | None:
+        plan = Plan()
+        needs, facts = self.needs, self.facts
+        if not cuda_terms(
+            state, needs, self.rng, self.unknown, config, facts, plan, self.compatibility
+        ):
+            return None
+        if state.pod.by_digest and needs and tag_only_problem(state, needs, config):
+            plan.cuda_note = ""  # the pods' own evaluation decides (SPEC §4, Knative)
+        if not _compute_terms(state, self.asked, self.floor, config, facts, plan):
+            return None
+        return plan

@@ -185,17 +185,16 @@ def cuda_terms(
     forward = _listed(state, forward_branches(needs, config), facts)
     if facts is not None:
         if not facts.labelled:
-            if nodeclass.decide(0, facts.unknown, config.unknown_nodes) == nodeclass.AVOID:
-                # GPU nodes, none advertising its CUDA version: nothing to keep the pod off.
-                needed = f"CUDA {rng.low}{' on vGPU' if vgpu else ''}"
-                state.warnings.append(
-                    nodeclass.avoid_warning(
-                        facts.unknown, 0, "GPU nodes", "CUDA", needed, _hints(config)
-                    )
-                )
-                return True
+            # GPU nodes, none advertising its CUDA version: nothing to keep the pod off.
+            hints = _hints(config) if facts.unknown else ()
+            needed = f"CUDA {rng.low}{' on vGPU' if vgpu else ''}"
+            verdict, warning = nodeclass.judge(
+                0, facts.unknown, 0, config.unknown_nodes, "GPU nodes", "CUDA", needed, hints
+            )
             state.warnings.append(
-                "CUDA placement is not enforced: no node advertises its CUDA version"
+                warning
+                if verdict == nodeclass.AVOID
+                else "CUDA placement is not enforced: no node advertises its CUDA version"
             )
             return True
         if forward and not any(holds(forward, b) for b in facts.forward):
@@ -207,27 +206,32 @@ def cuda_terms(
         if on_11_0:
             on_11_0 = bool(facts.driver_11_0)  # terms only where some node has such a driver
             _warn_11_0(state, facts, rng, full)
-        verdict = nodeclass.decide(0 if text else 1, facts.unknown, config.unknown_nodes)
-        if text and (forward or on_11_0):
-            # None by the CUDA rule, but forward-compatible nodes with a listed branch exist,
-            # or (minorVersion) CUDA 11.0 nodes with a driver ≥ 450.80.02.
-            text, plan.fits = "", None
-        elif text and verdict == nodeclass.AVOID:
+        # Some node fits by the CUDA rule; or none does, but forward-compatible nodes with a
+        # listed branch exist, or (minorVersion) CUDA 11.0 nodes with a driver ≥ 450.80.02.
+        fits = not text or bool(forward) or on_11_0
+        needed = "" if fits else f"CUDA {wanted or rng.low}{' on vGPU' if vgpu else ''}"
+        hints = _hints(config) if facts.unknown else ()
+        verdict, warning = nodeclass.judge(
+            1 if fits else 0,
+            facts.unknown,
+            facts.labelled,
+            config.unknown_nodes,
+            "GPU nodes",
+            "CUDA",
+            needed,
+            hints,
+        )
+        if verdict == nodeclass.NONE:
+            if record_problem(state, config, text, "cuda"):
+                return False
+            plan.fits = None
+        elif verdict == nodeclass.AVOID:
             avoid, plan.fits = True, None
-            needed = f"CUDA {wanted or rng.low}{' on vGPU' if vgpu else ''}"
-            state.warnings.append(
-                nodeclass.avoid_warning(
-                    facts.unknown, facts.labelled, "GPU nodes", "CUDA", needed, _hints(config)
-                )
-            )
-        elif text and record_problem(state, config, text, "cuda"):
-            return False
         else:
             plan.fits = None if text or forward else rng
-        if not text and facts.unknown:
-            state.warnings.append(
-                nodeclass.unknown_warning(facts.unknown, "GPU nodes", "CUDA", _hints(config))
-            )
+            text = ""
+        if warning:
+            state.warnings.append(warning)
         if not text and full is not None:
             warning = fit.full_version_warning(facts, rng, full)
             if warning:
