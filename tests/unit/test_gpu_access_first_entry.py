@@ -236,15 +236,9 @@ def _update(
     env: dict[str, dict[str, str]] | None,
     sub: str,
 ) -> Decision:
-    return evaluate(
-        new,
-        standard_policies(),
-        config(mode),
-        operation="UPDATE",
-        sub_resource=sub,
-        old_object=old,
-        image_env=env,
-    )
+    from tests.unit.test_pod_updates import update
+
+    return update(new, old, mode, sub_resource=sub, image_env=env)
 
 
 def test_kubectl_debug_into_an_npu_pod_is_judged() -> None:
