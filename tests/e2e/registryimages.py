@@ -43,6 +43,10 @@ ROCM_ENV = ("ROCM_VERSION=6.4.1", "PYTORCH_ROCM_ARCH=gfx942")
 # and AMD_VISIBLE_DEVICES=all as ROCm's images set it (issue 46: an image config's open names).
 ROCM_DOCKER = "hostile/rocm-docker-resource:v1"
 ROCM_DOCKER_ENV = (*ROCM_ENV, "AMD_VISIBLE_DEVICES=all", "DOCKER_RESOURCE_GPU=0-7")
+# An image that keeps NPUs on first-entry ascend-docker-runtime builds (issue 46): containerd puts
+# its ASCEND_VISIBLE_DEVICES before the written void and the device plugin's value.
+ASCEND_VISIBLE = "hostile/ascend-visible:v1"
+ASCEND_VISIBLE_ENV = ("ASCEND_VISIBLE_DEVICES=0-7",)
 # An arm64-only build (Grace/GH200) pushed as a single manifest, no index: its config's
 # architecture is its one platform (SPEC §14).
 ARM_ONLY = "e2e/grace-only:v1"
@@ -66,6 +70,7 @@ def catalogue() -> dict[str, Built]:
         ROCM: image(list(ROCM_ENV), index=False),
         ROCM_DOCKER: image(list(ROCM_DOCKER_ENV), index=False),
         ARM_ONLY: image({"arm64": list(ARM_ONLY_ENV)}, index=False),
+        ASCEND_VISIBLE: image(list(ASCEND_VISIBLE_ENV), index=False),
     }
     out.update(dict.fromkeys(tagged(BLOATED, BLOATED_TAGS), bloated))
     out.update(dict.fromkeys(tagged(EMPTY_INDEX, EMPTY_INDEX_TAGS), empty))

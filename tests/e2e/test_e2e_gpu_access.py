@@ -539,8 +539,11 @@ def test_the_vendors_documented_patterns_pass(
             after["spec"]["containers"][0].get("env")
         )
         # Shown: the core's notes and warnings (CANN/CUDA unknown, the other vendors' voids),
-        # none of them about the pattern's own variable.
-        assert set(shown) == set(expected.warnings) | set(expected.notes), shown
+        # none of them about the pattern's own variable; and under enforce the lookup of the NPU
+        # pod's images for ASCEND_VISIBLE_DEVICES (first-entry Ascend builds), which cannot
+        # answer for an image of a registry lookups may not ask.
+        looked = {w for w in shown if w.startswith("Image config lookup of ")}
+        assert set(shown) - looked == set(expected.warnings) | set(expected.notes), shown
         assert not [w for w in shown if "_VISIBLE_DEVICES from valueFrom" in w], shown
 
 

@@ -40,6 +40,8 @@ from .conftest import MANUAL_12_4, InventoryReader, NodeMaker, synced_inventory
 from .registryimages import (
     ARM_ONLY,
     ARM_ONLY_ENV,
+    ASCEND_VISIBLE,
+    ASCEND_VISIBLE_ENV,
     BLOATED,
     EMPTY_INDEX,
     INDEX,
@@ -57,6 +59,7 @@ from .test_e2e_admission import (
     PADDLE_IMAGE,
     admitted_pod,
     call,
+    denial,
     denied_as_decided,
     expected_for,
     gpu_pod,
@@ -299,6 +302,45 @@ def test_an_amd_image_config_docker_resource_variable_is_voided_or_reported(
             'container "train" runs an image setting DOCKER_RESOURCE_GPU=0-7: use another image'
             in shown
         ), shown
+
+
+def test_an_ascend_image_setting_visible_devices_on_first_entry_builds(
+    core: Any,
+    namespace: str,
+    policies: PolicySet,
+    webhook_config: WebhookConfig,
+    webhook_inventory: InventoryReader,
+) -> None:
+    """Issue 46: the config pushed to the registry sets ASCEND_VISIBLE_DEVICES=0-7, which a
+    first-entry ascend-docker-runtime build (up to v5.0.0) keeps on containerd over the written
+    empty void. With nodeSettings.ascendRuntime first-entry (the default), under enforce the
+    webhook looks up every image of the NPU pod and the sidecar is denied; under warn nothing is
+    looked up for it and the pod is admitted as the core decides without the config."""
+    rules = webhook_config.gpu_access
+    if rules.node_settings.ascend_runtime != "first-entry":
+        pytest.skip("the webhook's config declares last-entry Ascend runtimes")
+    inventory, _ = synced_inventory(core, webhook_inventory, webhook_config)
+    image = ref(ASCEND_VISIBLE)
+    pod = gpu_pod(unique("npu-fe"), {"huawei.com/Ascend910": "1"}, image=ref(NORMAL))
+    side = {"name": "side", "image": image, "command": ["sleep", "3600"]}
+    pod["spec"]["containers"].append(side)
+    if rules.mode == "enforce":
+        env = dict(entry.split("=", 1) for entry in ASCEND_VISIBLE_ENV)
+        want = expected_for(
+            pod, namespace, policies, webhook_config, inventory, image_env={image: env}
+        )
+        assert not want.allowed
+        message = denial(core.create_namespaced_pod, namespace, pod)
+        assert message == want.denial_message()
+        assert (
+            f'container "side" runs image "{image}" setting ASCEND_VISIBLE_DEVICES=0-7 but '
+            "requests no NPU: rebuild it without ASCEND_VISIBLE_DEVICES" in message
+        ), message
+        return
+    want = expected_for(pod, namespace, policies, webhook_config, inventory)
+    _, shown, _ = timed_create(core, namespace, pod)
+    assert want.allowed and shown == lines(want)
+    assert not [line for line in shown if "ASCEND_VISIBLE_DEVICES=0-7" in line]
 
 
 def test_an_arm64_only_single_manifest_image_is_required_on_arm64_nodes(

@@ -656,3 +656,64 @@ async def test_an_arm64_only_image_requires_arm64_nodes_in_a_mixed_cluster(
         )
     finally:
         await hook.http.close()
+
+
+async def test_an_ascend_images_visible_devices_is_looked_up_and_denied_under_enforce(
+    registry: FakeRegistry, tls: CertPaths
+) -> None:
+    """Issue 46: on a first-entry ascend-docker-runtime build (nodeSettings.ascendRuntime
+    first-entry, the default) containerd puts the image's ASCEND_VISIBLE_DEVICES before the
+    written void. Under enforce the webhook looks up every image of an NPU pod through the
+    registry lookups (their cache and budget) and denies the image that sets it; a clean image
+    is admitted with its void; an unreachable registry leaves the voids and a warning."""
+    from webhook.core.config.access import GpuAccess
+
+    registry.push("public/npu-tools", "v1", image({"amd64": ["ASCEND_VISIBLE_DEVICES=0-7"]}))
+    registry.push("public/plain-tools", "v1", image({"amd64": ["PATH=/usr/bin"]}))
+    down_host = closed_port()
+    client = registry_client(tls.ca_cert, registry.host, down_host)
+    config = client.config.model_copy(update={"gpu_access": GpuAccess(mode="enforce")})
+    hook = await started(client, config)
+    try:
+        npu = container("npu", "ascendai/cann:8.3.rc1-910b-ubuntu22.04-py3.11")
+        npu["resources"] = {"limits": {"huawei.com/Ascend910": "1"}}
+        bad = f"{registry.host}/public/npu-tools:v1"
+        # /mutate writes the voids; /validate (called with the mutated pod) denies.
+        stored, _, _ = await hook.mutate(pod(npu, container("side", bad)))
+        reply = await hook.http.post("/validate", json=admission_review(stored))
+        response = (await reply.json())["response"]
+        assert response["allowed"] is False
+        assert response["status"]["message"].splitlines()[0] == (
+            f'Pod ml/train, container "side" runs image "{bad}" setting '
+            "ASCEND_VISIBLE_DEVICES=0-7 but requests no NPU: rebuild it without "
+            "ASCEND_VISIBLE_DEVICES, or run ascend-docker-runtime v6.0.0-RC3 or later and set "
+            "gpuAccess.nodeSettings.ascendRuntime: last-entry. GPUs reached without a request are "
+            "counted by no quota, CRL or scheduler."
+        )
+        # One registry round trip for the image: /validate's lookup was answered by the cache.
+        assert [
+            row["result"]
+            for row in (await hook.get("/images"))["images"]
+            if row["image"].endswith("/public/npu-tools:v1")
+        ] == ["no-cuda"]
+        plain = f"{registry.host}/public/plain-tools:v1"
+        stored, warnings, _ = await hook.mutate(pod(npu, container("side", plain)))
+        assert {"name": "ASCEND_VISIBLE_DEVICES", "value": ""} in stored["spec"]["containers"][1][
+            "env"
+        ]
+        assert not [w for w in warnings if "ASCEND_VISIBLE_DEVICES=" in w]
+        reply = await hook.http.post("/validate", json=admission_review(stored))
+        assert (await reply.json())["response"]["allowed"] is True
+        # The registry cannot answer: the voids are written, the pod admitted, the lookup said.
+        down = f"{down_host}/team/tools:1"
+        stored, warnings, _ = await hook.mutate(pod(npu, container("side", down)))
+        assert {"name": "ASCEND_VISIBLE_DEVICES", "value": ""} in stored["spec"]["containers"][1][
+            "env"
+        ]
+        assert (
+            f"Image config lookup of {down}: cannot connect to 127.0.0.1: Connection refused"
+            in (warnings)
+        )
+    finally:
+        await hook.ops.close()
+        await hook.http.close()

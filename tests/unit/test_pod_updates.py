@@ -33,6 +33,7 @@ def update(
     *,
     sub_resource: str = "",
     violations_only: bool = False,
+    image_env: dict[str, dict[str, str]] | None = None,
 ) -> Decision:
     return evaluate(
         new,
@@ -42,6 +43,7 @@ def update(
         sub_resource=sub_resource,
         old_object=old,
         violations_only=violations_only,
+        image_env=image_env,
     )
 
 

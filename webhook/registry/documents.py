@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.core.access.sources import TOO_MANY_OPEN, is_open_name
+from webhook.core.access.sources import FIRST_ENTRY_NAMES, TOO_MANY_OPEN, is_open_name
 from webhook.core.images.facts import DEFAULT_ARCH, GPU_ARCHS
 from webhook.registry.results import INVALID, LookupFailure
 
@@ -55,8 +55,9 @@ MAX_REQUIRE_VARIABLES = 8
 # cann-container-image cann/*/Dockerfile: ASCEND_TOOLKIT_HOME=.../latest), so none is read.
 ACCELERATOR_VARIABLES = {"ROCM_VERSION": 32, "PYTORCH_ROCM_ARCH": 512}
 # Device variables no written void closes (core/access/sources.py: AMD's DOCKER_RESOURCE_*, the
-# variables of Neuron, Moore Threads and Enflame): GPU access control reads them from a config it
-# has (ImageEnv), to void each DOCKER_RESOURCE_* name there or deny. Kept: names up to
+# variables of Neuron, Moore Threads and Enflame, and on first-entry runtime builds Ascend's
+# ASCEND_VISIBLE_DEVICES): GPU access control reads them from a config it has (ImageEnv), to
+# void each DOCKER_RESOURCE_* name there or deny. Kept: names up to
 # MAX_OPEN_NAME characters, values cut to OPEN_VALUE; past MAX_OPEN_VARIABLES names (or a name
 # too long) the key TOO_MANY_OPEN ("=", never a variable's name) says some were left out.
 MAX_OPEN_VARIABLES = 16
@@ -296,6 +297,10 @@ def read_image_config(body: bytes | bytearray, digest: str) -> ImageConfig:
                 # Kept as written (the runtimes do not trim it): only its name is used.
                 if name not in found and (opens >= MAX_OPEN_VARIABLES or len(name) > MAX_OPEN_NAME):
                     found[TOO_MANY_OPEN] = ""
+                elif name in FIRST_ENTRY_NAMES and found.get(name):
+                    # Read by first-entry runtime builds (core/access/sources.py): a value
+                    # that may select devices is kept over a later entry of the name.
+                    continue
                 else:
                     opens += name not in found
                     found[name] = value[:OPEN_VALUE]

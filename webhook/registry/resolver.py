@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from webhook.core.access.sources import is_open_name
+from webhook.core.access.sources import ACCESS_LOOKUP, is_open_name
 from webhook.core.config.registry import RegistryLookups
 from webhook.core.images.facts import KNOWN_ARCHS, ImageQuery, Requirement
 from webhook.core.placement.vendors import Vendor, shipped_vendors, vendor_named, version_key
@@ -82,7 +82,10 @@ SLOW = "slow"
 
 
 def _runtime(query: ImageQuery) -> str:
-    """What a warning about the query's lookup names: CUDA, or the vendor's runtime (ROCm)."""
+    """What a warning about the query's lookup names: CUDA, or the vendor's runtime (ROCm), or
+    the image config GPU access control reads."""
+    if query.runtime == ACCESS_LOOKUP:
+        return "Image config"
     vendor: Vendor | None = vendor_named(query.runtime) if query.runtime else None
     return vendor.runtime if vendor is not None else "CUDA"
 
@@ -308,6 +311,15 @@ class ImageResolver:
     ) -> None:
         if result.platforms:
             out.platforms[query.image] = result.platforms
+        if query.runtime == ACCESS_LOOKUP:
+            # GPU access control's own lookup (core/evaluation/unseen.py first_entry): the
+            # config's kept variables, its open names among them, whatever it says of versions.
+            if result.cacheable_long:
+                out.env.setdefault(query.image, dict(result.env))
+                return
+            out.failed.setdefault(query.image, result.status)
+            out.warnings.append(warning(query.image, result.detail, runtime=_runtime(query)))
+            return
         vendor = vendor_named(query.runtime) if query.runtime else None
         if (
             vendor is not None

@@ -82,9 +82,59 @@ def unvoidable_prefix(prefixes: tuple[str, ...]) -> str:
 TOO_MANY_OPEN = "="
 
 
+# Device variables some runtime builds read from their first entry (catalog first_entry_env:
+# Ascend's ASCEND_VISIBLE_DEVICES up to v5.0.0): on containerd the image's entry comes first, so
+# the written void does not close them there.
+FIRST_ENTRY_FAMILIES: tuple[Family, ...] = tuple(f for f in FAMILIES if f.first_entry_env)
+FIRST_ENTRY_NAMES = frozenset(n for f in FIRST_ENTRY_FAMILIES for n in f.first_entry_env)
+# ImageQuery.runtime of a lookup made for GPU access control only (the image config's open and
+# first-entry names), not for a runtime version.
+ACCESS_LOOKUP = "gpu-access"
+
+
 def is_open_name(name: str) -> bool:
-    """Whether `name` is a device variable no void closes, or TOO_MANY_OPEN."""
-    return name in _UNVOIDABLE or name.startswith(_PREFIXES) or name == TOO_MANY_OPEN
+    """Whether `name` is a device variable no void closes (everywhere, or on first-entry
+    runtime builds), or TOO_MANY_OPEN: what a registry lookup keeps of an image config."""
+    return (
+        name in _UNVOIDABLE
+        or name.startswith(_PREFIXES)
+        or name == TOO_MANY_OPEN
+        or name in FIRST_ENTRY_NAMES
+    )
+
+
+def first_entry_family(
+    devices: Mapping[int, frozenset[str]], runtime_family: str, ignored: Iterable[str]
+) -> Family | None:
+    """The family with first-entry runtime builds whose runtime reads the pod: it has a device
+    container of the family (init containers too) or runs under its vendor RuntimeClass; every
+    container of such a pod runs on the family's node, under the runtime of that node (not when
+    nodeSettings.envIgnored lists the family)."""
+    names = {runtime_family}
+    for own in devices.values():
+        names |= own
+    skipped = set(ignored)
+    return next((f for f in FIRST_ENTRY_FAMILIES if f.name in names - skipped), None)
+
+
+def first_entry_finding(
+    where: str, image: str, config_env: Mapping[str, str], family: Family, own: bool
+) -> AccessFinding | None:
+    """An image config (what a registry lookup read) setting a first-entry variable of `family`
+    to a value its runtime reads as devices: on containerd a first-entry build keeps it over
+    the written void and over the device plugin's value (`own`: a device container)."""
+    for name in family.first_entry_env:
+        value = config_env.get(name)
+        if value is None or not selects_devices(family.selection, value):
+            continue
+        shown = f"{name}={cut(value, 16)}" if value.isprintable() else name
+        what = f'runs image "{cut(image, 48)}" setting {shown}'
+        advice = (
+            f"rebuild it without {name}, or run ascend-docker-runtime v6.0.0-RC3 or later and "
+            "set gpuAccess.nodeSettings.ascendRuntime: last-entry"
+        )
+        return AccessFinding(where, what, advice, own, family.noun)
+    return None
 
 
 def open_names(family: Family) -> str:

@@ -25,6 +25,13 @@ class NodeSettings(ConfigModel):
     # `accept-nvidia-visible-devices-envvar-when-unprivileged = false`, and no HAMi-core. Then a
     # device container of that vendor with `envFrom` is no finding.
     env_ignored: tuple[str, ...] = ()
+    # Which ASCEND_VISIBLE_DEVICES entry the Ascend nodes' ascend-docker-runtime reads:
+    # `first-entry` (the default, the safe assumption: ascend-docker-runtime up to v5.0.0 reads
+    # the first, which on containerd is the image config's) or `last-entry` (every Ascend node
+    # runs MindCluster's ascend-docker-runtime v6.0.0-RC3 or later, or CRI-O). With
+    # `first-entry`, an image config setting ASCEND_VISIBLE_DEVICES in a pod with an NPU
+    # container is a finding, and under `enforce` its images are looked up to see it.
+    ascend_runtime: Literal["first-entry", "last-entry"] = "first-entry"
 
     @field_validator("env_ignored")
     @classmethod

@@ -14,7 +14,7 @@ from webhook.core.base.wording import after
 from webhook.core.config.model import WebhookConfig
 from webhook.core.envfix.fixes import env_fixes
 from webhook.core.evaluation.unseen import access_violation as _access_violation
-from webhook.core.evaluation.unseen import image_config
+from webhook.core.evaluation.unseen import first_entry, image_config
 from webhook.core.evaluation.unseen import report as _report
 from webhook.core.images.facts import ImageEnv
 from webhook.core.outcome.decision import (
@@ -232,6 +232,7 @@ def apply_access(
             else:
                 state.access.append(_access_violation(state, finding))
     grouped: dict[tuple[tuple[str, str], ...], list[str]] = {}
+    judged: list[access.Candidate] = []  # whose image a first-entry runtime build may read
     for finding in found:
         if update is not None and finding.text() in update.old_findings:
             continue
@@ -244,6 +245,8 @@ def apply_access(
             # is what the image config route needs (the old pod's own gaps were judged at create).
             image = c.container.get("image")
             swapped = key in update.old_images and update.old_images[key] != image
+            if swapped:
+                judged.append(candidate)
             regated = update.ungated and not candidate.device and bool(claim_refs(c.container))
             if not enforce or not (swapped or regated):
                 continue
@@ -273,6 +276,7 @@ def apply_access(
                     violations_only,
                 )
             continue
+        judged.append(candidate)
         if image_env and isinstance(image := c.container.get("image"), str) and image in image_env:
             image_config(state, candidate, image_env[image], devices, config, violations_only)
         voided = _void(state, candidate, config, enforce, violations_only, audit, mode)
@@ -301,6 +305,8 @@ def apply_access(
                 "no such device"
             )
         state.note("gpu-access", text)
+    if enforce or rules.mode == "warn":
+        first_entry(state, judged, devices, config, image_env, violations_only)
     if update is None:
         _service_links(state, devices, enforce, violations_only)
 

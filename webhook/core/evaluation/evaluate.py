@@ -97,7 +97,15 @@ def evaluate(
             # A Pod's spec is all but immutable: an UPDATE is judged by GPU access control
             # only (an image swapped, an ephemeral container added), SPEC §12.
             return _pod_update(
-                entry, obj, config, namespace, sub_resource, old_object, claims, violations_only
+                entry,
+                obj,
+                config,
+                namespace,
+                sub_resource,
+                old_object,
+                claims,
+                violations_only,
+                image_env,
             )
     ref = object_ref(kind, obj, namespace)
     # Early "allowed because ..." guards (SPEC §6, updates and the controllers that make them):
@@ -155,6 +163,7 @@ def _pod_update(
     old_object: Mapping[str, Any] | None,
     claims: ClaimIndex | None,
     violations_only: bool,
+    image_env: ImageEnv | None = None,
 ) -> Decision:
     ref = object_ref("Pod", obj, namespace)
     meta = obj.get("metadata")
@@ -183,6 +192,7 @@ def _pod_update(
         claims,
         sub_resource=sub_resource,
         violations_only=violations_only,
+        image_env=image_env,
     )
 
 

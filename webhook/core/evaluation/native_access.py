@@ -76,6 +76,9 @@ NOT_EXPRESSED: tuple[str, ...] = (
     "an image configuration's device variables a registry lookup read (DOCKER_RESOURCE_* "
     "written over with void, the variables of vendors without a void denied): a policy reads "
     "no registry",
+    "an image configuration's ASCEND_VISIBLE_DEVICES in an Ascend pod under nodeSettings "
+    "ascendRuntime first-entry (denied by the webhook where a registry lookup read it): a policy "
+    "reads no registry, so on first-entry ascend-docker-runtime builds the image's value stands",
 )
 
 

@@ -419,6 +419,7 @@ def evaluate_pod_update(
     *,
     sub_resource: str = "",
     violations_only: bool = False,
+    image_env: ImageEnv | None = None,
 ) -> Decision:
     """GPU access control for a Pod UPDATE (SPEC §12 "What reaches the webhook"): a plain
     update (an image swapped) or one through the pods/ephemeralcontainers subresource (kubectl
@@ -448,9 +449,8 @@ def evaluate_pod_update(
         patchable,
         ungated=bool(old_pod.spec.get("schedulingGates")) and not pod.spec.get("schedulingGates"),
     )
-    apply_access(
-        state, _update_devices(pod, config, ns, claims), config, violations_only, False, update
-    )
+    devices = _update_devices(pod, config, ns, claims)
+    apply_access(state, devices, config, violations_only, False, update, image_env)
     mutated: Mapping[str, Any] | None = draft.root if draft.changed else None
     return Decision(
         object_ref=ref,
@@ -462,4 +462,5 @@ def evaluate_pod_update(
         mutated=mutated,
         draft=draft if mutated is not None and draft.writes is not None else None,
         access=tuple(state.access),
+        unresolved_images=tuple(dict.fromkeys(state.unresolved)),
     )

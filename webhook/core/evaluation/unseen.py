@@ -11,6 +11,7 @@ from webhook.core.access import control as access
 from webhook.core.access import sources
 from webhook.core.base.shapes import is_mapping
 from webhook.core.config.model import WebhookConfig
+from webhook.core.images.facts import ImageEnv, ImageQuery, pod_archs
 from webhook.core.outcome.decision import PodState, Violation, container_label, short
 
 # Said once per denial, after the findings (Violation.description).
@@ -69,3 +70,51 @@ def image_config(
         )
         for name, value in pins:
             state.note("gpu-access", sources.image_note(name, value, where))
+
+
+def first_entry(
+    state: PodState,
+    candidates: list[access.Candidate],
+    devices: Mapping[int, frozenset[str]],
+    config: WebhookConfig,
+    image_env: ImageEnv | None,
+    violations_only: bool,
+) -> None:
+    """An image config's first-entry device variable (catalog first_entry_env: Ascend's
+    ASCEND_VISIBLE_DEVICES) in a pod whose runtime may be a first-entry build (nodeSettings.
+    ascendRuntime `first-entry`): on containerd the image's entry comes before the written void
+    and the device plugin's value, and such a build keeps it. Every container of a pod with a
+    device container of the family, or running under its RuntimeClass, is judged (its
+    `candidates`): a finding where a registry lookup read the image's config (sources.
+    first_entry_finding); under `enforce`, an image not read yet is asked for
+    (ImageQuery.runtime ACCESS_LOOKUP, the caller's lookups within their budget)."""
+    rules = config.gpu_access
+    settings = rules.node_settings
+    if settings.ascend_runtime != "first-entry":
+        return
+    runtime = state.pod.spec.get("runtimeClassName")
+    vendor = rules.runtime_class_families.get(runtime, "") if isinstance(runtime, str) else ""
+    family = sources.first_entry_family(devices, vendor, settings.env_ignored)
+    if family is None:
+        return
+    enforce = rules.mode == "enforce"
+    asked: list[str] = []
+    for candidate in candidates:
+        c = candidate.ref
+        image = c.container.get("image")
+        if not isinstance(image, str) or not image:
+            continue
+        config_env = image_env.get(image) if image_env else None
+        if config_env is None:
+            if enforce and image not in asked:
+                asked.append(image)
+            continue
+        own = family.name in devices.get(id(c.container), frozenset())
+        finding = sources.first_entry_finding(container_label(c), image, config_env, family, own)
+        if finding is not None:
+            report(state, finding, enforce, violations_only)
+    if asked:
+        archs = pod_archs(state.pod.spec)
+        state.unresolved += [
+            ImageQuery(image, arch, sources.ACCESS_LOOKUP) for image in asked for arch in archs
+        ]

@@ -43,6 +43,9 @@ class Family:
     `share_resources`/`share_env`: a sharing limiter's resources, and the (variable, safe value)
     pairs written in a container requesting one of them that sets no value itself (an image's
     value would otherwise switch the limiter off).
+    `first_entry_env`: device variables some builds of the family's runtime read from the FIRST
+    entry of the name in the OCI spec, where containerd puts an image config's entry before the
+    pod's (core/families/visible.py): there no written void closes the image's value.
     """
 
     name: str
@@ -66,6 +69,7 @@ class Family:
     void_in_devices: bool = False
     share_resources: tuple[str, ...] = ()
     share_env: tuple[tuple[str, str], ...] = ()
+    first_entry_env: tuple[str, ...] = ()
 
     def counts(self, resource: str) -> bool:
         """Whether `resource` counts this family's devices."""
@@ -225,6 +229,14 @@ FAMILIES: tuple[Family, ...] = (
         void="",
         void_env=("ASCEND_VISIBLE_DEVICES",),
         selection="ascend",
+        # Ascend/ascend-docker-runtime up to v5.0.0-RC3.2 reads the first ASCEND_VISIBLE_DEVICES
+        # entry (hook/main.go doPrestartHook up to v3.0.0, runtime/main.go addDevice from
+        # e9b3dbd: getValueByKey), v5.0.0 the first naming `Ascend` (runtime/main.go
+        # getValueByDeviceKey, a478742); MindCluster from v6.0.0-RC3 the last (Ascend/mind-cluster
+        # component/ascend-docker-runtime/runtime/process/process.go getValueByDeviceKey).
+        # ASCEND_RUNTIME_OPTIONS and ASCEND_RUNTIME_MOUNTS (above) select no NPU.
+        # docs/concepts/gpu-access.md "Ascend runtime builds" names the builds.
+        first_entry_env=("ASCEND_VISIBLE_DEVICES",),
         # /dev/davinci<N>, /dev/davinci_manager, /dev/devmm_svm, /dev/hisi_hdc (the nodes the
         # hook mounts; ascend-docker-runtime README and cli/src/u_mount.c); MindCluster's
         # runtime adds /dev/vdavinci<N> (vNPUs), /dev/dvpp_cmdlist, and every node under
