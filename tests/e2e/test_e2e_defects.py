@@ -201,6 +201,12 @@ def test_a_pod_bound_by_node_name_gets_no_affinity_and_its_node_is_checked(
     pod = gpu_pod(unique("bound"), {"nvidia.com/gpu": "1"}, image="nvidia/cuda:12.4.1-base")
     pod["spec"]["nodeName"] = node
     text = f"node {node} supports CUDA 12.2; this pod needs CUDA ≥ 12.4"
+    if webhook_config.gpu_access.mode == "enforce":
+        # GPU access control denies it first (access/links.py: the kubelet drops a resource
+        # the node does not advertise, and the image's NVIDIA_VISIBLE_DEVICES=all would stand).
+        message = denial(core.create_namespaced_pod, namespace, pod, dry_run="All")
+        assert "requests nvidia.com/gpu with spec.nodeName" in message
+        return
     if webhook_config.no_compatible_node == "deny":
         deadline = time.monotonic() + 30
         while True:
