@@ -622,7 +622,7 @@ async def test_a_rocm_image_whose_config_names_its_version_and_targets_is_placed
         assert node_terms(stored) is None
         assert warnings == [
             shm,
-            f"ROCm version of {plain} unknown, no affinity: set features.alauda.io/rocm-version",
+            f"ROCm of {plain} unknown: set features.alauda.io/rocm-version",
             f"ROCm lookup of {plain}: its config sets no ROCM_VERSION",
         ]
     finally:

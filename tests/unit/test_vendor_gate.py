@@ -241,8 +241,8 @@ def test_annotation_and_unknown_images() -> None:
     unknown = run(pod(amd("rocm/pytorch:latest")), inventory=AMD)
     assert (unknown.patch, unknown.notes) == ([], ())
     assert unknown.warnings == (
-        "ROCm version of rocm/pytorch:latest unknown, no affinity: "
-        "set features.alauda.io/rocm-version",
+        "ROCm version of rocm/pytorch:latest unknown: "
+        "set features.alauda.io/rocm-version or accelerators.rocm.imageTable",
     )
 
 

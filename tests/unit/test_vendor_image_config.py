@@ -101,7 +101,8 @@ def test_an_image_whose_rocm_nothing_tells_is_listed_for_a_lookup() -> None:
     unknown = check(pod(amd(CUSTOM)), None)
     assert unknown.unresolved_images == (ImageQuery(CUSTOM, "amd64", "rocm"),)
     assert unknown.warnings == (
-        f"ROCm version of {CUSTOM} unknown, no affinity: set features.alauda.io/rocm-version",
+        f"ROCm version of {CUSTOM} unknown: "
+        "set features.alauda.io/rocm-version or accelerators.rocm.imageTable",
     )
     # Known from the tag, or annotated: never asked.
     assert check(pod(amd(ROCM_64)), None).unresolved_images == ()
@@ -178,7 +179,8 @@ def test_a_config_version_that_is_no_version_is_unknown() -> None:
     decision = check(pod(amd(CUSTOM)), {CUSTOM: {"ROCM_VERSION": "nightly"}})
     assert decision.patch == []
     assert decision.warnings == (
-        f"ROCm version of {CUSTOM} unknown, no affinity: set features.alauda.io/rocm-version",
+        f"ROCm version of {CUSTOM} unknown: "
+        "set features.alauda.io/rocm-version or accelerators.rocm.imageTable",
     )
 
 

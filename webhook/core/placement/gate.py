@@ -30,7 +30,7 @@ from webhook.core.placement import nodeclass
 from webhook.core.placement.engine import Family, Problem
 from webhook.core.placement.injection import Plan
 from webhook.core.placement.inventory import NodeInventory
-from webhook.core.placement.needs import Envs, container_env, record_problem
+from webhook.core.placement.needs import Envs, container_env, record_problem, runtime_unknown
 from webhook.core.placement.terms import fresh_terms
 from webhook.core.placement.vendor_nodes import (
     NodeDriver,
@@ -111,23 +111,6 @@ def _unresolved(state: PodState, vendor: Vendor, needs: list[VendorNeed]) -> lis
         return []
     archs = pod_archs(state.pod.spec)
     return [ImageQuery(image, arch, vendor.name) for image in images for arch in archs]
-
-
-def _unknown_warning(vendor: Vendor, c: ContainerRef, others: bool) -> Wording:
-    name, fix = _image(c), vendor.annotation
-    if others:
-        return Wording(
-            (
-                f"{vendor.runtime} version of {name} unknown; node affinity uses the others",
-                f"{vendor.runtime} of {name} unknown; affinity from others",
-            )
-        )
-    return Wording(
-        (
-            f"{vendor.runtime} version of {name} unknown, no affinity: set {fix}",
-            f"{vendor.runtime} of {name} unknown: set {fix}",
-        )
-    )
 
 
 def _shown(vendor: Vendor, versions: tuple[str, ...]) -> str:
@@ -407,7 +390,16 @@ class TableFamily(Family):
         for n in self.needs:
             from_operator = n.container.image_from and not n.container.container.get("image")
             if n.version is None and not from_operator:
-                state.warnings.append(_unknown_warning(vendor, n.container, known))
+                table = f"accelerators.{vendor.name}.imageTable"
+                warning = runtime_unknown(
+                    n.container,
+                    known,
+                    state.pod.annotatable,
+                    vendor.runtime,
+                    vendor.annotation,
+                    table,
+                )
+                state.warnings.append(warning)
                 state.unknown_runtime(vendor.runtime, n.container)  # Decision.runtime_unknown
         if not known:
             return False

@@ -308,29 +308,40 @@ def forward_branches(needs: list[Need], config: WebhookConfig) -> Branches:
 
 
 def unknown_warning(c: ContainerRef, others: bool, annotatable: bool) -> Wording:
-    """Names the image whole in every wording (SPEC §4); the fixed words get shorter."""
+    """CUDA's words for an image whose version nothing told (`runtime_unknown`)."""
+    return runtime_unknown(
+        c, others, annotatable, "CUDA", ANNOTATION_CUDA_VERSION, "imageCudaTable"
+    )
+
+
+def runtime_unknown(
+    c: ContainerRef, others: bool, annotatable: bool, runtime: str, annotation: str, table: str
+) -> Wording:
+    """An image whose `runtime` version nothing told, in the same words for every family:
+    names the image whole in every wording (SPEC §4), the fixed words get shorter; the way out
+    is the pod `annotation` or the admin's image `table` (`annotatable` False: no annotation of
+    this object reaches the pods, TrainJob's trainer)."""
     image = c.container.get("image")
     name = shown_image(image) if isinstance(image, str) and image else f"{c.name} (no image)"
     if others:
         return Wording(
             (
-                f"CUDA version of {name} unknown; node affinity uses the other containers",
-                f"CUDA of {name} unknown; affinity from the other containers",
-                f"CUDA of {name} unknown; affinity from others",
+                f"{runtime} version of {name} unknown; node affinity uses the other containers",
+                f"{runtime} of {name} unknown; affinity from the other containers",
+                f"{runtime} of {name} unknown; affinity from others",
             )
         )
-    if not annotatable:  # no annotation of this object reaches the pods (TrainJob's trainer)
+    if not annotatable:
         return Wording(
             (
-                f"CUDA version of {name} unknown, no affinity: add it to imageCudaTable",
-                f"CUDA of {name} unknown: add it to imageCudaTable",
+                f"{runtime} version of {name} unknown, no affinity: add it to {table}",
+                f"{runtime} of {name} unknown: add it to {table}",
             )
         )
     return Wording(
         (
-            f"CUDA version of {name} unknown, no affinity: set {ANNOTATION_CUDA_VERSION} "
-            "or imageCudaTable",
-            f"CUDA version of {name} unknown: set {ANNOTATION_CUDA_VERSION} or imageCudaTable",
-            f"CUDA of {name} unknown: set {ANNOTATION_CUDA_VERSION}",
+            f"{runtime} version of {name} unknown, no affinity: set {annotation} or {table}",
+            f"{runtime} version of {name} unknown: set {annotation} or {table}",
+            f"{runtime} of {name} unknown: set {annotation}",
         )
     )
