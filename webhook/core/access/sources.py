@@ -87,6 +87,7 @@ TOO_MANY_OPEN = "="
 # the written void does not close them there.
 FIRST_ENTRY_FAMILIES: tuple[Family, ...] = tuple(f for f in FAMILIES if f.first_entry_env)
 FIRST_ENTRY_NAMES = frozenset(n for f in FIRST_ENTRY_FAMILIES for n in f.first_entry_env)
+_FIRST_ENTRY_FAMILY_NAMES = frozenset(f.name for f in FIRST_ENTRY_FAMILIES)
 # ImageQuery.runtime of a lookup made for GPU access control only (the image config's open and
 # first-entry names), not for a runtime version.
 ACCESS_LOOKUP = "gpu-access"
@@ -110,9 +111,13 @@ def first_entry_family(
     container of the family (init containers too) or runs under its vendor RuntimeClass; every
     container of such a pod runs on the family's node, under the runtime of that node (not when
     nodeSettings.envIgnored lists the family)."""
-    names = {runtime_family}
+    # Most pods have no such family: answered without building a set (every review asks).
+    names = {runtime_family} & _FIRST_ENTRY_FAMILY_NAMES if runtime_family else set()
     for own in devices.values():
-        names |= own
+        if not own.isdisjoint(_FIRST_ENTRY_FAMILY_NAMES):
+            names |= own & _FIRST_ENTRY_FAMILY_NAMES
+    if not names:
+        return None
     skipped = set(ignored)
     return next((f for f in FIRST_ENTRY_FAMILIES if f.name in names - skipped), None)
 
@@ -174,7 +179,7 @@ def readers(
     container's. Families whose nodes ignore device variables (nodeSettings.envIgnored) are not."""
     names = {runtime_family} & _OPEN_NAMES if runtime_family else set()
     for own in devices.values():
-        if own & _OPEN_NAMES:
+        if not own.isdisjoint(_OPEN_NAMES):
             names |= own & _OPEN_NAMES
     if not names:
         return ()
