@@ -23,6 +23,7 @@ from webhook.core.access.sources import makes, readers, unvoidable_prefix
 from webhook.core.config.model import WebhookConfig
 from webhook.core.evaluation.evaluate import Decision, evaluate
 from webhook.core.families import family_named
+from webhook.core.images.facts import ImageQuery
 
 WHY = "GPUs reached without a request are counted by no quota, CRL or scheduler."
 CM = {"configMapRef": {"name": "settings"}}
@@ -356,6 +357,35 @@ def test_an_images_docker_resource_variable_is_written_over_with_amds_void() -> 
     assert "DOCKER_RESOURCE_GPU" not in [
         e["name"] for e in get(apply(quiet), "spec", "containers", 0, "env")
     ]
+
+
+def _asked(decision: Decision) -> list[ImageQuery]:
+    return [q for q in decision.unresolved_images if q.runtime == "gpu-access"]
+
+
+KNOWN_ROCM = "rocm/pytorch:rocm6.4_ubuntu24.04_py3.12_pytorch_release_2.6.0"  # its tag tells
+
+
+def test_enforce_asks_for_the_config_of_every_image_an_amd_runtime_reads() -> None:
+    """An image whose ROCm version its tag tells is not looked up for placement, but its config
+    may still set DOCKER_RESOURCE_*: under enforce every image of a pod whose runtime reads open
+    names is asked for (the sidecar's too), once its config is read it is judged, and under
+    warn nothing is asked for (the lookups cost the request path)."""
+    side = container("side", "registry.corp/tools/log:v1")
+    obj = pod(container("gpu", KNOWN_ROCM, limits=AMD), side)
+    assert _asked(evaluate(obj, standard_policies(), config("enforce"))) == [
+        ImageQuery(KNOWN_ROCM, "amd64", "gpu-access"),
+        ImageQuery("registry.corp/tools/log:v1", "amd64", "gpu-access"),
+    ]
+    assert _asked(evaluate(obj, standard_policies(), config("warn"))) == []
+    read = {KNOWN_ROCM: {"DOCKER_RESOURCE_GPU": "0-7"}, "registry.corp/tools/log:v1": {}}
+    decision = evaluate(obj, standard_policies(), config("enforce"), image_env=read)
+    assert _asked(decision) == []
+    env = get(apply(decision), "spec", "containers", 0, "env")
+    assert {"name": "DOCKER_RESOURCE_GPU", "value": "void"} in env
+    # An NVIDIA pod's images are not asked for: its runtime reads no open name.
+    gpu = pod(container("gpu", "nvidia/cuda:12.4.1-base", limits={"nvidia.com/gpu": 1}), side)
+    assert _asked(evaluate(gpu, standard_policies(), config("enforce"))) == []
 
 
 def test_where_no_void_is_written_the_images_variable_is_a_finding() -> None:

@@ -80,24 +80,30 @@ def first_entry(
     image_env: ImageEnv | None,
     violations_only: bool,
 ) -> None:
-    """An image config's first-entry device variable (catalog first_entry_env: Ascend's
-    ASCEND_VISIBLE_DEVICES) in a pod whose runtime may be a first-entry build (nodeSettings.
-    ascendRuntime `first-entry`): on containerd the image's entry comes before the written void
-    and the device plugin's value, and such a build keeps it. Every container of a pod with a
-    device container of the family, or running under its RuntimeClass, is judged (its
-    `candidates`): a finding where a registry lookup read the image's config (sources.
-    first_entry_finding); under `enforce`, an image not read yet is asked for
-    (ImageQuery.runtime ACCESS_LOOKUP, the caller's lookups within their budget)."""
+    """The image configurations a pod's runtime reads unseen, asked for and judged:
+
+    - a first-entry device variable (catalog first_entry_env: Ascend's ASCEND_VISIBLE_DEVICES)
+      in a pod whose runtime may be a first-entry build (nodeSettings.ascendRuntime
+      `first-entry`): on containerd the image's entry comes before the written void and the
+      device plugin's value, and such a build keeps it. Every container of a pod with a device
+      container of the family, or running under its RuntimeClass, is judged (its `candidates`):
+      a finding where a registry lookup read the image's config (sources.first_entry_finding);
+    - the open names of a pod whose runtime reads them (sources.readers: AMD's DOCKER_RESOURCE_*,
+      the families without a void), judged by `image_config` once the config is read.
+
+    Under `enforce`, an image not read yet is asked for (ImageQuery.runtime ACCESS_LOOKUP, the
+    caller's lookups within their budget); what no lookup answers is admitted with every void
+    written (docs/concepts/gpu-access.md "Keys the webhook cannot see")."""
     rules = config.gpu_access
     settings = rules.node_settings
-    if settings.ascend_runtime != "first-entry":
-        return
     runtime = state.pod.spec.get("runtimeClassName")
     vendor = rules.runtime_class_families.get(runtime, "") if isinstance(runtime, str) else ""
-    family = sources.first_entry_family(devices, vendor, settings.env_ignored)
-    if family is None:
-        return
+    family = None
+    if settings.ascend_runtime == "first-entry":
+        family = sources.first_entry_family(devices, vendor, settings.env_ignored)
     enforce = rules.mode == "enforce"
+    if family is None and not (enforce and sources.readers(devices, vendor, settings.env_ignored)):
+        return
     asked: list[str] = []
     for candidate in candidates:
         c = candidate.ref
@@ -108,6 +114,8 @@ def first_entry(
         if config_env is None:
             if enforce and image not in asked:
                 asked.append(image)
+            continue
+        if family is None:
             continue
         own = family.name in devices.get(id(c.container), frozenset())
         finding = sources.first_entry_finding(container_label(c), image, config_env, family, own)
