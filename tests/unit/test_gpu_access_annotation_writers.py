@@ -8,12 +8,15 @@ it. Tried as a tenant would: `kubectl annotate --overwrite`, then a restart."""
 from __future__ import annotations
 
 import copy
+import io
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.helpers import container, pod, standard_policies
 from tests.vendor_examples import mindcluster_pod
+from webhook.cli import main
 from webhook.core.base.errors import ConfigError
 from webhook.core.config.model import WebhookConfig, load_config
 from webhook.core.evaluation.evaluate import Decision, evaluate
@@ -201,3 +204,17 @@ def test_a_writer_that_names_nobody_is_refused(bad: str) -> None:
     )
     with pytest.raises(ConfigError, match="annotationWriterGroups: Value error"):
         config("enforce", annotationWriterGroups=[bad])
+
+
+def test_lint_checks_the_writers(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text('gpuAccess:\n  annotationWriters: [" volcano"]\n', encoding="utf-8")
+    out = io.StringIO()
+    assert main(["lint", "--config", str(bad)], out=out) == 1
+    assert "gpuAccess.annotationWriters: ' volcano' is not a user or group name" in out.getvalue()
+    good = tmp_path / "good.yaml"
+    good.write_text(
+        "gpuAccess:\n  annotationWriterGroups: [system:serviceaccounts:volcano-system]\n",
+        encoding="utf-8",
+    )
+    assert main(["lint", "--config", str(good)], out=io.StringIO()) == 0
