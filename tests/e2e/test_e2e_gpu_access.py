@@ -643,3 +643,87 @@ def test_unprefixed_env_from_in_an_amd_pod(
     )
     if admitted is not None:
         assert set(expected.warnings) <= set(admitted[1])
+
+
+NPU_ANNOTATION = "huawei.com/Ascend910"
+VOLCANO_SCHEDULER = "system:serviceaccount:volcano-system:volcano-scheduler"
+
+
+def _whoami(core: Any) -> tuple[str, tuple[str, ...]]:
+    """The test client's own user and groups, as the API server authenticates it."""
+    from kubernetes import client
+
+    auth = client.AuthenticationV1Api(core.api_client)
+    review = auth.create_self_subject_review(
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+    )
+    user = review.status.user_info
+    return user.username, tuple(user.groups or ())
+
+
+def test_rewriting_mindclusters_npu_annotation_is_left_to_its_writers(
+    core: Any, namespace: str, policies: PolicySet, webhook_config: WebhookConfig
+) -> None:
+    """MindCluster's container reads ASCEND_VISIBLE_DEVICES from the pod's huawei.com/Ascend910
+    annotation, which the kubelet reads again at each restart: the test's admin (no writer in
+    the run's config) rewriting it to every NPU is denied under enforce (warned under warn);
+    the same patch as Volcano's scheduler (impersonated: the default writer) is admitted."""
+    from kubernetes import client
+
+    mode = _mode(webhook_config)
+    if mode == "off":
+        pytest.skip("the webhook runs with gpuAccess.mode: off")
+    username, groups = _whoami(core)
+    writers = webhook_config.gpu_access
+    assert username not in writers.annotation_writers
+    assert not set(groups) & set(writers.annotation_writer_groups)
+    assert VOLCANO_SCHEDULER in writers.annotation_writers
+    pod = mindcluster_pod(unique("acjob"), None)
+    pod["metadata"]["annotations"] = {NPU_ANNOTATION: "Ascend910-0,Ascend910-1"}
+    old, _ = call(core.create_namespaced_pod, namespace, pod)
+    name = old["metadata"]["name"]
+    every = ",".join(f"Ascend910-{i}" for i in range(8))
+    path = "/metadata/annotations/" + NPU_ANNOTATION.replace("/", "~1")
+    patch = [{"op": "replace", "path": path, "value": every}]
+    new = json.loads(json.dumps(old))
+    new["metadata"]["annotations"][NPU_ANNOTATION] = every
+    expected = evaluate(
+        new,
+        policies,
+        webhook_config,
+        kind="Pod",
+        namespace=namespace,
+        operation="UPDATE",
+        old_object=old,
+        username=username,
+        groups=groups,
+    )
+    text = (
+        'container "ascend" reads huawei.com/Ascend910 as ASCEND_VISIBLE_DEVICES: '
+        "only gpuAccess.annotationWriters may change it"
+    )
+    assert expected.allowed == (mode != "enforce")
+    starts = f"Pod {namespace}/{name}, {text}."
+    admitted = _judged(
+        mode, expected, starts,
+        core.patch_namespaced_pod, name, namespace, patch, _content_type=JSON_PATCH,
+    )  # fmt: skip
+    stored = core.read_namespaced_pod(name, namespace)
+    if admitted is None:
+        assert stored.metadata.annotations[NPU_ANNOTATION] == "Ascend910-0,Ascend910-1"
+    else:
+        assert text in admitted[1]
+        assert stored.metadata.annotations[NPU_ANNOTATION] == every
+    # Volcano's scheduler writes the NPUs it allocated: admitted, nothing shown.
+    as_volcano = client.ApiClient(core.api_client.configuration)
+    as_volcano.set_default_header("Impersonate-User", VOLCANO_SCHEDULER)
+    # The run's cluster has no Volcano and so no RBAC for it: the admins' group lets it patch.
+    as_volcano.set_default_header("Impersonate-Group", "system:masters")
+    volcano = client.CoreV1Api(as_volcano)
+    patch = [{"op": "replace", "path": path, "value": "Ascend910-2,Ascend910-3"}]
+    updated, shown = call(
+        volcano.patch_namespaced_pod, name, namespace, patch, _content_type=JSON_PATCH
+    )
+    assert updated["metadata"]["annotations"][NPU_ANNOTATION] == "Ascend910-2,Ascend910-3"
+    assert shown == []
+    core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
