@@ -668,6 +668,80 @@ def test_a_pod_update_that_swaps_an_image(
     core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
 
 
+NPU_ANNOTATION = "huawei.com/Ascend910"
+VOLCANO_SCHEDULER = "system:serviceaccount:volcano-system:volcano-scheduler"
+
+
+def _as_user(core: Any, username: str | None) -> tuple[Any, str, tuple[str, ...]]:
+    """A CoreV1Api as `username` (impersonated, with the admins' group for RBAC; None: the test
+    client itself), and the user and groups the API server then sends in userInfo."""
+    from kubernetes import client as _client
+
+    client: Any = _client
+    api = core.api_client
+    if username is not None:
+        api = client.ApiClient(core.api_client.configuration)
+        api.set_default_header("Impersonate-User", username)
+        api.set_default_header("Impersonate-Group", "system:masters")
+    review = client.AuthenticationV1Api(api).create_self_subject_review(
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+    )
+    user = review.status.user_info
+    return client.CoreV1Api(api), user.username, tuple(user.groups or ())
+
+
+@pytest.mark.parametrize(
+    ("writer", "change", "denied"),
+    [
+        (None, "Ascend910-0,Ascend910-1,Ascend910-2,Ascend910-3", True),
+        (None, None, True),
+        (VOLCANO_SCHEDULER, "Ascend910-0,Ascend910-1,Ascend910-2,Ascend910-3", False),
+        (None, "team", False),
+    ],
+    ids=["admin rewrites it", "admin removes it", "Volcano's scheduler rewrites it", "other key"],
+)
+def test_a_pod_update_of_the_annotation_a_device_variable_reads(
+    cluster: Any, writer: str | None, change: str | None, denied: bool
+) -> None:
+    """MindCluster's pod reads ASCEND_VISIBLE_DEVICES from its huawei.com/Ascend910 annotation:
+    changing it is denied by both unless the user is a declared writer (request.userInfo)."""
+    from kubernetes import client as _client
+
+    client: Any = _client
+    core, config = cluster
+    name = "r9046"
+    with contextlib.suppress(client.ApiException):
+        core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
+    body = _named(mindcluster_pod(), "annotation", 9046)
+    body["metadata"]["annotations"] = {NPU_ANNOTATION: "Ascend910-0,Ascend910-1"}
+    stored = core.create_namespaced_pod(NAMESPACE, body)
+    old = core.api_client.sanitize_for_serialization(stored)
+    new = copy.deepcopy(old)
+    annotations = new["metadata"]["annotations"]
+    if change == "team":
+        annotations["team"] = "vision"
+    elif change is None:
+        del annotations[NPU_ANNOTATION]
+    else:
+        annotations[NPU_ANNOTATION] = change
+    api, username, groups = _as_user(core, writer)
+    decision = _core(new, config, old_object=old, username=username, groups=groups)
+    assert any(v.configmap == POLICY for v in decision.violations) is denied
+    try:
+        api.replace_namespaced_pod(name, NAMESPACE, new, dry_run="All")
+        answer = "allowed"
+    except client.ApiException as exc:
+        answer = json.loads(exc.body or "{}").get("message", "")
+    if denied:
+        assert answer.endswith(
+            "denied request: gpuAccess: an update changes an annotation a container reads a "
+            "device variable from: only gpuAccess.annotationWriters (its scheduler) may change it."
+        ), answer
+    else:
+        assert answer == "allowed"
+    core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
+
+
 # --- an outage, through the chart's own webhook configurations ---------------------------------
 
 OUTAGE_PODS: list[tuple[str, dict[str, Any]]] = [
