@@ -255,9 +255,10 @@ def _expected_update(
     policies: PolicySet,
     config: WebhookConfig,
     sub_resource: str = "",
+    **user: Any,
 ) -> Any:
     """What the webhook answers for this UPDATE: the same core, on the objects the API server
-    sends (the stored pod as oldObject)."""
+    sends (the stored pod as oldObject; `username=` and `groups=` its userInfo)."""
     return evaluate(
         new,
         policies,
@@ -267,6 +268,7 @@ def _expected_update(
         operation="UPDATE",
         sub_resource=sub_resource,
         old_object=old,
+        **user,
     )
 
 
@@ -687,16 +689,8 @@ def test_rewriting_mindclusters_npu_annotation_is_left_to_its_writers(
     patch = [{"op": "replace", "path": path, "value": every}]
     new = json.loads(json.dumps(old))
     new["metadata"]["annotations"][NPU_ANNOTATION] = every
-    expected = evaluate(
-        new,
-        policies,
-        webhook_config,
-        kind="Pod",
-        namespace=namespace,
-        operation="UPDATE",
-        old_object=old,
-        username=username,
-        groups=groups,
+    expected = _expected_update(
+        new, old, namespace, policies, webhook_config, username=username, groups=groups
     )
     text = (
         'container "ascend" reads huawei.com/Ascend910 as ASCEND_VISIBLE_DEVICES: '

@@ -620,6 +620,26 @@ def test_an_ephemeral_container_with_unprefixed_env_from_in_an_amd_pod(cluster: 
     core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
 
 
+def _both_answer(
+    api: Any, name: str, new: dict[str, Any], decision: Decision, denied: bool, rule: str
+) -> None:
+    """The webhook core's `decision` and the API server's answer to a dry-run replace of pod
+    `name` with `new` both deny (the policy with `rule`) when `denied`, else both allow."""
+    from kubernetes import client as _client
+
+    client: Any = _client
+    assert any(v.configmap == POLICY for v in decision.violations) is denied
+    try:
+        api.replace_namespaced_pod(name, NAMESPACE, new, dry_run="All")
+        answer = "allowed"
+    except client.ApiException as exc:
+        answer = json.loads(exc.body or "{}").get("message", "")
+    if denied:
+        assert answer.endswith(f"denied request: gpuAccess: {rule}."), answer
+    else:
+        assert answer == "allowed"
+
+
 @pytest.mark.parametrize(
     ("stored_without_voids", "image", "denied"),
     [
@@ -651,20 +671,11 @@ def test_a_pod_update_that_swaps_an_image(
     new = copy.deepcopy(old)
     new["metadata"]["labels"].pop(UNCHECKED, None)
     new["spec"]["containers"][0]["image"] = image
-    decision = _core(new, config, old_object=old)
-    assert any(v.configmap == POLICY for v in decision.violations) is denied
-    try:
-        core.replace_namespaced_pod(name, NAMESPACE, new, dry_run="All")
-        answer = "allowed"
-    except client.ApiException as exc:
-        answer = json.loads(exc.body or "{}").get("message", "")
-    if denied:
-        assert answer.endswith(
-            "denied request: gpuAccess: a container changes its image while its device variables "
-            "are not void: recreate the pod, env cannot change on update."
-        )
-    else:
-        assert answer == "allowed"
+    _both_answer(
+        core, name, new, _core(new, config, old_object=old), denied,
+        "a container changes its image while its device variables are not void: recreate the "
+        "pod, env cannot change on update",
+    )  # fmt: skip
     core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
 
 
@@ -726,19 +737,11 @@ def test_a_pod_update_of_the_annotation_a_device_variable_reads(
         annotations[NPU_ANNOTATION] = change
     api, username, groups = _as_user(core, writer)
     decision = _core(new, config, old_object=old, username=username, groups=groups)
-    assert any(v.configmap == POLICY for v in decision.violations) is denied
-    try:
-        api.replace_namespaced_pod(name, NAMESPACE, new, dry_run="All")
-        answer = "allowed"
-    except client.ApiException as exc:
-        answer = json.loads(exc.body or "{}").get("message", "")
-    if denied:
-        assert answer.endswith(
-            "denied request: gpuAccess: an update changes an annotation a container reads a "
-            "device variable from: only gpuAccess.annotationWriters (its scheduler) may change it."
-        ), answer
-    else:
-        assert answer == "allowed"
+    _both_answer(
+        api, name, new, decision, denied,
+        "an update changes an annotation a container reads a device variable from: only "
+        "gpuAccess.annotationWriters (its scheduler) may change it",
+    )  # fmt: skip
     core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
 
 
