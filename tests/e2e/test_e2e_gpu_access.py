@@ -23,6 +23,7 @@ import jsonpatch
 import pytest
 import yaml
 
+from tests.impersonation import as_user
 from tests.vendor_examples import kai_pod, mindcluster_pod
 from webhook.core.config.model import WebhookConfig
 from webhook.core.evaluation.evaluate import evaluate
@@ -651,18 +652,6 @@ NPU_ANNOTATION = "huawei.com/Ascend910"
 VOLCANO_SCHEDULER = "system:serviceaccount:volcano-system:volcano-scheduler"
 
 
-def _whoami(core: Any) -> tuple[str, tuple[str, ...]]:
-    """The test client's own user and groups, as the API server authenticates it."""
-    from kubernetes import client
-
-    auth = client.AuthenticationV1Api(core.api_client)
-    review = auth.create_self_subject_review(
-        {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
-    )
-    user = review.status.user_info
-    return user.username, tuple(user.groups or ())
-
-
 def test_rewriting_mindclusters_npu_annotation_is_left_to_its_writers(
     core: Any, namespace: str, policies: PolicySet, webhook_config: WebhookConfig
 ) -> None:
@@ -670,12 +659,10 @@ def test_rewriting_mindclusters_npu_annotation_is_left_to_its_writers(
     annotation, which the kubelet reads again at each restart: the test's admin (no writer in
     the run's config) rewriting it to every NPU is denied under enforce (warned under warn);
     the same patch as Volcano's scheduler (impersonated: the default writer) is admitted."""
-    from kubernetes import client
-
     mode = _mode(webhook_config)
     if mode == "off":
         pytest.skip("the webhook runs with gpuAccess.mode: off")
-    username, groups = _whoami(core)
+    _, username, groups = as_user(core, None)
     writers = webhook_config.gpu_access
     assert username not in writers.annotation_writers
     assert not set(groups) & set(writers.annotation_writer_groups)
@@ -709,11 +696,8 @@ def test_rewriting_mindclusters_npu_annotation_is_left_to_its_writers(
         assert text in admitted[1]
         assert stored.metadata.annotations[NPU_ANNOTATION] == every
     # Volcano's scheduler writes the NPUs it allocated: admitted, nothing shown.
-    as_volcano = client.ApiClient(core.api_client.configuration)
-    as_volcano.set_default_header("Impersonate-User", VOLCANO_SCHEDULER)
-    # The run's cluster has no Volcano and so no RBAC for it: the admins' group lets it patch.
-    as_volcano.set_default_header("Impersonate-Group", "system:masters")
-    volcano = client.CoreV1Api(as_volcano)
+    volcano, as_volcano, _ = as_user(core, VOLCANO_SCHEDULER)
+    assert as_volcano == VOLCANO_SCHEDULER
     patch = [{"op": "replace", "path": path, "value": "Ascend910-2,Ascend910-3"}]
     updated, shown = call(
         volcano.patch_namespaced_pod, name, namespace, patch, _content_type=JSON_PATCH

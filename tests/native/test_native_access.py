@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import container, pod
+from tests.impersonation import as_user
 from tests.unit.test_gpu_access import FINDINGS
 from tests.unit.test_gpu_access_env_from import ALLOWED as ENV_FROM_ALLOWED
 from tests.unit.test_gpu_access_env_from import FINDINGS as ENV_FROM_FINDINGS
@@ -683,24 +684,6 @@ NPU_ANNOTATION = "huawei.com/Ascend910"
 VOLCANO_SCHEDULER = "system:serviceaccount:volcano-system:volcano-scheduler"
 
 
-def _as_user(core: Any, username: str | None) -> tuple[Any, str, tuple[str, ...]]:
-    """A CoreV1Api as `username` (impersonated, with the admins' group for RBAC; None: the test
-    client itself), and the user and groups the API server then sends in userInfo."""
-    from kubernetes import client as _client
-
-    client: Any = _client
-    api = core.api_client
-    if username is not None:
-        api = client.ApiClient(core.api_client.configuration)
-        api.set_default_header("Impersonate-User", username)
-        api.set_default_header("Impersonate-Group", "system:masters")
-    review = client.AuthenticationV1Api(api).create_self_subject_review(
-        {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
-    )
-    user = review.status.user_info
-    return client.CoreV1Api(api), user.username, tuple(user.groups or ())
-
-
 @pytest.mark.parametrize(
     ("writer", "change", "denied"),
     [
@@ -735,7 +718,7 @@ def test_a_pod_update_of_the_annotation_a_device_variable_reads(
         del annotations[NPU_ANNOTATION]
     else:
         annotations[NPU_ANNOTATION] = change
-    api, username, groups = _as_user(core, writer)
+    api, username, groups = as_user(core, writer)
     decision = _core(new, config, old_object=old, username=username, groups=groups)
     _both_answer(
         api, name, new, decision, denied,
