@@ -206,15 +206,24 @@ def test_a_writer_that_names_nobody_is_refused(bad: str) -> None:
         config("enforce", annotationWriterGroups=[bad])
 
 
-def test_lint_checks_the_writers(tmp_path: Path) -> None:
-    bad = tmp_path / "bad.yaml"
-    bad.write_text('gpuAccess:\n  annotationWriters: [" volcano"]\n', encoding="utf-8")
+@pytest.mark.parametrize(
+    ("text", "code", "says"),
+    [
+        (
+            'gpuAccess:\n  annotationWriters: [" volcano"]\n',
+            1,
+            "gpuAccess.annotationWriters: ' volcano' is not a user or group name",
+        ),
+        (
+            "gpuAccess:\n  annotationWriterGroups: [system:serviceaccounts:volcano-system]\n",
+            0,
+            "OK",
+        ),
+    ],
+)
+def test_lint_checks_the_writers(tmp_path: Path, text: str, code: int, says: str) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(text, encoding="utf-8")
     out = io.StringIO()
-    assert main(["lint", "--config", str(bad)], out=out) == 1
-    assert "gpuAccess.annotationWriters: ' volcano' is not a user or group name" in out.getvalue()
-    good = tmp_path / "good.yaml"
-    good.write_text(
-        "gpuAccess:\n  annotationWriterGroups: [system:serviceaccounts:volcano-system]\n",
-        encoding="utf-8",
-    )
-    assert main(["lint", "--config", str(good)], out=io.StringIO()) == 0
+    assert main(["lint", "--config", str(path)], out=out) == code
+    assert says in out.getvalue()
