@@ -138,6 +138,24 @@ def test_ignore_set_explicitly_is_allowed_with_them(render: Render) -> None:
             KUBE,
             "config.gpuAccess.vendorRuntimeClasses changes the access policies",
         ),
+        (
+            {
+                "config": {"gpuAccess": {"mode": "enforce", "annotationWriters": ["admin"]}},
+                "nativePolicies": {"access": {"enabled": True}},
+            },
+            KUBE,
+            "config.gpuAccess.annotationWriters changes the access policies",
+        ),
+        (
+            {
+                "config": {
+                    "gpuAccess": {"mode": "enforce", "annotationWriterGroups": ["system:masters"]}
+                },
+                "nativePolicies": {"access": {"enabled": True}},
+            },
+            KUBE,
+            "config.gpuAccess.annotationWriterGroups changes the access policies",
+        ),
     ],
 )
 def test_refusals_say_why(

@@ -23,6 +23,7 @@ import jsonpatch
 import pytest
 import yaml
 
+from tests.impersonation import as_user
 from tests.vendor_examples import kai_pod, mindcluster_pod
 from webhook.core.config.model import WebhookConfig
 from webhook.core.evaluation.evaluate import evaluate
@@ -255,9 +256,10 @@ def _expected_update(
     policies: PolicySet,
     config: WebhookConfig,
     sub_resource: str = "",
+    **user: Any,
 ) -> Any:
     """What the webhook answers for this UPDATE: the same core, on the objects the API server
-    sends (the stored pod as oldObject)."""
+    sends (the stored pod as oldObject; `username=` and `groups=` its userInfo)."""
     return evaluate(
         new,
         policies,
@@ -267,6 +269,7 @@ def _expected_update(
         operation="UPDATE",
         sub_resource=sub_resource,
         old_object=old,
+        **user,
     )
 
 
@@ -643,3 +646,62 @@ def test_unprefixed_env_from_in_an_amd_pod(
     )
     if admitted is not None:
         assert set(expected.warnings) <= set(admitted[1])
+
+
+NPU_ANNOTATION = "huawei.com/Ascend910"
+VOLCANO_SCHEDULER = "system:serviceaccount:volcano-system:volcano-scheduler"
+
+
+def test_rewriting_mindclusters_npu_annotation_is_left_to_its_writers(
+    core: Any, namespace: str, policies: PolicySet, webhook_config: WebhookConfig
+) -> None:
+    """MindCluster's container reads ASCEND_VISIBLE_DEVICES from the pod's huawei.com/Ascend910
+    annotation, which the kubelet reads again at each restart: the test's admin (no writer in
+    the run's config) rewriting it to every NPU is denied under enforce (warned under warn);
+    the same patch as Volcano's scheduler (impersonated: the default writer) is admitted."""
+    mode = _mode(webhook_config)
+    if mode == "off":
+        pytest.skip("the webhook runs with gpuAccess.mode: off")
+    _, username, groups = as_user(core, None)
+    writers = webhook_config.gpu_access
+    assert username not in writers.annotation_writers
+    assert not set(groups) & set(writers.annotation_writer_groups)
+    assert VOLCANO_SCHEDULER in writers.annotation_writers
+    pod = mindcluster_pod(unique("acjob"), None)
+    pod["metadata"]["annotations"] = {NPU_ANNOTATION: "Ascend910-0,Ascend910-1"}
+    old, _ = call(core.create_namespaced_pod, namespace, pod)
+    name = old["metadata"]["name"]
+    every = ",".join(f"Ascend910-{i}" for i in range(8))
+    path = "/metadata/annotations/" + NPU_ANNOTATION.replace("/", "~1")
+    patch = [{"op": "replace", "path": path, "value": every}]
+    new = json.loads(json.dumps(old))
+    new["metadata"]["annotations"][NPU_ANNOTATION] = every
+    expected = _expected_update(
+        new, old, namespace, policies, webhook_config, username=username, groups=groups
+    )
+    text = (
+        'container "ascend" reads huawei.com/Ascend910 as ASCEND_VISIBLE_DEVICES: '
+        "only gpuAccess.annotationWriters may change it"
+    )
+    assert expected.allowed == (mode != "enforce")
+    starts = f"Pod {namespace}/{name}, {text}."
+    admitted = _judged(
+        mode, expected, starts,
+        core.patch_namespaced_pod, name, namespace, patch, _content_type=JSON_PATCH,
+    )  # fmt: skip
+    stored = core.read_namespaced_pod(name, namespace)
+    if admitted is None:
+        assert stored.metadata.annotations[NPU_ANNOTATION] == "Ascend910-0,Ascend910-1"
+    else:
+        assert text in admitted[1]
+        assert stored.metadata.annotations[NPU_ANNOTATION] == every
+    # Volcano's scheduler writes the NPUs it allocated: admitted, nothing shown.
+    volcano, as_volcano, _ = as_user(core, VOLCANO_SCHEDULER)
+    assert as_volcano == VOLCANO_SCHEDULER
+    patch = [{"op": "replace", "path": path, "value": "Ascend910-2,Ascend910-3"}]
+    updated, shown = call(
+        volcano.patch_namespaced_pod, name, namespace, patch, _content_type=JSON_PATCH
+    )
+    assert updated["metadata"]["annotations"][NPU_ANNOTATION] == "Ascend910-2,Ascend910-3"
+    assert shown == []
+    core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)

@@ -11,6 +11,7 @@ import pytest
 from tests.helpers import DATA
 from tests.integration.helpers import RunningServer, crl_configmap
 from tests.integration.test_admission import admission_review, apply_patch
+from tests.vendor_examples import mindcluster_pod
 
 RS_UPDATE = DATA / "admissionreviews" / "replicaset-scaled-by-deployment-controller.json"
 GPU = "nvidia.com/gpu"
@@ -193,3 +194,46 @@ def test_disabling_a_broken_crl_is_allowed_with_warnings(server: RunningServer) 
         "data.defaultValue: '４' is not a Kubernetes quantity (expected a number with an optional "
         "suffix such as 1, 100, 1k, 500m…",
     ]
+
+
+def annotate_review(username: str, groups: list[str]) -> dict[str, Any]:
+    """`kubectl annotate --overwrite` of MindCluster's pod's NPU annotation, as `username`."""
+    old = mindcluster_pod(nodeName="npu-node-1")
+    old["metadata"]["annotations"] = {"huawei.com/Ascend910": "Ascend910-0,Ascend910-1"}
+    new = copy.deepcopy(old)
+    new["metadata"]["annotations"]["huawei.com/Ascend910"] = "Ascend910-0,Ascend910-1,Ascend910-2"
+    resource = {"group": "", "version": "v1", "resource": "pods"}
+    request: dict[str, Any] = {
+        "uid": "0d5c2a57-2222-4b4b-8c8c-000000000046",
+        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": resource,
+        "name": "train",
+        "namespace": "ml",
+        "operation": "UPDATE",
+        "userInfo": {"username": username, "groups": groups},
+        "object": new,
+        "oldObject": old,
+        "dryRun": False,
+        "options": {"kind": "UpdateOptions", "apiVersion": "meta.k8s.io/v1"},
+    }
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+
+
+def test_the_reviews_user_decides_a_device_annotation_update(server: RunningServer) -> None:
+    """The AdmissionReview's userInfo reaches GPU access control (default config: warn): a
+    tenant rewriting MindCluster's NPU annotation is warned, Volcano's scheduler is not."""
+    tenant = answer(server, "/mutate", annotate_review("alice", ["system:authenticated"]))
+    assert tenant["allowed"] is True
+    assert tenant["warnings"] == [
+        'container "ascend" reads huawei.com/Ascend910 as ASCEND_VISIBLE_DEVICES: '
+        "only gpuAccess.annotationWriters may change it"
+    ]
+    volcano = answer(
+        server,
+        "/mutate",
+        annotate_review(
+            "system:serviceaccount:volcano-system:volcano-scheduler",
+            ["system:serviceaccounts", "system:serviceaccounts:volcano-system"],
+        ),
+    )
+    assert_untouched(volcano)

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import container, pod
+from tests.impersonation import as_user
 from tests.unit.test_gpu_access import FINDINGS
 from tests.unit.test_gpu_access_env_from import ALLOWED as ENV_FROM_ALLOWED
 from tests.unit.test_gpu_access_env_from import FINDINGS as ENV_FROM_FINDINGS
@@ -620,6 +621,26 @@ def test_an_ephemeral_container_with_unprefixed_env_from_in_an_amd_pod(cluster: 
     core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
 
 
+def _both_answer(
+    api: Any, name: str, new: dict[str, Any], decision: Decision, denied: bool, rule: str
+) -> None:
+    """The webhook core's `decision` and the API server's answer to a dry-run replace of pod
+    `name` with `new` both deny (the policy with `rule`) when `denied`, else both allow."""
+    from kubernetes import client as _client
+
+    client: Any = _client
+    assert any(v.configmap == POLICY for v in decision.violations) is denied
+    try:
+        api.replace_namespaced_pod(name, NAMESPACE, new, dry_run="All")
+        answer = "allowed"
+    except client.ApiException as exc:
+        answer = json.loads(exc.body or "{}").get("message", "")
+    if denied:
+        assert answer.endswith(f"denied request: gpuAccess: {rule}."), answer
+    else:
+        assert answer == "allowed"
+
+
 @pytest.mark.parametrize(
     ("stored_without_voids", "image", "denied"),
     [
@@ -651,20 +672,59 @@ def test_a_pod_update_that_swaps_an_image(
     new = copy.deepcopy(old)
     new["metadata"]["labels"].pop(UNCHECKED, None)
     new["spec"]["containers"][0]["image"] = image
-    decision = _core(new, config, old_object=old)
-    assert any(v.configmap == POLICY for v in decision.violations) is denied
-    try:
-        core.replace_namespaced_pod(name, NAMESPACE, new, dry_run="All")
-        answer = "allowed"
-    except client.ApiException as exc:
-        answer = json.loads(exc.body or "{}").get("message", "")
-    if denied:
-        assert answer.endswith(
-            "denied request: gpuAccess: a container changes its image while its device variables "
-            "are not void: recreate the pod, env cannot change on update."
-        )
+    _both_answer(
+        core, name, new, _core(new, config, old_object=old), denied,
+        "a container changes its image while its device variables are not void: recreate the "
+        "pod, env cannot change on update",
+    )  # fmt: skip
+    core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
+
+
+NPU_ANNOTATION = "huawei.com/Ascend910"
+VOLCANO_SCHEDULER = "system:serviceaccount:volcano-system:volcano-scheduler"
+
+
+@pytest.mark.parametrize(
+    ("writer", "change", "denied"),
+    [
+        (None, "Ascend910-0,Ascend910-1,Ascend910-2,Ascend910-3", True),
+        (None, None, True),
+        (VOLCANO_SCHEDULER, "Ascend910-0,Ascend910-1,Ascend910-2,Ascend910-3", False),
+        (None, "team", False),
+    ],
+    ids=["admin rewrites it", "admin removes it", "Volcano's scheduler rewrites it", "other key"],
+)
+def test_a_pod_update_of_the_annotation_a_device_variable_reads(
+    cluster: Any, writer: str | None, change: str | None, denied: bool
+) -> None:
+    """MindCluster's pod reads ASCEND_VISIBLE_DEVICES from its huawei.com/Ascend910 annotation:
+    changing it is denied by both unless the user is a declared writer (request.userInfo)."""
+    from kubernetes import client as _client
+
+    client: Any = _client
+    core, config = cluster
+    name = "r9046"
+    with contextlib.suppress(client.ApiException):
+        core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
+    body = _named(mindcluster_pod(), "annotation", 9046)
+    body["metadata"]["annotations"] = {NPU_ANNOTATION: "Ascend910-0,Ascend910-1"}
+    stored = core.create_namespaced_pod(NAMESPACE, body)
+    old = core.api_client.sanitize_for_serialization(stored)
+    new = copy.deepcopy(old)
+    annotations = new["metadata"]["annotations"]
+    if change == "team":
+        annotations["team"] = "vision"
+    elif change is None:
+        del annotations[NPU_ANNOTATION]
     else:
-        assert answer == "allowed"
+        annotations[NPU_ANNOTATION] = change
+    api, username, groups = as_user(core, writer)
+    decision = _core(new, config, old_object=old, username=username, groups=groups)
+    _both_answer(
+        api, name, new, decision, denied,
+        "an update changes an annotation a container reads a device variable from: only "
+        "gpuAccess.annotationWriters (its scheduler) may change it",
+    )  # fmt: skip
     core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
 
 

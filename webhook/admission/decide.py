@@ -67,6 +67,9 @@ def _evaluate(
         claims=claims,
         # /validate returns no Pod or template warnings (the mutating call showed them).
         violations_only=endpoint == "validate",
+        # Who asks (gpuAccess.annotationWriters: a Pod UPDATE of an annotation a variable reads).
+        username=req.username,
+        groups=req.groups,
         **images,
     )
 

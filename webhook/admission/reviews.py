@@ -51,6 +51,7 @@ class AdmissionRequest:
     sub_resource: str
     old_object: Mapping[str, Any] | None
     username: str
+    groups: tuple[str, ...]
 
     # Written out, as the core's per-review classes do (workloads/pods.ContainerRef says why):
     # mypyc compiles it, the one @dataclass generates stays interpreted (issue 40).
@@ -68,6 +69,7 @@ class AdmissionRequest:
         sub_resource: str,
         old_object: Mapping[str, Any] | None,
         username: str,
+        groups: tuple[str, ...] = (),
     ) -> None:
         self.api_version = api_version
         self.uid = uid
@@ -81,6 +83,7 @@ class AdmissionRequest:
         self.sub_resource = sub_resource
         self.old_object = old_object
         self.username = username
+        self.groups = groups
 
     @property
     def ref(self) -> str:
@@ -179,8 +182,13 @@ def decode_review(data: Any) -> AdmissionRequest:
 
     user = request.get("userInfo")
     username = ""
-    if is_mapping(user) and isinstance(user.get("username"), str):
-        username = user["username"]
+    groups: tuple[str, ...] = ()
+    if is_mapping(user):
+        if isinstance(user.get("username"), str):
+            username = user["username"]
+        found_groups = user.get("groups")
+        if isinstance(found_groups, list):
+            groups = tuple(g for g in found_groups if isinstance(g, str))
 
     return AdmissionRequest(
         api_version=api_version,
@@ -195,6 +203,7 @@ def decode_review(data: Any) -> AdmissionRequest:
         sub_resource=_str_field(request, "subResource", "request"),
         old_object=old if is_mapping(old) else None,
         username=username,
+        groups=groups,
     )
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from webhook.core.base.quantity import parsed
 from webhook.core.base.shapes import as_dict, is_mapping
+from webhook.core.workloads.devices import access_env
 from webhook.core.workloads.pods import ContainerRef, PodSpecRef
 
 # MindCluster + Volcano (Ascend/mind-cluster docs/zh/scheduling/api/ascend_job.md, at ca9ddfe:
@@ -22,6 +23,10 @@ from webhook.core.workloads.pods import ContainerRef, PodSpecRef
 ASCEND_VARIABLE = "ASCEND_VISIBLE_DEVICES"
 VOLCANO = "volcano"
 _ASCEND_FIELD = re.compile(r"metadata\.annotations\['(huawei\.com/Ascend[0-9A-Za-z]+)'\]\Z")
+# Any annotation an env entry reads: the only subscripted form the kubelet resolves
+# (kubernetes pkg/fieldpath/fieldpath.go SplitMaybeSubscriptedPath: `<path>['<key>']`).
+_ANNOTATION_FIELD = re.compile(r"metadata\.annotations\['(.*)'\]\Z", re.DOTALL)
+_ALL_CONTAINERS = ("initContainers", "containers", "ephemeralContainers")
 
 # KAI Scheduler's GPU fractions (NVIDIA/KAI-Scheduler at 72de64f): a pod scheduled by
 # `kai-scheduler` (pkg/common/constants DefaultSchedulerName) with a `gpu-fraction` or
@@ -117,3 +122,26 @@ def counted(pod: PodSpecRef, c: ContainerRef, entry: Mapping[str, Any]) -> bool:
     """Whether a device variable's entry is a vendor's documented pattern whose devices its
     scheduler counts."""
     return mindcluster_counted(pod, c, entry) or kai_counted(pod, c, entry)
+
+
+def annotation_reads(spec: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """(container name, variable, annotation key) of every device variable a container of the
+    pod spec reads from one of the pod's annotations through a `fieldRef` (MindCluster's
+    pattern, and any other): the kubelet resolves it again each time it starts the container,
+    so a later change of the annotation changes the devices."""
+    found: list[tuple[str, str, str]] = []
+    for list_name in _ALL_CONTAINERS:
+        items = spec.get(list_name)
+        for c in items if isinstance(items, list) else ():
+            env = c.get("env") if is_mapping(c) else None
+            for entry in env if isinstance(env, list) else ():
+                name = entry.get("name") if is_mapping(entry) else None
+                if not isinstance(name, str) or not access_env(name):
+                    continue
+                source = entry.get("valueFrom")
+                field = source.get("fieldRef") if is_mapping(source) else None
+                path = field.get("fieldPath") if is_mapping(field) else None
+                read = _ANNOTATION_FIELD.match(path) if isinstance(path, str) else None
+                if read is not None:
+                    found.append((str(c.get("name", "")), name, read.group(1)))
+    return found

@@ -11,6 +11,8 @@ from pydantic import field_validator
 from webhook.core.config.fields import ConfigModel
 from webhook.core.families.catalog import FAMILIES, family_named
 
+# The user Volcano's scheduler runs as (see GpuAccess.annotation_writers).
+VOLCANO_SCHEDULER = "system:serviceaccount:volcano-system:volcano-scheduler"
 # DNS-1123 label (apimachinery IsDNS1123Label): what a namespace name is.
 _MAX_NAMESPACE = 63
 
@@ -76,6 +78,18 @@ class GpuAccess(ConfigModel):
     # Other vendors' RuntimeClasses, by family: {amd: [...], ascend: [ascend]}.
     vendor_runtime_classes: Mapping[str, tuple[str, ...]] = {}
     node_settings: NodeSettings = NodeSettings()
+    # Who may change, on a running pod, an annotation one of its containers reads a device
+    # variable from (MindCluster's `ASCEND_VISIBLE_DEVICES` from `fieldRef:
+    # metadata.annotations['huawei.com/Ascend910']`: the kubelet reads the annotation again when
+    # it restarts the container). Usernames as the API server authenticates them
+    # (`system:serviceaccount:<namespace>:<name>` for a ServiceAccount); anyone else's change
+    # is a finding. The default: Volcano's scheduler, whose Ascend plugin writes the NPUs it
+    # allocated into that annotation (Ascend/mind-cluster at 22bb3d9,
+    # component/ascend-for-volcano/internal/npu/base/task.go SetNPUTopologyToPodFn; its
+    # ServiceAccount volcano-scheduler in volcano-system: build/volcano-v1.12.0.yaml).
+    annotation_writers: tuple[str, ...] = (VOLCANO_SCHEDULER,)
+    # The same by group (`system:serviceaccounts:<namespace>`: every ServiceAccount of it).
+    annotation_writer_groups: tuple[str, ...] = ()
 
     @cached_property
     def runtime_class_names(self) -> frozenset[str]:
@@ -106,6 +120,14 @@ class GpuAccess(ConfigModel):
         for name in value:
             if not name or len(name) > _MAX_NAMESPACE or not _is_label(name):
                 raise ValueError(f"{name!r} is not a namespace name (a DNS-1123 label)")
+        return value
+
+    @field_validator("annotation_writers", "annotation_writer_groups")
+    @classmethod
+    def _names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for name in value:
+            if not name or name != name.strip():
+                raise ValueError(f"{name!r} is not a user or group name")
         return value
 
     @property

@@ -175,6 +175,9 @@ class AccessUpdate(NamedTuple):
     # The update removes the pod's last scheduling gate: its claims, which may have been
     # replaced while it was gated, are judged again (a claim container whose voids are unwritten).
     ungated: bool = False
+    # Annotations a container reads a device variable from, changed by someone who is not one
+    # of gpuAccess.annotationWriters (evaluate.py annotation_writes).
+    written: tuple[access.AccessFinding, ...] = ()
 
 
 def _suspicious(prefixes: tuple[str, ...]) -> str:
@@ -233,7 +236,7 @@ def apply_access(
                 state.access.append(_access_violation(state, finding))
     grouped: dict[tuple[tuple[str, str], ...], list[str]] = {}
     judged: list[access.Candidate] = []  # whose image a first-entry runtime build may read
-    for finding in found:
+    for finding in (*found, *(update.written if update is not None else ())):
         if update is not None and finding.text() in update.old_findings:
             continue
         _report(state, finding, enforce, violations_only)

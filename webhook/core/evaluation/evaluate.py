@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from webhook.core.access.control import AccessFinding
+from webhook.core.access.patterns import annotation_reads
 from webhook.core.base.errors import ObjectShapeError
 from webhook.core.base.shapes import is_mapping
 from webhook.core.config.model import WebhookConfig
@@ -59,6 +61,8 @@ def evaluate(
     namespace_levels: Mapping[str, str] | None = None,
     image_platforms: Mapping[str, tuple[str, ...]] | None = None,
     image_env: ImageEnv | None = None,
+    username: str | None = None,
+    groups: tuple[str, ...] = (),
 ) -> Decision:
     """Evaluate one admitted object. Raises only WebhookError subclasses on malformed input.
 
@@ -80,6 +84,8 @@ def evaluate(
     `image_env`: image -> the other vendors' variables its config sets (ROCM_VERSION,
     PYTORCH_ROCM_ARCH), for the images an earlier evaluation listed with a vendor's runtime
     (the driver-release gate's last source, SPEC §13).
+    `username` and `groups`: who makes the request (the AdmissionReview's userInfo; None: not
+    known, as for the CLI, and then no Pod UPDATE's annotation change is judged).
     """
     if not is_mapping(obj):
         raise ObjectShapeError(f"the object must be a JSON object, got {type(obj).__name__}")
@@ -106,6 +112,8 @@ def evaluate(
                 claims,
                 violations_only,
                 image_env,
+                username,
+                groups,
             )
     ref = object_ref(kind, obj, namespace)
     # Early "allowed because ..." guards (SPEC §6, updates and the controllers that make them):
@@ -164,6 +172,8 @@ def _pod_update(
     claims: ClaimIndex | None,
     violations_only: bool,
     image_env: ImageEnv | None = None,
+    username: str | None = None,
+    groups: tuple[str, ...] = (),
 ) -> Decision:
     ref = object_ref("Pod", obj, namespace)
     meta = obj.get("metadata")
@@ -193,7 +203,52 @@ def _pod_update(
         sub_resource=sub_resource,
         violations_only=violations_only,
         image_env=image_env,
+        written=annotation_writes(obj, old_object, config, username, groups)
+        if sub_resource == ""
+        else (),
     )
+
+
+def annotation_writes(
+    obj: Mapping[str, Any],
+    old: Mapping[str, Any],
+    config: WebhookConfig,
+    username: str | None,
+    groups: tuple[str, ...],
+) -> tuple[AccessFinding, ...]:
+    """The annotations a container of the pod reads a device variable from (MindCluster's
+    `fieldRef` to `huawei.com/<type>`) that this update adds, changes or removes, when its user
+    is none of gpuAccess.annotationWriters: the kubelet reads the annotation again when it
+    restarts the container, so a tenant who rewrites it and crashes the container gets the NPUs
+    it names. Not judged when the user is not known (username None)."""
+    rules = config.gpu_access
+    if username is None or username in rules.annotation_writers:
+        return ()
+    if any(group in rules.annotation_writer_groups for group in groups):
+        return ()
+    spec = old.get("spec")
+    reads = annotation_reads(spec) if is_mapping(spec) else []
+    if not reads:
+        return ()
+    new, was = _annotations(obj), _annotations(old)
+    found: dict[str, AccessFinding] = {}
+    for container, variable, key in reads:
+        if (key in new) == (key in was) and new.get(key) == was.get(key):
+            continue
+        finding = AccessFinding(
+            f'container "{container}"',
+            f"reads {key} as {variable}",
+            "only gpuAccess.annotationWriters may change it",
+            gpu=True,
+        )
+        found.setdefault(finding.text(), finding)
+    return tuple(found.values())
+
+
+def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    annotations = meta.get("annotations") if is_mapping(meta) else None
+    return annotations if is_mapping(annotations) else {}
 
 
 def _update_part(obj: Mapping[str, Any], sub_resource: str) -> tuple[Any, ...]:

@@ -58,7 +58,11 @@ from webhook.core.evaluation.native_access_cel import (
     unbind,
 )
 from webhook.core.families.catalog import FAMILIES, Family, family_named
-from webhook.core.workloads.devices import DEVICE_ANNOTATION_PREFIXES
+from webhook.core.workloads.devices import (
+    ACCESS_ENV_EXACT,
+    ACCESS_ENV_PREFIXES,
+    DEVICE_ANNOTATION_PREFIXES,
+)
 
 DEFAULT_NAME = "gpu-webhook-access"
 API_VERSION = "admissionregistration.k8s.io/v1"
@@ -145,6 +149,38 @@ def _image_swap() -> str:
     return f"!(request.operation == 'UPDATE' && !has(request.subResource) && {any_of(terms)})"
 
 
+# `metadata.annotations['<key>']`: the subscripted form the kubelet resolves (access/patterns.py).
+_ANNOTATION_PATH = "metadata.annotations['"
+
+
+def _annotation_write(config: WebhookConfig) -> str:
+    """CEL: a Pod UPDATE (not a subresource) by none of gpuAccess.annotationWriters or
+    annotationWriterGroups adds, changes or removes an annotation a container of the stored pod
+    reads a device variable from through a `fieldRef` (evaluate.py annotation_writes)."""
+    rules = config.gpu_access
+    name = any_of(name_is(sorted(ACCESS_ENV_EXACT), ACCESS_ENV_PREFIXES))
+    start = len(_ANNOTATION_PATH)
+    changed = "((k in n) != (k in o) || (k in n && n[k] != o[k]))"
+    reads = (
+        f"{name} && cel.bind(p, e.?valueFrom.?fieldRef.?fieldPath.orValue(''), "
+        f'p.startsWith({quote(_ANNOTATION_PATH)}) && p.endsWith("\']") && '
+        f"size(p) >= {start + 2} && cel.bind(k, p.substring({start}, size(p) - 2), {changed}))"
+    )
+    every = (
+        "(oldObject.spec.containers + oldObject.spec.?initContainers.orValue([]) + "
+        "oldObject.spec.?ephemeralContainers.orValue([]))"
+    )
+    return (
+        "!(request.operation == 'UPDATE' && !has(request.subResource) && "
+        f"!(request.userInfo.username in {cel_list(rules.annotation_writers)}) && "
+        "!request.userInfo.?groups.orValue([]).exists(g, g in "
+        f"{cel_list(rules.annotation_writer_groups)}) && "
+        "cel.bind(n, object.metadata.?annotations.orValue({}), "
+        "cel.bind(o, oldObject.metadata.?annotations.orValue({}), "
+        f"{every}.exists(c, c.?env.orValue([]).exists(e, {reads})))))"
+    )
+
+
 def _validations(config: WebhookConfig) -> list[dict[str, str]]:
     annotations = any_of([f"k.startsWith({quote(p)})" for p in DEVICE_ANNOTATION_PREFIXES])
     rules: list[tuple[str | tuple[str, str], str]] = [
@@ -185,6 +221,13 @@ def _validations(config: WebhookConfig) -> list[dict[str, str]]:
             "none of its devices: request one or drop the runtime class",
         ),
     ]
+    rules.append(
+        (
+            _annotation_write(config),
+            "an update changes an annotation a container reads a device variable from: only "
+            "gpuAccess.annotationWriters (its scheduler) may change it",
+        )
+    )
     if config.gpu_access.void_image_devices == "all":
         rules.append(
             (

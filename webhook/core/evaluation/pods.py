@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.core.access.control import container_families, ephemeral_containers
+from webhook.core.access.control import AccessFinding, container_families, ephemeral_containers
 from webhook.core.base.annotations import parse_opt_out
 from webhook.core.base.patches import Draft
 from webhook.core.base.shapes import as_dict, is_mapping
@@ -420,6 +420,7 @@ def evaluate_pod_update(
     sub_resource: str = "",
     violations_only: bool = False,
     image_env: ImageEnv | None = None,
+    written: tuple[AccessFinding, ...] = (),
 ) -> Decision:
     """GPU access control for a Pod UPDATE (SPEC §12 "What reaches the webhook"): a plain
     update (an image swapped) or one through the pods/ephemeralcontainers subresource (kubectl
@@ -448,6 +449,7 @@ def evaluate_pod_update(
         {(c.list_name, c.name): c.container.get("image") for c in old_pod.containers},
         patchable,
         ungated=bool(old_pod.spec.get("schedulingGates")) and not pod.spec.get("schedulingGates"),
+        written=written,
     )
     devices = _update_devices(pod, config, ns, claims)
     apply_access(state, devices, config, violations_only, False, update, image_env)
