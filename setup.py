@@ -54,6 +54,7 @@ COMPILED = [
     "webhook/core/envfix/fixes.py",
     "webhook/core/evaluation/containers.py",
     "webhook/core/evaluation/evaluate.py",
+    "webhook/core/evaluation/families.py",
     "webhook/core/evaluation/pods.py",
     "webhook/core/evaluation/unseen.py",
     "webhook/core/evaluation/updates.py",

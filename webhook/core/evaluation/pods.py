@@ -19,6 +19,12 @@ from webhook.core.evaluation.containers import (
     apply_fixes,
     apply_resources,
 )
+from webhook.core.evaluation.families import (
+    NVIDIA_ONLY,
+    access_families,
+    claimed_families,
+    sure_families,
+)
 from webhook.core.images.facts import ImageEnv, ImageFacts, ImageQuery
 from webhook.core.kinds.registry import WorkloadKind
 from webhook.core.outcome.decision import (
@@ -39,8 +45,6 @@ from webhook.core.runtimefix.apply import apply_runtime_fixes
 from webhook.core.runtimefix.rdma import NamespaceLevels
 from webhook.core.workloads.claims import (
     ClaimIndex,
-    DeviceClasses,
-    PodClaims,
     classes_of,
     nvidia_classes,
     pod_claims,
@@ -50,56 +54,6 @@ from webhook.core.workloads.pods import (
     PodSpecRef,
     find_pod_specs,
 )
-
-_NVIDIA_ONLY = frozenset({"nvidia"})
-
-
-def _claimed_families(
-    claims: PodClaims, container: Mapping[str, Any], known: DeviceClasses
-) -> frozenset[str]:
-    """The families whose DRA device classes (by their driver, workloads.claims
-    DeviceClasses) the container gets devices of through its claims."""
-    return frozenset(known.families[c] for c in claims.classes_used(container))
-
-
-def _sure_families(
-    dra: PodClaims,
-    vendor_claims: PodClaims,
-    container: Mapping[str, Any],
-    known: DeviceClasses,
-    nvidia: frozenset[str],
-) -> frozenset[str]:
-    """The families whose devices a container surely gets through its DRA claims (a
-    `firstAvailable` request that may fall back to another class gives none: claims.py); a
-    class's family is its driver's (workloads.claims DeviceClasses), the config's GPU classes
-    NVIDIA's."""
-    if not dra.gpu and not vendor_claims.gpu:
-        return frozenset()
-
-    def family(device_class: str) -> str | None:
-        return "nvidia" if device_class in nvidia else known.families.get(device_class)
-
-    return dra.sure_families(container, family) | vendor_claims.sure_families(container, family)
-
-
-def _access_families(
-    container: Mapping[str, Any],
-    gpu: bool,
-    drawn: Mapping[str, str],
-    dra: PodClaims,
-    vendor: PodClaims,
-    known: DeviceClasses,
-    nvidia: frozenset[str],
-) -> frozenset[str]:
-    """The device families GPU access control counts a container as requesting: its extended
-    resources' (NVIDIA for the config's GPU resources, `gpu`; a KEP-5004 name's class vendor,
-    `drawn`) and its claims' sure ones."""
-    families = container_families(container)
-    if drawn:
-        families |= frozenset(f for f in drawn.values() if f != "nvidia")
-    if not families and (gpu or "nvidia" in drawn.values()):
-        families = _NVIDIA_ONLY
-    return families | _sure_families(dra, vendor, container, known, nvidia)
 
 
 def access_applies(config: WebhookConfig, namespace: str | None) -> bool:
@@ -182,11 +136,11 @@ def _evaluate_spec(
                 apply_fixes(state, c, keys.asked, config)
             # The configured GPU resources and device classes are NVIDIA's (config/model.py).
             if not families and (keys.gpu or on_gpu_claim or keys.crl):
-                families = _NVIDIA_ONLY
+                families = NVIDIA_ONLY
         if vendor_claims.gpu:
-            families |= _claimed_families(vendor_claims, c.container, known)
+            families |= claimed_families(vendor_claims, c.container, known)
         if families and (dra.gpu or vendor_claims.gpu):
-            sure = _access_families(
+            sure = access_families(
                 c.container, keys.gpu or keys.crl, drawn, dra, vendor_claims, known, nvidia
             )
             if sure:
@@ -401,8 +355,8 @@ def _update_devices(
         if not families:
             named = any(key in gpu_names for key in keys)
             if named or "nvidia" in drawn.values():
-                families = _NVIDIA_ONLY
-        families |= _sure_families(dra, vendor_claims, c.container, known, nvidia)
+                families = NVIDIA_ONLY
+        families |= sure_families(dra, vendor_claims, c.container, known, nvidia)
         if families:
             devices[id(c.container)] = families
     return devices
