@@ -212,6 +212,28 @@ def test_the_knowledge_is_loaded_once_and_shared_by_every_config() -> None:
             V(12, 1),
             "shipped knowledge: Ray 2.47.1, Ray maintainers",
         ),
+        # Ray 2.3.0: a maintainer on the release branch's default image (cu116)
+        (
+            "rayproject/ray:2.3.0-py38-gpu",
+            V(11, 6),
+            "shipped knowledge: Ray 2.3.0, Ray maintainers",
+        ),
+        (
+            "rayproject/ray-ml:2.3.0-gpu",
+            V(11, 6),
+            "shipped knowledge: Ray ML 2.3.0, Ray maintainers",
+        ),
+        # vLLM v0.6.6-v0.7.3: a 12.1 base under PyPI's torch 2.5.1 (12.4): the newest runtime
+        (
+            "vllm/vllm-openai:v0.7.2",
+            V(12, 4),
+            "shipped knowledge: vLLM 0.7.2, vLLM release pipeline",
+        ),
+        (
+            "vllm/vllm-openai:v0.6.6",
+            V(12, 4),
+            "shipped knowledge: vLLM 0.6.6, vLLM release pipeline",
+        ),
         (
             "rayproject/ray:2.47.1-py310-cu128",
             V(12, 8),
@@ -521,7 +543,13 @@ def test_shipped_knowledge(image: str, version: CudaVersion, source: str) -> Non
         "rayproject/ray:2.37.0-gpu",  # the alias target of this release was not read
         "rayproject/ray:2.47.1",  # the CPU image
         "rayproject/ray:2.46.0.0e19ea-py39-gpu",  # a release-branch build, not the release
-        "rayproject/ray-ml:2.47.1-gpu",
+        "rayproject/ray-ml:2.47.1-gpu",  # ray's 2.47.1 statement says nothing of ray-ml
+        "rayproject/ray:2.3.1-gpu",  # the 2.3.0 statement names its release branch only
+        "rayproject/ray-ml:2.3.0",  # no -gpu: not the tag the statement is about
+        "vllm/vllm-openai:v0.7.1",  # no date or commit ties it to the 12.1-base window
+        "vllm/vllm-openai:v0.6.5",  # no lower bound ties it to the window
+        "vllm/vllm-openai:v0.6.6.post1",
+        "vllm/vllm-openai:v0.6.4",  # built by hand: its build arguments were not recorded
         "vllm/vllm-openai:0.9.0",  # vLLM tags carry the v
         "nvcr.io/nvidia/vllm:25.11-py3",  # NGC vLLM notes not read for this release
         "nvcr.io/nvidia/vllm:v0.9.0",  # an upstream vLLM tag on NVIDIA's repository
