@@ -109,6 +109,7 @@ from bench.harness import cli  # noqa: E402
 from bench.harness.callgrind import (  # noqa: E402
     Profile,
     build_marks,
+    footprint,
     grouped,
     read,
     valgrind_path,
@@ -464,8 +465,12 @@ def inprocess_child(args: argparse.Namespace) -> int:
         measure = getattr(gwb_marks, f"gwb_measure_{endpoint}")
         done = measure(run, endpoint, measured[endpoint])
         statuses[endpoint] = {str(s): done.count(s) for s in set(done)}
+    python_footprint = {
+        e: _python_footprint(state, requests(e, "measured"), e, run) for e in ENDPOINTS
+    }
     evaluate_module = importlib.import_module("webhook.core.evaluation.evaluate")
     info = {
+        "python_footprint": python_footprint,
         "webhook": str(Path(webhook.__file__).resolve().parent),
         "compiled": not str(evaluate_module.__file__).endswith(".py"),
         "reviews": {e: len(measured[e]) for e in ENDPOINTS},
@@ -475,6 +480,67 @@ def inprocess_child(args: argparse.Namespace) -> int:
     }
     Path(args.out).write_text(json.dumps(info, indent=2))
     return 0
+
+
+def _module_of(filename: str) -> str:
+    """A code object's file as a module group: `webhook/<package>/<module>`, a third-party
+    distribution's top-level package, or `stdlib/<module>`."""
+    path = filename.replace("\\", "/")
+    at = path.rfind("/webhook/")
+    if at >= 0:
+        return path[at + 1 :].removesuffix(".py")
+    at = path.rfind("-packages/")
+    if at >= 0:
+        return path[at + len("-packages/") :].split("/", 1)[0].removesuffix(".py")
+    return "stdlib/" + path.rsplit("/", 1)[-1].removesuffix(".py")
+
+
+def _python_footprint(state: Any, batch: list[Any], endpoint: str, run: Any) -> dict[str, Any]:
+    """The Python-level code footprint of the measured reviews, after the measured loop: per
+    review, the distinct interpreted functions (`sys.setprofile` "call" events: code objects)
+    and the distinct C-level callables called from Python ("c_call": builtins, and compiled
+    webhook functions called from interpreted code; native calls between compiled functions
+    never reach the profiler), and the modules they are in; mean per review and union."""
+    cache = getattr(state, "decisions", None)
+    per_review: list[tuple[set[tuple[str, str]], set[tuple[str, str]]]] = []
+    current: tuple[set[tuple[str, str]], set[tuple[str, str]]] = (set(), set())
+
+    def profiler(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            code = frame.f_code
+            current[0].add((_module_of(code.co_filename), code.co_qualname))
+        elif event == "c_call":
+            module = getattr(arg, "__module__", None)
+            module = module or type(getattr(arg, "__self__", None)).__name__
+            current[1].add((str(module), getattr(arg, "__qualname__", repr(arg))))
+
+    for request in batch:
+        if cache is not None:
+            # The measured loop saw each body once: empty the decision cache so that this pass
+            # takes the same (uncached) path, not a cached answer.
+            cache.check_generation((object(),))
+        current = (set(), set())
+        sys.setprofile(profiler)
+        try:
+            run(endpoint, [request])
+        finally:
+            sys.setprofile(None)
+        per_review.append(current)
+    if not per_review:
+        return {}
+    union_py = set().union(*(r[0] for r in per_review))
+    union_c = set().union(*(r[1] for r in per_review))
+    modules = sorted({m for m, _ in union_py})
+    return {
+        "reviews": len(per_review),
+        "python_functions": round(statistics.mean(len(r[0]) for r in per_review), 1),
+        "python_modules": round(statistics.mean(len({m for m, _ in r[0]}) for r in per_review), 1),
+        "c_callables": round(statistics.mean(len(r[1]) for r in per_review), 1),
+        "union_python_functions": len(union_py),
+        "union_python_modules": len(modules),
+        "union_c_callables": len(union_c),
+        "webhook_python_functions": len({f for f in union_py if f[0].startswith("webhook/")}),
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -552,6 +618,7 @@ def run_inprocess(
             "reviews": reviews,
             "per_review": {k: round(v / reviews) for k, v in costs.items()},
             "objects": {k: round(v / reviews) for k, v in grouped(profile.by_object).items()},
+            "footprint": footprint(profile),
         }
     return result
 
@@ -905,6 +972,56 @@ def print_inprocess(results: dict[str, list[dict[str, Any]]]) -> None:
         print(objects.row(*cells))
 
 
+def print_footprint(results: dict[str, list[dict[str, Any]]]) -> None:
+    """The code footprint of the measured reviews (issue 49 item 3): native functions that ran
+    and their code bytes per ELF object group (callgrind, the whole measured loop), and the
+    Python-level functions and modules per review (a profiled pass after it)."""
+    names = list(results)
+    columns = [Column("code footprint of the mix (functions, KiB)", 60, align="<")]
+    for name in names:
+        for endpoint in ENDPOINTS:
+            columns.append(Column(f"{name} /{endpoint}", 18, align=">"))
+    table = Table(*columns)
+    print()
+    print(table.header())
+    groups: list[str] = []
+    for name in names:
+        for endpoint in ENDPOINTS:
+            for group in results[name][0][endpoint].get("footprint", {}):
+                if group not in groups:
+                    groups.append(group)
+    for group in groups:
+        cells: list[object] = [group]
+        for name in names:
+            for endpoint in ENDPOINTS:
+                got = results[name][0][endpoint].get("footprint", {}).get(group)
+                cells.append(f"{got['functions']}, {got['bytes'] / 1024:.0f}" if got else "-")
+        print(table.row(*cells))
+    cells = ["native code in all"]
+    for name in names:
+        for endpoint in ENDPOINTS:
+            found = results[name][0][endpoint].get("footprint", {}).values()
+            functions = sum(g["functions"] for g in found)
+            cells.append(f"{functions}, {sum(g['bytes'] for g in found) / 1024:.0f}")
+    print(table.row(*cells))
+    rows = (
+        ("python_functions", "per review: interpreted functions"),
+        ("python_modules", "per review: their modules"),
+        ("c_callables", "per review: C callables called from Python"),
+        ("union_python_functions", "mix: interpreted functions"),
+        ("union_python_modules", "mix: their modules"),
+        ("webhook_python_functions", "mix: of them the webhook's"),
+        ("union_c_callables", "mix: C callables called from Python"),
+    )
+    for key, title in rows:
+        cells = [title]
+        for name in names:
+            for endpoint in ENDPOINTS:
+                got = results[name][0]["info"].get("python_footprint", {}).get(endpoint, {})
+                cells.append(f"{got[key]}" if key in got else "-")
+        print(table.row(*cells))
+
+
 def print_ab(ab: dict[str, Any]) -> None:
     summary = ab["summary"]
     table = Table(
@@ -1197,6 +1314,7 @@ def run_main(args: argparse.Namespace) -> int:
                     )
             report["inprocess"] = inproc
             print_inprocess(inproc)
+            print_footprint(inproc)
         if args.mode in ("both", "live"):
             bodies = work / "live-bodies.json"
             bodies.write_text(

@@ -13,6 +13,7 @@ event; a missing number is 0).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
@@ -73,6 +74,9 @@ class Profile:
     callees: dict[str, int] = field(default_factory=dict)
     # (caller, callee) -> the inclusive cost of those calls.
     edges: dict[tuple[str, str], int] = field(default_factory=dict)
+    # Per ELF object: the functions that ran an instruction of their own (the code footprint:
+    # issue 49 item 3, "distinct functions and modules a review touches").
+    touched: dict[str, set[str]] = field(default_factory=dict)
 
     def inclusive(self, function: str) -> int:
         """Everything `function` ran, itself and its callees (0 if it never ran)."""
@@ -122,6 +126,8 @@ def parse(lines: Iterable[str]) -> Profile:
                     profile.edges[edge] = profile.edges.get(edge, 0) + cost
                 continue
             profile.self_cost[fn] = profile.self_cost.get(fn, 0) + cost
+            if cost:
+                profile.touched.setdefault(ob, set()).add(fn)
             profile.by_object[ob] = profile.by_object.get(ob, 0) + cost
             profile.total += cost
             continue
@@ -196,3 +202,43 @@ def grouped(by_object: dict[str, int]) -> dict[str, int]:
         group = object_group(name)
         groups[group] = groups.get(group, 0) + cost
     return dict(sorted(groups.items(), key=lambda item: -item[1]))
+
+
+@functools.lru_cache(maxsize=64)
+def symbol_sizes(path: str) -> dict[str, int]:
+    """Function name -> its code size in bytes, from the ELF object's symbol table (`nm -S`:
+    the full table, else the dynamic one of a stripped object); {} when neither can be read."""
+    nm = shutil.which("nm")
+    if nm is None or not os.path.isfile(path):
+        return {}
+    sizes: dict[str, int] = {}
+    for table in ((), ("-D",)):
+        done = subprocess.run(
+            [nm, "-S", "--defined-only", *table, path],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        for line in done.stdout.splitlines():
+            parts = line.split()
+            # address size type name: only code (t/T, w/W for weak functions).
+            if len(parts) == 4 and parts[2] in ("t", "T", "w", "W"):
+                sizes[parts[3]] = max(sizes.get(parts[3], 0), int(parts[1], 16))
+        if sizes:
+            break
+    return sizes
+
+
+def footprint(profile: Profile) -> dict[str, dict[str, int]]:
+    """Per OBJECT_GROUPS group: the distinct functions that ran (`functions`), how many of them
+    the objects' symbol tables size (`sized`), and those functions' code bytes (`bytes`): the
+    code a run touched, what the L1 and L2 instruction caches have to hold."""
+    groups: dict[str, dict[str, int]] = {}
+    for obj, names in profile.touched.items():
+        sizes = symbol_sizes(obj)
+        found = [sizes[n] for n in names if n in sizes]
+        group = groups.setdefault(object_group(obj), {"functions": 0, "sized": 0, "bytes": 0})
+        group["functions"] += len(names)
+        group["sized"] += len(found)
+        group["bytes"] += sum(found)
+    return dict(sorted(groups.items(), key=lambda item: -item[1]["bytes"]))

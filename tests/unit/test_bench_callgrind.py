@@ -12,7 +12,15 @@ from pathlib import Path
 import pytest
 
 from bench.bench_instructions import stage_costs
-from bench.harness.callgrind import build_marks, grouped, object_group, parse, read
+from bench.harness.callgrind import (
+    build_marks,
+    footprint,
+    grouped,
+    object_group,
+    parse,
+    read,
+    symbol_sizes,
+)
 
 # The shape callgrind 3.19 writes (docs/callgrind-format): compressed names, a `calls=` line
 # followed by the call's inclusive cost, relative positions (+N/-N/*), a recursion level
@@ -118,6 +126,54 @@ def test_cost_by_object_and_group() -> None:
         "compiled webhook (mypyc)": 170,
         "benchmark markers": 50,
     }
+
+
+def test_touched_functions_per_object() -> None:
+    # Only functions that ran an instruction of their own count (a caller's call cost does not).
+    profile = parse(PROFILE.splitlines(keepends=True))
+    assert profile.touched == {
+        "/lib/libpython3.11.so.1.0": {
+            "gwb_measure_mutate",
+            "PyDict_SetItem",
+            "CPyPy_reviews___build",
+        },
+        "/build/gwb_marks.so": {"gwb_stage_decode", "gwb_stage_decode'2"},
+        "/site-packages/orjson/orjson.so": {"loads"},
+        "/build/8aea__mypyc.so": {"CPyDef_reviews___build"},
+    }
+
+
+def test_footprint_sizes_the_functions_an_object_defines(tmp_path: Path) -> None:
+    if shutil.which("nm") is None or shutil.which("cc") is None:
+        pytest.skip("needs nm and a C compiler (binutils, gcc) to build a sized object")
+    source = tmp_path / "two.c"
+    source.write_text(
+        "int gwb_small(int x) { return x + 1; }\n"
+        "int gwb_big(int x) { int s = 0; for (int i = 0; i < x; i++) s += i * x; return s; }\n"
+    )
+    lib = tmp_path / "libtwo.so"
+    subprocess.run(["cc", "-O0", "-shared", "-fPIC", "-o", str(lib), str(source)], check=True)
+    sizes = symbol_sizes(str(lib))
+    assert sizes["gwb_small"] > 0 and sizes["gwb_big"] > sizes["gwb_small"]
+    text = f"""events: Ir
+ob=(1) {lib}
+fn=(1) gwb_small
+0 3
+fn=(2) gwb_big
+0 9
+fn=(3) gwb_not_in_the_object
+0 1
+"""
+    got = footprint(parse(text.splitlines(keepends=True)))
+    assert got == {
+        "other objects": {
+            "functions": 3,
+            "sized": 2,
+            "bytes": sizes["gwb_small"] + sizes["gwb_big"],
+        }
+    }
+    # An object that is not on disk is counted, not sized.
+    assert symbol_sizes(str(tmp_path / "gone.so")) == {}
 
 
 def test_summary_mismatch_is_an_error() -> None:
