@@ -4,10 +4,12 @@
 # (or the dev venv's helm-python-sdk).
 #
 #   scripts/e2e-kind.sh --try   the same build, load and install, then instead of the tests:
-#                               print what the webhook answers for examples/pods.yaml (a
-#                               server dry run: the first denial, the warnings) and the node
-#                               affinity it gives the first GPU pod (its placement), and keep
-#                               the cluster (KEEP_CLUSTER=0 deletes it). Needs kubectl too.
+#                               scripts/try-show.sh: what the webhook answers for
+#                               examples/pods.yaml (a server dry run: the first denial, the
+#                               warnings) and the node affinity it gives the first GPU pod (its
+#                               placement), and keep the cluster (KEEP_CLUSTER=0 deletes it).
+#                               Needs kubectl too. try-show.sh itself runs in CI on the real
+#                               API server (tests/e2e/test_e2e_try_show.py).
 #
 # Not run in this project's CI: its machine has no container engine (no Docker daemon, no kind);
 # tests/image/test_kind_try.py runs `--try` where both exist and is skipped, saying so, where
@@ -81,16 +83,7 @@ sys.exit("the webhook deployment did not become ready in 180s")
 PY
 
 if [[ $TRY == 1 ]]; then
-  kubectl=(kubectl --kubeconfig "$KUBECONFIG_FILE")
-  "${kubectl[@]}" create namespace ml --dry-run=client -o yaml | "${kubectl[@]}" apply -f - >/dev/null
-  echo "== kubectl apply --dry-run=server -f examples/pods.yaml (warnings, then the first denial):"
-  # The Deployment bad-share is denied: kubectl exits 1, which is the point here.
-  "${kubectl[@]}" apply --dry-run=server -f examples/pods.yaml 2>&1 || true
-  echo "== placement: the node affinity the webhook gives Pod ml/torch-infer (examples/pods.yaml):"
-  "$PYTHON" -c 'import sys, yaml; docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]; print(yaml.safe_dump(next(d for d in docs if d["metadata"]["name"] == "torch-infer")))' \
-    examples/pods.yaml >"$WORK/torch-infer.yaml"
-  "${kubectl[@]}" create --dry-run=server -f "$WORK/torch-infer.yaml" \
-    -o jsonpath='{.spec.affinity.nodeAffinity}{"\n"}'
+  PYTHON="$PYTHON" scripts/try-show.sh "$KUBECONFIG_FILE"
   echo "== kind cluster $CLUSTER keeps the webhook: KUBECONFIG=\$(kind get kubeconfig --name $CLUSTER)" \
     "then kubectl apply your own pods; remove it with: kind delete cluster --name $CLUSTER"
   exit 0
