@@ -132,6 +132,21 @@ def test_enforce_mode_denies_with_the_finding(case: str, obj: dict[str, Any], te
 
 
 @pytest.mark.parametrize(("case", "obj", "text"), FINDINGS, ids=[f[0] for f in FINDINGS])
+def test_warn_mode_validate_skips_access_control_and_the_audit_still_lists(
+    case: str, obj: dict[str, Any], text: str
+) -> None:
+    # /validate (violations only) under `warn`: the finding is a warning the mutating call
+    # returned, so the validating call's answer is a plain allow, and access control is not
+    # run for it (issue 49: the validating call cheap); under `enforce` it denies (above).
+    validate = run(obj, config=config("warn"), violations_only=True)
+    assert validate.allowed and not validate.violations and not validate.warnings
+    assert validate.access == () and validate.unresolved_images == ()
+    # The audit (violations only for workloads, audit=True) still lists what `warn` found.
+    audited = evaluate(obj, standard_policies(), config("warn"), violations_only=True, audit=True)
+    assert audited.allowed and f"Pod ml/train, {text}." in [v.detail for v in audited.access]
+
+
+@pytest.mark.parametrize(("case", "obj", "text"), FINDINGS, ids=[f[0] for f in FINDINGS])
 def test_off_mode_says_nothing(case: str, obj: dict[str, Any], text: str) -> None:
     decision = run(obj, config=config("off"))
     assert decision.allowed and not decision.warnings and not decision.access
