@@ -500,6 +500,36 @@ def test_a_pod_update_that_swaps_in_a_cuda_image() -> None:
     assert decision.handled and decision.allowed and decision.patch == []
 
 
+def test_a_pod_update_under_warn_is_a_plain_allow_on_validate() -> None:
+    # An annotation naming devices, added by UPDATE: `warn` warns on /mutate; the validating
+    # call (violations only) returns nothing of it, so it does not run access control at all.
+    old = pod(container("app"))
+    annotated = copy.deepcopy(old)
+    annotated["metadata"]["annotations"] = {"cdi.k8s.io/x": "nvidia.com/gpu=all"}
+    text = "annotation cdi.k8s.io/x names devices: request nvidia.com/gpu or a DRA claim instead"
+    assert text in _update(annotated, old, "warn").warnings
+    validate = evaluate(
+        annotated,
+        standard_policies(),
+        config("warn"),
+        operation="UPDATE",
+        old_object=old,
+        violations_only=True,
+    )
+    assert validate.allowed and not validate.warnings and validate.access == ()
+    assert (
+        evaluate(
+            annotated,
+            standard_policies(),
+            config("enforce"),
+            operation="UPDATE",
+            old_object=old,
+            violations_only=True,
+        ).denial_message()
+        == f"Pod ml/train, {text}. {WHY}"
+    )
+
+
 def test_a_pod_update_judges_only_what_it_introduces() -> None:
     """A label change on a pod admitted before enforce must not be refused (controllers patch
     pods' labels and annotations)."""

@@ -224,6 +224,12 @@ def apply_access(
     `image_env` the configs registry lookups read (their device variables no void closes)."""
     rules = config.gpu_access
     enforce = rules.mode == "enforce"
+    if violations_only and not enforce and not audit:
+        # Outside `enforce` GPU access control gives a violations-only review (/validate)
+        # nothing: its findings are warnings, which that review does not return (the mutating
+        # call returned them), and only `enforce` asks a registry (unseen.py first_entry). The
+        # audit (`audit`) still lists them. Pod CREATEs and UPDATEs alike.
+        return
     mode = rules.void_image_devices
     found, candidates = access_findings(state, devices, config)
     if update is None:

@@ -165,13 +165,7 @@ def _evaluate_spec(
     if vendors:
         # Each gated vendor's containers, by its runtime (the metrics' containers per runtime).
         state.runtimes += [v.runtime for v, listed in vendors.values() for _ in listed]
-    # Under `warn` GPU access control gives a violations-only review (/validate) nothing: its
-    # findings are warnings, which that review does not return (the mutating call returned
-    # them), and only `enforce` asks a registry (unseen.py first_entry). So it is not run there;
-    # the audit (`audit`) still lists the findings.
-    if access_applies(config, namespace) and (
-        not violations_only or audit or config.gpu_access.mode == "enforce"
-    ):
+    if access_applies(config, namespace):
         apply_access(state, access_devices, config, violations_only, audit, image_env=image_env)
     if gpu:
         place_family(
