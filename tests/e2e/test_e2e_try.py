@@ -153,25 +153,37 @@ def _wait(what: str, check: Any, server: subprocess.Popen[str], log: Path) -> An
         time.sleep(0.5)
 
 
-def test_serve_registers_itself_and_removes_the_registration_on_ctrl_c(
-    cluster: Cluster, core: Any, namespace: str, registration: Any, tmp_path: Path
-) -> None:
-    _stale_registration(registration)
+def serve_registered(
+    cluster: Cluster, tmp_path: Path, policies: Path, name: str, *log: str
+) -> tuple[subprocess.Popen[str], Path, str]:
+    """`gpu-webhook serve --self-signed --register-url` on a free loopback port, as the README's
+    try-it path runs it: (the process, its log file, its URL). `log`: --log-format and
+    --log-level with their values."""
     port = _free_port()
     url = f"https://127.0.0.1:{port}"
     config = tmp_path / "config.yaml"
     # Nothing leaves loopback: no public registry is asked about an image.
     config.write_text("registryLookups:\n  publicRegistries: false\n", encoding="utf-8")
-    log = tmp_path / "serve.log"
+    path = tmp_path / "serve.log"
     gpu_webhook = Path(sys.executable).parent / "gpu-webhook"
-    with log.open("w") as out:
+    with path.open("w") as out:
         server = subprocess.Popen(
             [str(gpu_webhook), "serve", "--self-signed", "--host", "127.0.0.1", "--port",
-             str(port), "--kubeconfig", str(cluster.kubeconfig), "--policies",
-             str(_policy_dir(tmp_path)), "--config", str(config), "--register-url", url,
-             "--register-name", NAME, "--log-format", "text", "--log-level", "warning"],
+             str(port), "--kubeconfig", str(cluster.kubeconfig), "--policies", str(policies),
+             "--config", str(config), "--register-url", url, "--register-name", name, *log],
             stdout=out, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
+    return server, path, url
+
+
+def test_serve_registers_itself_and_removes_the_registration_on_ctrl_c(
+    cluster: Cluster, core: Any, namespace: str, registration: Any, tmp_path: Path
+) -> None:
+    _stale_registration(registration)
+    server, log, url = serve_registered(
+        cluster, tmp_path, _policy_dir(tmp_path), NAME, "--log-format", "text", "--log-level",
+        "warning",
+    )  # fmt: skip
     try:
         _wait("the registration", lambda: "Ctrl-C stops" in log.read_text(), server, log)
         printed = log.read_text()

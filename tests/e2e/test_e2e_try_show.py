@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from .conftest import Cluster
-from .test_e2e_try import KINDS, _configuration, _free_port, _wait
+from .test_e2e_try import KINDS, _configuration, _wait, serve_registered
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = "gpu-webhook-try-show-e2e"
@@ -52,21 +52,10 @@ def test_try_show_prints_the_denial_the_warnings_and_the_placement(
         )
     kubectl = _kubectl()
     registration: Any = client.AdmissionregistrationV1Api(cluster.api)
-    port = _free_port()
-    url = f"https://127.0.0.1:{port}"
-    config = tmp_path / "config.yaml"
-    # Nothing leaves loopback: no public registry is asked about an image.
-    config.write_text("registryLookups:\n  publicRegistries: false\n", encoding="utf-8")
-    log = tmp_path / "serve.log"
-    gpu_webhook = Path(sys.executable).parent / "gpu-webhook"
-    with log.open("w") as out:
-        server = subprocess.Popen(
-            [str(gpu_webhook), "serve", "--self-signed", "--host", "127.0.0.1", "--port",
-             str(port), "--kubeconfig", str(cluster.kubeconfig), "--policies",
-             str(ROOT / "configmaps"), "--config", str(config), "--register-url", url,
-             "--register-name", NAME, "--log-format", "json", "--log-level", "info"],
-            stdout=out, stderr=subprocess.STDOUT, text=True,
-        )  # fmt: skip
+    server, log, _ = serve_registered(
+        cluster, tmp_path, ROOT / "configmaps", NAME, "--log-format", "json", "--log-level",
+        "info",
+    )  # fmt: skip
     try:
         _wait("the registration", lambda: "Ctrl-C stops" in log.read_text(), server, log)
 
