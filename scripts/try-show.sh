@@ -8,12 +8,15 @@
 #
 # scripts/e2e-kind.sh --try runs it on its kind cluster; tests/e2e/test_e2e_try_show.py runs it
 # on the real API server with `gpu-webhook serve --register-url` (path (b) of the README).
-# Environment: KUBECTL (default kubectl), PYTHON (a Python with PyYAML, default .venv/bin/python).
+# Environment: KUBECTL (default kubectl), PYTHON (a Python with PyYAML: default the clone's
+# .venv/bin/python, else python3, as after the README's `pip install .`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 KUBECTL="${KUBECTL:-kubectl}"
-PYTHON="${PYTHON:-.venv/bin/python}"
+if [[ -z "${PYTHON:-}" ]]; then
+  if [[ -x .venv/bin/python ]]; then PYTHON=.venv/bin/python; else PYTHON=python3; fi
+fi
 kubectl=("$KUBECTL")
 if [[ -n "${1:-}" ]]; then kubectl+=(--kubeconfig "$1"); fi
 WORK="$(mktemp -d)"
